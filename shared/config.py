@@ -1,0 +1,315 @@
+"""Run configuration: a typed tree of dataclasses, read from YAML and `key=value` overrides.
+
+A run is identified by its fully resolved config (every default filled in, the method's
+hyperparameters included), so the same experiment requested by two tables hashes to the same
+run id. Keys that change where or how fast a run executes, but not its result, are listed in
+`RUNTIME_KEYS` and left out of the id.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any data is loaded or model trained."""
+
+
+@dataclass
+class SyntheticConfig:
+    num_classes: int = 10
+    train_per_class: int = 200
+    test_per_class: int = 50
+    image_size: int = 32
+    channels: int = 3
+    noise: float = 0.6  # pixel noise relative to the class signal; higher is harder
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "cifar10"  # cifar10 | cifar100 | imagefolder | synthetic
+    path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
+    augment: bool | None = None  # None: the dataset's default (random crop + flip on CIFAR)
+    train_subset: int | None = None  # keep this many training samples (stratified), for small scales
+    val_fraction: float = 0.0  # held out per class before partitioning (FedGKD keeps 10%)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class PartitionConfig:
+    kind: str = "dirichlet"  # iid | dirichlet | classes (#K=k label skew)
+    clients: int = 10
+    beta: float = 0.5  # Dirichlet concentration
+    k: int = 2  # classes per client for kind=classes
+    min_size: int = 10  # Dirichlet: redraw until every client holds this many samples
+
+
+@dataclass
+class AuxConfig:
+    """The server's small balanced auxiliary set (FedCAD 32, FedSSD 64 per class)."""
+
+    per_class: int = 0
+    source: str = "train_head"  # train_head: first n of each class (overlaps clients) | holdout
+
+
+@dataclass
+class FederationConfig:
+    rounds: int = 100
+    participation: float = 1.0  # C: fraction of clients sampled per round, ceil(C * N)
+    weighting: str = "samples"  # samples: FedAvg weights by data size | uniform (FedGKD's code)
+
+
+@dataclass
+class LocalConfig:
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    grad_clip: float | None = None  # max gradient norm (FedGKD's released code clips at 10)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "fedavg_cnn"  # fedavg_cnn | resnet8 | resnet50 | alexnet_bn
+    projection_dim: int | None = None  # MOON / FedGKD+ projection head output size (256)
+
+
+@dataclass
+class EvalConfig:
+    every: int = 1  # evaluate every k rounds (and always at the last round)
+    local: bool = True  # also test each round's local models (the "local average accuracy")
+    batch_size: int = 1000
+    target_acc: list[float] = field(default_factory=list)  # % ; report the first round reaching each
+
+
+@dataclass
+class TrainerConfig:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    amp: bool = False  # bf16 autocast
+    channels_last: bool = False
+    progress: bool = True  # progress bar when attached to a terminal
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    data_root: str | None = None  # default: $FEDREPRO_DATA or ./data
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    aux: AuxConfig = field(default_factory=AuxConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    method: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+# Keys that do not change a run's result (up to floating-point nondeterminism across devices).
+RUNTIME_KEYS = ("data_root", "trainer.device", "trainer.progress")
+
+DATA_ROOT_ENV = "FEDREPRO_DATA"
+
+
+def data_root(cfg: RunConfig) -> Path:
+    return Path(cfg.data_root or os.environ.get(DATA_ROOT_ENV) or "data").expanduser()
+
+
+# --- building a config from dicts ---------------------------------------------------------
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    """Check (and gently convert) a YAML value against a dataclass field's type."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, vars(typing) | globals())  # postponed annotations
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return from_dict(annotation, value, where)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(value, inner, where)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if isinstance(value, str) and annotation in (int, float):
+        try:  # YAML 1.1 reads `1e-3` (no dot) as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, values: dict, where: str = "config") -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+    kwargs = {name: _coerce(v, known[name].type, f"{where}.{name}") for name, v in values.items()}
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_override(text: str) -> dict:
+    """`a.b=3` -> {"a": {"b": 3}}; values are parsed as YAML (numbers, true, null, [1, 2])."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key=value")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw else None
+    # `method=fedprox` is shorthand for `method.name=fedprox`, as is `model=resnet8`, etc.
+    if key in ("method", "model", "dataset") and isinstance(value, str):
+        key = f"{key}.name"
+    if key == "partition" and isinstance(value, str):
+        key = "partition.kind"
+    nested: dict = value
+    for part in reversed(key.split(".")):
+        nested = {part: nested}
+    return nested
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
+    """YAML file (optional) + overrides -> a resolved, validated RunConfig."""
+    values: dict = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        values = loaded
+    if isinstance(overrides, dict):
+        values = deep_merge(values, overrides)
+    else:
+        for text in overrides or []:
+            values = deep_merge(values, parse_override(text))
+    if isinstance(values.get("method"), str):
+        values["method"] = {"name": values["method"]}
+    if "method" in values and "name" not in values["method"]:
+        values["method"] = {"name": "fedavg", **values["method"]}
+    return resolve(from_dict(RunConfig, values))
+
+
+def resolve(cfg: RunConfig) -> RunConfig:
+    """Fill in the method's hyperparameter defaults and validate everything."""
+    from shared.methods import method_params  # late import: methods import this module
+
+    cfg.method = {"name": cfg.method["name"], **method_params(cfg.method)}
+    validate(cfg)
+    return cfg
+
+
+# --- validation ---------------------------------------------------------------------------
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: RunConfig) -> None:
+    from shared.data import DATASETS
+    from shared.models import MODELS
+    from shared.partition import PARTITIONS
+
+    d, p, f, loc = cfg.dataset, cfg.partition, cfg.federation, cfg.local
+    _check(d.name in DATASETS, f"dataset.name={d.name!r} is unknown; valid: {sorted(DATASETS)}")
+    _check(d.name != "imagefolder" or d.path, "dataset.path is required for dataset.name=imagefolder")
+    _check(0 <= d.val_fraction < 1, f"dataset.val_fraction={d.val_fraction} must lie in [0, 1)")
+    _check(d.train_subset is None or d.train_subset > 0, "dataset.train_subset must be positive")
+    s = d.synthetic
+    _check(s.num_classes >= 2, f"dataset.synthetic.num_classes={s.num_classes} must be >= 2")
+    _check(min(s.train_per_class, s.test_per_class, s.image_size, s.channels) > 0,
+           "dataset.synthetic sizes must be positive")
+    _check(p.kind in PARTITIONS, f"partition.kind={p.kind!r} is unknown; valid: {sorted(PARTITIONS)}")
+    _check(p.clients >= 1, f"partition.clients={p.clients} must be >= 1")
+    _check(math.isfinite(p.beta) and p.beta > 0,
+           f"partition.beta={p.beta} must be > 0 (Dirichlet concentration)")
+    _check(p.k >= 1, f"partition.k={p.k} must be >= 1 (classes per client)")
+    _check(p.min_size >= 0, f"partition.min_size={p.min_size} must be >= 0")
+    _check(cfg.aux.per_class >= 0, f"aux.per_class={cfg.aux.per_class} must be >= 0")
+    _check(cfg.aux.source in ("train_head", "holdout"),
+           f"aux.source={cfg.aux.source!r} is unknown; valid: ['holdout', 'train_head']")
+    _check(f.rounds >= 1, f"federation.rounds={f.rounds} must be >= 1")
+    _check(0 < f.participation <= 1, f"federation.participation={f.participation} must lie in (0, 1]")
+    _check(f.weighting in ("samples", "uniform"),
+           f"federation.weighting={f.weighting!r} is unknown; valid: ['samples', 'uniform']")
+    _check(loc.epochs >= 1, f"local.epochs={loc.epochs} must be >= 1")
+    _check(loc.batch_size >= 1, f"local.batch_size={loc.batch_size} must be >= 1")
+    _check(loc.lr > 0, f"local.lr={loc.lr} must be > 0")
+    _check(0 <= loc.momentum < 1, f"local.momentum={loc.momentum} must lie in [0, 1)")
+    _check(loc.weight_decay >= 0, f"local.weight_decay={loc.weight_decay} must be >= 0")
+    _check(loc.grad_clip is None or loc.grad_clip > 0, "local.grad_clip must be > 0 or null")
+    _check(cfg.model.name in MODELS, f"model.name={cfg.model.name!r} is unknown; valid: {sorted(MODELS)}")
+    _check(cfg.model.projection_dim is None or cfg.model.projection_dim > 0,
+           "model.projection_dim must be > 0 or null")
+    _check(cfg.eval.every >= 1, f"eval.every={cfg.eval.every} must be >= 1")
+    _check(all(0 < t <= 100 for t in cfg.eval.target_acc),
+           f"eval.target_acc={cfg.eval.target_acc}: targets are accuracies in percent, in (0, 100]")
+    _check(cfg.trainer.device == "auto" or cfg.trainer.device.split(":")[0] in ("cpu", "cuda", "mps"),
+           f"trainer.device={cfg.trainer.device!r}: use auto, cpu, cuda or cuda:N")
+
+
+# --- identity -----------------------------------------------------------------------------
+
+def identity(cfg: RunConfig) -> dict:
+    """The resolved config without the keys that do not change the result."""
+    values = to_dict(cfg)
+    for key in RUNTIME_KEYS:
+        *parents, leaf = key.split(".")
+        node = values
+        for part in parents:
+            node = node[part]
+        node.pop(leaf, None)
+    return values
+
+
+def run_id(cfg: RunConfig) -> str:
+    canonical = json.dumps(identity(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -1,0 +1,94 @@
+"""FedAvg (McMahan et al., AISTATS'17) and the hooks through which every other method plugs in.
+
+The loop in `shared.trainer` calls, each round:
+
+    prepare_round(round, global_model)           server: teachers, confusion matrices, buffers
+    for each sampled client:
+        start_client(client, model)              client state that lives across rounds
+        for each batch: local_loss(model, x, y, client)   the per-batch objective
+        finish_client(client, model, update)     what the client sends back besides weights
+    aggregate(global_model, updates)             server: weighted average by default
+    round_metrics()                              method-specific numbers for the log
+
+A method subclasses `FedAvg`, declares its hyperparameters in a nested `Params` dataclass, and
+overrides only the hooks it needs. Cross-round state (MOON's previous models, SCAFFOLD's control
+variates, FedGKD's buffer) goes in `state_dict()` so that checkpoints carry it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from shared.config import RunConfig
+from shared.federation import Client, Federation
+from shared.models import Net
+
+
+@dataclass
+class ClientUpdate:
+    client: int
+    state: dict[str, torch.Tensor]  # the local model after training
+    num_samples: int
+    num_steps: int
+    train_loss: float
+    extras: dict[str, Any] = field(default_factory=dict)  # method-specific uploads
+
+
+def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    """sum_i w_i * state_i / sum_i w_i for every entry, BatchNorm running statistics included;
+    integer buffers (BatchNorm's step counters) are averaged and rounded."""
+    w = torch.tensor(weights, dtype=torch.float64)
+    w = w / w.sum()
+    averaged = {}
+    for key, first in states[0].items():
+        stacked = torch.stack([s[key] for s in states]).double()
+        mean = torch.tensordot(w.to(stacked.device), stacked, dims=1)
+        averaged[key] = mean.to(first.dtype) if first.is_floating_point() else mean.round().to(first.dtype)
+    return averaged
+
+
+class FedAvg:
+    @dataclass
+    class Params:
+        pass
+
+    def __init__(self, params: Params, cfg: RunConfig, federation: Federation):
+        self.params = params
+        self.cfg = cfg
+        self.federation = federation
+
+    # --- server, before local training ------------------------------------------------------
+    def prepare_round(self, round: int, global_model: Net) -> None:
+        pass
+
+    # --- client --------------------------------------------------------------------------
+    def start_client(self, client: Client, model: Net) -> None:
+        pass
+
+    def local_loss(self, model: Net, x: torch.Tensor, y: torch.Tensor, client: Client) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)
+
+    def finish_client(self, client: Client, model: Net, update: ClientUpdate) -> None:
+        pass
+
+    # --- server, after local training ---------------------------------------------------
+    def client_weights(self, updates: list[ClientUpdate]) -> list[float]:
+        if self.cfg.federation.weighting == "uniform":
+            return [1.0] * len(updates)
+        return [float(u.num_samples) for u in updates]
+
+    def aggregate(self, global_model: Net, updates: list[ClientUpdate]) -> None:
+        global_model.load_state_dict(weighted_average([u.state for u in updates], self.client_weights(updates)))
+
+    def round_metrics(self) -> dict[str, float]:
+        return {}
+
+    # --- checkpointing of state that lives across rounds ----------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

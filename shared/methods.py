@@ -1,0 +1,32 @@
+"""Method registry: config name -> class. Entries are import paths, so that listing or
+validating methods imports no paper module."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from shared.config import ConfigError, from_dict
+
+METHODS: dict[str, str] = {
+    "fedavg": "shared.fedavg:FedAvg",
+}
+
+
+def method_class(name: str) -> type:
+    if name not in METHODS:
+        raise ConfigError(f"method.name={name!r} is unknown; valid: {sorted(METHODS)}")
+    module, cls = METHODS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def method_params(method_cfg: dict) -> dict:
+    """The method's hyperparameters with defaults filled in; unknown keys are an error."""
+    values = {k: v for k, v in method_cfg.items() if k != "name"}
+    params = from_dict(method_class(method_cfg["name"]).Params, values, where=f"method ({method_cfg['name']})")
+    return dataclasses.asdict(params)
+
+
+def build_method(cfg, federation):
+    cls = method_class(cfg.method["name"])
+    params = from_dict(cls.Params, {k: v for k, v in cfg.method.items() if k != "name"})
+    return cls(params, cfg, federation)

@@ -1,0 +1,237 @@
+"""The federated loop: sample clients, train them locally, aggregate, evaluate, checkpoint.
+
+One run = one resolved config, written to an output directory:
+
+    config.yaml       the resolved config (and its run id)
+    partition.csv     client-by-class sample counts
+    metrics.jsonl     one JSON record per round
+    metrics.json      the summary: final/best accuracy, curves, per-class accuracy, T(x%)
+    checkpoint.pt     after every round (atomic); removed once the run completes
+    model.pt          the final global model
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+
+from shared.config import RunConfig, identity, run_id, to_dict
+from shared.data import Split, atomic_save
+from shared.fedavg import ClientUpdate, FedAvg
+from shared.federation import Client, Federation, build_federation, derive_seed
+from shared.methods import build_method
+from shared.models import Net, build_model, count_parameters
+from shared.partition import save_count_matrix
+
+
+class Diverged(RuntimeError):
+    """A local model's weights became NaN or infinite."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def autocast(cfg: RunConfig, device: torch.device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.trainer.amp)
+
+
+def sample_clients(cfg: RunConfig, round: int) -> list[int]:
+    n = cfg.partition.clients
+    m = max(1, math.ceil(cfg.federation.participation * n - 1e-9))
+    rng = np.random.default_rng([cfg.seed, round, 0x5A3])
+    return sorted(rng.choice(n, m, replace=False).tolist())
+
+
+@torch.no_grad()
+def evaluate(model: Net, split: Split, federation: Federation, cfg: RunConfig) -> dict:
+    """Accuracy (%), mean loss and per-class accuracy (%) on a whole split."""
+    was_training = model.training
+    model.eval()
+    k = federation.num_classes
+    correct = torch.zeros(k, device=split.y.device)
+    total = torch.zeros(k, device=split.y.device)
+    loss = torch.zeros((), device=split.y.device)
+    for start in range(0, len(split), cfg.eval.batch_size):
+        x = federation.augmenter.normalize(split.x[start:start + cfg.eval.batch_size])
+        y = split.y[start:start + cfg.eval.batch_size]
+        with autocast(cfg, federation.device):
+            logits = model(x).float()
+        loss += F.cross_entropy(logits, y, reduction="sum")
+        correct += torch.bincount(y[logits.argmax(1) == y], minlength=k)
+        total += torch.bincount(y, minlength=k)
+    model.train(was_training)
+    per_class = (100 * correct / total.clamp(min=1)).tolist()
+    return {"acc": 100 * correct.sum().item() / len(split), "loss": loss.item() / len(split), "per_class_acc": per_class}
+
+
+def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int) -> ClientUpdate:
+    """Local training of one client from the model's current (global) weights."""
+    loc = cfg.local
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=loc.lr, momentum=loc.momentum, weight_decay=loc.weight_decay)
+    generator = torch.Generator(client.index.device).manual_seed(derive_seed(cfg.seed, round, client.id))
+    method.start_client(client, model)
+    steps, loss_sum = 0, torch.zeros((), device=client.index.device)
+    for _ in range(loc.epochs):
+        for x, y in client.batches(loc.batch_size, generator):
+            with autocast(cfg, client.index.device):
+                loss = method.local_loss(model, x, y, client)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if loc.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), loc.grad_clip)
+            optimizer.step()
+            loss_sum += loss.detach().float()
+            steps += 1
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if not all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point()):
+        raise Diverged(f"client {client.id} diverged in round {round + 1} (non-finite weights)")
+    update = ClientUpdate(client.id, state, client.num_samples, steps, (loss_sum / max(steps, 1)).item())
+    method.finish_client(client, model, update)
+    return update
+
+
+def rounds_to_target(rounds: list[int], accs: list[float], target: float) -> int | None:
+    """FedCAD's T(x%): the first evaluated round whose global accuracy reaches the target."""
+    return next((r for r, a in zip(rounds, accs) if a >= target), None)
+
+
+def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float, extra: dict) -> dict:
+    evaluated = [h for h in history if "global_acc" in h]
+    rounds = [h["round"] for h in evaluated]
+    accs = [h["global_acc"] for h in evaluated]
+    return {
+        "status": status,
+        "run_id": run_id(cfg),
+        "rounds_completed": len(history),
+        "final_acc": accs[-1] if accs else None,
+        "best_acc": max(accs) if accs else None,
+        "eval_rounds": rounds,
+        "global_acc": accs,
+        "global_loss": [h["global_loss"] for h in evaluated],
+        "local_acc": [h.get("local_acc") for h in evaluated],
+        "per_class_acc": evaluated[-1]["per_class_acc"] if evaluated else None,
+        "rounds_to_target": {f"{t:g}": rounds_to_target(rounds, accs, t) for t in cfg.eval.target_acc},
+        "wall_time_s": wall_time,
+        **extra,
+    }
+
+
+def write_json(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def write_history(history: list[dict], path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(h) + "\n" for h in history))
+    os.replace(tmp, path)
+
+
+def progress_bar(cfg: RunConfig, **kwargs):
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=not (cfg.trainer.progress and sys.stderr.isatty()), dynamic_ncols=True, **kwargs)
+
+
+def run(cfg: RunConfig, out_dir: str | Path) -> dict:
+    """Run one config to completion (or continue it from its checkpoint); returns metrics.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rid = run_id(cfg)
+    summary_path, ckpt_path = out / "metrics.json", out / "checkpoint.pt"
+    if summary_path.exists():
+        done = json.loads(summary_path.read_text())
+        if done.get("run_id") == rid:
+            return done
+    (out / "config.yaml").write_text(yaml.safe_dump({"run_id": rid, **to_dict(cfg)}, sort_keys=False))
+
+    device = resolve_device(cfg.trainer.device)
+    federation = build_federation(cfg, device)
+    save_count_matrix(federation.counts, federation.dataset.classes, out / "partition.csv")
+
+    torch.manual_seed(cfg.seed)
+    global_model = build_model(cfg.model.name, federation.num_classes, federation.input_shape[0],
+                               federation.input_shape[-1], cfg.model.projection_dim).to(device)
+    if cfg.trainer.channels_last:
+        global_model = global_model.to(memory_format=torch.channels_last)
+    local_model = copy.deepcopy(global_model)
+    method = build_method(cfg, federation)
+
+    history: list[dict] = []
+    elapsed = 0.0
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        if ckpt["identity"] != identity(cfg):
+            raise RuntimeError(f"{ckpt_path} belongs to a different config; remove it or use another output directory")
+        global_model.load_state_dict(ckpt["global"])
+        method.load_state_dict(ckpt["method"])
+        history, elapsed = ckpt["history"], ckpt["elapsed"]
+
+    status = "completed"
+    rounds = progress_bar(cfg, total=cfg.federation.rounds, initial=len(history), desc=f"run {rid[:8]}", unit="round")
+    for round in range(len(history), cfg.federation.rounds):
+        started = time.perf_counter()
+        torch.manual_seed(derive_seed(cfg.seed, round))  # for any randomness of the method's own
+        sampled = sample_clients(cfg, round)
+        evaluate_now = (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
+        method.prepare_round(round, global_model)
+        global_state = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
+
+        updates, local_accs = [], []
+        try:
+            for cid in progress_bar(cfg, iterable=sampled, desc=f"round {round + 1}", unit="client", leave=False):
+                local_model.load_state_dict(global_state)
+                updates.append(train_client(method, federation.clients[cid], local_model, cfg, round))
+                if evaluate_now and cfg.eval.local:
+                    local_accs.append(evaluate(local_model, federation.test, federation, cfg)["acc"])
+        except Diverged as exc:
+            status = f"diverged: {exc}"
+            break
+        method.aggregate(global_model, updates)
+
+        record = {"round": round + 1, "clients": sampled,
+                  "train_loss": float(np.mean([u.train_loss for u in updates]))}
+        if evaluate_now:
+            result = evaluate(global_model, federation.test, federation, cfg)
+            record.update(global_acc=result["acc"], global_loss=result["loss"], per_class_acc=result["per_class_acc"])
+            if local_accs:
+                record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
+            if not math.isfinite(result["loss"]):
+                status = f"diverged: global model loss is {result['loss']} after round {round + 1}"
+        record.update(method.round_metrics())
+        record["seconds"] = time.perf_counter() - started
+        elapsed += record["seconds"]
+        history.append(record)
+
+        atomic_save({"identity": identity(cfg), "global": global_model.state_dict(), "method": method.state_dict(),
+                     "history": history, "elapsed": elapsed}, ckpt_path)
+        write_history(history, out / "metrics.jsonl")
+        rounds.update(1)
+        if "global_acc" in record:
+            rounds.set_postfix(acc=f"{record['global_acc']:.2f}")
+        if status != "completed":
+            break
+    rounds.close()
+
+    extra = {"num_parameters": count_parameters(global_model), "device": str(device),
+             "client_samples": federation.counts.sum(1).tolist()}
+    summary = summarize(history, cfg, status, elapsed, extra)
+    atomic_save(global_model.state_dict(), out / "model.pt")
+    write_json(summary, summary_path)
+    ckpt_path.unlink(missing_ok=True)
+    return summary

@@ -1,0 +1,65 @@
+import subprocess
+import sys
+
+import pytest
+
+from shared.config import ConfigError, load_config, parse_override, run_id
+from shared.run import main
+
+
+def test_overrides_nest_and_parse_yaml_values():
+    assert parse_override("partition.beta=0.1") == {"partition": {"beta": 0.1}}
+    assert parse_override("method=fedavg") == {"method": {"name": "fedavg"}}
+    assert parse_override("eval.target_acc=[60, 70]") == {"eval": {"target_acc": [60, 70]}}
+    cfg = load_config(None, ["local.lr=1e-3", "model=resnet8", "partition=classes", "partition.k=3"])
+    assert cfg.local.lr == 0.001 and cfg.model.name == "resnet8" and cfg.partition.kind == "classes"
+
+
+def test_yaml_file_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("federation: {rounds: 7}\nlocal: {epochs: 3}\n")
+    cfg = load_config(path, ["local.epochs=5"])
+    assert cfg.federation.rounds == 7 and cfg.local.epochs == 5
+
+
+def test_run_id_ignores_runtime_keys_only():
+    base = run_id(load_config(None, []))
+    assert run_id(load_config(None, ["data_root=/elsewhere", "trainer.device=cpu", "trainer.progress=false"])) == base
+    assert run_id(load_config(None, ["seed=1"])) != base
+    assert run_id(load_config(None, ["trainer.amp=true"])) != base
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("federation.participation=0", r"federation.participation=0.0 must lie in \(0, 1\]"),
+        ("federation.participation=1.5", r"federation.participation=1.5 must lie in \(0, 1\]"),
+        ("partition.beta=0", "partition.beta=0.0 must be > 0"),
+        ("partition.k=0", "partition.k=0 must be >= 1"),
+        ("method=fedfoo", r"method.name='fedfoo' is unknown; valid: \['fedavg'"),
+        ("method.mu=0.1", r"method \(fedavg\): unknown key\(s\) \['mu'\]"),
+        ("model=vgg", r"model.name='vgg' is unknown; valid: \["),
+        ("partition.kind=shards", r"partition.kind='shards' is unknown"),
+        ("local.epochs=two", "config.local.epochs: expected an integer"),
+        ("federation.round=3", r"unknown key\(s\) \['round'\]; valid keys"),
+    ],
+)
+def test_bad_config_is_rejected_with_the_parameter_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_cli_reports_bad_input_before_training(capsys):
+    assert main(["method=nope"]) == 2
+    assert "method.name='nope' is unknown" in capsys.readouterr().err
+
+
+def test_cli_runs_one_config(tmp_path, tiny_cfg):
+    from tests.conftest import TINY
+
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "shared.run", *TINY, f"data_root={tmp_path}", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert '"status": "completed"' in proc.stdout
+    assert "run_id:" in (out / "config.yaml").read_text()

@@ -1,0 +1,114 @@
+import json
+
+import pytest
+import torch
+
+from shared import trainer
+from shared.config import load_config
+
+
+def history(out):
+    """Per-round records without the wall-clock fields, for exact comparison."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("seconds")
+    return rows
+
+
+def test_fedavg_learns_synthetic_data(tiny_cfg, tmp_path):
+    cfg = tiny_cfg("federation.rounds=6", "local.epochs=2", "eval.target_acc=[50, 99.99]")
+    summary = trainer.run(cfg, tmp_path / "run")
+    assert summary["status"] == "completed"
+    assert summary["best_acc"] >= 90 and summary["final_acc"] >= 80
+    assert summary["global_acc"][0] < summary["final_acc"]
+    assert len(summary["global_acc"]) == len(summary["local_acc"]) == 6
+    t50 = summary["rounds_to_target"]["50"]
+    assert t50 == next(r for r, a in zip(summary["eval_rounds"], summary["global_acc"]) if a >= 50)
+    assert len(summary["per_class_acc"]) == 10
+    for name in ("config.yaml", "metrics.jsonl", "metrics.json", "partition.csv", "model.pt"):
+        assert (tmp_path / "run" / name).exists()
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_same_config_and_seed_is_bit_identical(tiny_cfg, tmp_path):
+    cfg = tiny_cfg()
+    trainer.run(cfg, tmp_path / "a")
+    trainer.run(cfg, tmp_path / "b")
+    assert history(tmp_path / "a") == history(tmp_path / "b")
+    wa, wb = torch.load(tmp_path / "a" / "model.pt"), torch.load(tmp_path / "b" / "model.pt")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    other = trainer.run(tiny_cfg("seed=1"), tmp_path / "c")
+    assert other["global_acc"] != json.loads((tmp_path / "a" / "metrics.json").read_text())["global_acc"]
+
+
+def test_killed_run_resumes_to_the_same_result(tiny_cfg, tmp_path, monkeypatch):
+    cfg = tiny_cfg("federation.rounds=4", "federation.participation=0.5", "eval.every=2")
+    trainer.run(cfg, tmp_path / "straight")
+
+    real_train_client = trainer.train_client
+
+    def crash_in_round_3(method, client, model, cfg, round):
+        if round == 2:
+            raise KeyboardInterrupt("killed")
+        return real_train_client(method, client, model, cfg, round)
+
+    monkeypatch.setattr(trainer, "train_client", crash_in_round_3)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run(cfg, tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "checkpoint.pt").exists()
+    assert len(history(tmp_path / "resumed")) == 2
+    monkeypatch.setattr(trainer, "train_client", real_train_client)
+
+    trainer.run(cfg, tmp_path / "resumed")
+    assert history(tmp_path / "resumed") == history(tmp_path / "straight")
+    wa, wb = torch.load(tmp_path / "straight" / "model.pt"), torch.load(tmp_path / "resumed" / "model.pt")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_finished_run_is_not_recomputed(tiny_cfg, tmp_path, monkeypatch):
+    cfg = tiny_cfg()
+    first = trainer.run(cfg, tmp_path / "run")
+    monkeypatch.setattr(trainer, "train_client", lambda *a: pytest.fail("trained again"))
+    assert trainer.run(cfg, tmp_path / "run") == first
+
+
+def test_partial_participation_samples_ceil_c_times_n(tiny_cfg):
+    cfg = tiny_cfg("partition.clients=10", "federation.participation=0.25")
+    picks = [trainer.sample_clients(cfg, r) for r in range(20)]
+    assert all(len(p) == 3 for p in picks)  # ceil(0.25 * 10)
+    assert len({tuple(p) for p in picks}) > 1
+    assert picks == [trainer.sample_clients(cfg, r) for r in range(20)]
+
+
+def test_divergence_is_recorded_not_raised(tiny_cfg, tmp_path):
+    summary = trainer.run(tiny_cfg("local.lr=1e30", "local.momentum=0"), tmp_path / "run")
+    assert summary["status"].startswith("diverged")
+
+
+def test_auxiliary_data_rules(tiny_cfg):
+    from shared.federation import build_federation
+
+    device = torch.device("cpu")
+    head = build_federation(tiny_cfg("aux.per_class=5"), device)
+    assert head.aux.y.bincount().tolist() == [5] * 10
+    assert head.counts.sum() == 600  # the first-n rule overlaps the clients' data
+    held = build_federation(tiny_cfg("aux.per_class=5", "aux.source=holdout"), device)
+    assert held.aux.y.bincount().tolist() == [5] * 10
+    assert held.counts.sum() == 550  # held out: removed from the clients' pool
+    val = build_federation(tiny_cfg("dataset.val_fraction=0.1"), device)
+    assert len(val.val) == 60 and val.counts.sum() == 540
+
+
+def test_augmentation_crops_and_flips_on_device():
+    from shared.federation import Augmenter
+
+    aug = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4)
+    x = torch.arange(64, dtype=torch.uint8).view(1, 1, 8, 8).repeat(256, 1, 1, 1)
+    out = aug(x, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape
+    assert not torch.equal(out, aug.normalize(x).expand_as(out))
+    centred = [o for o in out if torch.equal(o, x[0].float()) or torch.equal(o, x[0].float().flip(-1))]
+    assert centred  # zero offset happens, with or without the flip
+    # every output row is a contiguous (possibly reflected) run of some input row
+    plain = Augmenter((0.0,), (1 / 255,), augment=False, device=torch.device("cpu"))
+    assert torch.equal(plain(x, torch.Generator()), x.float())

@@ -1,0 +1,43 @@
+import pytest
+import torch
+
+from shared.models import build_model, count_parameters
+
+
+@pytest.mark.parametrize(
+    "name, channels, size, classes, params, features",
+    [
+        ("fedavg_cnn", 3, 32, 10, 62_006, 84),
+        ("fedavg_cnn", 1, 28, 10, 44_426, 84),  # the FEMNIST CNN: 156 + 2416 + 256*120+120 + 10164 + 850
+        ("resnet8", 3, 32, 10, 78_042, 64),
+        ("resnet50", 3, 32, 100, 23_705_252, 2048),
+        ("alexnet_bn", 3, 64, 10, None, 4096),
+    ],
+)
+def test_output_shapes_and_parameter_counts(name, channels, size, classes, params, features):
+    model = build_model(name, classes, channels, size).eval()
+    x = torch.randn(2, channels, size, size)
+    with torch.no_grad():
+        f = model.features(x)
+        assert f.shape == (2, features)
+        assert model(x).shape == (2, classes)
+        torch.testing.assert_close(model.classifier(f), model(x))
+    if params is not None:
+        assert count_parameters(model) == params
+
+
+def test_projection_head_sits_between_features_and_classifier():
+    model = build_model("fedavg_cnn", 10, projection_dim=256).eval()
+    x = torch.randn(3, 3, 32, 32)
+    assert model.backbone(x).shape == (3, 84)
+    assert model.features(x).shape == (3, 256)
+    assert model.classifier.in_features == 256
+    # 84*84+84 + 84*256+256 more than the plain CNN, whose classifier shrinks from 84 to 256 inputs
+    assert count_parameters(model) == 62_006 - 850 + (84 * 84 + 84) + (84 * 256 + 256) + (256 * 10 + 10)
+
+
+def test_resnet8_uses_groupnorm_with_16_channels_per_group():
+    model = build_model("resnet8", 10)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert norms and all(m.num_channels // m.num_groups == 16 for m in norms)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
