@@ -116,3 +116,16 @@ def plot_count_matrix(counts: np.ndarray, path: Path, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+if __name__ == "__main__":
+    # python -m shared.partition results/runs/<id>/partition.csv  ->  partition.png beside it
+    import sys
+
+    import pandas as pd
+
+    for csv in sys.argv[1:]:
+        frame = pd.read_csv(csv, index_col="client")
+        target = Path(csv).with_suffix(".png")
+        plot_count_matrix(frame.to_numpy(), target, Path(csv).parent.name)
+        print(target)

@@ -16,6 +16,7 @@ import copy
 import json
 import math
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -130,6 +131,13 @@ def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float
     }
 
 
+def record_failure(cfg: RunConfig, out_dir: str | Path, exc: BaseException) -> dict:
+    """metrics.json for a run that raised: the table marks its cell instead of stopping."""
+    summary = summarize([], cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {})
+    write_json(summary, Path(out_dir) / "metrics.json")
+    return summary
+
+
 def write_json(obj, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(obj, indent=1))
@@ -229,6 +237,7 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
     rounds.close()
 
     extra = {"num_parameters": count_parameters(global_model), "device": str(device),
+             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
              "client_samples": federation.counts.sum(1).tolist()}
     summary = summarize(history, cfg, status, elapsed, extra)
     atomic_save(global_model.state_dict(), out / "model.pt")

@@ -1,0 +1,4 @@
+rule fedcad:
+    """Every table of this paper."""
+    input:
+        table_targets("fedcad"),

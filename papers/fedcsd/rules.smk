@@ -1,0 +1,4 @@
+rule fedcsd:
+    """Every table of this paper."""
+    input:
+        table_targets("fedcsd"),

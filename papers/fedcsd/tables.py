@@ -1,0 +1,2 @@
+"""Tables of this paper come with the papers issue."""
+TABLES = []

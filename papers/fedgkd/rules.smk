@@ -1,0 +1,4 @@
+rule fedgkd:
+    """Every table of this paper."""
+    input:
+        table_targets("fedgkd"),

@@ -1,0 +1,4 @@
+rule fedssd:
+    """Every table of this paper."""
+    input:
+        table_targets("fedssd"),

@@ -1,0 +1,266 @@
+"""Finished runs -> a paper's table: table.csv, table.tex, comparison.csv/.md, provenance.yaml
+and, where the paper shows them, learning curves (curves.pdf/.png)."""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import subprocess
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from shared.experiments import Cell, Table, expand
+
+FAILED = "failed"
+
+
+def load_metrics(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "metrics.json").read_text())
+
+
+def first_round_reaching(metrics: dict, target: float) -> float:
+    """The first evaluated round at or above `target`; NaN if never reached (shown as '-')."""
+    for r, acc in zip(metrics["eval_rounds"], metrics["global_acc"]):
+        if acc >= target:
+            return float(r)
+    return math.nan
+
+
+def cell_value(table: Table, cell: Cell, metrics: dict, reference_final: dict[str, float]) -> float:
+    m = table.metric
+    if m.kind == "final_acc":
+        return metrics["final_acc"]
+    if m.kind == "best_acc":
+        return metrics["best_acc"]
+    if m.kind == "rounds_to":
+        return first_round_reaching(metrics, m.target)
+    if m.kind == "rounds_to_row":
+        return first_round_reaching(metrics, reference_final[cell.column.label])
+    if m.kind == "acc_at":
+        return dict(zip(metrics["eval_rounds"], metrics["global_acc"]))[m.round]
+    raise ValueError(f"unknown metric {m.kind!r}")
+
+
+def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
+    """One row per run: row, column, seed, run id, status and the metric's value."""
+    metrics = {c.run_id: load_metrics(runs_dir / c.run_id) for c in cells}
+    ok = lambda c: metrics[c.run_id]["status"] == "completed"
+    reference_final: dict[str, float] = {}
+    if table.metric.kind == "rounds_to_row":
+        finals = defaultdict(list)
+        for c in cells:
+            if c.row.label == table.metric.reference and ok(c):
+                finals[c.column.label].append(metrics[c.run_id]["final_acc"])
+        reference_final = {k: float(np.mean(v)) for k, v in finals.items()}
+    records = []
+    for c in cells:
+        m = metrics[c.run_id]
+        value = cell_value(table, c, m, reference_final) if ok(c) else math.nan
+        records.append(dict(row=c.row.label, column=c.column.label, seed=c.seed, run_id=c.run_id,
+                            status=m["status"], value=value, wall_time_s=m.get("wall_time_s", 0.0),
+                            device=m.get("device", "")))
+    return pd.DataFrame.from_records(records)
+
+
+def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std (ddof=0, as FL papers report it over seeds), seed count and runs per cell, in
+    the paper's row and column order; methods not implemented yet appear with no runs."""
+    rows = []
+    for row in table.rows:
+        for column in table.columns:
+            sel = runs[(runs.row == row.label) & (runs.column == column.label)] if len(runs) else runs
+            good = sel[sel.status == "completed"]["value"].dropna() if len(sel) else pd.Series(dtype=float)
+            failed = sel[sel.status != "completed"] if len(sel) else sel
+            rows.append(dict(
+                row=row.label, column=column.label,
+                mean=good.mean() if len(good) else math.nan,
+                std=good.std(ddof=0) if len(good) else math.nan,
+                n=len(good), failed=len(failed),
+                status="not implemented" if not row.implemented else (
+                    "ok" if len(failed) == 0 and len(good) else FAILED if len(failed) else "no value"),
+                values=";".join(f"{v:.2f}" for v in good),
+                runs=";".join(sel.run_id) if len(sel) else "",
+            ))
+    return pd.DataFrame.from_records(rows)
+
+
+def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Best in bold and second best underlined within each column, as the papers do."""
+    marks = {}
+    for column in table.columns:
+        col = summary[(summary.column == column.label) & summary["mean"].notna()]
+        ordered = col.sort_values("mean", ascending=not table.metric.higher_is_better)
+        for mark, (_, r) in zip(("best", "second"), ordered.iterrows()):
+            marks[(r.row, column.label)] = mark
+    return marks
+
+
+def fmt(mean: float, std: float, n: int, decimals: int) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{decimals}f}" if n < 2 else f"{mean:.{decimals}f} ± {std:.{decimals}f}"
+
+
+def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
+    decimals = 2 if table.metric.higher_is_better else 1
+    marks = rank_marks(table, summary)
+    cols = "l" + "c" * len(table.columns)
+    header = " & ".join(["Method"] + [c.latex or c.label for c in table.columns])
+    lines = []
+    for row in table.rows:
+        cells = []
+        for column in table.columns:
+            s = summary[(summary.row == row.label) & (summary.column == column.label)].iloc[0]
+            if s.status == "not implemented":
+                text = "n/i"
+            elif math.isnan(s["mean"]):
+                text = r"\textit{failed}" if s.failed else "--"
+            else:
+                text = f"{s['mean']:.{decimals}f}"
+                if s.n >= 2:
+                    text += rf" $\pm$ {s['std']:.{decimals}f}"
+                if s.failed:
+                    text += r"$^\dagger$"
+                mark = marks.get((row.label, column.label))
+                text = {"best": rf"\textbf{{{text}}}", "second": rf"\underline{{{text}}}"}.get(mark, text)
+            cells.append(text)
+        lines.append(" & ".join([row.label.replace("#", r"\#"), *cells]) + r" \\")
+    scale_note = "" if scale == "paper" else (
+        rf" \textbf{{[Scale: {scale}; not a paper result.]}}")
+    notes = r"n/i: method not implemented yet. $^\dagger$: some seeds failed or diverged."
+    return "\n".join([
+        r"\begin{table}[t]", r"\centering",
+        rf"\caption{{{table.caption}{scale_note}}}",
+        rf"\label{{tab:{table.paper}-{table.name}}}",
+        rf"\begin{{tabular}}{{{cols}}}", r"\toprule", header + r" \\", r"\midrule", *lines,
+        r"\bottomrule", r"\end{tabular}",
+        rf"\par\footnotesize {notes}",
+        r"\end{table}", ""])
+
+
+def comparison(table: Table, summary: pd.DataFrame) -> pd.DataFrame:
+    """The paper's number beside ours for every cell. `within_spread`: the paper's mean lies
+    within two standard deviations of ours over seeds (or of the paper's own, if larger)."""
+    rows = []
+    for row in table.rows:
+        reported = table.reported.get(row.label, [None] * len(table.columns))
+        for column, paper in zip(table.columns, reported):
+            s = summary[(summary.row == row.label) & (summary.column == column.label)].iloc[0]
+            paper_mean = paper.mean if paper else math.nan
+            paper_std = paper.std if paper and paper.std is not None else math.nan
+            diff = s["mean"] - paper_mean
+            spread = 2 * np.nanmax([s["std"], paper_std]) if s.n >= 2 else math.nan
+            rows.append(dict(row=row.label, column=column.label, ours_mean=s["mean"], ours_std=s["std"], n=s.n,
+                             paper_mean=paper_mean, paper_std=paper_std, diff=diff,
+                             within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
+                             status=s.status))
+    return pd.DataFrame.from_records(rows)
+
+
+def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str) -> str:
+    decimals = 2 if table.metric.higher_is_better else 1
+    lines = [f"# {table.paper} {table.name}: ours vs. the paper", "",
+             f"{table.caption}", "", f"Scale: **{scale}**" + ("" if scale == "paper" else
+             " (not comparable with the paper's numbers; a check that the pipeline runs)"),
+             f"Metric: {table.metric.kind}; ours are mean ± std over seeds {list(table.seeds)}.", "",
+             "| Method | " + " | ".join(c.label for c in table.columns) + " |",
+             "|---|" + "---|" * len(table.columns)]
+    for row in table.rows:
+        cells = []
+        for column in table.columns:
+            c = comp[(comp.row == row.label) & (comp.column == column.label)].iloc[0]
+            ours = "n/i" if c.status == "not implemented" else fmt(c.ours_mean, c.ours_std, c.n, decimals)
+            paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
+                        2 if not math.isnan(c.paper_std) else 1, decimals)
+            flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
+            diff = "" if math.isnan(c["diff"]) else f" ({c['diff']:+.{decimals}f})"
+            cells.append(f"{ours} / {paper}{diff}{flag}")
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    lines += ["", "Each cell: ours / paper (difference). ✓: within two standard deviations; "
+              "✗: outside; n/i: method not implemented yet."]
+    return "\n".join(lines) + "\n"
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
+    versions = {}
+    for package in ("torch", "torchvision", "numpy", "pandas", "seaborn", "snakemake"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    gpu = runs[runs.device.str.startswith("cuda")] if len(runs) else runs
+    return {
+        "table": f"{table.paper}/{table.name}",
+        "scale": scale,
+        "git_commit": git_commit(),
+        "seeds": list(table.seeds),
+        "metric": table.metric.kind,
+        "runs": int(len(runs)),
+        "runs_failed": int((runs.status != "completed").sum()) if len(runs) else 0,
+        "methods_not_implemented": [r.label for r in table.rows if not r.implemented],
+        "devices": sorted(set(runs.device)) if len(runs) else [],
+        "gpu_hours": float(gpu.wall_time_s.sum() / 3600) if len(gpu) else 0.0,
+        "compute_hours": float(runs.wall_time_s.sum() / 3600) if len(runs) else 0.0,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": versions,
+    }
+
+
+def plot_curves(table: Table, cells: list[Cell], runs_dir: Path, out: Path, scale: str) -> None:
+    """Global test accuracy and local average accuracy per round for each setting: mean over
+    seeds with a band of one standard deviation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    records = []
+    for c in cells:
+        m = load_metrics(runs_dir / c.run_id)
+        for r, g, l in zip(m["eval_rounds"], m["global_acc"], m["local_acc"]):
+            records.append(dict(method=c.row.label, setting=c.column.label, seed=c.seed, round=r,
+                                **{"global accuracy": g, "local average accuracy": l}))
+    frame = pd.DataFrame.from_records(records).melt(
+        id_vars=["method", "setting", "seed", "round"], var_name="metric", value_name="accuracy (%)")
+    grid = sns.relplot(data=frame, x="round", y="accuracy (%)", hue="method", row="metric", col="setting",
+                       kind="line", errorbar="sd", height=2.6, aspect=1.2, facet_kws={"sharey": False})
+    grid.set_titles("{col_name} | {row_name}")
+    grid.figure.suptitle(f"{table.paper} {table.name} learning curves (scale: {scale})", y=1.02)
+    for suffix in ("pdf", "png"):
+        grid.savefig(out / f"curves.{suffix}", dpi=150, bbox_inches="tight")
+    plt.close(grid.figure)
+
+
+def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
+    runs_dir, out = Path(runs_dir), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = expand(table, scale, runtime)
+    runs = collect(table, cells, runs_dir)
+    summary = summarize_cells(table, runs)
+    summary.insert(0, "scale", scale)
+    summary.to_csv(out / "table.csv", index=False)
+    (out / "table.tex").write_text(latex_table(table, summary, scale))
+    comp = comparison(table, summary)
+    comp.insert(0, "scale", scale)
+    comp.to_csv(out / "comparison.csv", index=False)
+    (out / "comparison.md").write_text(comparison_markdown(table, comp, scale))
+    (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale), sort_keys=False))
+    if table.curves and cells:
+        plot_curves(table, cells, runs_dir, out, scale)

@@ -1,0 +1,31 @@
+import json
+import os
+
+from shared.config import ConfigError
+from shared.experiments import PAPERS, all_tables, expand, get_table, paper_tables
+
+SCALE = config["scale"]
+# Keys that do not change a run's result, passed to every run.
+RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]), "trainer": {"device": config["device"], "progress": False}}
+
+# Every run any table needs at this scale, by run id: a run two tables share is one job.
+RUNS = {}
+for _table in all_tables():
+    for _cell in expand(_table, SCALE, RUNTIME):
+        RUNS[_cell.run_id] = _cell.config
+
+
+def run_dirs(table):
+    return [f"results/runs/{cell.run_id}" for cell in expand(table, SCALE, RUNTIME)]
+
+
+def table_inputs(wildcards):
+    try:
+        table = get_table(wildcards.paper, wildcards.table)
+    except ConfigError as exc:  # shown by Snakemake before any job starts
+        raise ValueError(str(exc)) from None
+    return [f"{d}/metrics.json" for d in run_dirs(table)]
+
+
+def table_targets(paper):
+    return [f"papers/{paper}/{name}" for name in paper_tables(paper)]
