@@ -63,3 +63,10 @@ def test_cli_runs_one_config(tmp_path, tiny_cfg):
     assert proc.returncode == 0, proc.stderr
     assert '"status": "completed"' in proc.stdout
     assert "run_id:" in (out / "config.yaml").read_text()
+
+
+def test_cli_json_config_matches_the_same_overrides(capsys):
+    assert main(["--json", '{"partition": {"beta": 0.1}, "eval": {"target_acc": [60]}}', "seed=3", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    cfg = load_config(None, ["partition.beta=0.1", "eval.target_acc=[60]", "seed=3"])
+    assert f"run_id: {run_id(cfg)}" in printed

@@ -112,3 +112,14 @@ def test_augmentation_crops_and_flips_on_device():
     # every output row is a contiguous (possibly reflected) run of some input row
     plain = Augmenter((0.0,), (1 / 255,), augment=False, device=torch.device("cpu"))
     assert torch.equal(plain(x, torch.Generator()), x.float())
+
+
+def test_bf16_autocast_and_channels_last_switches_run(tiny_cfg, tmp_path):
+    summary = trainer.run(tiny_cfg("trainer.amp=true", "trainer.channels_last=true", "model=resnet8"), tmp_path / "r")
+    assert summary["status"] == "completed" and summary["final_acc"] is not None
+
+
+def test_an_exception_is_recorded_for_the_table(tiny_cfg, tmp_path):
+    summary = trainer.record_failure(tiny_cfg(), tmp_path, RuntimeError("CUDA out of memory"))
+    assert summary["status"] == "failed: RuntimeError: CUDA out of memory"
+    assert json.loads((tmp_path / "metrics.json").read_text())["final_acc"] is None

@@ -1,10 +1,12 @@
 import json
 import os
+import sys
 
 from shared.config import ConfigError
 from shared.experiments import PAPERS, all_tables, expand, get_table, paper_tables
 
 SCALE = config["scale"]
+PYTHON = sys.executable  # the environment Snakemake runs in trains too (a venv need not be activated)
 # Keys that do not change a run's result, passed to every run.
 RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]), "trainer": {"device": config["device"], "progress": False}}
 

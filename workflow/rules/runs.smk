@@ -29,5 +29,5 @@ rule run:
         mem_mb=lambda w: 32000 if RUNS[w.run_id].model.name == "resnet50" else 8000,
         runtime=run_minutes,
     shell:
-        "python -m shared.run --json {params.config:q} --out results/runs/{wildcards.run_id}"
+        "{PYTHON:q} -m shared.run --json {params.config:q} --out results/runs/{wildcards.run_id}"
         " --record-failure --gpu auto > {log} 2>&1"
