@@ -5,7 +5,9 @@ at a given scale, and the workflow turns finished runs back into the table.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from shared.config import ConfigError, RunConfig, deep_merge, load_config, run_id
@@ -171,6 +173,10 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
                     raise ConfigError(f"{table.paper}/{table.name}, {row.label} at {column.label}: {exc}") from exc
                 cells.append(Cell(row, column, seed, cfg))
     return cells
+
+
+def load_metrics(runs_dir, run_id: str) -> dict:
+    return json.loads((Path(runs_dir) / run_id / "metrics.json").read_text())
 
 
 def paper_tables(paper: str) -> dict[str, Table]:

@@ -16,6 +16,7 @@ variates, FedGKD's buffer) goes in `state_dict()` so that checkpoints carry it.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,19 @@ def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]
         mean = torch.tensordot(w.to(stacked.device), stacked, dims=1)
         averaged[key] = mean.to(first.dtype) if first.is_floating_point() else mean.round().to(first.dtype)
     return averaged
+
+
+def frozen_copy(model: Net) -> Net:
+    """A teacher: a copy in eval mode that takes no gradients."""
+    teacher = copy.deepcopy(model).eval()
+    teacher.requires_grad_(False)
+    return teacher
+
+
+def kl_div(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch."""
+    return F.kl_div(F.log_softmax(student_logits / temperature, dim=1),
+                    F.log_softmax(teacher_logits / temperature, dim=1), reduction="batchmean", log_target=True)
 
 
 class FedAvg:

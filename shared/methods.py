@@ -9,6 +9,17 @@ from shared.config import ConfigError, from_dict
 
 METHODS: dict[str, str] = {
     "fedavg": "shared.fedavg:FedAvg",
+    "fedprox": "shared.baselines.fedprox:FedProx",
+    "fedcurv": "shared.baselines.fedcurv:FedCurv",
+    "moon": "shared.baselines.moon:MOON",
+    "fedntd": "shared.baselines.fedntd:FedNTD",
+    "fedlsd": "shared.baselines.fedlsd:FedLSD",
+    "fednova": "shared.baselines.fednova:FedNova",
+    "fedavgm": "shared.baselines.fedavgm:FedAvgM",
+    "fedproto": "shared.baselines.fedproto:FedProto",
+    "feddistill": "shared.baselines.feddistill:FedDistillPlus",
+    "fedgen": "shared.baselines.fedgen:FedGen",
+    "scaffold": "shared.baselines.scaffold:SCAFFOLD",
 }
 
 

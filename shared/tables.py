@@ -2,7 +2,6 @@
 and, where the paper shows them, learning curves (curves.pdf/.png)."""
 from __future__ import annotations
 
-import json
 import math
 import platform
 import subprocess
@@ -14,13 +13,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from shared.experiments import Cell, Table, expand
+from shared.experiments import Cell, Table, expand, load_metrics
+from shared.figures import draw
 
 FAILED = "failed"
-
-
-def load_metrics(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / "metrics.json").read_text())
 
 
 def first_round_reaching(metrics: dict, target: float) -> float:
@@ -48,7 +44,7 @@ def cell_value(table: Table, cell: Cell, metrics: dict, reference_final: dict[st
 
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
     """One row per run: row, column, seed, run id, status and the metric's value."""
-    metrics = {c.run_id: load_metrics(runs_dir / c.run_id) for c in cells}
+    metrics = {c.run_id: load_metrics(runs_dir, c.run_id) for c in cells}
     ok = lambda c: metrics[c.run_id]["status"] == "completed"
     reference_final: dict[str, float] = {}
     if table.metric.kind == "rounds_to_row":
@@ -63,7 +59,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
         value = cell_value(table, c, m, reference_final) if ok(c) else math.nan
         records.append(dict(row=c.row.label, column=c.column.label, seed=c.seed, run_id=c.run_id,
                             status=m["status"], value=value, wall_time_s=m.get("wall_time_s", 0.0),
-                            device=m.get("device", "")))
+                            device=m.get("device", ""), device_name=m.get("device_name", "")))
     return pd.DataFrame.from_records(records)
 
 
@@ -196,56 +192,36 @@ def git_commit() -> str:
         return "unknown"
 
 
-def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
+def provenance_header(scale: str) -> dict:
+    """Where and with what an output was made."""
     versions = {}
     for package in ("torch", "torchvision", "numpy", "pandas", "seaborn", "snakemake"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    return {"scale": scale, "git_commit": git_commit(), "python": platform.python_version(),
+            "platform": platform.platform(), "packages": versions}
+
+
+def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
     gpu = runs[runs.device.str.startswith("cuda")] if len(runs) else runs
+    header = provenance_header(scale)
     return {
         "table": f"{table.paper}/{table.name}",
         "scale": scale,
-        "git_commit": git_commit(),
+        "git_commit": header["git_commit"],
         "seeds": list(table.seeds),
         "metric": table.metric.kind,
         "runs": int(len(runs)),
         "runs_failed": int((runs.status != "completed").sum()) if len(runs) else 0,
         "methods_not_implemented": [r.label for r in table.rows if not r.implemented],
         "devices": sorted(set(runs.device)) if len(runs) else [],
+        "device_names": sorted(set(runs.device_name)) if len(runs) else [],
         "gpu_hours": float(gpu.wall_time_s.sum() / 3600) if len(gpu) else 0.0,
         "compute_hours": float(runs.wall_time_s.sum() / 3600) if len(runs) else 0.0,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": versions,
+        **{k: v for k, v in header.items() if k not in ("scale", "git_commit")},
     }
-
-
-def plot_curves(table: Table, cells: list[Cell], runs_dir: Path, out: Path, scale: str) -> None:
-    """Global test accuracy and local average accuracy per round for each setting: mean over
-    seeds with a band of one standard deviation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    records = []
-    for c in cells:
-        m = load_metrics(runs_dir / c.run_id)
-        for r, g, l in zip(m["eval_rounds"], m["global_acc"], m["local_acc"]):
-            records.append(dict(method=c.row.label, setting=c.column.label, seed=c.seed, round=r,
-                                **{"global accuracy": g, "local average accuracy": l}))
-    frame = pd.DataFrame.from_records(records).melt(
-        id_vars=["method", "setting", "seed", "round"], var_name="metric", value_name="accuracy (%)")
-    grid = sns.relplot(data=frame, x="round", y="accuracy (%)", hue="method", row="metric", col="setting",
-                       kind="line", errorbar="sd", height=2.6, aspect=1.2, facet_kws={"sharey": False})
-    grid.set_titles("{col_name} | {row_name}")
-    grid.figure.suptitle(f"{table.paper} {table.name} learning curves (scale: {scale})", y=1.02)
-    for suffix in ("pdf", "png"):
-        grid.savefig(out / f"curves.{suffix}", dpi=150, bbox_inches="tight")
-    plt.close(grid.figure)
 
 
 def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
@@ -263,4 +239,4 @@ def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | P
     (out / "comparison.md").write_text(comparison_markdown(table, comp, scale))
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale), sort_keys=False))
     if table.curves and cells:
-        plot_curves(table, cells, runs_dir, out, scale)
+        draw("curves", cells, runs_dir, out / "curves", f"{table.paper} {table.name} learning curves (scale: {scale})")

@@ -1,4 +1,4 @@
 rule fedcad:
-    """Every table of this paper."""
+    """Every table and figure of this paper."""
     input:
-        table_targets("fedcad"),
+        paper_targets("fedcad"),

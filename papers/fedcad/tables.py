@@ -1,6 +1,7 @@
 """FedCAD (He et al., "Class-Wise Adaptive Self Distillation for Heterogeneous Federated
 Learning", FL-AAAI-22): its tables as data, with the numbers the paper reports."""
 from shared.experiments import Column, Reported, Row, Table
+from shared.figures import Figure
 
 R = Reported
 
@@ -43,4 +44,9 @@ TABLES = [
         },
         curves=True,  # Fig. 4 shows the learning curves on CIFAR-10
     ),
+]
+
+FIGURES = [
+    Figure("fedcad", "fig4", "The learning curves on CIFAR-10 (Dir(0.5)): global accuracy and local average accuracy.",
+           kind="curves", table="table2", columns=["δ=0.5"]),
 ]

@@ -1,4 +1,4 @@
 rule fedcsd:
-    """Every table of this paper."""
+    """Every table and figure of this paper."""
     input:
-        table_targets("fedcsd"),
+        paper_targets("fedcsd"),

@@ -1,4 +1,4 @@
 rule fedgkd:
-    """Every table of this paper."""
+    """Every table and figure of this paper."""
     input:
-        table_targets("fedgkd"),
+        paper_targets("fedgkd"),

@@ -1,4 +1,4 @@
 rule fedssd:
-    """Every table of this paper."""
+    """Every table and figure of this paper."""
     input:
-        table_targets("fedssd"),
+        paper_targets("fedssd"),

@@ -1,6 +1,7 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables as data, with the numbers the paper reports."""
 from shared.experiments import Column, Reported, Row, Table
+from shared.figures import Figure
 
 R = Reported
 
@@ -51,4 +52,12 @@ TABLES = [
             "FedSSD": [R(53.37, 1.52), R(69.33, 0.47), R(62.84, 0.38), R(73.38, 0.46), R(74.40, 0.15)],
         },
     ),
+]
+
+FIGURES = [
+    Figure("fedssd", "fig6", "Statistical heterogeneity among clients under #K=2, #K=5 and Dir(0.1, 0.5, 10).",
+           kind="partitions", table="table2"),
+    # Fig. 7's CIFAR-10 panels (default setting, Dir(0.5)); CIFAR-100 and Tiny-ImageNet come with Table I.
+    Figure("fedssd", "fig7", "The learning curves on CIFAR10 with default settings.",
+           kind="curves", table="table2", columns=["δ=0.5"]),
 ]

@@ -4,6 +4,7 @@ import sys
 
 from shared.config import ConfigError
 from shared.experiments import PAPERS, all_tables, expand, get_table, paper_tables
+from shared.figures import paper_figures
 
 SCALE = config["scale"]
 PYTHON = sys.executable  # the environment Snakemake runs in trains too (a venv need not be activated)
@@ -29,5 +30,6 @@ def table_inputs(wildcards):
     return [f"{d}/metrics.json" for d in run_dirs(table)]
 
 
-def table_targets(paper):
-    return [f"papers/{paper}/{name}" for name in paper_tables(paper)]
+def paper_targets(paper):
+    """Every table and figure a paper module defines."""
+    return [f"papers/{paper}/{name}" for name in [*paper_tables(paper), *paper_figures(paper)]]

@@ -1,3 +1,4 @@
+from shared.figures import build_figure, get_figure
 from shared.tables import build_table
 
 
@@ -21,3 +22,33 @@ rule table:
     localrule: True
     run:
         build_table(get_table(wildcards.paper, wildcards.table), SCALE, "results/runs", output[0], RUNTIME)
+
+
+def figure_inputs(wildcards):
+    try:
+        figure = get_figure(wildcards.paper, wildcards.figure)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return [f"results/runs/{c.run_id}/metrics.json" for c in figure.cells(SCALE, RUNTIME)]
+
+
+rule figure:
+    """A paper's figure drawn from one of its tables' runs: figure.pdf, figure.png, provenance.yaml."""
+    input:
+        figure_inputs,
+    output:
+        report(
+            directory("papers/{paper}/{figure}"),
+            patterns=["{name}.png"],
+            category="{paper}",
+            subcategory="{figure}",
+            labels={"paper": "{paper}", "figure": "{figure}"},
+        ),
+    wildcard_constraints:
+        paper="|".join(PAPERS),
+        figure="fig[0-9A-Za-z]+",
+    log:
+        "results/logs/figures/{paper}-{figure}.log",
+    localrule: True
+    run:
+        build_figure(get_figure(wildcards.paper, wildcards.figure), SCALE, "results/runs", output[0], RUNTIME)

@@ -1,0 +1,19 @@
+"""FedProx (Li et al., MLSys'20): CE + mu/2 * ||w - w_g||^2 over the parameters."""
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+
+from shared.fedavg import FedAvg
+
+
+class FedProx(FedAvg):
+    @dataclass
+    class Params:
+        mu: float = 0.01
+
+    def prepare_round(self, round, global_model):
+        self.global_params = [p.detach().clone() for p in global_model.parameters()]
+
+    def local_loss(self, model, x, y, client):
+        proximal = sum(((w - w_g) ** 2).sum() for w, w_g in zip(model.parameters(), self.global_params))
+        return F.cross_entropy(model(x), y) + self.params.mu / 2 * proximal

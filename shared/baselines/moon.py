@@ -1,0 +1,55 @@
+"""MOON (Li et al., CVPR'21): model-contrastive learning.
+
+CE + mu * l_con with l_con = -log( e^{cos(q, q_g)/tau} / (e^{cos(q, q_g)/tau} + e^{cos(q, q_prev)/tau}) ),
+q the representation the classifier sees (the projection head's output when the model has one,
+as FedSSD and FedGKD run it; FedCSD runs MOON without), q_g from the global model and q_prev
+from the client's own previous local model. A client that has not trained before has no
+previous model and trains on CE alone.
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from shared.fedavg import FedAvg, frozen_copy
+
+
+class MOON(FedAvg):
+    @dataclass
+    class Params:
+        mu: float = 5.0
+        tau: float = 0.5
+
+    def __init__(self, params, cfg, federation):
+        super().__init__(params, cfg, federation)
+        self.previous: dict[int, dict[str, torch.Tensor]] = {}  # client -> its last local model
+
+    def prepare_round(self, round, global_model):
+        self.global_model = frozen_copy(global_model)
+        self.previous_model = frozen_copy(global_model)  # a buffer that start_client loads
+
+    def start_client(self, client, model):
+        self.has_previous = client.id in self.previous
+        if self.has_previous:
+            self.previous_model.load_state_dict(self.previous[client.id])
+
+    def local_loss(self, model, x, y, client):
+        q = model.features(x)
+        loss = F.cross_entropy(model.classifier(q), y)
+        if self.has_previous and self.params.mu > 0:
+            with torch.no_grad():
+                q_global = self.global_model.features(x)
+                q_previous = self.previous_model.features(x)
+            similarities = torch.stack([F.cosine_similarity(q, q_global), F.cosine_similarity(q, q_previous)], dim=1)
+            positive_first = torch.zeros(len(x), dtype=torch.long, device=x.device)
+            loss = loss + self.params.mu * F.cross_entropy(similarities / self.params.tau, positive_first)
+        return loss
+
+    def finish_client(self, client, model, update):
+        self.previous[client.id] = update.state
+
+    def state_dict(self):
+        return {"previous": self.previous}
+
+    def load_state_dict(self, state):
+        self.previous = state["previous"]

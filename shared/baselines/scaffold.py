@@ -1,0 +1,57 @@
+"""SCAFFOLD (Karimireddy et al., ICML'20), option II, global learning rate 1.
+
+Local steps use the corrected gradient g + c - c_i, written here as the loss term <w, c - c_i>
+(whose gradient is exactly c - c_i). After K local steps with learning rate lr:
+c_i+ = c_i - c + (w_g - w_i) / (K lr); the server averages the models and sets
+c <- c + |S|/N * mean_i (c_i+ - c_i).
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from shared.fedavg import FedAvg
+
+
+class SCAFFOLD(FedAvg):
+    @dataclass
+    class Params:
+        pass
+
+    def __init__(self, params, cfg, federation):
+        super().__init__(params, cfg, federation)
+        self.c: list[torch.Tensor] | None = None  # server control variate, per parameter
+        self.c_client: dict[int, list[torch.Tensor]] = {}
+
+    def prepare_round(self, round, global_model):
+        if self.c is None:
+            self.c = [torch.zeros_like(p) for p in global_model.parameters()]
+        self.global_params = [p.detach().clone() for p in global_model.parameters()]
+
+    def start_client(self, client, model):
+        c_i = self.c_client.get(client.id) or [torch.zeros_like(c) for c in self.c]
+        self.correction = [c - ci for c, ci in zip(self.c, c_i)]
+
+    def local_loss(self, model, x, y, client):
+        linear = sum((w * corr).sum() for w, corr in zip(model.parameters(), self.correction))
+        return F.cross_entropy(model(x), y) + linear
+
+    def finish_client(self, client, model, update):
+        c_i = self.c_client.get(client.id) or [torch.zeros_like(c) for c in self.c]
+        scale = 1.0 / (update.num_steps * self.cfg.local.lr)
+        new_c_i = [ci - c + (wg - w.detach()) * scale
+                   for ci, c, wg, w in zip(c_i, self.c, self.global_params, model.parameters())]
+        update.extras["delta_c"] = [n - o for n, o in zip(new_c_i, c_i)]
+        self.c_client[client.id] = new_c_i
+
+    def aggregate(self, global_model, updates):
+        super().aggregate(global_model, updates)
+        fraction = len(updates) / len(self.federation.clients)
+        for j, c in enumerate(self.c):
+            c += fraction * torch.stack([u.extras["delta_c"][j] for u in updates]).mean(0)
+
+    def state_dict(self):
+        return {"c": self.c, "c_client": self.c_client}
+
+    def load_state_dict(self, state):
+        self.c, self.c_client = state["c"], state["c_client"]
