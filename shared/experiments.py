@@ -128,6 +128,7 @@ def small_scale(values: dict) -> dict:
 
 
 SCALES: dict[str, Callable[[dict], dict]] = {"paper": lambda v: v, "small": small_scale, "smoke": smoke_scale}
+SCALE_SEEDS = {"smoke": 2}  # at most this many of a table's seeds (still a mean and a spread)
 
 
 def check_scale(scale: str) -> None:
@@ -149,6 +150,10 @@ class Cell:
         return run_id(self.config)
 
 
+def scale_seeds(table: Table, scale: str) -> tuple[int, ...]:
+    return table.seeds[: SCALE_SEEDS.get(scale)]
+
+
 def cell_overrides(table: Table, row: Row, column: Column, seed: int) -> dict:
     values = deep_merge(table.base, column.config)
     values = deep_merge(values, row.config)
@@ -165,7 +170,7 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
         if not row.implemented:
             continue
         for column in table.columns:
-            for seed in table.seeds:
+            for seed in scale_seeds(table, scale):
                 values = SCALES[scale](cell_overrides(table, row, column, seed))
                 try:
                     cfg = load_config(None, deep_merge(values, runtime or {}))

@@ -64,6 +64,13 @@ def kl_div(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperatu
                     F.log_softmax(teacher_logits / temperature, dim=1), reduction="batchmean", log_target=True)
 
 
+@torch.no_grad()
+def predict(model: Net, images: torch.Tensor, augmenter, batch_size: int) -> torch.Tensor:
+    """Float logits of `model` on uint8 images, in batches, without augmentation."""
+    return torch.cat([model(augmenter.normalize(images[i:i + batch_size])).float()
+                      for i in range(0, len(images), batch_size)])
+
+
 class FedAvg:
     @dataclass
     class Params:

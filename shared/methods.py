@@ -20,6 +20,11 @@ METHODS: dict[str, str] = {
     "feddistill": "shared.baselines.feddistill:FedDistillPlus",
     "fedgen": "shared.baselines.fedgen:FedGen",
     "scaffold": "shared.baselines.scaffold:SCAFFOLD",
+    # the four papers' own methods
+    "fedcad": "papers.fedcad.fedcad:FedCAD",
+    "fedssd": "papers.fedssd.fedssd:FedSSD",
+    "fedcsd": "papers.fedcsd.fedcsd:FedCSD",
+    "fedgkd": "papers.fedgkd.fedgkd:FedGKD",
 }
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from shared.experiments import Cell, Table, expand, load_metrics
+from shared.experiments import Cell, Table, expand, load_metrics, scale_seeds
 from shared.figures import draw
 
 FAILED = "failed"
@@ -163,7 +163,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str) -> str:
     lines = [f"# {table.paper} {table.name}: ours vs. the paper", "",
              f"{table.caption}", "", f"Scale: **{scale}**" + ("" if scale == "paper" else
              " (not comparable with the paper's numbers; a check that the pipeline runs)"),
-             f"Metric: {table.metric.kind}; ours are mean ± std over seeds {list(table.seeds)}.", "",
+             f"Metric: {table.metric.kind}; ours are mean ± std over seeds {list(scale_seeds(table, scale))}.", "",
              "| Method | " + " | ".join(c.label for c in table.columns) + " |",
              "|---|" + "---|" * len(table.columns)]
     for row in table.rows:
@@ -211,7 +211,7 @@ def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
         "table": f"{table.paper}/{table.name}",
         "scale": scale,
         "git_commit": header["git_commit"],
-        "seeds": list(table.seeds),
+        "seeds": list(scale_seeds(table, scale)),
         "metric": table.metric.kind,
         "runs": int(len(runs)),
         "runs_failed": int((runs.status != "completed").sum()) if len(runs) else 0,

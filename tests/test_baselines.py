@@ -30,7 +30,7 @@ def make(name, **params):
     cls = method_class(name)
     cfg = load_config(None, [f"method={name}", *(f"method.{k}={v}" for k, v in params.items())])
     federation = SimpleNamespace(num_classes=3, device=torch.device("cpu"), clients=[None, None],
-                                 counts=[[1, 1, 1], [1, 1, 1]])
+                                 counts=[[1, 1, 1], [1, 1, 1]], aux=None, val=None)
     return cls(cls.Params(**params), cfg, federation)
 
 
@@ -60,6 +60,7 @@ def test_fedprox_adds_half_mu_squared_distance():
 def test_fedlsd_mixes_ce_and_tempered_kl():
     method = make("fedlsd", alpha=0.3, temperature=2.0)
     method.prepare_round(0, linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))  # teacher logits [0, 1, 0]
+    method.start_client(CLIENT, None)
     loss = method.local_loss(linear_net(W), X, Y, CLIENT)
     expected = 0.7 * CE + 0.3 * kl(softmax([0, 0.5, 0]), softmax([0.5, 0, 0]))
     assert loss.item() == pytest.approx(expected)
@@ -241,6 +242,7 @@ def test_reduces_to_fedavg(name, overrides, tiny_cfg, tmp_path):
 def test_two_round_smoke_run_through_the_cli(name, tmp_path, capsys):
     from tests.conftest import TINY
 
-    args = [*TINY, f"method={name}", f"data_root={tmp_path}", "model.projection_dim=16", "--out", str(tmp_path / name)]
+    args = [*TINY, f"method={name}", f"data_root={tmp_path}", "model.projection_dim=16", "aux.per_class=5",
+            "--out", str(tmp_path / name)]
     assert main(args) == 0
     assert '"status": "completed"' in capsys.readouterr().out

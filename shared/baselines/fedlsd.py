@@ -1,15 +1,23 @@
 """FedLSD (Lee et al., first version of FedNTD; FedCAD's baseline):
 (1 - a) CE + a KL(p_g || p) at temperature T, the teacher being the round's global model.
 
-FedCAD with beta = gamma = a is this method. The FedCAD paper tunes a in {0.1, 0.3, 0.5} and
-does not report its choice; 0.3 is the default here.
+The loss is written per sample with a per-class weight a_y so that FedCAD, which only changes
+how a_y is set, reuses it unchanged (FedCAD with beta = gamma = a is exactly this method).
+The FedCAD paper tunes a in {0.1, 0.3, 0.5} and does not report its choice; 0.3 is the default.
 """
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import FedAvg, frozen_copy, kl_div
+from shared.fedavg import FedAvg, frozen_copy
+
+
+def kl_per_sample(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(student / T)) for each sample."""
+    log_p_teacher = F.log_softmax(teacher_logits / temperature, dim=1)
+    log_p_student = F.log_softmax(student_logits / temperature, dim=1)
+    return (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(1)
 
 
 class FedLSD(FedAvg):
@@ -21,9 +29,18 @@ class FedLSD(FedAvg):
     def prepare_round(self, round, global_model):
         self.teacher = frozen_copy(global_model)
 
+    def class_weights(self, client) -> torch.Tensor:
+        """a_y for every class y: one constant here; FedCAD's class-wise estimate overrides it."""
+        return torch.full((self.federation.num_classes,), self.params.alpha, device=self.federation.device)
+
+    def start_client(self, client, model):
+        self.alpha_y = self.class_weights(client)
+
     def local_loss(self, model, x, y, client):
         logits = model(x)
         with torch.no_grad():
             teacher_logits = self.teacher(x)
-        a = self.params.alpha
-        return (1 - a) * F.cross_entropy(logits, y) + a * kl_div(teacher_logits, logits, self.params.temperature)
+        a = self.alpha_y[y]
+        ce = F.cross_entropy(logits, y, reduction="none")
+        kd = kl_per_sample(teacher_logits, logits, self.params.temperature)
+        return ((1 - a) * ce + a * kd).mean()

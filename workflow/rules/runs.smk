@@ -24,10 +24,11 @@ rule run:
         run_id="[0-9a-f]{16}",
     params:
         config=run_config_json,
+    threads: 1 if SCALE == "smoke" else 4
     resources:
         gpu=1,
         mem_mb=lambda w: 32000 if RUNS[w.run_id].model.name == "resnet50" else 8000,
         runtime=run_minutes,
     shell:
-        "{PYTHON:q} -m shared.run --json {params.config:q} --out results/runs/{wildcards.run_id}"
+        "OMP_NUM_THREADS={threads} {PYTHON:q} -m shared.run --json {params.config:q} --out results/runs/{wildcards.run_id}"
         " --record-failure --gpu auto > {log} 2>&1"

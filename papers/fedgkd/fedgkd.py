@@ -1,0 +1,89 @@
+"""FedGKD: local-global knowledge distillation (Yao et al.).
+
+The server keeps the last M global models; the teacher is their weight average w_bar, and each
+client minimises (Eq. 3)
+
+    CE(z, y) + gamma / 2 * KL( h(w_bar, x) || h(w, x) ).
+
+FedGKD-VOTE distils from each buffered model separately, weighted by how well it does on the
+server's validation split (10% of the training data, `dataset.val_fraction=0.1`):
+
+    CE(z, y) + sum_m gamma_m / 2 * KL( h(w_m, x) || h(w, x) ),  gamma_m / 2 = lambda * softmax_m(-L_m / beta),
+
+L_m the validation loss of model m and beta = 1 / M. FedGKD+ is FedGKD on a model with a
+projection head (`model.projection_dim=256`). Table IX's regulariser is `regulariser=kl|mse|none`.
+`released_code=true` follows the released code instead: weight gamma (not gamma / 2) and no
+distillation in the first round; with `local.grad_clip=10` and `federation.weighting=uniform`
+it matches that code's training loop.
+"""
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from shared.config import ConfigError
+from shared.fedavg import FedAvg, frozen_copy, kl_div, predict, weighted_average
+
+
+class FedGKD(FedAvg):
+    @dataclass
+    class Params:
+        gamma: float = 0.2  # 0.2 for ResNet-8 and DistilBERT, 0.1 for ResNet-50
+        buffer: int = 5  # M, the number of past global models
+        regulariser: str = "kl"  # kl | mse | none (Table IX)
+        vote: bool = False  # FedGKD-VOTE
+        vote_lambda: float = 0.1
+        temperature: float = 1.0
+        released_code: bool = False
+
+    def __init__(self, params, cfg, federation):
+        super().__init__(params, cfg, federation)
+        if params.regulariser not in ("kl", "mse", "none"):
+            raise ConfigError(f"method.regulariser={params.regulariser!r} is unknown; valid: ['kl', 'mse', 'none']")
+        if params.buffer < 1:
+            raise ConfigError(f"method.buffer={params.buffer} must be >= 1")
+        if params.vote and federation.val is None:
+            raise ConfigError("FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1)")
+        self.buffer: deque[dict[str, torch.Tensor]] = deque(maxlen=params.buffer)
+
+    def prepare_round(self, round, global_model):
+        self.buffer.append({k: v.detach().clone() for k, v in global_model.state_dict().items()})
+        p = self.params
+        self.distil = p.regulariser != "none" and not (p.released_code and round == 0)
+        weight = p.gamma if p.released_code else p.gamma / 2
+        if p.vote:
+            self.teachers = [self.load(global_model, state) for state in self.buffer]
+            val = self.federation.val
+            losses = torch.stack([F.cross_entropy(predict(t, val.x, self.federation.augmenter, self.cfg.eval.batch_size), val.y)
+                                  for t in self.teachers])
+            self.teacher_weights = (p.vote_lambda * F.softmax(-losses * len(self.buffer), dim=0)).tolist()  # beta = 1/M
+        else:
+            average = weighted_average(list(self.buffer), [1.0] * len(self.buffer))
+            self.teachers, self.teacher_weights = [self.load(global_model, average)], [weight]
+
+    @staticmethod
+    def load(model, state):
+        teacher = frozen_copy(model)
+        teacher.load_state_dict(state)
+        return teacher
+
+    def local_loss(self, model, x, y, client):
+        z = model(x)
+        loss = F.cross_entropy(z, y)
+        if not self.distil:
+            return loss
+        for teacher, weight in zip(self.teachers, self.teacher_weights):
+            with torch.no_grad():
+                z_teacher = teacher(x)
+            if self.params.regulariser == "kl":
+                loss = loss + weight * kl_div(z_teacher, z, self.params.temperature)
+            else:
+                loss = loss + weight * ((z_teacher - z) ** 2).sum(1).mean()
+        return loss
+
+    def state_dict(self):
+        return {"buffer": list(self.buffer)}
+
+    def load_state_dict(self, state):
+        self.buffer.extend(state["buffer"])

@@ -1,0 +1,81 @@
+"""FedSSD: selective self distillation (He et al., "Learning Critically").
+
+The server measures how credible the global model is, per class, on its auxiliary data
+(64 samples per class): A is the global model's row-normalised confusion matrix,
+A[k1, k2] = P(predict k2 | true class k1), and
+
+    M_class[k]  = A[k, k] * (1 - max_{j != k} A[j, k])      right on k, and rarely predicts k wrongly
+    M_sample(x) = 1 - (1 - p_g(x)[y]) ** 0.5                 confident on this sample's true class
+    M(x)[k]     = M_max * relu(M_class[k] * M_sample(x) - 0.1)
+
+and each client minimises  CE(z, y) + mean_batch || M(x) * z_g(x) - M(x) * z(x) ||^2.
+
+Table III's variants replace the selective term by a constant-weight one (`loss=kl`:
+alpha * KL(p_g || p); `loss=mse`: alpha * ||z_g - z||^2), with alpha = `m_max`.
+No official code exists; the ambiguities are listed in papers/fedssd/README.md.
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from shared.config import ConfigError
+from shared.fedavg import FedAvg, frozen_copy, kl_div, predict
+
+
+def credibility_matrix(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Row-normalised confusion matrix: A[k1, k2] = P(predict k2 | true class k1)."""
+    counts = torch.zeros(num_classes, num_classes, device=y.device)
+    counts.index_put_((y, pred), torch.ones_like(y, dtype=torch.float), accumulate=True)
+    return counts / counts.sum(1, keepdim=True).clamp(min=1)
+
+
+def class_credibility(A: torch.Tensor) -> torch.Tensor:
+    """M_class[k] = A[k, k] * (1 - max_{j != k} A[j, k])."""
+    off_diagonal = A - torch.diag(torch.diagonal(A))
+    return torch.diagonal(A) * (1 - off_diagonal.max(0).values)
+
+
+def sample_credibility(teacher_logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """M_sample(x) = 1 - (1 - p_g(x)[y]) ** 0.5."""
+    p_true = F.softmax(teacher_logits.float(), dim=1).gather(1, y[:, None]).squeeze(1)
+    return 1 - (1 - p_true).clamp(min=0).sqrt()
+
+
+def selective_mask(m_class: torch.Tensor, m_sample: torch.Tensor, m_max: float, threshold: float = 0.1) -> torch.Tensor:
+    """M(x)[k] = M_max * relu(M_class[k] * M_sample(x) - threshold), shape (B, K)."""
+    return m_max * F.relu(m_class[None, :] * m_sample[:, None] - threshold)
+
+
+class FedSSD(FedAvg):
+    @dataclass
+    class Params:
+        m_max: float = 0.01  # 0.01 on CIFAR-10, 0.001 on CIFAR-100 and Tiny-ImageNet
+        threshold: float = 0.1
+        loss: str = "ssd"  # ssd | kl | mse (Table III; the constant weight is m_max)
+
+    def __init__(self, params, cfg, federation):
+        super().__init__(params, cfg, federation)
+        if params.loss not in ("ssd", "kl", "mse"):
+            raise ConfigError(f"method.loss={params.loss!r} is unknown; valid: ['kl', 'mse', 'ssd']")
+        if params.loss == "ssd" and federation.aux is None:
+            raise ConfigError("FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)")
+
+    def prepare_round(self, round, global_model):
+        self.teacher = frozen_copy(global_model)
+        if self.params.loss == "ssd":
+            aux = self.federation.aux
+            pred = predict(self.teacher, aux.x, self.federation.augmenter, self.cfg.eval.batch_size).argmax(1)
+            self.m_class = class_credibility(credibility_matrix(pred, aux.y, self.federation.num_classes))
+
+    def local_loss(self, model, x, y, client):
+        z = model(x)
+        with torch.no_grad():
+            z_g = self.teacher(x)
+        p = self.params
+        if p.loss == "kl":
+            return F.cross_entropy(z, y) + p.m_max * kl_div(z_g, z)
+        if p.loss == "mse":
+            return F.cross_entropy(z, y) + p.m_max * ((z_g - z) ** 2).sum(1).mean()
+        mask = selective_mask(self.m_class, sample_credibility(z_g, y), p.m_max, p.threshold)
+        return F.cross_entropy(z, y) + ((mask * z_g - mask * z) ** 2).sum(1).mean()

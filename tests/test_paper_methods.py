@@ -1,0 +1,168 @@
+"""The four papers' methods held to their equations, on hand-made tensors, and to the
+reductions the papers state."""
+import json
+import math
+
+import pytest
+import torch
+
+from shared import trainer
+from tests.test_baselines import CE, CLIENT, W, X, Y, kl, linear_net, make, softmax
+
+
+def runs_match(a, b, tmp_path):
+    """Identical accuracy curves, and final weights equal up to float32 rounding."""
+    assert a["global_acc"] == b["global_acc"] and a["local_acc"] == b["local_acc"]
+
+
+# --- FedCAD --------------------------------------------------------------------------------
+
+def test_fedcad_class_wise_weights_eq6():
+    from papers.fedcad.fedcad import class_wise_weights
+
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.5, 0.0], [0.1, 0.8, 0.1]])
+    y = torch.tensor([0, 0, 1])
+    a = class_wise_weights(p, y, beta=0.2, gamma=0.6)
+    # phi: 0.7 - 0.3 = 0.4, 0.5 - 0.5 = 0, 0.8 - 0.2 = 0.6 ; E[phi | 0] = 0.2, E[phi | 1] = 0.6
+    expected = [0.2 * 0.2 + 0.4, 0.2 * 0.6 + 0.4, 0.4]  # (gamma - beta)/2 * E + (gamma + beta)/2
+    torch.testing.assert_close(a, torch.tensor(expected))
+
+
+def test_fedcad_loss_weights_each_sample_by_its_class():
+    method = make("fedcad", beta=0.0, gamma=1.0, estimate_on="local")
+    method.prepare_round(0, linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))  # teacher logits [0, 1, 0]
+    method.alpha_y = torch.tensor([0.25, 0.5, 0.5], dtype=torch.float64)
+    loss = method.local_loss(linear_net(W), X, Y, CLIENT)
+    assert loss.item() == pytest.approx(0.75 * CE + 0.25 * kl(softmax([0, 0.5, 0]), softmax([0.5, 0, 0])))
+
+
+def test_fedcad_reductions(tiny_cfg, tmp_path):
+    fedavg = trainer.run(tiny_cfg("aux.per_class=5"), tmp_path / "fedavg")
+    cad_zero = trainer.run(tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0", "method.gamma=0"), tmp_path / "cad0")
+    runs_match(fedavg, cad_zero, tmp_path)  # beta = gamma = 0: FedAvg
+    lsd = trainer.run(tiny_cfg("method=fedlsd", "method.alpha=0.3"), tmp_path / "lsd")
+    cad = trainer.run(tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0.3", "method.gamma=0.3"), tmp_path / "cad")
+    assert cad["global_acc"] == lsd["global_acc"]  # beta = gamma = c: FedLSD with weight c
+    wa, wb = torch.load(tmp_path / "lsd" / "model.pt"), torch.load(tmp_path / "cad" / "model.pt")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# --- FedSSD --------------------------------------------------------------------------------
+
+def test_fedssd_credibility_by_hand():
+    from papers.fedssd.fedssd import class_credibility, credibility_matrix
+
+    y = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2])
+    pred = torch.tensor([0, 0, 0, 1, 1, 0, 1, 1])  # class 2 is never predicted correctly
+    A = credibility_matrix(pred, y, 3)
+    torch.testing.assert_close(A, torch.tensor([[0.75, 0.25, 0.0], [0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]))
+    # M_class[k] = A[k,k] * (1 - max_{j != k} A[j,k])
+    torch.testing.assert_close(class_credibility(A), torch.tensor([0.75 * 0.5, 0.5 * 0.0, 0.0]))
+
+
+def test_fedssd_mask_range_and_zero_for_a_never_right_class():
+    from papers.fedssd.fedssd import selective_mask, sample_credibility
+
+    torch.manual_seed(0)
+    logits, y = torch.randn(256, 3) * 5, torch.randint(0, 3, (256,))
+    m_sample = sample_credibility(logits, y)
+    assert ((0 <= m_sample) & (m_sample <= 1)).all()
+    mask = selective_mask(torch.tensor([1.0, 0.4, 0.0]), m_sample, m_max=0.01)
+    assert (mask >= 0).all() and (mask <= 0.01).all()
+    assert (mask[:, 2] == 0).all()
+
+
+def test_fedssd_loss_by_hand(tiny_cfg):
+    method = make("fedssd", m_max=0.5, loss="mse")  # construct without aux; set credibility by hand
+    method.params.loss = "ssd"
+    method.teacher = linear_net([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]]).eval()  # z_g = [2, 0, 0]
+    method.m_class = torch.tensor([0.8, 0.5, 0.0], dtype=torch.float64)
+    loss = method.local_loss(linear_net(W), X, Y, CLIENT)  # z = [1, 0, 0]
+    p_true = softmax([2, 0, 0])[0]
+    m_sample = 1 - math.sqrt(1 - p_true)
+    m = [0.5 * max(0.0, c * m_sample - 0.1) for c in (0.8, 0.5, 0.0)]
+    assert loss.item() == pytest.approx(CE + (m[0] * 2 - m[0] * 1) ** 2)
+
+
+def test_fedssd_table3_variants_by_hand():
+    method = make("fedssd", m_max=0.1, loss="mse")
+    method.teacher = linear_net([[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]]).eval()  # z_g = [2, 0, 0]
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + 0.1 * 1.0)
+    method.params.loss = "kl"
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(
+        CE + 0.1 * kl(softmax([2, 0, 0]), softmax([1, 0, 0])))
+
+
+def test_fedssd_runs_with_auxiliary_data(tiny_cfg, tmp_path):
+    summary = trainer.run(tiny_cfg("method=fedssd", "aux.per_class=5"), tmp_path / "r")
+    assert summary["status"] == "completed"
+
+
+# --- FedGKD --------------------------------------------------------------------------------
+
+def test_fedgkd_teacher_averages_the_last_m_global_models():
+    method = make("fedgkd", buffer=2)
+    for value in (1.0, 3.0, 7.0):
+        method.prepare_round(0, linear_net([[value] * 2] * 3))
+    (teacher,) = method.teachers
+    assert torch.allclose(teacher.classifier.weight, torch.full((3, 2), 5.0, dtype=torch.float64))  # (3 + 7) / 2
+    assert method.teacher_weights == [0.1]  # gamma / 2
+
+
+def test_fedgkd_loss_by_hand():
+    method = make("fedgkd", gamma=0.4, buffer=1)
+    method.prepare_round(1, linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))  # teacher [0, 1, 0]
+    loss = method.local_loss(linear_net(W), X, Y, CLIENT)
+    assert loss.item() == pytest.approx(CE + 0.2 * kl(softmax([0, 1, 0]), softmax([1, 0, 0])))
+
+
+def test_fedgkd_m1_distils_the_last_global_model_and_vote_m1_equals_it(tiny_cfg, tmp_path):
+    plain = trainer.run(tiny_cfg("method=fedgkd", "method.buffer=1", "dataset.val_fraction=0.1"), tmp_path / "m1")
+    vote = trainer.run(tiny_cfg("method=fedgkd", "method.buffer=1", "method.vote=true", "dataset.val_fraction=0.1"),
+                       tmp_path / "vote")
+    assert plain["global_acc"] == vote["global_acc"]
+    wa, wb = torch.load(tmp_path / "m1" / "model.pt"), torch.load(tmp_path / "vote" / "model.pt")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# --- FedCSD --------------------------------------------------------------------------------
+
+def test_fedcsd_similarity_refinement_and_masks_by_hand():
+    from papers.fedcsd.fedcsd import adaptive_mask, forcible_mask, similarity_refined
+
+    z = torch.tensor([[1.0, 0.0]])
+    prototypes = torch.tensor([[2.0, 0.0], [0.0, 3.0]])  # cos = [1, 0]
+    refined = similarity_refined(z, torch.tensor([[4.0, 2.0]]), prototypes)
+    torch.testing.assert_close(refined, torch.tensor([[4 * E1 / (E1 + 1), 2 * 1 / (E1 + 1)]]))
+    z_teacher = torch.tensor([[2.0, 1.0, 0.0], [0.0, 0.1, 0.0]])
+    y = torch.tensor([1, 1])
+    # softmax([2,1,0])[1] = 0.245 < 1/3 -> 0 ; softmax([0,.1,0])[1] = 0.35 > 1/3 -> 1
+    assert adaptive_mask(z_teacher, y).tolist() == [0.0, 1.0]
+    assert forcible_mask(z_teacher, y).tolist() == [0.0, 1.0]
+
+
+E1 = math.e
+
+
+def test_fedcsd_loss_by_hand():
+    method = make("fedcsd", mu=0.5, tau=2.0, similarity=False, mask="none")
+    method.teacher = linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]).eval()  # z_xi = [0, 1, 0]
+    loss = method.local_loss(linear_net(W), X, Y, CLIENT)
+    assert loss.item() == pytest.approx(CE + 0.5 * 4 * kl(softmax([0, 0.5, 0]), softmax([0.5, 0, 0])))
+    method.params.mask = "adaptive"  # softmax([0,1,0])[0] = 0.21 < 1/3: the sample is masked out
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE)
+    assert method.round_metrics()["mask_filter_rate"] == pytest.approx(0.5)  # 1 of the 2 samples seen
+
+
+def test_fedcsd_teacher_is_a_moving_average():
+    method = make("fedcsd", tma=0.9, similarity=False)
+    method.prepare_round(0, linear_net([[1.0] * 2] * 3))
+    method.prepare_round(1, linear_net([[3.0] * 2] * 3))
+    assert torch.allclose(method.teacher.classifier.weight, torch.full((3, 2), 0.9 * 1 + 0.1 * 3, dtype=torch.float64))
+
+
+def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):
+    trainer.run(tiny_cfg("method=fedcsd", "federation.rounds=3"), tmp_path / "r")
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(0 <= r["mask_filter_rate"] <= 1 for r in rows)
+    assert rows[0]["mask_filter_rate"] > 0.5  # an untrained teacher is filtered out most of the time
