@@ -1,0 +1,95 @@
+"""Runs -> table, on hand-written metrics: values, marks for failed cells, best/second, the
+comparison with the paper, and the metrics a table can ask for."""
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from shared.experiments import Column, Metric, Reported, Row, Table, expand
+from shared.tables import build_table
+
+BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}
+
+
+def make_table(metric=Metric()):
+    return Table(
+        paper="fedssd", name="tabletest", caption="A test table.", base=BASE,
+        rows=[Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+              Row("Future", {"name": "not-a-method-yet"})],
+        columns=[Column("a", {"partition": {"beta": 0.1}}), Column("b", {"partition": {"beta": 0.5}})],
+        reported={"FedAvg": [Reported(50.0, 1.0), Reported(60.0, 1.0)], "FedProx": [Reported(52.0), None]},
+        metric=metric, seeds=(0, 1, 2))
+
+
+def write_runs(table, runs_dir, curves, failed=()):
+    """curves[(row, column)] = per-seed global accuracy curves; `failed` cells diverge at seed 0."""
+    for cell in expand(table, "paper"):
+        accs = curves[(cell.row.label, cell.column.label)][cell.seed]
+        status = "diverged: nan" if (cell.row.label, cell.column.label) in failed and cell.seed == 0 else "completed"
+        metrics = {"status": status, "run_id": cell.run_id, "eval_rounds": list(range(1, len(accs) + 1)),
+                   "global_acc": accs, "local_acc": accs, "final_acc": accs[-1], "best_acc": max(accs),
+                   "wall_time_s": 3600.0, "device": "cuda:0", "device_name": "H100"}
+        (runs_dir / cell.run_id).mkdir(parents=True)
+        (runs_dir / cell.run_id / "metrics.json").write_text(json.dumps(metrics))
+
+
+CURVES = {
+    ("FedAvg", "a"): [[10, 40, 50], [10, 45, 52], [10, 41, 48]],
+    ("FedAvg", "b"): [[20, 50, 60], [20, 55, 61], [20, 58, 62]],
+    ("FedProx", "a"): [[10, 50, 55], [12, 51, 53], [11, 52, 57]],
+    ("FedProx", "b"): [[30, 60, 70], [31, 61, 71], [32, 62, 72]],
+}
+
+
+def test_table_cells_marks_and_comparison(tmp_path):
+    table = make_table()
+    write_runs(table, tmp_path / "runs", CURVES, failed={("FedProx", "b")})
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx(50.0)
+    assert cells.loc[("FedAvg", "a"), "std"] == pytest.approx(math.sqrt(8 / 3))  # population std of 50, 52, 48
+    assert cells.loc[("FedAvg", "a"), "n"] == 3
+    assert cells.loc[("FedProx", "b"), "status"] == "failed" and cells.loc[("FedProx", "b"), "n"] == 2
+    assert cells.loc[("FedProx", "b"), "mean"] == pytest.approx(71.5)
+    assert cells.loc[("Future", "a"), "status"] == "not implemented"
+
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert r"\textbf{55.00 $\pm$ 1.63}" in tex  # FedProx best in column a
+    assert r"\underline{50.00 $\pm$ 1.63}" in tex  # FedAvg second
+    assert r"71.50 $\pm$ 0.50$^\dagger$" in tex  # a failed seed is marked
+    assert "Future & n/i & n/i" in tex
+    assert "Scale" not in tex  # paper scale: no warning in the caption
+
+    comparison = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index(["row", "column"])
+    assert comparison.loc[("FedAvg", "a"), "diff"] == pytest.approx(0.0)
+    assert bool(comparison.loc[("FedAvg", "a"), "within_spread"])
+    assert comparison.loc[("FedAvg", "b"), "diff"] == pytest.approx(1.0)
+    assert math.isnan(comparison.loc[("FedProx", "b"), "paper_mean"])
+    provenance = (tmp_path / "out" / "provenance.yaml").read_text()
+    assert "gpu_hours: 12.0" in provenance and "runs_failed: 1" in provenance
+
+
+def test_rounds_to_reference_final_accuracy(tmp_path):
+    """FedSSD's T: the first round reaching FedAvg's mean final accuracy in the same column."""
+    table = make_table(Metric("rounds_to_row", reference="FedAvg"))
+    write_runs(table, tmp_path / "runs", CURVES)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    # column a: FedAvg's final mean is 50 -> FedAvg seeds reach it at rounds 3, 3, never; FedProx at 2, 2, 2
+    assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx(3.0) and cells.loc[("FedAvg", "a"), "n"] == 2
+    assert cells.loc[("FedProx", "a"), "mean"] == pytest.approx(2.0)
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert r"\textbf{2.0" in tex  # fewer rounds is better
+
+
+def test_fixed_target_and_accuracy_at_round(tmp_path):
+    table = make_table(Metric("rounds_to", target=45))
+    write_runs(table, tmp_path / "runs", CURVES)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx((3 + 2 + 3) / 3)
+    table = make_table(Metric("acc_at", round=2))
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out2")
+    cells = pd.read_csv(tmp_path / "out2" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "b"), "mean"] == pytest.approx(163 / 3)
