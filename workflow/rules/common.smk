@@ -3,7 +3,7 @@ import os
 import sys
 
 from shared.config import ConfigError
-from shared.experiments import PAPERS, all_tables, expand, get_table, paper_tables
+from shared.experiments import all_tables, expand, get_table, paper_tables
 from shared.figures import paper_figures
 
 SCALE = config["scale"]

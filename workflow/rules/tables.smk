@@ -15,7 +15,7 @@ rule table:
             labels={"paper": "{paper}", "table": "{table}"},
         ),
     wildcard_constraints:
-        paper="|".join(PAPERS),
+        paper="[^/]+",
         table="table[0-9A-Za-z]+",
     log:
         "results/logs/tables/{paper}-{table}.log",
@@ -45,7 +45,7 @@ rule figure:
             labels={"paper": "{paper}", "figure": "{figure}"},
         ),
     wildcard_constraints:
-        paper="|".join(PAPERS),
+        paper="[^/]+",
         figure="fig[0-9A-Za-z]+",
     log:
         "results/logs/figures/{paper}-{figure}.log",
