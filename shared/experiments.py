@@ -101,20 +101,23 @@ DATASET_SHAPES = {"cifar10": (10, 3, 32), "cifar100": (100, 3, 32)}  # classes, 
 
 def smoke_scale(values: dict) -> dict:
     """Minutes on a CPU: synthetic images shaped like the dataset (about 100 per client),
-    3 rounds of 2 epochs, and ResNet-50 replaced by ResNet-8. Everything else (partition,
-    method, clients, optimiser) is kept, so every code path of the paper setting runs."""
+    3 rounds of 2 epochs at batch size 16 (enough steps for the methods to differ), and
+    ResNet-50 replaced by ResNet-8. Everything else (partition, method, clients, learning
+    rate) is kept, so every code path of the paper setting runs."""
     name = values.get("dataset", {}).get("name", "cifar10")
     classes, channels, side = DATASET_SHAPES.get(name, (10, 3, 32))
     model = values.get("model", {}).get("name", "fedavg_cnn")
     clients = values.get("partition", {}).get("clients", 10)
     per_class = max(20, 100 * clients // classes)
+    aux = values.get("aux", {}).get("per_class", 0)
     return deep_merge(values, {
+        "aux": {"per_class": min(aux, per_class // 2)},
         "dataset": {"name": "synthetic", "synthetic": {
             "num_classes": classes, "channels": channels, "image_size": side,
             "train_per_class": per_class, "test_per_class": 10}},
         "model": {"name": "resnet8" if model == "resnet50" else model},
         "federation": {"rounds": 3},
-        "local": {"epochs": 2},
+        "local": {"epochs": 2, "batch_size": 16},
         "eval": {"batch_size": 500},
     })
 

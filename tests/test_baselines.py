@@ -163,7 +163,7 @@ def test_fedavgm_server_momentum_over_two_rounds():
 
 def test_scaffold_control_variates_by_hand():
     method = make("scaffold")
-    method.cfg.local.lr = 0.1
+    method.cfg.local.lr, method.cfg.local.momentum = 0.1, 0.0
     global_model = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
         global_model.weight.fill_(1.0)
@@ -182,6 +182,21 @@ def test_scaffold_control_variates_by_hand():
     # the next local step follows g + c - c_i: the loss carries <w, c - c_i> = 0.8 * (0.5 - 1)
     method.start_client(client, local)
     assert sum((w * k).sum() for w, k in zip(local.parameters(), method.correction)).item() == pytest.approx(-0.4)
+
+
+def test_scaffold_with_momentum_counts_effective_steps():
+    method = make("scaffold")
+    method.cfg.local.lr, method.cfg.local.momentum = 0.1, 0.5
+    global_model, local = nn.Linear(1, 1, bias=False), nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        global_model.weight.fill_(1.0)
+        local.weight.fill_(0.8)
+    method.prepare_round(0, global_model)
+    client = SimpleNamespace(id=0)
+    method.start_client(client, local)
+    method.finish_client(client, local, ClientUpdate(0, {}, 1, num_steps=2, train_loss=0.0))
+    # a(2, 0.5) = (2 - 0.5 * (1 - 0.25) / 0.5) / 0.5 = 2.5 effective steps: c_i = 0.2 / (0.1 * 2.5)
+    assert method.c_client[0][0].item() == pytest.approx(0.8)
 
 
 def test_fedproto_prototype_average_and_loss():

@@ -10,8 +10,8 @@ from shared import trainer
 from tests.test_baselines import CE, CLIENT, W, X, Y, kl, linear_net, make, softmax
 
 
-def runs_match(a, b, tmp_path):
-    """Identical accuracy curves, and final weights equal up to float32 rounding."""
+def runs_match(a, b):
+    """Identical accuracy curves of the global and the local models."""
     assert a["global_acc"] == b["global_acc"] and a["local_acc"] == b["local_acc"]
 
 
@@ -39,7 +39,7 @@ def test_fedcad_loss_weights_each_sample_by_its_class():
 def test_fedcad_reductions(tiny_cfg, tmp_path):
     fedavg = trainer.run(tiny_cfg("aux.per_class=5"), tmp_path / "fedavg")
     cad_zero = trainer.run(tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0", "method.gamma=0"), tmp_path / "cad0")
-    runs_match(fedavg, cad_zero, tmp_path)  # beta = gamma = 0: FedAvg
+    runs_match(fedavg, cad_zero)  # beta = gamma = 0: FedAvg
     lsd = trainer.run(tiny_cfg("method=fedlsd", "method.alpha=0.3"), tmp_path / "lsd")
     cad = trainer.run(tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0.3", "method.gamma=0.3"), tmp_path / "cad")
     assert cad["global_acc"] == lsd["global_acc"]  # beta = gamma = c: FedLSD with weight c
@@ -162,7 +162,8 @@ def test_fedcsd_teacher_is_a_moving_average():
 
 
 def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):
-    trainer.run(tiny_cfg("method=fedcsd", "federation.rounds=3"), tmp_path / "r")
+    trainer.run(tiny_cfg("method=fedcsd", "federation.rounds=4"), tmp_path / "r")
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 and all(0 <= r["mask_filter_rate"] <= 1 for r in rows)
-    assert rows[0]["mask_filter_rate"] > 0.5  # an untrained teacher is filtered out most of the time
+    rates = [r["mask_filter_rate"] for r in rows]
+    assert len(rates) == 4 and all(0 < r < 1 for r in rates)
+    assert rates[-1] < rates[0]  # the mask filters less as the teacher improves (Fig. 5)

@@ -60,7 +60,7 @@ def test_unknown_scale_is_rejected_by_the_schema(project):
 
 def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     target = "papers/fedcad/table2"
-    proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "--", target)
+    proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "device=cpu", "--", target)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = project / target
     table = pd.read_csv(out / "table.csv")
@@ -83,12 +83,12 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     shutil.rmtree(runs[0])
     (runs[1] / "metrics.json").unlink()
     shutil.rmtree(out)
-    dry = snakemake(project, "-n", "--config", "scale=smoke", "--", target)
+    dry = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
     assert "run 2" in " ".join(dry.stdout.split()), dry.stdout
-    proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "--", target)
+    proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "device=cpu", "--", target)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert pd.read_csv(out / "table.csv").equals(table)
 
-    report = snakemake(project, "--config", "scale=smoke", "--report", "report.html", "--", target)
+    report = snakemake(project, "--config", "scale=smoke", "device=cpu", "--report", "report.html", "--", target)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (project / "report.html").stat().st_size > 10_000

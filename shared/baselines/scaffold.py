@@ -4,12 +4,18 @@ Local steps use the corrected gradient g + c - c_i, written here as the loss ter
 (whose gradient is exactly c - c_i). After K local steps with learning rate lr:
 c_i+ = c_i - c + (w_g - w_i) / (K lr); the server averages the models and sets
 c <- c + |S|/N * mean_i (c_i+ - c_i).
+
+Deviation: the papers train with SGD momentum (0.9), under which K steps move the weights about
+1/(1 - momentum) times further than K plain steps, so (w_g - w_i) / (K lr) overstates the
+gradient tenfold and the corrections diverge (measured: 10% accuracy on CIFAR-10). K is
+therefore replaced by FedNova's effective step count a(K, momentum), which is K for plain SGD.
 """
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from shared.baselines.fednova import normaliser
 from shared.fedavg import FedAvg
 
 
@@ -38,7 +44,7 @@ class SCAFFOLD(FedAvg):
 
     def finish_client(self, client, model, update):
         c_i = self.c_client.get(client.id) or [torch.zeros_like(c) for c in self.c]
-        scale = 1.0 / (update.num_steps * self.cfg.local.lr)
+        scale = 1.0 / (normaliser(update.num_steps, self.cfg.local.momentum) * self.cfg.local.lr)
         new_c_i = [ci - c + (wg - w.detach()) * scale
                    for ci, c, wg, w in zip(c_i, self.c, self.global_params, model.parameters())]
         update.extras["delta_c"] = [n - o for n, o in zip(new_c_i, c_i)]

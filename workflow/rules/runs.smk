@@ -26,7 +26,7 @@ rule run:
         config=run_config_json,
     threads: 1 if SCALE == "smoke" else 4
     resources:
-        gpu=1,
+        gpu=0 if config["device"] == "cpu" else 1,
         mem_mb=lambda w: 32000 if RUNS[w.run_id].model.name == "resnet50" else 8000,
         runtime=run_minutes,
     shell:
