@@ -139,9 +139,10 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
         r"\end{table}", ""])
 
 
-def comparison(table: Table, summary: pd.DataFrame) -> pd.DataFrame:
+def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
     """The paper's number beside ours for every cell. `within_spread`: the paper's mean lies
-    within two standard deviations of ours over seeds (or of the paper's own, if larger)."""
+    within two standard deviations of ours over seeds (or of the paper's own, if larger);
+    left empty below paper scale, where the numbers are not comparable."""
     rows = []
     for row in table.rows:
         reported = table.reported.get(row.label, [None] * len(table.columns))
@@ -150,7 +151,7 @@ def comparison(table: Table, summary: pd.DataFrame) -> pd.DataFrame:
             paper_mean = paper.mean if paper else math.nan
             paper_std = paper.std if paper and paper.std is not None else math.nan
             diff = s["mean"] - paper_mean
-            spread = 2 * np.nanmax([s["std"], paper_std]) if s.n >= 2 else math.nan
+            spread = 2 * np.nanmax([s["std"], paper_std]) if s.n >= 2 and scale == "paper" else math.nan
             rows.append(dict(row=row.label, column=column.label, ours_mean=s["mean"], ours_std=s["std"], n=s.n,
                              paper_mean=paper_mean, paper_std=paper_std, diff=diff,
                              within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
@@ -233,7 +234,7 @@ def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | P
     summary.insert(0, "scale", scale)
     summary.to_csv(out / "table.csv", index=False)
     (out / "table.tex").write_text(latex_table(table, summary, scale))
-    comp = comparison(table, summary)
+    comp = comparison(table, summary, scale)
     comp.insert(0, "scale", scale)
     comp.to_csv(out / "comparison.csv", index=False)
     (out / "comparison.md").write_text(comparison_markdown(table, comp, scale))
