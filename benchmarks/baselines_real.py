@@ -47,7 +47,7 @@ def main():
                      "seconds_per_round": summary["wall_time_s"] / summary["rounds_completed"]})
         print(json.dumps(rows[-1]), flush=True)
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
-    print(f"\n| method | final acc (%) | local avg acc (%) | s / round |\n|---|---|---|---|")
+    print("\n| method | final acc (%) | local avg acc (%) | s / round |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['method']} | {r['final_acc']:.2f} | {r['local_acc']:.2f} | {r['seconds_per_round']:.1f} |")
 

@@ -11,7 +11,6 @@ One run = one resolved config, written to an output directory:
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from shared import trainer
-from shared.config import load_config
 
 
 def history(out):
