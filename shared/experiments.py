@@ -15,6 +15,16 @@ from shared.methods import METHODS
 
 PAPERS = ("fedcad", "fedssd", "fedcsd", "fedgkd")
 
+# The MOON / NIID-Bench protocol on CIFAR-10 that FedCAD and FedSSD both state: FedAvg-CNN,
+# 10 clients, all participating, Dir(0.5), 100 rounds, E=10, B=64, SGD lr 0.01, momentum 0.9.
+MOON_CIFAR10 = {
+    "dataset": {"name": "cifar10"},
+    "model": {"name": "fedavg_cnn"},
+    "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 10},
+    "federation": {"rounds": 100, "participation": 1.0},
+    "local": {"epochs": 10, "batch_size": 64, "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
+}
+
 
 @dataclass(frozen=True)
 class Reported:

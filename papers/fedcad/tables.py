@@ -1,23 +1,16 @@
 """FedCAD (He et al., "Class-Wise Adaptive Self Distillation for Heterogeneous Federated
 Learning", FL-AAAI-22): its tables as data, with the numbers the paper reports."""
-from shared.experiments import Column, Reported, Row, Table
+from shared.experiments import MOON_CIFAR10, Column, Reported, Row, Table
 from shared.figures import Figure
 
 R = Reported
 
 # "Hyper-parameters": SGD lr 0.01, momentum 0.9, E=10, B=64, 100 rounds on CIFAR-10, C=1,
 # 10 clients, Dir(0.5); FedAvg-CNN on CIFAR-10. The server holds 32 auxiliary samples per class.
-CIFAR10 = {
-    "dataset": {"name": "cifar10"},
-    "model": {"name": "fedavg_cnn"},
-    "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 10},
-    "federation": {"rounds": 100, "participation": 1.0},
-    "local": {"epochs": 10, "batch_size": 64, "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
-}
 
 # The paper tunes FedProx's mu in {0.001, 0.01, 0.1}, FedLSD's weight in {0.1, 0.3, 0.5} (T=2)
 # and FedCAD's beta, gamma in {0, 0.3, 0.5, 0.7}, but does not report the chosen values; these
-# are the defaults until the search targets pick them (see README, fidelity notes).
+# are the defaults until the search targets pick them.
 METHODS = [
     Row("FedAvg", {"name": "fedavg"}),
     Row("FedProx", {"name": "fedprox", "mu": 0.01}),
@@ -30,7 +23,7 @@ TABLES = [
         paper="fedcad",
         name="table2",
         caption="The top-1 test accuracy with different levels of data heterogeneity on CIFAR10.",
-        base=CIFAR10,
+        base=MOON_CIFAR10,
         rows=METHODS,
         columns=[
             Column(f"δ={d:g}", {"partition": {"kind": "dirichlet", "beta": d}}, rf"$\delta={d:g}$")

@@ -1,19 +1,12 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables as data, with the numbers the paper reports."""
-from shared.experiments import Column, Reported, Row, Table
+from shared.experiments import MOON_CIFAR10, Column, Reported, Row, Table
 from shared.figures import Figure
 
 R = Reported
 
 # Section 5.1: CIFAR-10 with FedAvg-CNN, 10 clients, all participating, 100 rounds, E=10, B=64,
 # SGD lr 0.01 momentum 0.9. The server holds 64 auxiliary samples per class.
-CIFAR10 = {
-    "dataset": {"name": "cifar10"},
-    "model": {"name": "fedavg_cnn"},
-    "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 10},
-    "federation": {"rounds": 100, "participation": 1.0},
-    "local": {"epochs": 10, "batch_size": 64, "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
-}
 
 # Hyperparameters the paper reports for CIFAR-10 (Section 5.1, "Baselines").
 CIFAR10_METHODS = [
@@ -39,7 +32,7 @@ TABLES = [
         paper="fedssd",
         name="table2",
         caption="The top-1 test accuracy with different levels of data heterogeneity on CIFAR10.",
-        base=CIFAR10,
+        base=MOON_CIFAR10,
         rows=CIFAR10_METHODS,
         columns=HETEROGENEITY,
         reported={
