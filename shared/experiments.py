@@ -197,11 +197,15 @@ def load_metrics(runs_dir, run_id: str) -> dict:
     return json.loads((Path(runs_dir) / run_id / "metrics.json").read_text())
 
 
-def paper_tables(paper: str) -> dict[str, Table]:
+def paper_module(paper: str):
+    """papers/<paper>/tables.py, which declares TABLES and FIGURES."""
     if paper not in PAPERS:
         raise ConfigError(f"paper {paper!r} is unknown; valid: {list(PAPERS)}")
-    module = importlib.import_module(f"papers.{paper}.tables")
-    return {t.name: t for t in module.TABLES}
+    return importlib.import_module(f"papers.{paper}.tables")
+
+
+def paper_tables(paper: str) -> dict[str, Table]:
+    return {t.name: t for t in paper_module(paper).TABLES}
 
 
 def get_table(paper: str, name: str) -> Table:

@@ -113,3 +113,15 @@ class FedAvg:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class GlobalTeacher(FedAvg):
+    """FedAvg whose clients distil from the round's global model, frozen (FedLSD, FedNTD,
+    FedCAD, FedSSD): the one place the teacher is made and run."""
+
+    def prepare_round(self, round: int, global_model: Net) -> None:
+        self.teacher = frozen_copy(global_model)
+
+    @torch.no_grad()
+    def teacher_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.teacher(x)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from shared.experiments import Cell, expand, get_table, load_metrics
+from shared.experiments import Cell, expand, get_table, load_metrics, paper_module
 
 
 @dataclass
@@ -110,13 +110,7 @@ def build_figure(figure: Figure, scale: str, runs_dir: str | Path, out_dir: str 
 
 
 def paper_figures(paper: str) -> dict[str, Figure]:
-    import importlib
-
-    from shared.experiments import paper_tables
-
-    paper_tables(paper)  # validates the paper name
-    module = importlib.import_module(f"papers.{paper}.tables")
-    return {f.name: f for f in getattr(module, "FIGURES", [])}
+    return {f.name: f for f in getattr(paper_module(paper), "FIGURES", [])}
 
 
 def get_figure(paper: str, name: str) -> Figure:

@@ -15,16 +15,15 @@ import yaml
 
 from shared.experiments import Cell, Table, expand, load_metrics, scale_seeds
 from shared.figures import draw
+from shared.trainer import rounds_to_target
 
 FAILED = "failed"
 
 
 def first_round_reaching(metrics: dict, target: float) -> float:
-    """The first evaluated round at or above `target`; NaN if never reached (shown as '-')."""
-    for r, acc in zip(metrics["eval_rounds"], metrics["global_acc"]):
-        if acc >= target:
-            return float(r)
-    return math.nan
+    """`rounds_to_target` on a run's curve; NaN (shown as '-') if never reached."""
+    reached = rounds_to_target(metrics["eval_rounds"], metrics["global_acc"], target)
+    return math.nan if reached is None else float(reached)
 
 
 def cell_value(table: Table, cell: Cell, metrics: dict, reference_final: dict[str, float]) -> float:

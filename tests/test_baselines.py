@@ -200,7 +200,7 @@ def test_scaffold_with_momentum_counts_effective_steps():
 
 
 def test_fedproto_prototype_average_and_loss():
-    from shared.baselines.fedproto import average_per_class
+    from shared.baselines.class_stats import average_per_class
 
     means = [torch.tensor([[1.0, 1.0], [0.0, 0.0], [9.0, 9.0]]), torch.tensor([[3.0, 1.0], [2.0, 4.0], [0.0, 0.0]])]
     counts = [torch.tensor([5.0, 0.0, 1.0]), torch.tensor([1.0, 2.0, 0.0])]
@@ -208,14 +208,14 @@ def test_fedproto_prototype_average_and_loss():
     torch.testing.assert_close(protos, torch.tensor([[2.0, 1.0], [2.0, 4.0], [9.0, 9.0]]))  # over holders only
     assert known.tolist() == [True, True, True]
     method = make("fedproto", lam=0.5)
-    method.prototypes, method.known = torch.tensor([[0.0, 2.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64), known
+    method.class_stats, method.known = torch.tensor([[0.0, 2.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64), known
     loss = method.local_loss(linear_net(W), X, Y, CLIENT)  # f(x) = (1, 0) vs P[0] = (0, 2)
     assert loss.item() == pytest.approx(CE + 0.5 * (1 + 4) / 2)
 
 
 def test_feddistill_per_class_logit_distillation():
     method = make("feddistill", lam=0.1)
-    method.class_logits = torch.tensor([[0.0, 2.0, 0.0], [0.0] * 3, [0.0] * 3], dtype=torch.float64)
+    method.class_stats = torch.tensor([[0.0, 2.0, 0.0], [0.0] * 3, [0.0] * 3], dtype=torch.float64)
     method.known = torch.tensor([True, False, False])
     loss = method.local_loss(linear_net(W), X, Y, CLIENT)
     assert loss.item() == pytest.approx(CE + 0.1 * kl(softmax([0, 2, 0]), softmax([1, 0, 0])))

@@ -108,7 +108,11 @@ def test_augmentation_crops_and_flips_on_device():
     assert not torch.equal(out, aug.normalize(x).expand_as(out))
     centred = [o for o in out if torch.equal(o, x[0].float()) or torch.equal(o, x[0].float().flip(-1))]
     assert centred  # zero offset happens, with or without the flip
-    # every output row is a contiguous (possibly reflected) run of some input row
+    # every output is a crop of the reflect-padded image at some offset, possibly mirrored
+    padded = torch.nn.functional.pad(x[:1].float(), (4, 4, 4, 4), mode="reflect")[0]
+    crops = [padded[:, i:i + 8, j:j + 8] for i in range(9) for j in range(9)]
+    crops += [c.flip(-1) for c in crops]
+    assert all(any(torch.equal(o, c) for c in crops) for o in out)
     plain = Augmenter((0.0,), (1 / 255,), augment=False, device=torch.device("cpu"))
     assert torch.equal(plain(x, torch.Generator()), x.float())
 

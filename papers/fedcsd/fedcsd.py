@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.baselines.fedproto import average_per_class, class_means
+from shared.baselines.class_stats import average_per_class, class_means
 from shared.config import ConfigError
 from shared.fedavg import FedAvg, frozen_copy, weighted_average
 from shared.baselines.fedlsd import kl_per_sample

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.config import ConfigError
-from shared.fedavg import FedAvg, frozen_copy, kl_div, predict
+from shared.fedavg import GlobalTeacher, kl_div, predict
 
 
 def credibility_matrix(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -47,7 +47,7 @@ def selective_mask(m_class: torch.Tensor, m_sample: torch.Tensor, m_max: float, 
     return m_max * F.relu(m_class[None, :] * m_sample[:, None] - threshold)
 
 
-class FedSSD(FedAvg):
+class FedSSD(GlobalTeacher):
     @dataclass
     class Params:
         m_max: float = 0.01  # 0.01 on CIFAR-10, 0.001 on CIFAR-100 and Tiny-ImageNet
@@ -62,7 +62,7 @@ class FedSSD(FedAvg):
             raise ConfigError("FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)")
 
     def prepare_round(self, round, global_model):
-        self.teacher = frozen_copy(global_model)
+        super().prepare_round(round, global_model)
         if self.params.loss == "ssd":
             aux = self.federation.aux
             pred = predict(self.teacher, aux.x, self.federation.augmenter, self.cfg.eval.batch_size).argmax(1)
@@ -70,8 +70,7 @@ class FedSSD(FedAvg):
 
     def local_loss(self, model, x, y, client):
         z = model(x)
-        with torch.no_grad():
-            z_g = self.teacher(x)
+        z_g = self.teacher_logits(x)
         p = self.params
         if p.loss == "kl":
             return F.cross_entropy(z, y) + p.m_max * kl_div(z_g, z)

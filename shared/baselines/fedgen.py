@@ -75,12 +75,14 @@ class FedGen(FedAvg):
                 self.trained = self.restored["trained"]
         self.alpha = self.params.alpha * self.params.alpha_decay ** round
 
+    def start_client(self, client, model):
+        self.generator.eval()  # frozen while clients train
+
     def local_loss(self, model, x, y, client):
         loss = F.cross_entropy(model(x), y)
         if self.trained and self.alpha > 0:
             labels = self.labels[client.id]
             y_hat = labels[torch.randint(len(labels), (len(y),), device=y.device)]
-            self.generator.eval()
             with torch.no_grad():
                 features, _ = self.generator(y_hat)
             loss = loss + self.alpha * F.cross_entropy(model.classifier(features), y_hat)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import FedAvg, frozen_copy
+from shared.fedavg import GlobalTeacher
 
 
 def kl_per_sample(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -20,14 +20,11 @@ def kl_per_sample(teacher_logits: torch.Tensor, student_logits: torch.Tensor, te
     return (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(1)
 
 
-class FedLSD(FedAvg):
+class FedLSD(GlobalTeacher):
     @dataclass
     class Params:
         alpha: float = 0.3
         temperature: float = 2.0
-
-    def prepare_round(self, round, global_model):
-        self.teacher = frozen_copy(global_model)
 
     def class_weights(self, client) -> torch.Tensor:
         """a_y for every class y: one constant here; FedCAD's class-wise estimate overrides it."""
@@ -38,8 +35,7 @@ class FedLSD(FedAvg):
 
     def local_loss(self, model, x, y, client):
         logits = model(x)
-        with torch.no_grad():
-            teacher_logits = self.teacher(x)
+        teacher_logits = self.teacher_logits(x)
         a = self.alpha_y[y]
         ce = F.cross_entropy(logits, y, reduction="none")
         kd = kl_per_sample(teacher_logits, logits, self.params.temperature)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import FedAvg, frozen_copy, kl_div
+from shared.fedavg import GlobalTeacher, kl_div
 
 
 def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -17,19 +17,15 @@ def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return logits[keep].view(len(logits), -1)
 
 
-class FedNTD(FedAvg):
+class FedNTD(GlobalTeacher):
     @dataclass
     class Params:
         tau: float = 1.0
         beta: float = 1.0
 
-    def prepare_round(self, round, global_model):
-        self.teacher = frozen_copy(global_model)
-
     def local_loss(self, model, x, y, client):
         logits = model(x)
-        with torch.no_grad():
-            teacher_logits = self.teacher(x)
+        teacher_logits = self.teacher_logits(x)
         p = self.params
         ntd = kl_div(not_true_logits(teacher_logits, y), not_true_logits(logits, y), p.tau)
         return F.cross_entropy(logits, y) + p.beta * p.tau ** 2 * ntd
