@@ -5,6 +5,7 @@ at a given scale, and the workflow turns finished runs back into the table.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,15 +49,6 @@ class Row:
         return self.method["name"] in METHODS
 
 
-@dataclass
-class Column:
-    """A setting: the config overrides that distinguish it."""
-
-    label: str
-    config: dict
-    latex: str | None = None  # header in table.tex (defaults to the label)
-
-
 @dataclass(frozen=True)
 class Metric:
     """What a cell reports, computed from each run's per-round curve.
@@ -66,16 +58,49 @@ class Metric:
     rounds_to_row: the first round reaching the final accuracy of row `reference` in the
         same column, averaged over its seeds (FedSSD's T).
     acc_at: global accuracy at round `round` (FedGKD Table 6).
+    domain_acc / domain_avg: the final global model's accuracy on one domain's test split /
+        the mean over domains (FedCSD Table II, Office-Caltech-10).
     """
 
     kind: str = "final_acc"
     target: float | None = None
     reference: str | None = None
     round: int | None = None
+    domain: str | None = None
+
+    def __post_init__(self):
+        required = {"rounds_to": "target", "rounds_to_row": "reference", "acc_at": "round", "domain_acc": "domain"}
+        if self.kind not in (*required, "final_acc", "best_acc", "domain_avg"):
+            raise ValueError(f"metric kind {self.kind!r} is unknown")
+        if self.kind in required and getattr(self, required[self.kind]) is None:
+            raise ValueError(f"metric {self.kind} needs {required[self.kind]}=")
 
     @property
     def higher_is_better(self) -> bool:
         return not self.kind.startswith("rounds_to")
+
+    @property
+    def label(self) -> str:
+        if self.kind == "rounds_to":
+            return f"rounds to {self.target:g}%"
+        if self.kind == "rounds_to_row":
+            return f"rounds to {self.reference}'s final accuracy"
+        if self.kind == "acc_at":
+            return f"accuracy at round {self.round}"
+        if self.kind == "domain_acc":
+            return f"accuracy on {self.domain}"
+        return self.kind.replace("_", " ")
+
+
+@dataclass
+class Column:
+    """A setting: the config overrides that distinguish it, and what its cells report where
+    that differs from the table's metric (FedCAD Table 1 puts acc and T(65%) side by side)."""
+
+    label: str
+    config: dict
+    latex: str | None = None  # header in table.tex (defaults to the label)
+    metric: Metric | None = None
 
 
 @dataclass
@@ -90,6 +115,11 @@ class Table:
     metric: Metric = field(default_factory=Metric)
     seeds: tuple[int, ...] = (0, 1, 2)
     curves: bool = False  # the paper shows learning curves for this table's settings
+    methods_as_columns: bool = False  # table.tex transposed, as FedGKD prints its tables
+    notes: str = ""  # what differs from the paper's protocol, printed under the table
+
+    def metric_for(self, column: Column) -> Metric:
+        return column.metric or self.metric
 
     def __post_init__(self):
         labels = [c.label for c in self.columns]
@@ -125,7 +155,7 @@ def smoke_scale(values: dict) -> dict:
         "dataset": {"name": "synthetic", "synthetic": {
             "num_classes": classes, "channels": channels, "image_size": side,
             "train_per_class": per_class, "test_per_class": 10}},
-        "model": {"name": "resnet8" if model == "resnet50" else model},
+        "model": {"name": "resnet8" if model.startswith("resnet50") else model},
         "federation": {"rounds": 3},
         "local": {"epochs": 2, "batch_size": 16},
         "eval": {"batch_size": 500},
@@ -191,6 +221,83 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
                     raise ConfigError(f"{table.paper}/{table.name}, {row.label} at {column.label}: {exc}") from exc
                 cells.append(Cell(row, column, seed, cfg))
     return cells
+
+
+# --- hyperparameter searches --------------------------------------------------------------
+
+def nested(dotted: dict) -> dict:
+    """{"method.mu": 0.1} -> {"method": {"mu": 0.1}}."""
+    out: dict = {}
+    for key, value in dotted.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def flatten(values: dict, prefix: str = "") -> dict:
+    """{"method": {"mu": 0.1}} -> {"method.mu": 0.1}."""
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@dataclass
+class Search:
+    """A grid the paper tuned a method over: row `row` of table `table`, at each of the table's
+    settings (or `columns`), run for every combination of `grid` (dotted config key -> values).
+    The search reports every point's mean over seeds and the best point per setting; the
+    tables themselves use the values the paper reports, so regenerating them needs no search."""
+
+    paper: str
+    name: str
+    table: str
+    row: str
+    grid: dict[str, list]
+    columns: list[str] | None = None
+    description: str = ""
+
+    def points(self) -> list[dict]:
+        keys = list(self.grid)
+        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+
+    def as_table(self) -> Table:
+        source = get_table(self.paper, self.table)
+        rows = {r.label: r for r in source.rows}
+        if self.row not in rows:
+            raise ConfigError(f"search {self.paper}/{self.name}: table {self.table} has no row {self.row!r}")
+        base_row = rows[self.row]
+        columns = [c for c in source.columns if self.columns is None or c.label in self.columns]
+        grid_rows = []
+        for point in self.points():
+            values = nested(point)
+            grid_rows.append(Row(
+                label=", ".join(f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+                                for k, v in point.items()),
+                method=deep_merge(base_row.method, values.get("method", {})),
+                config=deep_merge(base_row.config, {k: v for k, v in values.items() if k != "method"}),
+                per_column={c: nested({k: v for k, v in flatten(o).items() if k not in point})
+                            for c, o in base_row.per_column.items() if c in {col.label for col in columns}}))
+        return Table(paper=self.paper, name=self.name, caption=f"Search: {self.description or self.row}",
+                     base=source.base, rows=grid_rows, columns=columns, reported={}, metric=source.metric,
+                     seeds=source.seeds)
+
+
+def paper_searches(paper: str) -> dict[str, Search]:
+    return {s.name: s for s in getattr(paper_module(paper), "SEARCHES", [])}
+
+
+def get_search(paper: str, name: str) -> Search:
+    searches = paper_searches(paper)
+    if name not in searches:
+        raise ConfigError(f"{paper} has no search {name!r}; valid: {sorted(searches)}")
+    return searches[name]
 
 
 def load_metrics(runs_dir, run_id: str) -> dict:

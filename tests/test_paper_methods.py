@@ -2,6 +2,7 @@
 reductions the papers state."""
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -84,6 +85,12 @@ def test_fedssd_loss_by_hand(tiny_cfg):
     assert loss.item() == pytest.approx(CE + (m[0] * 2 - m[0] * 1) ** 2)
 
 
+def test_fedssd_class_reduction_mean_divides_by_k():
+    method = make("fedssd", m_max=0.1, loss="mse", class_reduction="mean")
+    method.teacher = linear_net([[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]]).eval()  # z_g = [2, 0, 0], z = [1, 0, 0]
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + 0.1 * 1.0 / 3)
+
+
 def test_fedssd_table3_variants_by_hand():
     method = make("fedssd", m_max=0.1, loss="mse")
     method.teacher = linear_net([[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]]).eval()  # z_g = [2, 0, 0]
@@ -114,6 +121,20 @@ def test_fedgkd_loss_by_hand():
     method.prepare_round(1, linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))  # teacher [0, 1, 0]
     loss = method.local_loss(linear_net(W), X, Y, CLIENT)
     assert loss.item() == pytest.approx(CE + 0.2 * kl(softmax([0, 1, 0]), softmax([1, 0, 0])))
+
+
+def test_fedgkd_vote_weights_by_validation_loss():
+    """gamma_m / 2 = lambda * softmax_m(-L_m / beta), beta = 1 / M unless set."""
+    for beta, scale in ((None, 2.0), (0.25, 4.0)):
+        method = make("fedgkd", buffer=2, **({} if beta is None else {"vote_beta": beta}))
+        method.params.vote = True  # make() builds without a validation split; give it one
+        method.federation.val = SimpleNamespace(x=X, y=Y)
+        method.federation.augmenter = SimpleNamespace(normalize=lambda x: x)
+        method.prepare_round(0, linear_net([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))  # right on X
+        method.prepare_round(1, linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))  # wrong on X
+        losses = torch.tensor([-math.log(softmax([1, 0, 0])[0]), -math.log(softmax([0, 1, 0])[0])])
+        expected = (0.1 * torch.softmax(-losses * scale, 0)).tolist()
+        assert method.teacher_weights == pytest.approx(expected)
 
 
 def test_fedgkd_m1_distils_the_last_global_model_and_vote_m1_equals_it(tiny_cfg, tmp_path):

@@ -30,7 +30,7 @@ def write_runs(table, runs_dir, curves, failed=()):
         metrics = {"status": status, "run_id": cell.run_id, "eval_rounds": list(range(1, len(accs) + 1)),
                    "global_acc": accs, "local_acc": accs, "final_acc": accs[-1], "best_acc": max(accs),
                    "wall_time_s": 3600.0, "device": "cuda:0", "device_name": "H100"}
-        (runs_dir / cell.run_id).mkdir(parents=True)
+        (runs_dir / cell.run_id).mkdir(parents=True, exist_ok=True)  # columns may share a run
         (runs_dir / cell.run_id / "metrics.json").write_text(json.dumps(metrics))
 
 
@@ -93,3 +93,59 @@ def test_fixed_target_and_accuracy_at_round(tmp_path):
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out2")
     cells = pd.read_csv(tmp_path / "out2" / "table.csv").set_index(["row", "column"])
     assert cells.loc[("FedAvg", "b"), "mean"] == pytest.approx(163 / 3)
+
+
+def test_columns_with_their_own_metric_and_transposed_layout(tmp_path):
+    """FedCAD Table 1 puts acc and T(x%) side by side; FedGKD prints methods as columns."""
+    table = make_table()
+    table.columns = [Column("acc", {"partition": {"beta": 0.1}}),
+                     Column("T(45%)", {"partition": {"beta": 0.1}}, metric=Metric("rounds_to", target=45))]
+    table.methods_as_columns = True
+    curves = {(r, c): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in ("acc", "T(45%)")}
+    write_runs(table, tmp_path / "runs", curves)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "acc"), "mean"] == pytest.approx(50.0)
+    assert cells.loc[("FedAvg", "T(45%)"), "mean"] == pytest.approx((3 + 2 + 3) / 3)
+    assert cells.loc[("FedProx", "T(45%)"), "mean"] == pytest.approx(2.0)
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    header = next(line for line in tex.splitlines() if line.startswith("Setting"))
+    assert header.split(" & ")[1:3] == ["FedAvg", "FedProx"]  # methods across
+    t_line = next(line for line in tex.splitlines() if line.startswith("T(45"))
+    assert r"\textbf{2.0 $\pm$ 0.0}" in t_line  # fewer rounds is better: FedProx is best
+
+
+def test_domain_metrics(tmp_path):
+    table = make_table()
+    table.columns = [Column("A", {}, metric=Metric("domain_acc", domain="amazon")),
+                     Column("Average", {}, metric=Metric("domain_avg"))]
+    write_runs(table, tmp_path / "runs", {(r, c): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in ("A", "Average")})
+    for metrics_path in (tmp_path / "runs").glob("*/metrics.json"):
+        metrics = json.loads(metrics_path.read_text())
+        metrics["domain_acc"] = {"amazon": 40.0, "caltech": 30.0, "dslr": 60.0, "webcam": 90.0}
+        metrics_path.write_text(json.dumps(metrics))
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "A"), "mean"] == pytest.approx(40.0)
+    assert cells.loc[("FedAvg", "Average"), "mean"] == pytest.approx(55.0)
+
+
+def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
+    import yaml
+
+    from shared import experiments
+    from shared.experiments import Search
+    from shared.tables import build_search
+
+    table = make_table()
+    monkeypatch.setattr(experiments, "get_table", lambda paper, name: table)
+    search = Search("fedssd", "search_test", "tabletest", "FedProx", {"method.mu": [0.001, 0.1]})
+    grid = search.as_table()
+    assert [r.method for r in grid.rows] == [{"name": "fedprox", "mu": 0.001}, {"name": "fedprox", "mu": 0.1}]
+    better_in_a = {("mu=0.001", "a"): CURVES[("FedAvg", "a")], ("mu=0.1", "a"): CURVES[("FedProx", "a")],
+                   ("mu=0.001", "b"): CURVES[("FedProx", "b")], ("mu=0.1", "b"): CURVES[("FedAvg", "b")]}
+    write_runs(grid, tmp_path / "runs", better_in_a)
+    build_search(search, "paper", tmp_path / "runs", tmp_path / "out")
+    best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())["best"]
+    assert best["a"]["point"] == {"method.mu": 0.1} and best["b"]["point"] == {"method.mu": 0.001}
+    assert best["a"]["mean"] == pytest.approx(55.0)

@@ -2,3 +2,9 @@ rule fedcad:
     """Every table and figure of this paper."""
     input:
         paper_targets("fedcad"),
+
+
+rule fedcad_searches:
+    """Every hyperparameter search this paper describes; best.yaml holds the chosen values."""
+    input:
+        search_targets("fedcad"),

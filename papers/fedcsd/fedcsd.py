@@ -57,11 +57,16 @@ class FedCSD(FedAvg):
         similarity: bool = True  # refine the teacher's logits by prototype similarity
         mask: str = "adaptive"  # adaptive | forcible | none
         released_code: bool = False
+        # P_G[c] = mean_k P_k[c]: over the clients holding class c (a client without it has no
+        # P_k[c]), or over all clients with a zero for those without it
+        prototypes_over: str = "holders"  # holders | all_clients
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
         if params.mask not in MASKS:
             raise ConfigError(f"method.mask={params.mask!r} is unknown; valid: {sorted(MASKS)}")
+        if params.prototypes_over not in ("holders", "all_clients"):
+            raise ConfigError(f"method.prototypes_over={params.prototypes_over!r} is unknown; valid: ['all_clients', 'holders']")
         self.teacher_state: dict[str, torch.Tensor] | None = None
         self.masked = torch.zeros((), device=federation.device)
         self.seen = torch.zeros((), device=federation.device)
@@ -78,7 +83,11 @@ class FedCSD(FedAvg):
         if self.params.similarity:
             per_client = [class_means(self.teacher, c, self.cfg.eval.batch_size, self.federation.num_classes,
                                       lambda m, x: m(x)) for c in self.federation.clients]
-            self.prototypes, _ = average_per_class([m for m, _ in per_client], [n for _, n in per_client], weighted=False)
+            means = [m for m, _ in per_client]
+            if self.params.prototypes_over == "holders":
+                self.prototypes, _ = average_per_class(means, [n for _, n in per_client], weighted=False)
+            else:
+                self.prototypes = torch.stack(means).mean(0)  # class_means is zero where a client lacks the class
 
     def local_loss(self, model, x, y, client):
         z = model(x)

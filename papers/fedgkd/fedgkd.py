@@ -34,6 +34,7 @@ class FedGKD(FedAvg):
         regulariser: str = "kl"  # kl | mse | none (Table IX)
         vote: bool = False  # FedGKD-VOTE
         vote_lambda: float = 0.1
+        vote_beta: float | None = None  # the softmax temperature over validation losses; None: 1 / M
         temperature: float = 1.0
         released_code: bool = False
 
@@ -57,7 +58,8 @@ class FedGKD(FedAvg):
             val = self.federation.val
             losses = torch.stack([F.cross_entropy(predict(t, val.x, self.federation.augmenter, self.cfg.eval.batch_size), val.y)
                                   for t in self.teachers])
-            self.teacher_weights = (p.vote_lambda * F.softmax(-losses * len(self.buffer), dim=0)).tolist()  # beta = 1/M
+            beta = p.vote_beta or 1 / len(self.buffer)
+            self.teacher_weights = (p.vote_lambda * F.softmax(-losses / beta, dim=0)).tolist()
         else:
             average = weighted_average(list(self.buffer), [1.0] * len(self.buffer))
             self.teachers, self.teacher_weights = [self.load(global_model, average)], [weight]

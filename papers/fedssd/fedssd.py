@@ -53,11 +53,16 @@ class FedSSD(GlobalTeacher):
         m_max: float = 0.01  # 0.01 on CIFAR-10, 0.001 on CIFAR-100 and Tiny-ImageNet
         threshold: float = 0.1
         loss: str = "ssd"  # ssd | kl | mse (Table III; the constant weight is m_max)
+        # ||.||^2 sums the squared logit differences over classes (the paper's norm); "mean"
+        # divides by K, as torch's MSELoss would (a K-times smaller distillation weight)
+        class_reduction: str = "sum"
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
         if params.loss not in ("ssd", "kl", "mse"):
             raise ConfigError(f"method.loss={params.loss!r} is unknown; valid: ['kl', 'mse', 'ssd']")
+        if params.class_reduction not in ("sum", "mean"):
+            raise ConfigError(f"method.class_reduction={params.class_reduction!r} is unknown; valid: ['mean', 'sum']")
         if params.loss == "ssd" and federation.aux is None:
             raise ConfigError("FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)")
 
@@ -74,7 +79,8 @@ class FedSSD(GlobalTeacher):
         p = self.params
         if p.loss == "kl":
             return F.cross_entropy(z, y) + p.m_max * kl_div(z_g, z)
+        reduce = (lambda d: d.sum(1)) if p.class_reduction == "sum" else (lambda d: d.mean(1))
         if p.loss == "mse":
-            return F.cross_entropy(z, y) + p.m_max * ((z_g - z) ** 2).sum(1).mean()
+            return F.cross_entropy(z, y) + p.m_max * reduce((z_g - z) ** 2).mean()
         mask = selective_mask(self.m_class, sample_credibility(z_g, y), p.m_max, p.threshold)
-        return F.cross_entropy(z, y) + ((mask * z_g - mask * z) ** 2).sum(1).mean()
+        return F.cross_entropy(z, y) + reduce((mask * z_g - mask * z) ** 2).mean()

@@ -3,7 +3,7 @@ import os
 import sys
 
 from shared.config import ConfigError
-from shared.experiments import all_tables, expand, get_table, paper_tables
+from shared.experiments import PAPERS, all_tables, expand, get_search, get_table, paper_searches, paper_tables
 from shared.figures import paper_figures
 
 SCALE = config["scale"]
@@ -11,10 +11,15 @@ PYTHON = sys.executable  # the environment Snakemake runs in trains too (a venv 
 # Keys that do not change a run's result, passed to every run.
 RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]), "trainer": {"device": config["device"], "progress": False}}
 
-# Every run any table needs at this scale, by run id: a run two tables share is one job.
+# Every run any table, figure or search needs at this scale, by run id: a run two of them
+# share is one job.
+GRIDS = [*all_tables()]
+for _paper in PAPERS:
+    GRIDS += [f.table for f in paper_figures(_paper).values() if not isinstance(f.table, str)]
+    GRIDS += [s.as_table() for s in paper_searches(_paper).values()]
 RUNS = {}
-for _table in all_tables():
-    for _cell in expand(_table, SCALE, RUNTIME):
+for _grid in GRIDS:
+    for _cell in expand(_grid, SCALE, RUNTIME):
         RUNS[_cell.run_id] = _cell.config
 
 
@@ -33,3 +38,16 @@ def table_inputs(wildcards):
 def paper_targets(paper):
     """Every table and figure a paper module defines."""
     return [f"papers/{paper}/{name}" for name in [*paper_tables(paper), *paper_figures(paper)]]
+
+
+def search_targets(paper):
+    """Every hyperparameter search a paper describes (not part of regenerating its tables)."""
+    return [f"papers/{paper}/{name}" for name in paper_searches(paper)]
+
+
+def search_inputs(wildcards):
+    try:
+        search = get_search(wildcards.paper, wildcards.search)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return [f"{d}/metrics.json" for d in run_dirs(search.as_table())]

@@ -10,7 +10,7 @@ def run_config_json(wildcards):
 def run_minutes(wildcards, attempt):
     """Requested wall time; doubled on each retry (SLURM kills a job at its limit)."""
     cfg = RUNS[wildcards.run_id]
-    per_round = {"resnet50": 4.0, "alexnet_bn": 1.0}.get(cfg.model.name, 0.5)
+    per_round = {"resnet50": 4.0, "resnet50_gn": 4.0, "alexnet_bn": 1.0}.get(cfg.model.name, 0.5)
     return int(10 + per_round * cfg.federation.rounds * cfg.local.epochs / 10 * 2 ** (attempt - 1))
 
 
@@ -27,7 +27,7 @@ rule run:
     threads: 1 if SCALE == "smoke" else 4
     resources:
         gpu=0 if config["device"] == "cpu" else 1,
-        mem_mb=lambda w: 32000 if RUNS[w.run_id].model.name == "resnet50" else 8000,
+        mem_mb=lambda w: 32000 if RUNS[w.run_id].model.name.startswith("resnet50") else 8000,
         runtime=run_minutes,
     shell:
         "OMP_NUM_THREADS={threads} {PYTHON:q} -m shared.run --json {params.config:q} --out results/runs/{wildcards.run_id}"

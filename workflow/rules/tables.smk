@@ -1,5 +1,5 @@
 from shared.figures import build_figure, get_figure
-from shared.tables import build_table
+from shared.tables import build_search, build_table
 
 
 rule table:
@@ -52,3 +52,19 @@ rule figure:
     localrule: True
     run:
         build_figure(get_figure(wildcards.paper, wildcards.figure), SCALE, "results/runs", output[0], RUNTIME)
+
+
+rule search:
+    """A hyperparameter search: search.csv, best.yaml (the best point per setting), provenance.yaml."""
+    input:
+        search_inputs,
+    output:
+        directory("papers/{paper}/{search}"),
+    wildcard_constraints:
+        paper="[^/]+",
+        search="search_[0-9A-Za-z_]+",
+    log:
+        "results/logs/searches/{paper}-{search}.log",
+    localrule: True
+    run:
+        build_search(get_search(wildcards.paper, wildcards.search), SCALE, "results/runs", output[0], RUNTIME)
