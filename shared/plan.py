@@ -15,7 +15,8 @@ import argparse
 import math
 
 from shared.config import RunConfig
-from shared.experiments import Table, expand, get_search, get_table, paper_searches, paper_tables
+from shared.config import ConfigError
+from shared.experiments import Cell, expand, paper_searches, paper_tables
 
 TRAIN_SIZE = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000, "femnist": 805_263,
               "femnist_digits": 382_705, "office_caltech10": 2_025, "ag_news": 120_000, "sst5": 8_544}
@@ -44,10 +45,10 @@ def gpu_hours(cfg: RunConfig) -> float:
     return (trained + tested / 3) / THROUGHPUT.get(cfg.model.name, 2_000) / 3600
 
 
-def plan(table: Table, scale: str = "paper", seen: set[str] | None = None) -> dict:
-    """Runs of the table (those in `seen` already counted elsewhere are left out) and their cost."""
+def plan(cells: list[Cell], seen: set[str] | None = None) -> dict:
+    """The cells' runs (those in `seen`, counted elsewhere already, are left out) and their cost."""
     seen = set() if seen is None else seen
-    runs = {c.run_id: c.config for c in expand(table, scale) if c.run_id not in seen}
+    runs = {c.run_id: c.config for c in cells if c.run_id not in seen}
     seen.update(runs)
     return {"runs": len(runs), "gpu_hours": sum(gpu_hours(cfg) for cfg in runs.values()),
             "training_samples": sum(samples(cfg)[0] for cfg in runs.values())}
@@ -62,20 +63,17 @@ def main(argv=None) -> None:
     parser.add_argument("--scale", default="paper")
     args = parser.parse_args(argv)
     figures = paper_figures(args.paper)
+    targets = {**{n: (lambda t=t: expand(t, args.scale)) for n, t in paper_tables(args.paper).items()},
+               **{n: (lambda f=f: f.cells(args.scale)) for n, f in figures.items()},
+               **{n: (lambda s=s: expand(s.as_table(), args.scale)) for n, s in paper_searches(args.paper).items()}}
     if args.target:
-        if args.target.startswith("search_"):
-            grids = {args.target: get_search(args.paper, args.target).as_table()}
-        elif args.target in figures:
-            grids = {args.target: figures[args.target].source}
-        else:
-            grids = {args.target: get_table(args.paper, args.target)}
-    else:
-        grids = {**paper_tables(args.paper), **{n: f.source for n, f in figures.items()},
-                 **{n: s.as_table() for n, s in paper_searches(args.paper).items()}}
+        if args.target not in targets:
+            raise ConfigError(f"{args.paper} has no target {args.target!r}; valid: {sorted(targets)}")
+        targets = {args.target: targets[args.target]}
     seen: set[str] = set()
     print(f"{'target':<22}{'new runs':>9}{'GPU-hours':>11}   (runs shared with a target above are not counted again)")
-    for name, grid in grids.items():
-        cost = plan(grid, args.scale, seen)
+    for name, cells in targets.items():
+        cost = plan(cells(), seen)
         print(f"{name:<22}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
 
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.experiments import SCALES, all_tables, expand, get_table
+from shared.experiments import PAPERS, SCALES, all_tables, expand, get_table, paper_searches
+from shared.figures import paper_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
@@ -35,21 +36,25 @@ def snakemake(project, *args):
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True)
 
 
-TARGETS = [f"papers/{t.paper}/{t.name}" for t in all_tables()]
+FIGURES = [f for paper in PAPERS for f in paper_figures(paper).values()]
+SEARCHES = [s for paper in PAPERS for s in paper_searches(paper).values()]
+TARGETS = [f"papers/{t.paper}/{t.name}" for t in [*all_tables(), *FIGURES, *SEARCHES]]
 
 
 @pytest.mark.parametrize("scale", sorted(SCALES))
-def test_every_table_dry_runs(project, scale):
+def test_every_table_figure_and_search_dry_runs(project, scale):
     proc = snakemake(project, "-n", "--config", f"scale={scale}", "--", *TARGETS)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     expected_runs = {c.run_id for t in all_tables() for c in expand(t, scale)}
+    expected_runs |= {c.run_id for f in FIGURES for c in f.cells(scale)}
+    expected_runs |= {c.run_id for s in SEARCHES for c in expand(s.as_table(), scale)}
     assert f"run{' ' * 12}{len(expected_runs)}" in proc.stdout or f"run {len(expected_runs)}" in " ".join(proc.stdout.split())
 
 
 def test_unknown_table_lists_valid_names(project):
     proc = snakemake(project, "-n", "--", "papers/fedssd/table9")
     assert proc.returncode != 0
-    assert "fedssd has no table 'table9'; valid: ['table2']" in proc.stdout + proc.stderr
+    assert "fedssd has no table 'table9'; valid: ['table1', 'table2', 'table3']" in proc.stdout + proc.stderr
 
 
 def test_unknown_scale_is_rejected_by_the_schema(project):
@@ -59,8 +64,8 @@ def test_unknown_scale_is_rejected_by_the_schema(project):
 
 
 def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
-    target = "papers/fedcad/table2"
-    proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "device=cpu", "--", target)
+    target, figure = "papers/fedcad/table2", "papers/fedcad/fig4"  # Fig. 4: curves from Table 2's runs
+    proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "device=cpu", "--", target, figure)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = project / target
     table = pd.read_csv(out / "table.csv")
@@ -76,7 +81,7 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     assert comparison.loc[comparison.row == "FedAvg", "paper_mean"].tolist() == [61.73, 71.29, 71.56, 72.98]
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
     assert provenance["scale"] == "smoke" and provenance["runs"] == 4 * 2 * sum(r.implemented for r in definition.rows) and provenance["packages"]["torch"]
-    assert (out / "curves.png").stat().st_size > 0 and (out / "curves.pdf").stat().st_size > 0
+    assert (project / figure / "figure.png").stat().st_size > 0 and (project / figure / "figure.pdf").stat().st_size > 0
 
     # Interrupted work: one run lost, another half done. Only those are recomputed.
     runs = sorted((project / "results" / "runs").iterdir())
