@@ -33,21 +33,32 @@ class SyntheticConfig:
     image_size: int = 32
     channels: int = 3
     noise: float = 0.6  # pixel noise relative to the class signal; higher is harder
+    domains: list[str] = field(default_factory=list)  # names of domains that shift the images (partition.kind=domains)
+    writers: int = 0  # > 0: each training sample gets one of this many writers (partition.kind=writers)
+    text_length: int = 0  # > 0: token sequences of this length instead of images (text models)
+    vocab_size: int = 1000  # text: ids lie in [1, vocab_size), 0 pads
 
 
 @dataclass
 class DatasetConfig:
-    name: str = "cifar10"  # cifar10 | cifar100 | imagefolder | synthetic
+    # cifar10 | cifar100 | femnist | femnist_digits | tiny_imagenet | office_caltech10 | ag_news | sst5
+    # | imagefolder | synthetic  (shared.data.DATASETS)
+    name: str = "cifar10"
     path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
     augment: bool | None = None  # None: the dataset's default (random crop + flip on CIFAR)
     train_subset: int | None = None  # keep this many training samples (stratified), for small scales
     val_fraction: float = 0.0  # held out per class before partitioning (FedGKD keeps 10%)
+    # Text: tokens per sequence (truncated or padded). FedGKD does not state it; 128 is what the
+    # DistilBERT scripts of FedDF, whose code FedGKD's builds on, use.
+    max_length: int = 128
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
 @dataclass
 class PartitionConfig:
-    kind: str = "dirichlet"  # iid | dirichlet | classes (#K=k label skew)
+    # iid | dirichlet | classes (#K=k label skew) | writers (FEMNIST: writers permuted and grouped
+    # into `clients` groups) | domains (one client per domain: Office-Caltech-10)
+    kind: str = "dirichlet"
     clients: int = 10
     beta: float = 0.5  # Dirichlet concentration
     k: int = 2  # classes per client for kind=classes
@@ -73,6 +84,7 @@ class FederationConfig:
 class LocalConfig:
     epochs: int = 10
     batch_size: int = 64
+    optimizer: str = "sgd"  # sgd | adam (FedGKD's DistilBERT runs; momentum does not apply)
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 0.0
@@ -81,8 +93,11 @@ class LocalConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "fedavg_cnn"  # fedavg_cnn | resnet8 | resnet50 | alexnet_bn
+    name: str = "fedavg_cnn"  # fedavg_cnn | resnet8 | resnet50 | alexnet_bn | distilbert | text_bow
     projection_dim: int | None = None  # MOON / FedGKD+ projection head output size (256)
+    # distilbert's weights and the text datasets' tokenizer: a Hugging Face hub id or a local
+    # directory holding both (save_pretrained)
+    pretrained: str = "distilbert-base-uncased"
 
 
 @dataclass
@@ -99,6 +114,11 @@ class TrainerConfig:
     amp: bool = False  # bf16 autocast
     channels_last: bool = False
     progress: bool = True  # progress bar when attached to a terminal
+    # > 1: train up to this many clients in one vmapped step (shared/batched.py: models without
+    # BatchNorm, SGD, methods that declare batched_clients); others train one after another
+    clients_per_step: int = 1
+    compile: bool = False  # torch.compile the local model (clients trained one after another)
+    cuda_graphs: bool = True  # on CUDA: replay the batched step, or the compiled model, as CUDA graphs
 
 
 @dataclass
@@ -117,7 +137,11 @@ class RunConfig:
 
 
 # Keys that do not change a run's result (up to floating-point nondeterminism across devices).
-RUNTIME_KEYS = ("data_root", "trainer.device", "trainer.progress")
+# The speed switches belong here too: batched clients, compilation and CUDA graphs compute the
+# same samples' gradients with the same arithmetic, in another order and kernels (the batched
+# trainer's test shows the weights agree to float rounding), much as another GPU would.
+RUNTIME_KEYS = ("data_root", "trainer.device", "trainer.progress", "trainer.clients_per_step", "trainer.compile",
+                "trainer.cuda_graphs")
 
 DATA_ROOT_ENV = "FEDREPRO_DATA"
 
@@ -254,8 +278,8 @@ def _check(ok: bool, message: str) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
-    from shared.data import DATASETS
-    from shared.models import MODELS
+    from shared.data import DATASETS, DOMAIN_DATASETS, TEXT_DATASETS, WRITER_DATASETS
+    from shared.models import MODELS, TEXT_MODELS
     from shared.partition import PARTITIONS
 
     d, p, f, loc = cfg.dataset, cfg.partition, cfg.federation, cfg.local
@@ -267,12 +291,37 @@ def validate(cfg: RunConfig) -> None:
     _check(s.num_classes >= 2, f"dataset.synthetic.num_classes={s.num_classes} must be >= 2")
     _check(min(s.train_per_class, s.test_per_class, s.image_size, s.channels) > 0,
            "dataset.synthetic sizes must be positive")
+    _check(min(s.writers, s.text_length) >= 0, "dataset.synthetic.writers and text_length must be >= 0")
+    _check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
+    _check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,
+           "dataset.synthetic: set at most one of domains, writers and text_length")
+    _check(not s.text_length or s.vocab_size > s.num_classes,
+           f"dataset.synthetic.vocab_size={s.vocab_size} must exceed num_classes={s.num_classes} (a band of tokens per class)")
+    _check(d.max_length >= 2, f"dataset.max_length={d.max_length} must be >= 2 (a sequence holds [CLS] and [SEP])")
+    synthetic = d.name == "synthetic"
+    is_text = d.name in TEXT_DATASETS or (synthetic and s.text_length > 0)
+    models = sorted([*MODELS, *TEXT_MODELS])
+    _check(cfg.model.name in models, f"model.name={cfg.model.name!r} is unknown; valid: {models}")
+    _check(is_text == (cfg.model.name in TEXT_MODELS),
+           f"model.name={cfg.model.name} does not fit dataset.name={d.name}: text datasets ({', '.join(TEXT_DATASETS)}, "
+           f"synthetic with synthetic.text_length > 0) take the text models {sorted(TEXT_MODELS)}, image datasets the others")
+    _check(bool(cfg.model.pretrained), "model.pretrained must name a hub id or a directory")
     _check(p.kind in PARTITIONS, f"partition.kind={p.kind!r} is unknown; valid: {sorted(PARTITIONS)}")
     _check(p.clients >= 1, f"partition.clients={p.clients} must be >= 1")
     _check(math.isfinite(p.beta) and p.beta > 0,
            f"partition.beta={p.beta} must be > 0 (Dirichlet concentration)")
     _check(p.k >= 1, f"partition.k={p.k} must be >= 1 (classes per client)")
     _check(p.min_size >= 0, f"partition.min_size={p.min_size} must be >= 0")
+    if p.kind == "writers":
+        _check(d.name in WRITER_DATASETS or (synthetic and s.writers > 0),
+               f"partition.kind=writers needs writer ids, which dataset.name={d.name} has not; use "
+               f"{' or '.join(WRITER_DATASETS)} (or synthetic with dataset.synthetic.writers > 0)")
+    if p.kind == "domains":
+        domains = len(DOMAIN_DATASETS[d.name]) if d.name in DOMAIN_DATASETS else (len(s.domains) if synthetic else 0)
+        _check(domains > 0, f"partition.kind=domains needs a dataset of domains, which dataset.name={d.name} is not; "
+                            f"use {' or '.join(DOMAIN_DATASETS)} (or synthetic with dataset.synthetic.domains named)")
+        _check(p.clients == domains, f"partition.kind=domains makes one client of each of the {domains} domains of "
+                                     f"{d.name}: partition.clients must be {domains}, not {p.clients}")
     _check(cfg.aux.per_class >= 0, f"aux.per_class={cfg.aux.per_class} must be >= 0")
     _check(cfg.aux.source in ("train_head", "holdout"),
            f"aux.source={cfg.aux.source!r} is unknown; valid: ['holdout', 'train_head']")
@@ -282,11 +331,13 @@ def validate(cfg: RunConfig) -> None:
            f"federation.weighting={f.weighting!r} is unknown; valid: ['samples', 'uniform']")
     _check(loc.epochs >= 1, f"local.epochs={loc.epochs} must be >= 1")
     _check(loc.batch_size >= 1, f"local.batch_size={loc.batch_size} must be >= 1")
+    _check(loc.optimizer in ("sgd", "adam"), f"local.optimizer={loc.optimizer!r} is unknown; valid: ['adam', 'sgd']")
+    _check(loc.optimizer == "sgd" or cfg.method["name"] not in ("fednova", "scaffold"),
+           f"method {cfg.method['name']} models local SGD steps; it needs local.optimizer=sgd")
     _check(loc.lr > 0, f"local.lr={loc.lr} must be > 0")
     _check(0 <= loc.momentum < 1, f"local.momentum={loc.momentum} must lie in [0, 1)")
     _check(loc.weight_decay >= 0, f"local.weight_decay={loc.weight_decay} must be >= 0")
     _check(loc.grad_clip is None or loc.grad_clip > 0, "local.grad_clip must be > 0 or null")
-    _check(cfg.model.name in MODELS, f"model.name={cfg.model.name!r} is unknown; valid: {sorted(MODELS)}")
     _check(cfg.model.projection_dim is None or cfg.model.projection_dim > 0,
            "model.projection_dim must be > 0 or null")
     _check(cfg.eval.every >= 1, f"eval.every={cfg.eval.every} must be >= 1")
@@ -294,6 +345,7 @@ def validate(cfg: RunConfig) -> None:
            f"eval.target_acc={cfg.eval.target_acc}: targets are accuracies in percent, in (0, 100]")
     _check(cfg.trainer.device == "auto" or cfg.trainer.device.split(":")[0] in ("cpu", "cuda", "mps"),
            f"trainer.device={cfg.trainer.device!r}: use auto, cpu, cuda or cuda:N")
+    _check(cfg.trainer.clients_per_step >= 1, f"trainer.clients_per_step={cfg.trainer.clients_per_step} must be >= 1")
 
 
 # --- identity -----------------------------------------------------------------------------

@@ -1,12 +1,16 @@
 """Datasets: download, verify, convert once into a compact tensor cache, load in seconds.
 
-Every dataset ends up as two `Split`s of uint8 images (N, C, H, W) and int64 labels, which the
-trainer moves to its device once. Normalisation and augmentation happen there, batched
-(`shared.augment`), so no per-sample Python runs in the training loop.
+Every dataset ends up as two `Split`s of uint8 images (N, C, H, W) (or, for text, int64 token
+ids (N, L)) and int64 labels, which the trainer moves to its device once. Normalisation and
+augmentation happen there, batched (`shared.federation.Augmenter`), so no per-sample Python
+runs in the training loop. CIFAR, image folders and synthetic data live here; FEMNIST,
+Tiny-ImageNet and Office-Caltech-10 in `shared.vision_datasets`; AG News and SST-5 in
+`shared.text_datasets`.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import os
 import pickle
@@ -14,14 +18,14 @@ import tarfile
 import urllib.error
 import urllib.request
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import numpy as np
 import torch
 
-from shared.config import DATA_ROOT_ENV, ConfigError, DatasetConfig, RunConfig, data_root
+from shared.config import DATA_ROOT_ENV, ConfigError, DatasetConfig, RunConfig, SyntheticConfig, data_root
 
 
 class DataError(RuntimeError):
@@ -30,15 +34,25 @@ class DataError(RuntimeError):
 
 @dataclass
 class Split:
-    x: torch.Tensor  # uint8, (N, C, H, W)
+    x: torch.Tensor  # uint8 images (N, C, H, W), or int64 token ids (N, L) for text
     y: torch.Tensor  # int64, (N,)
+    group: torch.Tensor | None = None  # int64 (N,): the sample's writer or domain (Dataset.group_kind)
 
     def __len__(self) -> int:
         return len(self.y)
 
     def subset(self, index: np.ndarray | torch.Tensor) -> "Split":
         index = torch.as_tensor(index, dtype=torch.long)
-        return Split(self.x[index], self.y[index])
+        return Split(self.x[index], self.y[index], None if self.group is None else self.group[index])
+
+
+@dataclass(frozen=True)
+class TextVocabulary:
+    """What the token ids of a text dataset index: models size their embedding by `size` and
+    derive the attention mask from `pad_id`."""
+
+    size: int
+    pad_id: int
 
 
 @dataclass
@@ -50,6 +64,13 @@ class Dataset:
     mean: tuple[float, ...]  # per channel, on the 0..1 scale
     std: tuple[float, ...]
     augment: bool  # random crop (pad 4, reflect) + horizontal flip by default
+    crop_pad: int = 4  # augmentation: reflect-pad by this much, then crop back (0: flip only)
+    max_rotation: float = 0.0  # augmentation: rotate by a uniform angle in +-this many degrees
+    # "writer" (FEMNIST: partition.kind=writers) or "domain" (Office-Caltech-10: one client per
+    # domain, accuracy reported per domain); `groups` names the values of Split.group.
+    group_kind: str | None = None
+    groups: list[str] = field(default_factory=list)
+    text: TextVocabulary | None = None  # set for token-id datasets
 
     @property
     def num_classes(self) -> int:
@@ -77,15 +98,18 @@ def _cached(cache: Path, build: Callable[[], dict]) -> dict:
     return arrays
 
 
-def _from_arrays(name: str, arrays: dict, mean, std, augment: bool) -> Dataset:
+def _from_arrays(name: str, arrays: dict, mean, std, augment: bool, **options) -> Dataset:
+    """A Dataset from a cache's arrays; `train_group`/`test_group` and `groups` where present."""
     return Dataset(
         name=name,
-        train=Split(arrays["train_x"], arrays["train_y"]),
-        test=Split(arrays["test_x"], arrays["test_y"]),
+        train=Split(arrays["train_x"], arrays["train_y"], arrays.get("train_group")),
+        test=Split(arrays["test_x"], arrays["test_y"], arrays.get("test_group")),
         classes=list(arrays["classes"]),
         mean=tuple(mean),
         std=tuple(std),
         augment=augment,
+        groups=list(arrays.get("groups", [])),
+        **options,
     )
 
 
@@ -95,7 +119,8 @@ def _from_arrays(name: str, arrays: dict, mean, std, augment: bool) -> Dataset:
 class Archive:
     url: str
     filename: str
-    md5: str  # the checksum published with the archive (also torchvision's)
+    md5: str | None = None  # the checksum published with the archive (also torchvision's)
+    sha256: str | None = None  # where no MD5 is published
 
 
 CIFAR = {
@@ -123,8 +148,8 @@ CIFAR = {
 }
 
 
-def file_md5(path: Path) -> str:
-    digest = hashlib.md5()
+def file_digest(path: Path, algorithm: str = "md5") -> str:
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
@@ -150,10 +175,11 @@ def fetch_archive(archive: Archive, root: Path) -> Path:
                 f"at a directory that holds it."
             ) from exc
         os.replace(tmp, path)
-    actual = file_md5(path)
-    if actual != archive.md5:
+    algorithm, expected = ("md5", archive.md5) if archive.md5 else ("sha256", archive.sha256)
+    actual = file_digest(path, algorithm)
+    if actual != expected:
         raise DataError(
-            f"{path} fails verification: md5 {actual}, expected {archive.md5}. "
+            f"{path} fails verification: {algorithm} {actual}, expected {expected}. "
             f"The file is corrupt or not the official archive; delete it to download it again."
         )
     return path
@@ -204,49 +230,70 @@ def _list_image_folder(names: list[str]) -> dict[str, list[tuple[str, str]]]:
     return splits
 
 
-def convert_image_folder(path: Path) -> dict:
-    try:
-        from PIL import Image
-    except ImportError as exc:  # pragma: no cover - pillow ships with the environment
-        raise DataError("reading an image folder needs Pillow (pip install pillow)") from exc
-
+def open_tree(path: Path) -> tuple[list[str], Callable[[str], BinaryIO]]:
+    """The relative names of the files under a directory or inside a .zip, and how to open one."""
     if path.suffix == ".zip":
         try:
             archive = zipfile.ZipFile(path)
         except zipfile.BadZipFile as exc:
             raise DataError(f"{path} is not a readable zip file ({exc})") from exc
-        names = archive.namelist()
-        open_file = lambda name: io.BytesIO(archive.read(name))
-    else:
-        names = [str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()]
-        open_file = lambda name: open(path / name, "rb")
+        return archive.namelist(), lambda name: io.BytesIO(archive.read(name))
+    names = [str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()]
+    return names, lambda name: open(path / name, "rb")
 
-    listing = _list_image_folder(names)
+
+def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source: Path,
+                  size: int | None = None) -> torch.Tensor:
+    """Image files -> uint8 (N, 3, H, W), converted to RGB and, given `size`, resized to
+    size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover - pillow ships with the environment
+        raise DataError("reading images needs Pillow (pip install pillow)") from exc
+
+    images = None  # allocated once the first image gives the size: Tiny-ImageNet is 1.2 GB
+    for i, name in enumerate(names):
+        try:
+            with open_file(name) as f:
+                image = Image.open(f).convert("RGB")
+                if size is not None:
+                    image = image.resize((size, size), Image.BILINEAR)
+                pixels = np.asarray(image).transpose(2, 0, 1)
+        except Exception as exc:
+            raise DataError(f"{source}: cannot decode image {name} ({exc})") from exc
+        if images is None:
+            images = np.empty((len(names), *pixels.shape), dtype=np.uint8)
+        elif pixels.shape != images.shape[1:]:
+            raise DataError(f"{source}: images differ in size ({name} is {pixels.shape[2]}x{pixels.shape[1]}, "
+                            f"{names[0]} {images.shape[3]}x{images.shape[2]}); resize them first")
+        images[i] = pixels
+    return torch.from_numpy(images)
+
+
+def convert_listing(listing: dict[str, list[tuple[str, str]]], open_file: Callable[[str], BinaryIO],
+                    source: Path) -> dict:
+    """{"train"/"test": [(class, file name), ...]} -> uint8 arrays, classes sorted like
+    torchvision's ImageFolder."""
     for split, files in listing.items():
         if not files:
-            raise DataError(f"{path} has no images under {split}/<class>/; expected train/ and test/ folders")
+            raise DataError(f"{source} has no images under {split}/<class>/; expected train/ and test/ folders")
     classes = sorted({c for c, _ in listing["train"]})
     unknown = sorted({c for c, _ in listing["test"]} - set(classes))
     if unknown:
-        raise DataError(f"{path}: test classes {unknown} do not occur in train/")
+        raise DataError(f"{source}: test classes {unknown} do not occur in train/")
     index = {c: i for i, c in enumerate(classes)}
 
     arrays = {"classes": classes}
     for split, files in listing.items():
         files.sort(key=lambda item: (index[item[0]], item[1]))
-        images = []
-        for _, name in files:
-            try:
-                with open_file(name) as f:
-                    images.append(np.asarray(Image.open(f).convert("RGB")))
-            except Exception as exc:
-                raise DataError(f"{path}: cannot decode image {name} ({exc})") from exc
-        shapes = {im.shape for im in images}
-        if len(shapes) != 1:
-            raise DataError(f"{path}: images of {split}/ differ in size {sorted(shapes)[:3]}; resize them first")
-        arrays[f"{split}_x"] = torch.from_numpy(np.stack(images).transpose(0, 3, 1, 2).copy())
+        arrays[f"{split}_x"] = decode_images([name for _, name in files], open_file, source)
         arrays[f"{split}_y"] = torch.tensor([index[c] for c, _ in files], dtype=torch.int64)
     return arrays
+
+
+def convert_image_folder(path: Path) -> dict:
+    names, open_file = open_tree(path)
+    return convert_listing(_list_image_folder(names), open_file, path)
 
 
 def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
@@ -262,41 +309,96 @@ def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     return _from_arrays(name, arrays, mean, std, augment=arrays["train_x"].shape[-1] <= 64)
 
 
-# --- synthetic data for tests -------------------------------------------------------------
+# --- synthetic data for tests and the smoke scale ------------------------------------------
 
 def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     """Seeded images whose class is learnable: each class is a smooth random template, and a
-    sample is its template plus pixel noise. Deterministic for a given config."""
+    sample is its template plus pixel noise. Deterministic for a given config.
+
+    `synthetic.domains=[names]` gives every sample (train and test) one of these domains, each
+    shifting the brightness of the channels its own way (Office-Caltech-10's feature skew);
+    `synthetic.writers=n` gives every training sample one of n writers (FEMNIST's);
+    `synthetic.text_length=L` makes token sequences instead of images."""
     s = cfg.synthetic
+    if s.text_length:
+        return synthetic_text(name, s)
     g = torch.Generator().manual_seed(12345)
     coarse = torch.rand(s.num_classes, s.channels, 4, 4, generator=g)
     templates = torch.nn.functional.interpolate(coarse, size=(s.image_size, s.image_size),
                                                 mode="bilinear", align_corners=False)
+    shifts = (torch.rand(len(s.domains), s.channels, 1, 1, generator=g) - 0.5) * 0.5 if s.domains else None
 
     def draw(per_class: int) -> Split:
         y = torch.arange(s.num_classes).repeat_interleave(per_class)
         noise = torch.randn(len(y), s.channels, s.image_size, s.image_size, generator=g)
-        x = (templates[y] + s.noise * 0.25 * noise).clamp(0, 1)
-        return Split((x * 255).round().to(torch.uint8), y)
+        x = templates[y] + s.noise * 0.25 * noise
+        domain = None
+        if shifts is not None:
+            domain = torch.arange(len(y)) % len(s.domains)  # every class in every domain
+            x = x + shifts[domain]
+        return Split((x.clamp(0, 1) * 255).round().to(torch.uint8), y, domain)
 
     train, test = draw(s.train_per_class), draw(s.test_per_class)
     classes = [f"class{i}" for i in range(s.num_classes)]
-    return Dataset(name, train, test, classes, (0.5,) * s.channels, (0.25,) * s.channels, augment=False)
+    dataset = Dataset(name, train, test, classes, (0.5,) * s.channels, (0.25,) * s.channels, augment=False)
+    if s.domains:
+        dataset.group_kind, dataset.groups = "domain", list(s.domains)
+    if s.writers:
+        train.group = torch.randint(s.writers, (len(train),), generator=g)
+        dataset.group_kind, dataset.groups = "writer", [f"writer{i}" for i in range(s.writers)]
+    return dataset
 
 
-DATASETS: dict[str, Callable[[str, DatasetConfig, Path], Dataset]] = {
-    "cifar10": load_cifar,
-    "cifar100": load_cifar,
-    "imagefolder": load_image_folder,
-    "synthetic": load_synthetic,
+def synthetic_text(name: str, s: SyntheticConfig) -> Dataset:
+    """Seeded token sequences whose class is learnable: each class owns a band of the
+    vocabulary, and a sequence of random length mixes tokens of its class's band with tokens
+    drawn from the whole vocabulary (more of those the higher `noise`); 0 pads."""
+    g = torch.Generator().manual_seed(12345)
+    band = (s.vocab_size - 1) // s.num_classes
+    signal = 1 / (1 + s.noise)  # the share of a sequence's tokens that come from its class's band
+
+    def draw(per_class: int) -> Split:
+        y = torch.arange(s.num_classes).repeat_interleave(per_class)
+        shape = (len(y), s.text_length)
+        own = 1 + y[:, None] * band + torch.randint(band, shape, generator=g)
+        anywhere = torch.randint(1, s.vocab_size, shape, generator=g)
+        ids = torch.where(torch.rand(shape, generator=g) < signal, own, anywhere)
+        lengths = torch.randint(max(1, s.text_length // 2), s.text_length + 1, (len(y), 1), generator=g)
+        ids[torch.arange(s.text_length) >= lengths] = 0
+        return Split(ids, y)
+
+    train, test = draw(s.train_per_class), draw(s.test_per_class)
+    classes = [f"class{i}" for i in range(s.num_classes)]
+    return Dataset(name, train, test, classes, (), (), augment=False, text=TextVocabulary(s.vocab_size, pad_id=0))
+
+
+# Datasets by config name. Entries are import paths, so that validating a config imports no
+# loader (nor the text loaders' optional dependencies).
+DATASETS: dict[str, str] = {
+    "cifar10": "shared.data:load_cifar",
+    "cifar100": "shared.data:load_cifar",
+    "imagefolder": "shared.data:load_image_folder",
+    "synthetic": "shared.data:load_synthetic",
+    "femnist": "shared.vision_datasets:load_femnist",
+    "femnist_digits": "shared.vision_datasets:load_femnist",
+    "tiny_imagenet": "shared.vision_datasets:load_tiny_imagenet",
+    "office_caltech10": "shared.vision_datasets:load_office_caltech10",
+    "ag_news": "shared.text_datasets:load_text_dataset",
+    "sst5": "shared.text_datasets:load_text_dataset",
 }
+WRITER_DATASETS = ("femnist", "femnist_digits")  # Split.group holds each training sample's writer
+DOMAIN_DATASETS = {"office_caltech10": ("amazon", "caltech", "dslr", "webcam")}  # Split.group: the domain
+TEXT_DATASETS = ("ag_news", "sst5")  # token ids from the tokenizer of model.pretrained
 
 
 def load_dataset(cfg: RunConfig) -> Dataset:
     name = cfg.dataset.name
     if name not in DATASETS:
         raise ConfigError(f"dataset.name={name!r} is unknown; valid: {sorted(DATASETS)}")
-    dataset = DATASETS[name](name, cfg.dataset, data_root(cfg))
+    module, function = DATASETS[name].split(":")
+    loader = getattr(importlib.import_module(module), function)
+    tokenizer = {"tokenizer": cfg.model.pretrained} if name in TEXT_DATASETS else {}
+    dataset = loader(name, cfg.dataset, data_root(cfg), **tokenizer)
     if cfg.dataset.augment is not None:
         dataset.augment = cfg.dataset.augment
     return dataset

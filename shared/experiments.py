@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from shared.config import ConfigError, RunConfig, deep_merge, load_config, run_id
+from shared.data import DOMAIN_DATASETS, WRITER_DATASETS
 from shared.methods import METHODS
 
 PAPERS = ("fedcad", "fedssd", "fedcsd", "fedgkd")
@@ -136,26 +137,57 @@ class Table:
 
 # --- scales -------------------------------------------------------------------------------
 
-DATASET_SHAPES = {"cifar10": (10, 3, 32), "cifar100": (100, 3, 32)}  # classes, channels, side
+# The smoke scale's synthetic stand-ins: classes, channels and side of each image dataset, and
+# the classes of each text dataset (token sequences of SMOKE_TEXT_LENGTH ids instead).
+DATASET_SHAPES = {"cifar10": (10, 3, 32), "cifar100": (100, 3, 32), "femnist": (62, 1, 28),
+                  "femnist_digits": (10, 1, 28), "tiny_imagenet": (200, 3, 64), "office_caltech10": (10, 3, 256)}
+TEXT_CLASSES = {"ag_news": 4, "sst5": 5}
+SMOKE_MAX_SIDE = 32  # larger images (Tiny-ImageNet's 64x64, Office-Caltech-10's 256x256) shrink to this
+# Models too heavy for CPU minutes, and their stand-ins (besides ResNet-50 -> ResNet-8): AlexNet-BN
+# (57M parameters, at least 63 pixels wide) and DistilBERT (needs `transformers` and its weights).
+SMOKE_MODELS = {"alexnet_bn": "fedavg_cnn", "distilbert": "text_bow"}
+SMOKE_TEXT_LENGTH, SMOKE_VOCAB_SIZE = 32, 1000
+SMOKE_WRITERS_PER_CLIENT = 5  # FEMNIST's writers: about 2,000 over 10 clients in FedCAD
+# At least 20 training and 10 test samples per class, unless that exceeds 2,000 and 1,000 in all:
+# Tiny-ImageNet's 200 classes then cost what CIFAR-100's 100 do.
+SMOKE_TRAIN_PER_CLASS, SMOKE_TEST_PER_CLASS, SMOKE_MAX_TRAIN, SMOKE_MAX_TEST = 20, 10, 2000, 1000
+
+
+def smoke_synthetic(dataset: dict, clients: int) -> dict:
+    """dataset.synthetic for the stand-in of `dataset`: its shape, about 100 samples per client,
+    and what its partitions need: writer ids (FEMNIST), domains (Office-Caltech-10, so that
+    per-domain accuracy is reported) or token sequences (AG News, SST-5)."""
+    name = dataset.get("name", "cifar10")
+    if name in TEXT_CLASSES:
+        classes = TEXT_CLASSES[name]
+        shape = {"text_length": min(SMOKE_TEXT_LENGTH, dataset.get("max_length", SMOKE_TEXT_LENGTH)),
+                 "vocab_size": SMOKE_VOCAB_SIZE}
+    else:
+        classes, channels, side = DATASET_SHAPES.get(name, (10, 3, 32))
+        shape = {"channels": channels, "image_size": min(side, SMOKE_MAX_SIDE)}
+    if name in WRITER_DATASETS:
+        shape["writers"] = SMOKE_WRITERS_PER_CLIENT * clients
+    if name in DOMAIN_DATASETS:
+        shape["domains"] = list(DOMAIN_DATASETS[name])
+    train_per_class = max(min(SMOKE_TRAIN_PER_CLASS, SMOKE_MAX_TRAIN // classes), 100 * clients // classes)
+    test_per_class = min(SMOKE_TEST_PER_CLASS, SMOKE_MAX_TEST // classes)
+    return {"num_classes": classes, "train_per_class": train_per_class, "test_per_class": test_per_class, **shape}
 
 
 def smoke_scale(values: dict) -> dict:
-    """Minutes on a CPU: synthetic images shaped like the dataset (about 100 per client),
-    3 rounds of 2 epochs at batch size 16 (enough steps for the methods to differ), and
-    ResNet-50 replaced by ResNet-8. Everything else (partition, method, clients, learning
-    rate) is kept, so every code path of the paper setting runs."""
-    name = values.get("dataset", {}).get("name", "cifar10")
-    classes, channels, side = DATASET_SHAPES.get(name, (10, 3, 32))
+    """Minutes on a CPU: synthetic data shaped like the dataset (`smoke_synthetic`), 3 rounds
+    of 2 epochs at batch size 16 (enough steps for the methods to differ), ResNet-50 replaced
+    by ResNet-8, AlexNet-BN by the FedAvg-CNN and DistilBERT by a small embedding model.
+    Everything else (partition, method, clients, learning rate) is kept, so every code path of
+    the paper setting runs."""
     model = values.get("model", {}).get("name", "fedavg_cnn")
     clients = values.get("partition", {}).get("clients", 10)
-    per_class = max(20, 100 * clients // classes)
+    synthetic = smoke_synthetic(values.get("dataset", {}), clients)
     aux = values.get("aux", {}).get("per_class", 0)
     return deep_merge(values, {
-        "aux": {"per_class": min(aux, per_class // 2)},
-        "dataset": {"name": "synthetic", "synthetic": {
-            "num_classes": classes, "channels": channels, "image_size": side,
-            "train_per_class": per_class, "test_per_class": 10}},
-        "model": {"name": "resnet8" if model.startswith("resnet50") else model},
+        "aux": {"per_class": min(aux, synthetic["train_per_class"] // 2)},
+        "dataset": {"name": "synthetic", "synthetic": synthetic},
+        "model": {"name": "resnet8" if model.startswith("resnet50") else SMOKE_MODELS.get(model, model)},
         "federation": {"rounds": 3},
         "local": {"epochs": 2, "batch_size": 16},
         "eval": {"batch_size": 500},

@@ -59,9 +59,11 @@ def frozen_copy(model: Net) -> Net:
 
 
 def kl_div(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch."""
-    return F.kl_div(F.log_softmax(student_logits / temperature, dim=1),
-                    F.log_softmax(teacher_logits / temperature, dim=1), reduction="batchmean", log_target=True)
+    """KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch. Written out
+    rather than F.kl_div, which vmap (the batched trainer) can only run one sample at a time."""
+    log_p_teacher = F.log_softmax(teacher_logits / temperature, dim=1)
+    log_p_student = F.log_softmax(student_logits / temperature, dim=1)
+    return (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(1).mean()
 
 
 @torch.no_grad()
@@ -72,6 +74,13 @@ def predict(model: Net, images: torch.Tensor, augmenter, batch_size: int) -> tor
 
 
 class FedAvg:
+    # May the batched trainer (trainer.clients_per_step, shared/batched.py) train several
+    # clients in one vmapped step? Yes when local_loss is a batch mean of per-sample terms that
+    # reads no client and no per-client state and draws no random numbers, and no other hook
+    # draws from torch's global generator either (such runs share a GPU in threads,
+    # shared/multirun.py). Each subclass declares it in its own body.
+    batched_clients = True
+
     @dataclass
     class Params:
         pass

@@ -6,6 +6,7 @@ client), so a round replays identically after a resume and regardless of client 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -24,23 +25,40 @@ def derive_seed(*parts: int) -> int:
 
 
 class Augmenter:
-    """uint8 batches -> normalised float batches, with random crop (reflect pad) and flip."""
+    """uint8 batches -> normalised float batches, with random crop (reflect pad) and flip, and
+    optionally a random rotation first (FedBN's Office-Caltech-10: flip, rotation +-30, no crop)."""
 
-    def __init__(self, mean, std, augment: bool, device: torch.device, channels_last: bool = False, pad: int = 4):
+    def __init__(self, mean, std, augment: bool, device: torch.device, channels_last: bool = False, pad: int = 4,
+                 max_rotation: float = 0.0):
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255
-        self.augment, self.pad, self.channels_last = augment, pad, channels_last
+        self.augment, self.pad, self.channels_last, self.max_rotation = augment, pad, channels_last, max_rotation
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         x = (x.float() - self.mean) / self.std
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
+    def rotate(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Each image turned about its centre by a uniform angle in +-max_rotation degrees,
+        nearest pixel, corners filled black: torchvision's RandomRotation defaults."""
+        angle = (torch.rand(len(x), generator=generator, device=x.device) * 2 - 1) * math.radians(self.max_rotation)
+        cos, sin, zero = angle.cos(), angle.sin(), torch.zeros_like(angle)
+        theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
+
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        x = self.normalize(x)
         if not self.augment:
-            return x
+            return self.normalize(x)
+        if self.max_rotation:  # on the raw pixels, so that the corners are black as in torchvision
+            x = self.rotate(x.float(), generator)
+        x = self.normalize(x)
         b, c, h, w = x.shape
         dev, p = x.device, self.pad
+        if not p:  # flip only
+            flip = torch.rand(b, 1, 1, 1, generator=generator, device=dev) < 0.5
+            out = torch.where(flip, x.flip(-1), x)
+            return out.contiguous(memory_format=torch.channels_last) if self.channels_last else out
         padded = F.pad(x, (p, p, p, p), mode="reflect")
         dy = torch.randint(0, 2 * p + 1, (b, 1), generator=generator, device=dev)
         dx = torch.randint(0, 2 * p + 1, (b, 1), generator=generator, device=dev)
@@ -53,6 +71,20 @@ class Augmenter:
         return out.contiguous(memory_format=torch.channels_last) if self.channels_last else out
 
 
+class TokenIds:
+    """The Augmenter's place for text: token ids go to the model as they are (the model derives
+    its attention mask from the padding id), without normalisation or augmentation."""
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return x
+
+
+AUGMENT_CHUNK = 1 << 24  # values augmented at once by Client.batches (64 MiB as float32)
+
+
 @dataclass
 class Client:
     id: int
@@ -63,21 +95,37 @@ class Client:
     def num_samples(self) -> int:
         return len(self.index)
 
+    def epoch_length(self, batch_size: int) -> int:
+        """Samples an epoch of `batches` yields: all, less a trailing batch of a single sample
+        (BatchNorm cannot train on it)."""
+        n = self.num_samples
+        return n - 1 if n > 1 and n % batch_size == 1 else n
+
+    def num_batches(self, batch_size: int) -> int:
+        return math.ceil(self.epoch_length(batch_size) / batch_size)
+
     def batches(self, batch_size: int, generator: torch.Generator, augment: bool = True,
                 shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (normalised images, labels). A trailing batch of a single sample is
-        dropped (BatchNorm cannot train on it)."""
+        """One epoch of (normalised images or token ids, labels), `num_batches` of them.
+
+        Augmentation runs on chunks of whole batches (up to AUGMENT_CHUNK values, often the
+        whole epoch): a few large kernels instead of a dozen small ones per batch, which is
+        what the GPU waits on with small models. The chunks do not depend on anything but the
+        client and the batch size, so every trainer sees the same samples for a seed."""
         fed = self.federation
         order = self.index
         if shuffle:
             order = order[torch.randperm(len(order), generator=generator, device=order.device)]
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            if len(rows) < 2 and len(order) > 1:
-                break
+        order = order[:self.epoch_length(batch_size)]
+        per_sample = fed.train_x[0].numel()
+        chunk = batch_size * max(1, AUGMENT_CHUNK // (per_sample * batch_size))
+        for chunk_start in range(0, len(order), chunk):
+            rows = order[chunk_start:chunk_start + chunk]
             x = fed.train_x[rows]
             x = fed.augmenter(x, generator) if augment else fed.augmenter.normalize(x)
-            yield x, fed.train_y[rows]
+            y = fed.train_y[rows]
+            for start in range(0, len(rows), batch_size):
+                yield x[start:start + batch_size], y[start:start + batch_size]
 
 
 @dataclass
@@ -90,7 +138,7 @@ class Federation:
     counts: np.ndarray  # clients x classes
     aux: Split | None  # server's auxiliary set (FedCAD, FedSSD), on the device
     val: Split | None  # held-out validation split (FedGKD-VOTE), on the device
-    augmenter: Augmenter
+    augmenter: Augmenter | TokenIds
     device: torch.device
 
     @property
@@ -98,7 +146,8 @@ class Federation:
         return self.dataset.num_classes
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
+    def input_shape(self) -> tuple[int, ...]:
+        """(channels, height, width) of an image, (length,) of a token sequence."""
         return tuple(self.train_x.shape[1:])
 
 
@@ -139,11 +188,12 @@ def build_federation(cfg: RunConfig, device: torch.device) -> Federation:
         else:  # Wang et al.'s rule: the first n samples of each class, overlapping client data
             aux = pool[take_per_class(labels[pool], cfg.aux.per_class, None)]
 
-    parts = partition(labels[pool], dataset.num_classes, cfg.partition, cfg.seed)
+    groups = None if dataset.train.group is None else dataset.train.group.numpy()[pool]
+    parts = partition(labels[pool], dataset.num_classes, cfg.partition, cfg.seed, groups)
     counts = count_matrix(labels[pool], parts, dataset.num_classes)
 
     def to_device(split: Split) -> Split:
-        return Split(split.x.to(device), split.y.to(device))
+        return Split(split.x.to(device), split.y.to(device), None if split.group is None else split.group.to(device))
 
     pool_t = torch.as_tensor(pool)
     federation = Federation(
@@ -155,7 +205,9 @@ def build_federation(cfg: RunConfig, device: torch.device) -> Federation:
         counts=counts,
         aux=None if aux is None else to_device(dataset.train.subset(aux)),
         val=None if val is None else to_device(dataset.train.subset(val)),
-        augmenter=Augmenter(dataset.mean, dataset.std, dataset.augment, device, cfg.trainer.channels_last),
+        augmenter=TokenIds() if dataset.text else Augmenter(
+            dataset.mean, dataset.std, dataset.augment, device, cfg.trainer.channels_last, dataset.crop_pad,
+            dataset.max_rotation),
         device=device,
     )
     federation.clients = [Client(i, torch.as_tensor(p, device=device), federation) for i, p in enumerate(parts)]

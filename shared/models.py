@@ -7,6 +7,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from shared.data import DataError, TextVocabulary
+
 
 class Net(nn.Module):
     """backbone -> [projection head] -> classifier.
@@ -93,18 +95,18 @@ class ResNet8(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin: int, width: int, stride: int):
+    def __init__(self, cin: int, width: int, stride: int, norm=nn.BatchNorm2d):
         super().__init__()
         cout = width * self.expansion
         self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = norm(width)
         self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
+        self.bn2 = norm(width)
         self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
+        self.bn3 = norm(cout)
         self.shortcut = nn.Identity()
         if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm(cout))
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -113,15 +115,17 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """ResNet-50 for small images (MOON): 3x3 stride-1 stem, no max-pool, 2048 features."""
+    """ResNet-50 for small images (MOON): 3x3 stride-1 stem, no max-pool, 2048 features.
+    BatchNorm by default; FedGKD trains it with GroupNorm (16 channels per group) on
+    Tiny-ImageNet, except for MOON and FedGKD+ (`resnet50_gn`)."""
 
-    def __init__(self, in_channels: int = 3, blocks=(3, 4, 6, 3)):
+    def __init__(self, in_channels: int = 3, blocks=(3, 4, 6, 3), norm=nn.BatchNorm2d):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True))
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False), norm(64), nn.ReLU(inplace=True))
         stages, cin = [], 64
         for i, (width, count) in enumerate(zip((64, 128, 256, 512), blocks)):
             for j in range(count):
-                stages.append(Bottleneck(cin, width, stride=2 if i > 0 and j == 0 else 1))
+                stages.append(Bottleneck(cin, width, stride=2 if i > 0 and j == 0 else 1, norm=norm))
                 cin = width * Bottleneck.expansion
         self.layers = nn.Sequential(*stages)
         self.out_dim = cin
@@ -155,19 +159,84 @@ class AlexNetBN(nn.Module):
         return self.fc(self.conv(x).flatten(1))
 
 
+class DistilBert(nn.Module):
+    """DistilBERT (Sanh et al., 2019) as Hugging Face's DistilBertForSequenceClassification uses
+    it, up to its classifier: the first ([CLS]) position's hidden state -> pre_classifier
+    (768 x 768) -> ReLU -> dropout; `Net` adds the classifier. The encoder starts from the
+    pretrained weights (`model.pretrained`: a hub id or a local directory); the head, as in
+    Hugging Face, from scratch (here seeded by the run's seed). Needs `transformers`."""
+
+    def __init__(self, pretrained: str, pad_id: int):
+        super().__init__()
+        from shared.text_datasets import import_transformers
+
+        transformers = import_transformers()
+        try:
+            self.encoder = transformers.AutoModel.from_pretrained(pretrained)
+        except (OSError, ValueError) as exc:  # not a saved model directory, and the hub unreachable or without it
+            raise DataError(
+                f"model.pretrained={pretrained!r}: cannot load DistilBERT weights ({exc}). Give a directory "
+                f"holding a saved model and tokenizer (on a machine with network: "
+                f"AutoModel.from_pretrained(...).save_pretrained(DIR) and the same for AutoTokenizer), or a hub "
+                f"id with the hub reachable.") from exc
+        dim = self.encoder.config.hidden_size
+        self.pre_classifier = nn.Linear(dim, dim)
+        self.dropout = nn.Dropout(self.encoder.config.seq_classif_dropout)
+        self.pad_id = pad_id
+        self.out_dim = dim
+
+    def forward(self, ids):
+        hidden = self.encoder(input_ids=ids, attention_mask=(ids != self.pad_id).long()).last_hidden_state
+        return self.dropout(F.relu(self.pre_classifier(hidden[:, 0])))
+
+
+class MeanEmbeddingText(nn.Module):
+    """A small text model that needs no `transformers` (the smoke scale's stand-in for
+    DistilBERT): the mean of a sequence's token embeddings, padding left out, then a hidden
+    layer with ReLU."""
+
+    def __init__(self, vocab_size: int, pad_id: int, dim: int = 64):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
+        self.hidden = nn.Linear(dim, dim)
+        self.pad_id = pad_id
+        self.out_dim = dim
+
+    def forward(self, ids):
+        mask = (ids != self.pad_id).unsqueeze(-1).float()
+        mean = (self.embedding(ids) * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return F.relu(self.hidden(mean))
+
+
 MODELS = {
     "fedavg_cnn": lambda channels, size: FedAvgCNN(channels, size),
     "resnet8": lambda channels, size: ResNet8(channels),
     "resnet50": lambda channels, size: ResNet50(channels),
+    "resnet50_gn": lambda channels, size: ResNet50(channels, norm=group_norm),
     "alexnet_bn": lambda channels, size: AlexNetBN(channels),
 }
 
 
+# Models of token ids: built from the dataset's vocabulary and model.pretrained.
+TEXT_MODELS = {
+    "distilbert": lambda text, pretrained: DistilBert(pretrained, text.pad_id),
+    "text_bow": lambda text, pretrained: MeanEmbeddingText(text.size, text.pad_id),
+}
+
+
 def build_model(name: str, num_classes: int, in_channels: int = 3, image_size: int = 32,
-                projection_dim: int | None = None) -> Net:
-    if name not in MODELS:
-        raise ValueError(f"model {name!r} is unknown; valid: {sorted(MODELS)}")
-    backbone = MODELS[name](in_channels, image_size)
+                projection_dim: int | None = None, text: TextVocabulary | None = None,
+                pretrained: str | None = None) -> Net:
+    """An image model from the input's channels and side, or a text model (TEXT_MODELS) from
+    the text dataset's vocabulary and, for distilbert, the pretrained weights' hub id or path."""
+    if name in TEXT_MODELS:
+        if text is None:
+            raise ValueError(f"model {name!r} reads token ids: it needs a text dataset's vocabulary")
+        backbone = TEXT_MODELS[name](text, pretrained)
+    elif name in MODELS:
+        backbone = MODELS[name](in_channels, image_size)
+    else:
+        raise ValueError(f"model {name!r} is unknown; valid: {sorted([*MODELS, *TEXT_MODELS])}")
     return Net(backbone, backbone.out_dim, num_classes, projection_dim)
 
 

@@ -1,8 +1,9 @@
-"""Splitting a training set over clients: IID, Dirichlet label skew, #K=k label skew.
+"""Splitting a training set over clients: IID, Dirichlet label skew, #K=k label skew, by
+writer (FEMNIST) and by domain (Office-Caltech-10).
 
 The algorithms follow NIID-Bench (Li et al., ICDE'22), whose code MOON, FedCAD, FedSSD and
-FedCSD reuse. A partition depends only on the labels, the partition config and the seed, so
-every method of a table sees the same clients.
+FedCSD reuse. A partition depends only on the labels (or the samples' writers or domains), the
+partition config and the seed, so every method of a table sees the same clients.
 """
 from __future__ import annotations
 
@@ -60,14 +61,37 @@ def classes(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, rng: np.
     return [np.concatenate(p).astype(np.int64) for p in parts]
 
 
-PARTITIONS = {"iid": iid, "dirichlet": dirichlet, "classes": classes}
+def writers(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) -> list[np.ndarray]:
+    """NIID-Bench's "real" FEMNIST partition: permute the writers, split them into `clients`
+    groups of (nearly) equal count, and give each client every sample of its writers."""
+    ids = np.unique(groups)
+    if cfg.clients > len(ids):
+        raise ConfigError(f"partition.clients={cfg.clients} exceeds the {len(ids)} writers of the training data")
+    return [np.flatnonzero(np.isin(groups, chunk)) for chunk in np.array_split(rng.permutation(ids), cfg.clients)]
 
 
-def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int) -> list[np.ndarray]:
-    """Indices into `labels` for each client; validates the parameters against the data first."""
+def domains(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) -> list[np.ndarray]:
+    """Feature skew (FedBN, FedCSD's Office-Caltech-10): client i holds all of domain i (no
+    randomness; `rng` keeps the signature of the other kinds)."""
+    ids = np.unique(groups)
+    if cfg.clients != len(ids):
+        raise ConfigError(f"partition.kind=domains makes one client per domain: partition.clients must be "
+                          f"{len(ids)} (the domains in the training data), not {cfg.clients}")
+    return [np.flatnonzero(groups == d) for d in ids]
+
+
+LABEL_PARTITIONS = {"iid": iid, "dirichlet": dirichlet, "classes": classes}
+GROUP_PARTITIONS = {"writers": writers, "domains": domains}  # by each sample's writer / domain
+PARTITIONS = sorted([*LABEL_PARTITIONS, *GROUP_PARTITIONS])
+
+
+def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int,
+              groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """Indices into `labels` for each client; validates the parameters against the data first.
+    `groups` holds each sample's writer or domain id, which the writers and domains kinds split by."""
     labels = np.asarray(labels)
     if cfg.kind not in PARTITIONS:
-        raise ConfigError(f"partition.kind={cfg.kind!r} is unknown; valid: {sorted(PARTITIONS)}")
+        raise ConfigError(f"partition.kind={cfg.kind!r} is unknown; valid: {PARTITIONS}")
     if cfg.clients < 1 or cfg.clients > len(labels):
         raise ConfigError(f"partition.clients={cfg.clients} must lie in [1, {len(labels)}] (the training samples)")
     if cfg.kind == "dirichlet":
@@ -80,7 +104,11 @@ def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: 
     if cfg.kind == "classes" and not 1 <= cfg.k <= num_classes:
         raise ConfigError(f"partition.k={cfg.k} must lie in [1, {num_classes}] (the number of classes)")
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own, apart from training's
-    return PARTITIONS[cfg.kind](labels, num_classes, cfg, rng)
+    if cfg.kind in GROUP_PARTITIONS:
+        if groups is None:
+            raise ConfigError(f"partition.kind={cfg.kind} needs each sample's {cfg.kind[:-1]}, which this dataset does not record")
+        return GROUP_PARTITIONS[cfg.kind](np.asarray(groups), cfg, rng)
+    return LABEL_PARTITIONS[cfg.kind](labels, num_classes, cfg, rng)
 
 
 def count_matrix(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:

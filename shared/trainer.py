@@ -5,7 +5,8 @@ One run = one resolved config, written to an output directory:
     config.yaml       the resolved config (and its run id)
     partition.csv     client-by-class sample counts
     metrics.jsonl     one JSON record per round
-    metrics.json      the summary: final/best accuracy, curves, per-class accuracy, T(x%)
+    metrics.json      the summary: final/best accuracy, curves, per-class accuracy, T(x%), and
+                      on a dataset of domains (Office-Caltech-10) the accuracy on each domain
     checkpoint.pt     after every round (atomic); removed once the run completes
     model.pt          the final global model
 """
@@ -17,6 +18,7 @@ import math
 import os
 import platform
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from shared.batched import BatchedClients, unbatchable_reason
 from shared.config import RunConfig, identity, run_id, to_dict
 from shared.data import Split, atomic_save
 from shared.fedavg import ClientUpdate, FedAvg
@@ -32,6 +35,11 @@ from shared.federation import Client, Federation, build_federation, derive_seed
 from shared.methods import build_method
 from shared.models import Net, build_model, count_parameters
 from shared.partition import save_count_matrix
+
+
+# Runs in threads of one process (shared/multirun.py) share torch's global generator: seeding it
+# and drawing the initial weights from it happen under this lock.
+GLOBAL_RNG = threading.Lock()
 
 
 class Diverged(RuntimeError):
@@ -57,12 +65,17 @@ def sample_clients(cfg: RunConfig, round: int) -> list[int]:
 
 @torch.no_grad()
 def evaluate(model: Net, split: Split, federation: Federation, cfg: RunConfig) -> dict:
-    """Accuracy (%), mean loss and per-class accuracy (%) on a whole split."""
+    """Accuracy (%), mean loss and per-class accuracy (%) on a whole split; on a dataset of
+    domains also the accuracy (%) on each domain's part of the split."""
     was_training = model.training
     model.eval()
     k = federation.num_classes
+    dataset = federation.dataset
+    domains = dataset.groups if dataset.group_kind == "domain" and split.group is not None else []
     correct = torch.zeros(k, device=split.y.device)
     total = torch.zeros(k, device=split.y.device)
+    domain_correct = torch.zeros(len(domains), device=split.y.device)
+    domain_total = torch.zeros(len(domains), device=split.y.device)
     loss = torch.zeros((), device=split.y.device)
     for start in range(0, len(split), cfg.eval.batch_size):
         x = federation.augmenter.normalize(split.x[start:start + cfg.eval.batch_size])
@@ -70,18 +83,33 @@ def evaluate(model: Net, split: Split, federation: Federation, cfg: RunConfig) -
         with autocast(cfg, federation.device):
             logits = model(x).float()
         loss += F.cross_entropy(logits, y, reduction="sum")
-        correct += torch.bincount(y[logits.argmax(1) == y], minlength=k)
+        right = logits.argmax(1) == y
+        correct += torch.bincount(y[right], minlength=k)
         total += torch.bincount(y, minlength=k)
+        if domains:
+            domain = split.group[start:start + cfg.eval.batch_size]
+            domain_correct += torch.bincount(domain[right], minlength=len(domains))
+            domain_total += torch.bincount(domain, minlength=len(domains))
     model.train(was_training)
     per_class = (100 * correct / total.clamp(min=1)).tolist()
-    return {"acc": 100 * correct.sum().item() / len(split), "loss": loss.item() / len(split), "per_class_acc": per_class}
+    result = {"acc": 100 * correct.sum().item() / len(split), "loss": loss.item() / len(split), "per_class_acc": per_class}
+    if domains:
+        result["domain_acc"] = dict(zip(domains, (100 * domain_correct / domain_total.clamp(min=1)).tolist()))
+    return result
+
+
+def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:
+    """local.optimizer: SGD with momentum (the CV protocols) or Adam (FedGKD's DistilBERT runs)."""
+    if loc.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=loc.lr, weight_decay=loc.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=loc.lr, momentum=loc.momentum, weight_decay=loc.weight_decay)
 
 
 def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int) -> ClientUpdate:
     """Local training of one client from the model's current (global) weights."""
     loc = cfg.local
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=loc.lr, momentum=loc.momentum, weight_decay=loc.weight_decay)
+    optimizer = local_optimizer(model, loc)
     generator = torch.Generator(client.index.device).manual_seed(derive_seed(cfg.seed, round, client.id))
     method.start_client(client, model)
     steps, loss_sum = 0, torch.zeros((), device=client.index.device)
@@ -104,6 +132,20 @@ def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, rou
     return update
 
 
+def batched_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunConfig) -> BatchedClients | None:
+    """The batched trainer when `trainer.clients_per_step` asks for it and it covers this run;
+    otherwise None, with a note on stderr saying why clients train one after another."""
+    wanted = cfg.trainer.clients_per_step
+    if wanted == 1:
+        return None
+    reason = unbatchable_reason(method, model, cfg)
+    if reason:
+        print(f"note: trainer.clients_per_step={wanted} does not apply: {reason}; clients train one after another",
+              file=sys.stderr)
+        return None
+    return BatchedClients(method, model, federation, cfg, slots=min(wanted, len(sample_clients(cfg, 0))))
+
+
 def rounds_to_target(rounds: list[int], accs: list[float], target: float) -> int | None:
     """FedCAD's T(x%): the first evaluated round whose global accuracy reaches the target."""
     return next((r for r, a in zip(rounds, accs) if a >= target), None)
@@ -124,6 +166,7 @@ def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float
         "global_loss": [h["global_loss"] for h in evaluated],
         "local_acc": [h.get("local_acc") for h in evaluated],
         "per_class_acc": evaluated[-1]["per_class_acc"] if evaluated else None,
+        "domain_acc": evaluated[-1].get("domain_acc") if evaluated else None,  # by domain name (Office-Caltech-10)
         "rounds_to_target": {f"{t:g}": rounds_to_target(rounds, accs, t) for t in cfg.eval.target_acc},
         "wall_time_s": wall_time,
         **extra,
@@ -168,16 +211,26 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
     (out / "config.yaml").write_text(yaml.safe_dump({"run_id": rid, **to_dict(cfg)}, sort_keys=False))
 
     device = resolve_device(cfg.trainer.device)
+    if device.type == "cuda":  # cuDNN picks the fastest algorithm per shape (float rounding only)
+        torch.backends.cudnn.benchmark = True
     federation = build_federation(cfg, device)
     save_count_matrix(federation.counts, federation.dataset.classes, out / "partition.csv")
 
-    torch.manual_seed(cfg.seed)
-    global_model = build_model(cfg.model.name, federation.num_classes, federation.input_shape[0],
-                               federation.input_shape[-1], cfg.model.projection_dim).to(device)
+    with GLOBAL_RNG:
+        torch.manual_seed(cfg.seed)
+        global_model = build_model(cfg.model.name, federation.num_classes, federation.input_shape[0],
+                                   federation.input_shape[-1], cfg.model.projection_dim,
+                                   text=federation.dataset.text, pretrained=cfg.model.pretrained).to(device)
     if cfg.trainer.channels_last:
         global_model = global_model.to(memory_format=torch.channels_last)
     local_model = copy.deepcopy(global_model)
     method = build_method(cfg, federation)
+    batched = batched_trainer(method, local_model, federation, cfg)
+    if cfg.trainer.compile and batched is None:
+        # CUDA graphs (reduce-overhead) pay where a step is many small kernels; the batched
+        # trainer captures its own
+        use_graphs = device.type == "cuda" and cfg.trainer.cuda_graphs
+        local_model.compile(mode="reduce-overhead" if use_graphs else None)
 
     history: list[dict] = []
     elapsed = 0.0
@@ -193,7 +246,8 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
     rounds = progress_bar(cfg, total=cfg.federation.rounds, initial=len(history), desc=f"run {rid[:8]}", unit="round")
     for round in range(len(history), cfg.federation.rounds):
         started = time.perf_counter()
-        torch.manual_seed(derive_seed(cfg.seed, round))  # for any randomness of the method's own
+        with GLOBAL_RNG:
+            torch.manual_seed(derive_seed(cfg.seed, round))  # for any randomness of the method's own
         sampled = sample_clients(cfg, round)
         evaluate_now = (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
         method.prepare_round(round, global_model)
@@ -201,11 +255,20 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
 
         updates, local_accs = [], []
         try:
-            for cid in progress_bar(cfg, iterable=sampled, desc=f"round {round + 1}", unit="client", leave=False):
-                local_model.load_state_dict(global_state)
-                updates.append(train_client(method, federation.clients[cid], local_model, cfg, round))
-                if evaluate_now and cfg.eval.local:
-                    local_accs.append(evaluate(local_model, federation.test, federation, cfg)["acc"])
+            if batched is None:
+                for cid in progress_bar(cfg, iterable=sampled, desc=f"round {round + 1}", unit="client", leave=False):
+                    local_model.load_state_dict(global_state)
+                    updates.append(train_client(method, federation.clients[cid], local_model, cfg, round))
+                    if evaluate_now and cfg.eval.local:
+                        local_accs.append(evaluate(local_model, federation.test, federation, cfg)["acc"])
+            else:
+                for start in range(0, len(sampled), batched.slots):
+                    group = [federation.clients[cid] for cid in sampled[start:start + batched.slots]]
+                    trained = batched.train(group, global_model, round)
+                    updates += trained
+                    for update in trained if evaluate_now and cfg.eval.local else []:
+                        local_model.load_state_dict(update.state)
+                        local_accs.append(evaluate(local_model, federation.test, federation, cfg)["acc"])
         except Diverged as exc:
             status = f"diverged: {exc}"
             break
@@ -216,6 +279,8 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
         if evaluate_now:
             result = evaluate(global_model, federation.test, federation, cfg)
             record.update(global_acc=result["acc"], global_loss=result["loss"], per_class_acc=result["per_class_acc"])
+            if "domain_acc" in result:
+                record["domain_acc"] = result["domain_acc"]
             if local_accs:
                 record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
             if not math.isfinite(result["loss"]):

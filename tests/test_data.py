@@ -147,5 +147,5 @@ def test_synthetic_is_seeded_and_balanced(tiny_cfg):
 
 
 def test_unknown_dataset_lists_valid_names():
-    with pytest.raises(ConfigError, match=r"dataset.name='mnist' is unknown; valid: \['cifar10', 'cifar100'"):
+    with pytest.raises(ConfigError, match=r"dataset.name='mnist' is unknown; valid: \['ag_news', 'cifar10', 'cifar100', 'femnist'"):
         load_config(None, ["dataset=mnist"])

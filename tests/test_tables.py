@@ -5,6 +5,7 @@ import math
 
 import pandas as pd
 import pytest
+import yaml
 
 from shared.experiments import Column, Metric, Reported, Row, Table, expand
 from shared.tables import build_table
@@ -149,3 +150,24 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())["best"]
     assert best["a"]["point"] == {"method.mu": 0.1} and best["b"]["point"] == {"method.mu": 0.001}
     assert best["a"]["mean"] == pytest.approx(55.0)
+
+
+def test_sweep_and_round_metric_figures(tmp_path):
+    """FedCSD Figs. 3 and 5 from hand-written runs: one panel per hyperparameter, and a
+    method's own per-round number read from metrics.jsonl."""
+    from shared.figures import Figure, build_figure
+
+    table = make_table()
+    table.rows = table.rows[:2]
+    table.columns = [Column("μ=0.1", {"partition": {"beta": 0.1}}), Column("μ=1", {"partition": {"beta": 0.5}}),
+                     Column("τ=4", {"partition": {"beta": 5.0}})]
+    curves = {(r, c.label): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in table.columns}
+    write_runs(table, tmp_path / "runs", curves)
+    for cell in expand(table, "paper"):
+        lines = [json.dumps({"round": r, "mask_filter_rate": 0.5 / r}) for r in (1, 2, 3)]
+        (tmp_path / "runs" / cell.run_id / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    for kind, value in (("sweep", None), ("round_metric", "mask_filter_rate")):
+        figure = Figure("fedssd", f"fig_{kind}", "A test figure.", kind=kind, table=table, value=value)
+        build_figure(figure, "paper", tmp_path / "runs", tmp_path / kind)
+        assert (tmp_path / kind / "figure.png").stat().st_size > 0
+        assert len(yaml.safe_load((tmp_path / kind / "provenance.yaml").read_text())["runs"]) == 2 * 3 * 3  # rows x columns x seeds

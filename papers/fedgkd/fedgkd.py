@@ -27,6 +27,8 @@ from shared.fedavg import FedAvg, frozen_copy, kl_div, predict, weighted_average
 
 
 class FedGKD(FedAvg):
+    batched_clients = True  # per-sample terms; the teachers are the round's (shared/batched.py)
+
     @dataclass
     class Params:
         gamma: float = 0.2  # 0.2 for ResNet-8 and DistilBERT, 0.1 for ResNet-50

@@ -26,7 +26,7 @@ from shared.fedavg import GlobalTeacher, kl_div, predict
 def credibility_matrix(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Row-normalised confusion matrix: A[k1, k2] = P(predict k2 | true class k1)."""
     counts = torch.zeros(num_classes, num_classes, device=y.device)
-    counts.index_put_((y, pred), torch.ones_like(y, dtype=torch.float), accumulate=True)
+    counts.index_put_((y, pred), torch.ones_like(y, dtype=counts.dtype), accumulate=True)
     return counts / counts.sum(1, keepdim=True).clamp(min=1)
 
 
@@ -48,6 +48,8 @@ def selective_mask(m_class: torch.Tensor, m_sample: torch.Tensor, m_max: float, 
 
 
 class FedSSD(GlobalTeacher):
+    batched_clients = True  # per-sample terms; the teacher and M_class are the round's (shared/batched.py)
+
     @dataclass
     class Params:
         m_max: float = 0.01  # 0.01 on CIFAR-10, 0.001 on CIFAR-100 and Tiny-ImageNet

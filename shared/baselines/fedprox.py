@@ -7,6 +7,8 @@ from shared.fedavg import FedAvg
 
 
 class FedProx(FedAvg):
+    batched_clients = True  # per-sample CE plus a term equal for every sample (shared/batched.py)
+
     @dataclass
     class Params:
         mu: float = 0.01

@@ -1,0 +1,117 @@
+"""The batched trainer (trainer.clients_per_step) against the sequential one."""
+import copy
+import json
+
+import pytest
+import torch
+
+from shared import trainer
+from shared.batched import BatchedClients, StackedSGD, unbatchable_reason
+from shared.config import LocalConfig, run_id
+from shared.federation import build_federation
+from shared.methods import build_method
+from shared.models import build_model
+
+# Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients
+# run out of steps at different times and take short last batches. 16x16 images keep float64
+# convolutions (no fast CPU kernels) to seconds.
+ROUND = ["dataset.synthetic.image_size=16", "dataset.synthetic.train_per_class=24", "partition.beta=0.5",
+         "local.epochs=2", "local.batch_size=16", "local.momentum=0.9", "local.weight_decay=5e-4", "local.grad_clip=5"]
+
+
+@pytest.fixture
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def one_round_both_ways(cfg):
+    """Every client's weights after round 1 (round index 0), trained one after another and all in
+    one batched step, from the same global model."""
+    federation = build_federation(cfg, torch.device("cpu"))
+    torch.manual_seed(0)
+    global_model = build_model(cfg.model.name, federation.num_classes, 3, federation.input_shape[-1])
+    method = build_method(cfg, federation)
+    method.prepare_round(0, global_model)
+    clients = federation.clients
+    assert len({c.num_batches(cfg.local.batch_size) for c in clients}) > 1  # the test needs unequal clients
+
+    sequential = []
+    for client in clients:
+        model = copy.deepcopy(global_model)
+        sequential.append(trainer.train_client(method, client, model, cfg, 0))
+    batched = BatchedClients(method, copy.deepcopy(global_model), federation, cfg, slots=len(clients))
+    return sequential, batched.train(clients, global_model, 0)
+
+
+@pytest.mark.parametrize("method", [["method=fedavg"], ["method=fedssd", "aux.per_class=5"]])
+def test_batched_round_gives_the_sequential_weights_in_float64(tiny_cfg, float64, method):
+    sequential, batched = one_round_both_ways(tiny_cfg(*ROUND, *method))
+    for seq, bat in zip(sequential, batched):
+        assert (seq.client, seq.num_samples, seq.num_steps) == (bat.client, bat.num_samples, bat.num_steps)
+        assert seq.train_loss == pytest.approx(bat.train_loss, abs=1e-9)
+        assert seq.state.keys() == bat.state.keys()
+        assert max((seq.state[k] - bat.state[k]).abs().max().item() for k in seq.state) < 1e-6
+    # and training moved the weights, by different amounts for different clients
+    assert not torch.equal(sequential[0].state["classifier.weight"], sequential[1].state["classifier.weight"])
+
+
+def test_stacked_sgd_is_torch_sgd_per_client_and_leaves_inactive_clients_alone():
+    torch.manual_seed(0)
+    local = LocalConfig(lr=0.1, momentum=0.9, weight_decay=0.01)
+    shapes = [(4, 3), (4,)]
+    start = [torch.randn(3, *s) for s in shapes]  # 3 clients
+    stacked = StackedSGD([p.clone() for p in start], local)
+    models = [[p[c].clone().requires_grad_() for p in start] for c in range(3)]
+    optimizers = [torch.optim.SGD(m, lr=0.1, momentum=0.9, weight_decay=0.01) for m in models]
+    active_per_step = [[True, True, True], [True, False, True], [False, False, True], [True, True, False]]
+    for active in active_per_step:
+        grads = [torch.randn(3, *s) for s in shapes]
+        stacked.step(grads, torch.tensor(active))
+        for c in range(3):
+            if active[c]:
+                for p, g in zip(models[c], grads):
+                    p.grad = g[c].clone()
+                optimizers[c].step()
+    for c in range(3):
+        for j, p in enumerate(models[c]):
+            assert torch.equal(stacked.params[j][c], p.detach())
+            assert torch.equal(stacked.momentum_buffers[j][c], optimizers[c].state[p]["momentum_buffer"])
+
+
+def test_a_batched_run_matches_a_sequential_run_and_keeps_its_id(tiny_cfg, tmp_path):
+    small = ["dataset.synthetic.image_size=16", "federation.participation=0.75"]
+    sequential_cfg = tiny_cfg(*small)
+    batched_cfg = tiny_cfg(*small, "trainer.clients_per_step=2")
+    assert run_id(sequential_cfg) == run_id(batched_cfg)
+    sequential = trainer.run(sequential_cfg, tmp_path / "sequential")
+    batched = trainer.run(batched_cfg, tmp_path / "batched")
+    assert batched["status"] == "completed" and batched["rounds_completed"] == 2
+    assert batched["global_acc"] == pytest.approx(sequential["global_acc"], abs=2.0)  # float32 rounding
+    rows = [json.loads(line) for line in (tmp_path / "batched" / "metrics.jsonl").read_text().splitlines()]
+    assert all(len(r["local_accs"]) == 3 for r in rows)  # 3 clients a round, in groups of 2 and 1
+
+
+def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(tiny_cfg, tmp_path, capsys):
+    cfg = tiny_cfg("method=fedlsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16")
+    federation = build_federation(cfg, torch.device("cpu"))
+    model = build_model("fedavg_cnn", 10)
+    assert "does not declare batched_clients" in unbatchable_reason(build_method(cfg, federation), model, cfg)
+    with_batchnorm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    assert "BatchNorm" in unbatchable_reason(build_method(tiny_cfg(), federation), with_batchnorm, cfg)
+    assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
+    assert "clients train one after another" in capsys.readouterr().err
+
+
+def test_the_batched_step_has_a_batching_rule_for_every_op(tiny_cfg, recwarn):
+    """An op without one makes vmap loop over clients and samples, one kernel each: correct, and
+    hundreds of times slower on a GPU (F.kl_div was one; FedGKD distils with KL on ResNet-8)."""
+    cfg = tiny_cfg(*ROUND, "method=fedgkd", "model=resnet8", "partition.clients=2", "local.epochs=1")
+    federation = build_federation(cfg, torch.device("cpu"))
+    model = build_model("resnet8", federation.num_classes)
+    method = build_method(cfg, federation)
+    method.prepare_round(0, model)
+    BatchedClients(method, copy.deepcopy(model), federation, cfg, slots=2).train(federation.clients, model, 0)
+    assert not [w for w in recwarn if "batching rule" in str(w.message)]
