@@ -127,7 +127,7 @@ class BatchedClients:
     """Trains up to `slots` clients at once; `train` takes them a group at a time."""
 
     def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, slots: int):
-        self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
+        self.model, self.cfg = model, cfg
         self.device = federation.device
         names_params = [(f"model.{name}", p) for name, p in model.named_parameters()]
         self.names = [name for name, _ in names_params]
@@ -193,9 +193,8 @@ class BatchedClients:
         per_client = []
         for client in clients:
             length, count = client.epoch_length(loc.batch_size), client.num_batches(loc.batch_size)
-            epoch = [loc.batch_size] * (count - 1) + [length - loc.batch_size * (count - 1)]
-            per_client.append(epoch * loc.epochs)
-        table = np.zeros((max(map(len, per_client)), self.slots), dtype=np.int64)
+            per_client.append([min(loc.batch_size, length - loc.batch_size * i) for i in range(count)] * loc.epochs)
+        table = np.zeros((max(map(len, per_client), default=0), self.slots), dtype=np.int64)
         for c, sizes in enumerate(per_client):
             table[:len(sizes), c] = sizes
         return table
