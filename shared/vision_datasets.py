@@ -136,7 +136,10 @@ def convert_niid_bench_femnist(archive: Path) -> dict:
         for split, member in (("train", "training.pt"), ("test", "test.pt")):
             if member not in members:
                 raise DataError(f"{archive} holds no {member}; members: {sorted(members)}")
-            content = torch.load(io.BytesIO(tar.extractfile(members[member]).read()), weights_only=True)
+            try:  # weights_only: the file may hold tensors and numbers, nothing that runs code
+                content = torch.load(io.BytesIO(tar.extractfile(members[member]).read()), weights_only=True)
+            except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+                raise DataError(f"{archive}:{member} is not a torch file of tensors and numbers ({exc})") from exc
             try:
                 x, y, per_writer = content
                 x, y, per_writer = torch.as_tensor(x), torch.as_tensor(y).long(), torch.as_tensor(per_writer).long()

@@ -364,7 +364,7 @@ def test_smoke_scale_stands_in_for_each_dataset(setting, tmp_path, monkeypatch):
         "femnist_writers": (62, (1, 28, 28), "resnet8", "writer"),
         "femnist_digits": (10, (1, 28, 28), "fedavg_cnn", "writer"),
         "tiny_imagenet": (200, (3, 32, 32), "resnet8", None),
-        "office": (10, (3, 32, 32), "fedavg_cnn", "domain"),
+        "office": (10, (3, 32, 32), "resnet8", "domain"),
         "sst5": (5, (32,), "text_bow", None),
     }[setting]
     assert (ds.num_classes, federation.input_shape, run_cfg.model.name, ds.group_kind) == expected
