@@ -63,56 +63,13 @@ class Figure:
         return cells
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def plot_curves(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str) -> None:
-    import seaborn as sns
-
-    plt = _pyplot()
-    records = []
-    for c in cells:
-        m = load_metrics(runs_dir, c.run_id)
-        if m["status"] != "completed":
-            continue
-        for r, g, l in zip(m["eval_rounds"], m["global_acc"], m["local_acc"]):
-            records.append(dict(method=c.row.label, setting=c.column.label, seed=c.seed, round=r,
-                                **{"global test accuracy": g, "local average accuracy": l}))
-    frame = pd.DataFrame.from_records(records).melt(
-        id_vars=["method", "setting", "seed", "round"], var_name="metric", value_name="accuracy (%)")
-    grid = sns.relplot(data=frame, x="round", y="accuracy (%)", hue="method", row="metric", col="setting",
-                       kind="line", errorbar="sd", height=2.6, aspect=1.2, facet_kws={"sharey": False})
-    grid.set_titles("{col_name} | {row_name}")
-    grid.figure.suptitle(title, y=1.02)
-    for suffix in ("pdf", "png"):
-        grid.savefig(f"{out_stem}.{suffix}", dpi=150, bbox_inches="tight")
-    plt.close(grid.figure)
-
-
-def plot_partitions(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str) -> None:
-    """FedSSD Fig. 6: clients on the x axis, classes on the y axis, counts as colour."""
-    import seaborn as sns
-
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.2), squeeze=False)
-    for ax, c in zip(axes[0], cells):
-        counts = pd.read_csv(runs_dir / c.run_id / "partition.csv", index_col="client").to_numpy()
-        sns.heatmap(counts.T, ax=ax, cmap="Blues", cbar=False, annot=counts.size <= 200, fmt="d",
-                    annot_kws={"size": 5})
-        ax.set_title(c.column.label)
-        ax.set_xlabel("client")
-        ax.set_ylabel("class")
-    fig.suptitle(title)
-    fig.tight_layout()
-    for suffix in ("pdf", "png"):
-        fig.savefig(f"{out_stem}.{suffix}", dpi=150)
-    plt.close(fig)
 
 
 def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
@@ -125,13 +82,51 @@ def save(fig, out_stem: Path) -> None:
         fig.savefig(f"{out_stem}.{suffix}", dpi=150, bbox_inches="tight")
 
 
+def plot_curves(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str) -> None:
+    import seaborn as sns
+
+    plt = pyplot()
+    records = []
+    for c, m in completed(cells, runs_dir):
+        for r, g, l in zip(m["eval_rounds"], m["global_acc"], m["local_acc"]):
+            records.append(dict(method=c.row.label, setting=c.column.label, seed=c.seed, round=r,
+                                **{"global test accuracy": g, "local average accuracy": l}))
+    frame = pd.DataFrame.from_records(records).melt(
+        id_vars=["method", "setting", "seed", "round"], var_name="metric", value_name="accuracy (%)")
+    grid = sns.relplot(data=frame, x="round", y="accuracy (%)", hue="method", row="metric", col="setting",
+                       kind="line", errorbar="sd", height=2.6, aspect=1.2, facet_kws={"sharey": False})
+    grid.set_titles("{col_name} | {row_name}")
+    grid.figure.suptitle(title, y=1.02)
+    save(grid.figure, out_stem)
+    plt.close(grid.figure)
+
+
+def plot_partitions(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str) -> None:
+    """FedSSD Fig. 6: clients on the x axis, classes on the y axis, counts as colour."""
+    import seaborn as sns
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.2), squeeze=False)
+    for ax, c in zip(axes[0], cells):
+        counts = pd.read_csv(runs_dir / c.run_id / "partition.csv", index_col="client").to_numpy()
+        sns.heatmap(counts.T, ax=ax, cmap="Blues", cbar=False, annot=counts.size <= 200, fmt="d",
+                    annot_kws={"size": 5})
+        ax.set_title(c.column.label)
+        ax.set_xlabel("client")
+        ax.set_ylabel("class")
+    fig.suptitle(title)
+    fig.tight_layout()
+    save(fig, out_stem)
+    plt.close(fig)
+
+
 def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table, **_) -> None:
     """FedSSD Fig. 9, FedCSD Figs. 3-4: final accuracy against a hyperparameter's value."""
     import seaborn as sns
 
     from shared.tables import cell_value
 
-    plt = _pyplot()
+    plt = pyplot()
     records = []
     for c, m in completed(cells, runs_dir):
         parameter, _, value = c.column.label.partition("=")
@@ -151,7 +146,7 @@ def plot_round_metric(cells: list[Cell], runs_dir: Path, out_stem: Path, title: 
     """FedCSD Fig. 5: a method's own per-round number (metrics.jsonl) against the round."""
     import seaborn as sns
 
-    plt = _pyplot()
+    plt = pyplot()
     records = []
     for c, _m in completed(cells, runs_dir):
         for line in (runs_dir / c.run_id / "metrics.jsonl").read_text().splitlines():

@@ -68,11 +68,11 @@ def probe(table: Table, fedavg: Cell, runs_dir: Path, client: int | None = None)
 
 def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table, **_) -> None:
     """Ours above, the paper's numbers below, as the student abstract prints them."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
+
+    from shared.figures import pyplot, save
+
+    plt = pyplot()
 
     ours = probe(table, cells[0], Path(runs_dir))
     ours.to_csv(f"{out_stem}.csv")
@@ -84,6 +84,5 @@ def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str
         ax.set_xlabel("class")
     fig.suptitle(title)
     fig.tight_layout()
-    for suffix in ("pdf", "png"):
-        fig.savefig(f"{out_stem}.{suffix}", dpi=150)
+    save(fig, out_stem)
     plt.close(fig)
