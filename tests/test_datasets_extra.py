@@ -17,7 +17,7 @@ from PIL import Image
 from shared import text_datasets, trainer, vision_datasets
 from shared.config import ConfigError, PartitionConfig, load_config
 from shared.data import Archive, DataError, load_dataset
-from shared.experiments import smoke_scale
+from shared.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, smoke_scale
 from shared.federation import Augmenter, build_federation
 from shared.models import build_model
 from shared.partition import partition
@@ -360,15 +360,16 @@ def test_smoke_scale_stands_in_for_each_dataset(setting, tmp_path, monkeypatch):
     x, y = next(federation.clients[0].batches(8, torch.Generator().manual_seed(0)))
     assert model(x).shape == (len(y), federation.num_classes)
     s, ds = run_cfg.dataset.synthetic, federation.dataset
+    side = SMOKE_MAX_SIDE  # every image dataset shrinks to it
     expected = {  # classes, input shape, model, what the partition needs
-        "femnist_writers": (62, (1, 28, 28), "resnet8", "writer"),
-        "femnist_digits": (10, (1, 28, 28), "fedavg_cnn", "writer"),
-        "tiny_imagenet": (200, (3, 32, 32), "resnet8", None),
-        "office": (10, (3, 32, 32), "resnet8", "domain"),
+        "femnist_writers": (62, (1, side, side), "resnet8", "writer"),
+        "femnist_digits": (10, (1, side, side), "fedavg_cnn", "writer"),
+        "tiny_imagenet": (200, (3, side, side), "resnet8", None),
+        "office": (10, (3, side, side), "resnet8", "domain"),
         "sst5": (5, (32,), "text_bow", None),
     }[setting]
     assert (ds.num_classes, federation.input_shape, run_cfg.model.name, ds.group_kind) == expected
-    assert len(ds.train) <= 2000 and len(ds.test) <= 1000
+    assert len(ds.train) <= SMOKE_MAX_TRAIN and len(ds.test) <= SMOKE_MAX_TEST
     if setting == "femnist_writers":  # 5 writers per client, each client whole writers
         assert s.writers == 50 and all(len(ds.train.group[c.index.cpu()].unique()) == 5 for c in federation.clients)
     if setting == "office":
