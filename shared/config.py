@@ -63,6 +63,9 @@ class PartitionConfig:
     beta: float = 0.5  # Dirichlet concentration
     k: int = 2  # classes per client for kind=classes
     min_size: int = 10  # Dirichlet: redraw until every client holds this many samples
+    # kind=domains: every domain keeps only its first share x (the smallest domain's training
+    # size) samples, FedBN's equal-size domains (its fed_office.py: 0.5); None keeps them all
+    domain_share: float | None = None
 
 
 @dataclass
@@ -322,6 +325,8 @@ def validate(cfg: RunConfig) -> None:
                             f"use {' or '.join(DOMAIN_DATASETS)} (or synthetic with dataset.synthetic.domains named)")
         _check(p.clients == domains, f"partition.kind=domains makes one client of each of the {domains} domains of "
                                      f"{d.name}: partition.clients must be {domains}, not {p.clients}")
+    _check(p.domain_share is None or (p.kind == "domains" and 0 < p.domain_share <= 1),
+           f"partition.domain_share={p.domain_share} must lie in (0, 1], and only with partition.kind=domains")
     _check(cfg.aux.per_class >= 0, f"aux.per_class={cfg.aux.per_class} must be >= 0")
     _check(cfg.aux.source in ("train_head", "holdout"),
            f"aux.source={cfg.aux.source!r} is unknown; valid: ['holdout', 'train_head']")

@@ -71,13 +71,22 @@ def writers(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) 
 
 
 def domains(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) -> list[np.ndarray]:
-    """Feature skew (FedBN, FedCSD's Office-Caltech-10): client i holds all of domain i (no
-    randomness; `rng` keeps the signature of the other kinds)."""
+    """Feature skew (FedBN, FedCSD's Office-Caltech-10): client i holds all of domain i, or with
+    `domain_share` its first share x (the smallest domain's size) samples, as FedBN's
+    fed_office.py trims every domain to half the smallest (no randomness; `rng` keeps the
+    signature of the other kinds)."""
     ids = np.unique(groups)
     if cfg.clients != len(ids):
         raise ConfigError(f"partition.kind=domains makes one client per domain: partition.clients must be "
                           f"{len(ids)} (the domains in the training data), not {cfg.clients}")
-    return [np.flatnonzero(groups == d) for d in ids]
+    parts = [np.flatnonzero(groups == d) for d in ids]
+    if cfg.domain_share is None:
+        return parts
+    keep = int(cfg.domain_share * min(len(p) for p in parts))
+    if keep < 1:
+        raise ConfigError(f"partition.domain_share={cfg.domain_share} keeps no sample of the smallest domain "
+                          f"({min(len(p) for p in parts)} training samples)")
+    return [p[:keep] for p in parts]
 
 
 LABEL_PARTITIONS = {"iid": iid, "dirichlet": dirichlet, "classes": classes}

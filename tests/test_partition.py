@@ -89,3 +89,15 @@ def test_count_matrix_csv_and_heatmap(tmp_path):
 def test_invalid_parameters_are_named(cfg, message):
     with pytest.raises(ConfigError, match=message):
         partition(LABELS, 10, cfg, seed=0)
+
+
+def test_domains_one_client_each_and_fedbn_equal_share():
+    groups = np.repeat([0, 1, 2, 3], [50, 30, 8, 20])
+    labels = np.arange(len(groups)) % 10
+    whole = partition(labels, 10, PartitionConfig(kind="domains", clients=4), seed=0, groups=groups)
+    assert [len(p) for p in whole] == [50, 30, 8, 20] and all((groups[p] == d).all() for d, p in enumerate(whole))
+    # FedBN's fed_office.py: every domain keeps its first half-of-the-smallest samples
+    trimmed = partition(labels, 10, PartitionConfig(kind="domains", clients=4, domain_share=0.5), seed=0, groups=groups)
+    assert [p.tolist() for p in trimmed] == [w[:4].tolist() for w in whole]
+    with pytest.raises(ConfigError, match="partition.domain_share=0.1 keeps no sample of the smallest domain"):
+        partition(labels, 10, PartitionConfig(kind="domains", clients=4, domain_share=0.1), seed=0, groups=groups)
