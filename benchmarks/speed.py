@@ -13,7 +13,8 @@ for a local copy of CIFAR-10, `dataset=synthetic` (shaped like CIFAR) where ther
 
 Variants: `reference`; `sequential` (our trainer in fp32, one client after another); `bf16`
 (bf16 autocast and channels_last); `batched` (`trainer.clients_per_step` = clients per round,
-fp32; CUDA graphs on CUDA) and `batched-bf16`; for ResNet-50 `fp32` (our trainer in fp32
+fp32; CUDA graphs on CUDA) and `batched-bf16`; on the CPU `threads` (`trainer.client_threads`
+= torch's CPU threads, each client on one) and `threads-bf16`; for ResNet-50 `fp32` (our trainer in fp32
 eager), `bf16` and `bf16-compile` (and torch.compile, CUDA graphs on CUDA). bf16 changes a
 run's numbers beyond rounding (`trainer.amp` is part of its id); its accuracy should still
 agree within seed noise. On CUDA with --peak-tflops (or a GPU in PEAK_BF16_TFLOPS) the script also
@@ -62,7 +63,7 @@ CONFIGS = {
     # E=10 as in the paper, and every round tests the global and the 10 local models on all
     # 10,000 test images
     "cpu": (deep_merge(FEDSSD, {"dataset": {"train_subset": 10000}, "federation": {"rounds": 3}}),
-            SMALL_MODEL_VARIANTS),
+            [*SMALL_MODEL_VARIANTS, "threads", "threads-bf16"]),
 }
 VARIANT_OVERRIDES = {  # "batched" variants also set trainer.clients_per_step to the clients per round
     "sequential": [],
@@ -71,6 +72,8 @@ VARIANT_OVERRIDES = {  # "batched" variants also set trainer.clients_per_step to
     "bf16-compile": ["trainer.amp=true", "trainer.channels_last=true", "trainer.compile=true"],
     "batched": [],
     "batched-bf16": ["trainer.amp=true"],
+    "threads": [],
+    "threads-bf16": ["trainer.amp=true", "trainer.channels_last=true"],
 }
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from NVIDIA's data sheets, by a
 # substring of torch.cuda.get_device_name
@@ -82,6 +85,8 @@ def variant_config(base: dict, overrides: list[str], variant: str) -> RunConfig:
     if variant.startswith("batched"):  # every client of a round in one step
         clients_per_round = len(sample_clients(load_config(None, common), 0))
         common.append(f"trainer.clients_per_step={clients_per_round}")
+    if variant.startswith("threads"):  # as many clients at once as torch has CPU threads
+        common.append(f"trainer.client_threads={torch.get_num_threads()}")
     return load_config(None, common)
 
 

@@ -54,18 +54,24 @@ from shared.federation import Client, Federation, derive_seed
 from shared.models import Net
 
 
-def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:
-    """Why these clients cannot be trained in one step (None when they can)."""
+def dependent_clients_reason(method: FedAvg, cfg: RunConfig) -> str | None:
+    """Why this method's clients cannot train side by side, in one step or in threads: its
+    local training reads or changes state beyond the round's (None when it does not)."""
     cls = type(method)
-    if cfg.local.optimizer != "sgd":
-        return f"local.optimizer={cfg.local.optimizer} (the batched step implements SGD)"
-    if any(True for _ in model.buffers()):
-        return f"model {cfg.model.name} has buffers (BatchNorm statistics cannot be vmapped)"
     if not vars(cls).get("batched_clients", False):
         return f"method {cfg.method['name']} ({cls.__name__}) does not declare batched_clients"
     if cls.start_client is not FedAvg.start_client or cls.finish_client is not FedAvg.finish_client:
         return f"method {cfg.method['name']} keeps per-client state (start_client / finish_client)"
     return None
+
+
+def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:
+    """Why these clients cannot be trained in one step (None when they can)."""
+    if cfg.local.optimizer != "sgd":
+        return f"local.optimizer={cfg.local.optimizer} (the batched step implements SGD)"
+    if any(True for _ in model.buffers()):
+        return f"model {cfg.model.name} has buffers (BatchNorm statistics cannot be vmapped)"
+    return dependent_clients_reason(method, cfg)
 
 
 def view_per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

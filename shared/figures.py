@@ -134,8 +134,9 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
                             **{table.metric_for(c.column).label: cell_value(table.metric_for(c.column), m, None)}))
     frame = pd.DataFrame.from_records(records)
     y = frame.columns[-1]
+    dodge = 0.2 if frame["method"].nunique() > 1 else False  # seaborn divides by (methods - 1)
     grid = sns.catplot(data=frame, x="value", y=y, hue="method", col="parameter", kind="point", errorbar="sd",
-                       height=3, aspect=1.2, sharex=False, sharey=False, markers="o", dodge=0.2)
+                       height=3, aspect=1.2, sharex=False, sharey=False, markers="o", dodge=dodge)
     grid.set_titles("{col_name}")
     grid.figure.suptitle(title, y=1.04)
     save(grid.figure, out_stem)

@@ -152,13 +152,14 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     assert best["a"]["mean"] == pytest.approx(55.0)
 
 
-def test_sweep_and_round_metric_figures(tmp_path):
+@pytest.mark.parametrize("methods", [1, 2])  # FedCSD's Figs. 3 and 4 draw FedCSD alone
+def test_sweep_and_round_metric_figures(tmp_path, methods):
     """FedCSD Figs. 3 and 5 from hand-written runs: one panel per hyperparameter, and a
     method's own per-round number read from metrics.jsonl."""
     from shared.figures import Figure, build_figure
 
     table = make_table()
-    table.rows = table.rows[:2]
+    table.rows = table.rows[:methods]
     table.columns = [Column("μ=0.1", {"partition": {"beta": 0.1}}), Column("μ=1", {"partition": {"beta": 0.5}}),
                      Column("τ=4", {"partition": {"beta": 5.0}})]
     curves = {(r, c.label): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in table.columns}
@@ -170,4 +171,4 @@ def test_sweep_and_round_metric_figures(tmp_path):
         figure = Figure("fedssd", f"fig_{kind}", "A test figure.", kind=kind, table=table, value=value)
         build_figure(figure, "paper", tmp_path / "runs", tmp_path / kind)
         assert (tmp_path / kind / "figure.png").stat().st_size > 0
-        assert len(yaml.safe_load((tmp_path / kind / "provenance.yaml").read_text())["runs"]) == 2 * 3 * 3  # rows x columns x seeds
+        assert len(yaml.safe_load((tmp_path / kind / "provenance.yaml").read_text())["runs"]) == methods * 3 * 3  # rows x columns x seeds
