@@ -362,8 +362,13 @@ def validate(cfg: RunConfig) -> None:
 
 # --- identity -----------------------------------------------------------------------------
 
+def without_unset(values: dict) -> dict:
+    return {k: without_unset(v) if isinstance(v, dict) else v for k, v in values.items() if v is not None}
+
+
 def identity(cfg: RunConfig) -> dict:
-    """The resolved config without the keys that do not change the result."""
+    """The resolved config without the keys that do not change the result, and without the
+    keys left unset (None): a new optional switch, off by default, keeps every finished run."""
     values = to_dict(cfg)
     for key in RUNTIME_KEYS:
         *parents, leaf = key.split(".")
@@ -371,7 +376,7 @@ def identity(cfg: RunConfig) -> dict:
         for part in parents:
             node = node[part]
         node.pop(leaf, None)
-    return values
+    return without_unset(values)
 
 
 def run_id(cfg: RunConfig) -> str:

@@ -172,7 +172,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
             rows.append(dict(row=row.label, column=column.label, ours_mean=s["mean"], ours_std=s["std"], n=s.n,
                              paper_mean=paper_mean, paper_std=paper_std, diff=diff,
                              within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
-                             status=s.status))
+                             failed=s.failed, status=s.status))
     return pd.DataFrame.from_records(rows)
 
 
@@ -190,6 +190,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str) -> str:
             c = comp[(comp.row == row.label) & (comp.column == column.label)].iloc[0]
             places = decimals(table.metric_for(column))
             ours = "n/i" if c.status == "not implemented" else fmt(c.ours_mean, c.ours_std, c.n, places)
+            ours += f" ({c.failed} failed)" if c.failed and c.status != "not implemented" else ""
             paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
                         2 if not math.isnan(c.paper_std) else 1, places)
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
@@ -197,7 +198,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str) -> str:
             cells.append(f"{ours} / {paper}{diff}{flag}")
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     lines += ["", "Each cell: ours / paper (difference). ✓: within two standard deviations; "
-              "✗: outside; n/i: method not implemented yet."]
+              "✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or diverged, "
+              "the mean is over the others."]
     if table.notes:
         lines += ["", f"Notes: {table.notes}"]
     return "\n".join(lines) + "\n"

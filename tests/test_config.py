@@ -27,6 +27,18 @@ def test_run_id_ignores_runtime_keys_only():
     assert run_id(load_config(None, ["data_root=/elsewhere", "trainer.device=cpu", "trainer.progress=false"])) == base
     assert run_id(load_config(None, ["seed=1"])) != base
     assert run_id(load_config(None, ["trainer.amp=true"])) != base
+    assert run_id(load_config(None, ["trainer.client_threads=2"])) == run_id(load_config(None, ["trainer.clients_per_step=2"])) == base
+
+
+def test_run_id_leaves_out_unset_keys():
+    """An optional switch that is off (None) by default, added later, keeps every run's id."""
+    from shared.config import identity
+
+    cfg = load_config(None, [])
+    assert cfg.partition.domain_share is None and "domain_share" not in identity(cfg)["partition"]
+    assert cfg.local.grad_clip is None and "grad_clip" not in identity(cfg)["local"]
+    domains = ["dataset=synthetic", "dataset.synthetic.domains=[a,b]", "partition.kind=domains", "partition.clients=2"]
+    assert run_id(load_config(None, [*domains, "partition.domain_share=0.5"])) != run_id(load_config(None, domains))
 
 
 @pytest.mark.parametrize(

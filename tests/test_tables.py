@@ -67,6 +67,8 @@ def test_table_cells_marks_and_comparison(tmp_path):
     assert bool(comparison.loc[("FedAvg", "a"), "within_spread"])
     assert comparison.loc[("FedAvg", "b"), "diff"] == pytest.approx(1.0)
     assert math.isnan(comparison.loc[("FedProx", "b"), "paper_mean"])
+    assert comparison.loc[("FedProx", "b"), "failed"] == 1
+    assert "| 71.50 ± 0.50 (1 failed) / -" in (tmp_path / "out" / "comparison.md").read_text()
     provenance = (tmp_path / "out" / "provenance.yaml").read_text()
     assert "gpu_hours: 12.0" in provenance and "runs_failed: 1" in provenance
 
