@@ -14,7 +14,7 @@ for a local copy of CIFAR-10, `dataset=synthetic` (shaped like CIFAR) where ther
 Variants: `reference`; `sequential` (our trainer in fp32, one client after another); `bf16`
 (bf16 autocast and channels_last); `batched` (`trainer.clients_per_step` = clients per round,
 fp32; CUDA graphs on CUDA) and `batched-bf16`; on the CPU `threads` (`trainer.client_threads`
-= torch's CPU threads, each client on one) and `threads-bf16`; for ResNet-50 `fp32` (our trainer in fp32
+= torch's CPU threads, each client on one; channels_last, fp32) and `threads-bf16`; for ResNet-50 `fp32` (our trainer in fp32
 eager), `bf16` and `bf16-compile` (and torch.compile, CUDA graphs on CUDA). bf16 changes a
 run's numbers beyond rounding (`trainer.amp` is part of its id); its accuracy should still
 agree within seed noise. On CUDA with --peak-tflops (or a GPU in PEAK_BF16_TFLOPS) the script also
@@ -72,7 +72,7 @@ VARIANT_OVERRIDES = {  # "batched" variants also set trainer.clients_per_step to
     "bf16-compile": ["trainer.amp=true", "trainer.channels_last=true", "trainer.compile=true"],
     "batched": [],
     "batched-bf16": ["trainer.amp=true"],
-    "threads": [],
+    "threads": ["trainer.channels_last=true"],
     "threads-bf16": ["trainer.amp=true", "trainer.channels_last=true"],
 }
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from NVIDIA's data sheets, by a

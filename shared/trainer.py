@@ -154,7 +154,7 @@ class ClientThreads:
     the GIL, and a small model's operators use one core well but two poorly, so two clients on
     one core each beat one client on two. Each client's training is what the sequential loop
     does (its own generator, optimizer and model copy), so results equal it up to the rounding
-    that torch's thread count may change. Returned in the order of `sampled`."""
+    that torch's thread count may change."""
 
     def __init__(self, model: Net, threads: int):
         self.threads = threads
@@ -163,7 +163,9 @@ class ClientThreads:
             self.models.put(model if i == 0 else copy.deepcopy(model))
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="client")
 
-    def map(self, train_one, sampled: list[int]) -> list:
+    def map(self, train_one, sampled: list[int], sizes: list[int]) -> list:
+        """train_one(cid, model) for every sampled client, the largest first (so that no
+        thread is left with a large client at the end), returned in the order of `sampled`."""
         cores = torch.get_num_threads()
 
         def on_a_free_model(cid):
@@ -174,10 +176,12 @@ class ClientThreads:
             finally:
                 self.models.put(model)
 
+        largest_first = sorted(sampled, key=lambda cid: -sizes[cid])
         try:
-            return list(self.pool.map(on_a_free_model, sampled))
+            results = dict(zip(largest_first, self.pool.map(on_a_free_model, largest_first)))
         finally:
             torch.set_num_threads(cores)
+        return [results[cid] for cid in sampled]
 
 
 def client_threads(method: FedAvg, model: Net, cfg: RunConfig) -> ClientThreads | None:
@@ -314,7 +318,7 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
                     results = [train_and_test(cid, local_model) for cid in
                                progress_bar(cfg, iterable=sampled, desc=f"round {round + 1}", unit="client", leave=False)]
                 else:
-                    results = threads.map(train_and_test, sampled)
+                    results = threads.map(train_and_test, sampled, [c.num_samples for c in federation.clients])
                 updates = [update for update, _ in results]
                 local_accs = [acc for _, acc in results if acc is not None]
             else:

@@ -41,3 +41,30 @@ def test_resnet8_uses_groupnorm_with_16_channels_per_group():
     norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert norms and all(m.num_channels // m.num_groups == 16 for m in norms)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+
+
+def test_fedavg_cnn_pools_before_relu_with_the_papers_numbers():
+    """MOON's simple-cnn applies ReLU then max-pool; ours pools first (cheaper). ReLU is monotone,
+    so outputs and every gradient are equal bit for bit."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = build_model("fedavg_cnn", 10)
+    x = torch.randn(16, 3, 32, 32)
+    x[:, :, :8] = -1.0  # whole pooling windows below zero, where the order could matter
+
+    def papers_order(net, x):
+        cnn = net.backbone
+        x = F.max_pool2d(F.relu(cnn.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(cnn.conv2(x)), 2)
+        x = F.relu(cnn.fc2(F.relu(cnn.fc1(x.flatten(1)))))
+        return net.classifier(x)
+
+    grads = []
+    for forward in (lambda x: model(x), lambda x: papers_order(model, x)):
+        model.zero_grad()
+        out = forward(x)
+        out.square().sum().backward()
+        grads.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1]))

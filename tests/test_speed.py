@@ -30,7 +30,7 @@ def test_speed_benchmark_runs_every_small_model_variant_and_writes_json(tmp_path
     out = tmp_path / "speed.json"
     assert main(["cpu", *TINY_FEDSSD, f"data_root={tmp_path}", "--rounds", "1", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert set(report["variants"]) == {"reference", "sequential", "bf16", "batched", "batched-bf16"}
+    assert set(report["variants"]) == {"reference", "sequential", "bf16", "batched", "batched-bf16", "threads", "threads-bf16"}
     for variant in report["variants"].values():
         assert variant["rounds"] == 1 and variant["samples_per_s"] > 0 and variant["accuracy_comparable"]
     # the same partition, initial weights and samples: fp32 runs agree to float rounding (a test

@@ -10,7 +10,8 @@ SCALE = config["scale"]
 PYTHON = sys.executable  # the environment Snakemake runs in trains too (a venv need not be activated)
 # Keys that do not change a run's result, passed to every run.
 RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
-           "trainer": {"device": config["device"], "progress": False, "clients_per_step": config.get("clients_per_step", 1)}}
+           "trainer": {"device": config["device"], "progress": False, "clients_per_step": config.get("clients_per_step", 1),
+                       "client_threads": config.get("client_threads", 1)}}
 
 # Every run any table, figure or search needs at this scale, by run id: a run two of them
 # share is one job.
