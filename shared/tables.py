@@ -281,7 +281,8 @@ def build_search(search: Search, scale: str, runs_dir: str | Path, out_dir: str 
         col = summary[(summary.column == column.label) & summary["mean"].notna()]
         if len(col):
             top = col.sort_values("mean", ascending=not grid.metric_for(column).higher_is_better).iloc[0]
-            best[column.label] = {"point": points[top.row], "mean": float(top["mean"]), "std": float(top["std"])}
+            best[column.label] = {"point": dict(points[top.row]),  # a copy: no YAML alias when two settings agree
+                                  "mean": float(top["mean"]), "std": float(top["std"])}
     (out / "best.yaml").write_text(yaml.safe_dump(
         {"search": f"{search.paper}/{search.name}", "method": search.row, "grid": search.grid, "best": best},
         sort_keys=False, allow_unicode=True))
