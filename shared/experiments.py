@@ -324,14 +324,11 @@ class Search:
 
 
 def paper_searches(paper: str) -> dict[str, Search]:
-    return {s.name: s for s in getattr(paper_module(paper), "SEARCHES", [])}
+    return declared(paper, "SEARCHES")
 
 
 def get_search(paper: str, name: str) -> Search:
-    searches = paper_searches(paper)
-    if name not in searches:
-        raise ConfigError(f"{paper} has no search {name!r}; valid: {sorted(searches)}")
-    return searches[name]
+    return declared_one(paper, "SEARCHES", "search", name)
 
 
 def load_metrics(runs_dir, run_id: str) -> dict:
@@ -345,15 +342,24 @@ def paper_module(paper: str):
     return importlib.import_module(f"papers.{paper}.tables")
 
 
+def declared(paper: str, attribute: str) -> dict:
+    """What papers/<paper>/tables.py lists under `attribute` (TABLES, FIGURES, SEARCHES), by name."""
+    return {item.name: item for item in getattr(paper_module(paper), attribute, [])}
+
+
+def declared_one(paper: str, attribute: str, kind: str, name: str):
+    items = declared(paper, attribute)
+    if name not in items:
+        raise ConfigError(f"{paper} has no {kind} {name!r}; valid: {sorted(items)}")
+    return items[name]
+
+
 def paper_tables(paper: str) -> dict[str, Table]:
-    return {t.name: t for t in paper_module(paper).TABLES}
+    return declared(paper, "TABLES")
 
 
 def get_table(paper: str, name: str) -> Table:
-    tables = paper_tables(paper)
-    if name not in tables:
-        raise ConfigError(f"{paper} has no table {name!r}; valid: {sorted(tables)}")
-    return tables[name]
+    return declared_one(paper, "TABLES", "table", name)
 
 
 def all_tables() -> list[Table]:

@@ -35,7 +35,12 @@ class Augmenter:
         self.augment, self.pad, self.channels_last, self.max_rotation = augment, pad, channels_last, max_rotation
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        x = (x.float() - self.mean) / self.std
+        return self.layout(self.standardize(x))
+
+    def standardize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() - self.mean) / self.std
+
+    def layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def rotate(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -47,18 +52,13 @@ class Augmenter:
         grid = F.affine_grid(theta, list(x.shape), align_corners=False)
         return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
-    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        if not self.augment:
-            return self.normalize(x)
-        if self.max_rotation:  # on the raw pixels, so that the corners are black as in torchvision
-            x = self.rotate(x.float(), generator)
-        x = self.normalize(x)
+    def crop_and_flip(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """A random crop of the reflect-padded image (none when pad is 0) and a random flip."""
         b, c, h, w = x.shape
         dev, p = x.device, self.pad
-        if not p:  # flip only
+        if not p:
             flip = torch.rand(b, 1, 1, 1, generator=generator, device=dev) < 0.5
-            out = torch.where(flip, x.flip(-1), x)
-            return out.contiguous(memory_format=torch.channels_last) if self.channels_last else out
+            return torch.where(flip, x.flip(-1), x)
         padded = F.pad(x, (p, p, p, p), mode="reflect")
         dy = torch.randint(0, 2 * p + 1, (b, 1), generator=generator, device=dev)
         dx = torch.randint(0, 2 * p + 1, (b, 1), generator=generator, device=dev)
@@ -66,9 +66,15 @@ class Augmenter:
         rows = dy + torch.arange(h, device=dev)
         cols = torch.arange(w, device=dev).expand(b, w)
         cols = torch.where(flip, w - 1 - cols, cols) + dx  # crop and flip in one gather
-        out = padded[torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(c, device=dev).view(1, c, 1, 1),
-                     rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
-        return out.contiguous(memory_format=torch.channels_last) if self.channels_last else out
+        return padded[torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(c, device=dev).view(1, c, 1, 1),
+                      rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if not self.augment:
+            return self.normalize(x)
+        if self.max_rotation:  # on the raw pixels, so that the corners are black as in torchvision
+            x = self.rotate(x.float(), generator)
+        return self.layout(self.crop_and_flip(self.standardize(x), generator))
 
 
 class TokenIds:

@@ -11,7 +11,7 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from shared.experiments import Cell, Table, expand, get_table, load_metrics, paper_module
+from shared.experiments import Cell, Table, declared, declared_one, expand, get_table, load_metrics
 
 
 @dataclass
@@ -187,13 +187,8 @@ def build_figure(figure: Figure, scale: str, runs_dir: str | Path, out_dir: str 
 
 
 def paper_figures(paper: str) -> dict[str, Figure]:
-    return {f.name: f for f in getattr(paper_module(paper), "FIGURES", [])}
+    return declared(paper, "FIGURES")
 
 
 def get_figure(paper: str, name: str) -> Figure:
-    from shared.config import ConfigError
-
-    figures = paper_figures(paper)
-    if name not in figures:
-        raise ConfigError(f"{paper} has no figure {name!r}; valid: {sorted(figures)}")
-    return figures[name]
+    return declared_one(paper, "FIGURES", "figure", name)

@@ -35,6 +35,15 @@ def serve(monkeypatch, module, attribute, path):
     monkeypatch.setattr(module, attribute, Archive(path.as_uri(), official.filename, md5(path)))
 
 
+def serve_generated(tmp_path, monkeypatch, attribute, make):
+    """`make` writes a small archive in the official format; it is served as vision_datasets' `attribute`."""
+    path = tmp_path / "server" / getattr(vision_datasets, attribute).filename
+    path.parent.mkdir(exist_ok=True)
+    make(path)
+    serve(monkeypatch, vision_datasets, attribute, path)
+    return path
+
+
 def cfg(root, *overrides):
     return load_config(None, [f"data_root={root}", *CPU, *overrides])
 
@@ -59,11 +68,7 @@ def make_niid_bench_femnist(path):
 
 @pytest.fixture
 def niid_femnist(tmp_path, monkeypatch):
-    served = tmp_path / "server" / "femnist.tar.gz"
-    served.parent.mkdir()
-    make_niid_bench_femnist(served)
-    serve(monkeypatch, vision_datasets, "NIID_BENCH_FEMNIST", served)
-    return served
+    return serve_generated(tmp_path, monkeypatch, "NIID_BENCH_FEMNIST", make_niid_bench_femnist)
 
 
 def test_femnist_digits_download_verify_cache_and_writers(niid_femnist, tmp_path):
@@ -196,11 +201,7 @@ def make_tiny_imagenet(path):
 
 @pytest.fixture
 def tiny_server(tmp_path, monkeypatch):
-    served = tmp_path / "server" / "tiny-imagenet-200.zip"
-    served.parent.mkdir()
-    make_tiny_imagenet(served)
-    serve(monkeypatch, vision_datasets, "TINY_IMAGENET", served)
-    return served
+    return serve_generated(tmp_path, monkeypatch, "TINY_IMAGENET", make_tiny_imagenet)
 
 
 def test_tiny_imagenet_download_verify_and_val_regrouped_by_class(tiny_server, tmp_path):
