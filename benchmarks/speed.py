@@ -2,7 +2,7 @@
 config and seed: seconds per round, training samples per second, the ratio, final accuracies.
 
     python -m benchmarks.speed CONFIG [key=value ...] [--rounds N] [--reference-rounds N]
-                               [--variants NAME ...] [--peak-tflops X] [--out FILE]
+                               [--variants NAME ...] [--repeats N] [--peak-tflops X] [--out FILE]
 
 CONFIG is one of CONFIGS: the papers' defaults (`fedssd`, `fedssd-noteacher`, `fedgkd`,
 `resnet50`, real CIFAR through shared.data) and `cpu` (FedSSD's setting cut to CPU size). The
@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="rounds of our trainer (default: the config's)")
     parser.add_argument("--reference-rounds", type=int, help="rounds of the reference (default: --rounds)")
     parser.add_argument("--variants", nargs="*", help="a subset of the config's variants")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run the variants this many times, alternating; report each one's median s/round")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, for the local-step utilisation")
     parser.add_argument("--out", help="JSON file (default: benchmarks/results/<config>-<device>.json)")
     args = parser.parse_args(argv)
@@ -195,21 +197,31 @@ def main(argv: list[str] | None = None) -> int:
     first = next(iter(configs.values()))
     device = resolve_device(first.trainer.device)
     rounds = args.rounds or first.federation.rounds
+    # On a shared machine the speed drifts over minutes; repeats alternate the variants, so that
+    # each variant's median and each repeat's ratios see the same conditions.
+    repeats: dict[str, list[dict]] = {v: [] for v in configs}
+    for repeat in range(args.repeats):
+        for variant, cfg in configs.items():
+            started = time.perf_counter()
+            if variant == "reference":
+                result = run_reference(cfg, args.reference_rounds or rounds)
+            else:
+                result = run_ours(cfg, rounds)
+            repeats[variant].append(summarise(result))
+            print(f"{variant}: {repeats[variant][-1]['seconds_per_round']:.2f} s/round, final acc {result['final_acc']:.2f} "
+                  f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     results = {}
-    for variant, cfg in configs.items():
-        started = time.perf_counter()
-        if variant == "reference":
-            result = run_reference(cfg, args.reference_rounds or rounds)
-        else:
-            result = run_ours(cfg, rounds)
-        results[variant] = summarise(result)
-        print(f"{variant}: {results[variant]['seconds_per_round']:.2f} s/round, final acc {result['final_acc']:.2f} "
-              f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    for variant, runs in repeats.items():
+        per_round = [r["seconds_per_round"] for r in runs]
+        results[variant] = {**min(runs, key=lambda r: abs(r["seconds_per_round"] - statistics.median(per_round))),
+                            "seconds_per_round": statistics.median(per_round), "seconds_per_round_repeats": per_round}
 
     if "reference" in results:
         reference = results["reference"]
         for variant, result in results.items():
             result["speedup_vs_reference"] = reference["seconds_per_round"] / result["seconds_per_round"]
+            result["speedup_per_repeat"] = [a / b for a, b in zip(reference["seconds_per_round_repeats"],
+                                                                   result["seconds_per_round_repeats"])]
             result["accuracy_comparable"] = result["rounds"] == reference["rounds"]
 
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items()
@@ -227,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
 
-    print(f"\n{args.config} on {report['hardware']} (torch {torch.__version__}), {rounds} rounds\n")
-    print("| variant | s / round | samples / s | x reference | final acc (%) |")
-    print("|---|---|---|---|---|")
+    print(f"\n{args.config} on {report['hardware']} (torch {torch.__version__}), {rounds} rounds, "
+          f"median of {args.repeats} repeat(s)\n")
+    print("| variant | s / round | samples / s | x reference | x reference per repeat | final acc (%) |")
+    print("|---|---|---|---|---|---|")
     for variant, r in results.items():
         ratio = f"{r['speedup_vs_reference']:.2f}" if "speedup_vs_reference" in r else "-"
+        per_repeat = ", ".join(f"{x:.2f}" for x in r.get("speedup_per_repeat", [])) or "-"
         acc = f"{r['final_acc']:.2f}" + ("" if r.get("accuracy_comparable", True) else f" ({r['rounds']} rounds)")
-        print(f"| {variant} | {r['seconds_per_round']:.2f} | {r['samples_per_s']:.0f} | {ratio} | {acc} |")
+        print(f"| {variant} | {r['seconds_per_round']:.2f} | {r['samples_per_s']:.0f} | {ratio} | {per_repeat} | {acc} |")
     for variant, s in local_steps.items():
         fraction = f", {100 * s['fraction_of_bf16_peak']:.0f}% of the bf16 peak" if s["fraction_of_bf16_peak"] else ""
         print(f"local steps, {variant}: {s['tflops']:.1f} TFLOP/s{fraction}")

@@ -53,28 +53,30 @@ class Augmenter:
         return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
     def crop_and_flip(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """A random crop of the reflect-padded image (none when pad is 0) and a random flip."""
+        """A random crop of the reflect-padded image (none when pad is 0) and a random flip.
+
+        Every crop is a window of the padded image, or of its mirror image when the sample is
+        flipped (the window at dx of the mirror is the mirrored window at 2p - dx); `unfold`
+        makes each window a view, so one gather cuts them all. It runs on the raw pixels, before
+        standardisation: uint8 is a quarter of the bytes to move, and the numbers are the same."""
         b, c, h, w = x.shape
         dev, p = x.device, self.pad
         if not p:
             flip = torch.rand(b, 1, 1, 1, generator=generator, device=dev) < 0.5
             return torch.where(flip, x.flip(-1), x)
         padded = F.pad(x, (p, p, p, p), mode="reflect")
-        dy = torch.randint(0, 2 * p + 1, (b, 1), generator=generator, device=dev)
-        dx = torch.randint(0, 2 * p + 1, (b, 1), generator=generator, device=dev)
-        flip = torch.rand(b, 1, generator=generator, device=dev) < 0.5
-        rows = dy + torch.arange(h, device=dev)
-        cols = torch.arange(w, device=dev).expand(b, w)
-        cols = torch.where(flip, w - 1 - cols, cols) + dx  # crop and flip in one gather
-        return padded[torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(c, device=dev).view(1, c, 1, 1),
-                      rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+        dy = torch.randint(0, 2 * p + 1, (b,), generator=generator, device=dev)
+        dx = torch.randint(0, 2 * p + 1, (b,), generator=generator, device=dev)
+        flip = torch.rand(b, generator=generator, device=dev) < 0.5
+        windows = torch.stack([padded, padded.flip(-1)]).unfold(3, h, 1).unfold(4, w, 1)  # (2, b, c, 2p+1, 2p+1, h, w)
+        return windows[flip.long(), torch.arange(b, device=dev), :, dy, torch.where(flip, 2 * p - dx, dx)]
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         if not self.augment:
             return self.normalize(x)
         if self.max_rotation:  # on the raw pixels, so that the corners are black as in torchvision
             x = self.rotate(x.float(), generator)
-        return self.layout(self.crop_and_flip(self.standardize(x), generator))
+        return self.normalize(self.crop_and_flip(x, generator))
 
 
 class TokenIds:

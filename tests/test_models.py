@@ -68,3 +68,25 @@ def test_fedavg_cnn_pools_before_relu_with_the_papers_numbers():
         grads.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
     assert torch.equal(grads[0][0], grads[1][0])
     assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1]))
+
+
+def test_inference_pooling_equals_max_pool2d():
+    """Without autograd on a CPU, max_pool2x2 takes the maximum of four strided corners: the same
+    numbers as max_pool2d, odd sizes, ties, NaN and channels_last included."""
+    import torch.nn.functional as F
+    from shared.models import max_pool2x2
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 6, 13, 10)
+    x[0, 0, :4, :4] = 1.0  # ties inside windows
+    x[1, 2, 3, 3] = float("nan")
+    for layout in (x, x.contiguous(memory_format=torch.channels_last)):
+        with torch.no_grad():
+            fast = max_pool2x2(layout)
+        torch.testing.assert_close(fast, F.max_pool2d(layout, 2), rtol=0, atol=0, equal_nan=True)
+        assert fast[1, 2, 1, 1].isnan()
+    model = build_model("fedavg_cnn", 10).eval()
+    images = torch.randn(8, 3, 32, 32)
+    with torch.no_grad():
+        fast = model(images)
+    assert torch.equal(fast, model(images).detach())  # with autograd: max_pool2d

@@ -38,3 +38,15 @@ def test_speed_benchmark_runs_every_small_model_variant_and_writes_json(tmp_path
     assert report["variants"]["batched"]["final_acc"] == pytest.approx(report["variants"]["sequential"]["final_acc"], abs=2)
     assert report["variants"]["reference"]["speedup_vs_reference"] == 1.0
     assert "python -m benchmarks.speed cpu" in report["command"]
+
+
+def test_repeats_alternate_the_variants_and_report_each_ones_median(tmp_path):
+    out = tmp_path / "speed.json"
+    assert main(["cpu", *TINY_FEDSSD, f"data_root={tmp_path}", "--rounds", "1", "--variants", "reference", "sequential",
+                 "--repeats", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())["variants"]
+    for variant in report.values():
+        times = variant["seconds_per_round_repeats"]
+        assert len(times) == 3 and variant["seconds_per_round"] == sorted(times)[1]
+    ratios = report["sequential"]["speedup_per_repeat"]
+    assert len(ratios) == 3 and ratios[0] == report["reference"]["seconds_per_round_repeats"][0] / report["sequential"]["seconds_per_round_repeats"][0]
