@@ -15,6 +15,7 @@ import io
 import os
 import pickle
 import tarfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -93,8 +94,11 @@ def _cached(cache: Path, build: Callable[[], dict]) -> dict:
             return torch.load(cache, weights_only=True)
         except Exception as exc:  # a corrupt cache is rebuilt, never trusted
             print(f"[data] cache {cache} unreadable ({exc}); rebuilding")
+    started = time.perf_counter()
     arrays = build()
     atomic_save(arrays, cache)
+    # what a first run pays once: the job's log says so
+    print(f"[data] built {cache} ({cache.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
     return arrays
 
 
@@ -163,6 +167,7 @@ def fetch_archive(archive: Archive, root: Path) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".part")
         print(f"[data] downloading {archive.url} -> {path}")
+        started = time.perf_counter()
         try:
             with urllib.request.urlopen(archive.url, timeout=60) as response, open(tmp, "wb") as out:
                 while block := response.read(1 << 20):
@@ -175,6 +180,7 @@ def fetch_archive(archive: Archive, root: Path) -> Path:
                 f"at a directory that holds it."
             ) from exc
         os.replace(tmp, path)
+        print(f"[data] downloaded {path.name} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.0f} s")
     algorithm, expected = ("md5", archive.md5) if archive.md5 else ("sha256", archive.sha256)
     actual = file_digest(path, algorithm)
     if actual != expected:

@@ -1,5 +1,6 @@
 import hashlib
 import io
+import json
 import pickle
 import tarfile
 import zipfile
@@ -149,3 +150,20 @@ def test_synthetic_is_seeded_and_balanced(tiny_cfg):
 def test_unknown_dataset_lists_valid_names():
     with pytest.raises(ConfigError, match=r"dataset.name='mnist' is unknown; valid: \['ag_news', 'cifar10', 'cifar100', 'femnist'"):
         load_config(None, ["dataset=mnist"])
+
+
+def test_data_costs_times_download_conversion_and_a_later_load(fake_cifar_server, tmp_path, capsys):
+    from benchmarks.data_costs import main
+
+    root, out = tmp_path / "root", tmp_path / "costs.json"
+    assert main(["cifar10", f"data_root={root}", "--out", str(out)]) == 0
+    first = json.loads(out.read_text())["datasets"]["cifar10"]
+    assert first["downloaded"] == ["cifar-10-python.tar.gz"] and not first["cached_before"]
+    assert (first["train"], first["test"], first["classes"]) == (100, 20, 10) and first["cache_mb"] > 0
+    assert "[data] downloaded cifar-10-python.tar.gz" in capsys.readouterr().out
+    assert main(["cifar10", f"data_root={root}", "--out", str(out)]) == 0  # the cache is used
+    assert json.loads(out.read_text())["datasets"]["cifar10"]["cached_before"]
+    assert main(["cifar10", f"data_root={root}", "--rebuild", "--out", str(out)]) == 0  # converted again, not downloaded
+    rebuilt = json.loads(out.read_text())["datasets"]["cifar10"]
+    assert not rebuilt["cached_before"] and rebuilt["downloaded"] == []
+    assert main(["nonexistent", "--out", str(out)]) == 2
