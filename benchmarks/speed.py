@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     # On a shared machine the speed drifts over minutes; repeats alternate the variants, so that
     # each variant's median and each repeat's ratios see the same conditions.
     repeats: dict[str, list[dict]] = {v: [] for v in configs}
-    for repeat in range(args.repeats):
+    for _ in range(args.repeats):
         for variant, cfg in configs.items():
             started = time.perf_counter()
             if variant == "reference":
