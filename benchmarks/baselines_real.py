@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from shared.config import load_config
+from shared.config_loading import load_config
 from shared.trainer import run
 
 METHODS = {

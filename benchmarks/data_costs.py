@@ -21,8 +21,10 @@ from pathlib import Path
 
 import torch
 
-from shared.config import ConfigError, data_root, load_config
-from shared.data import TEXT_DATASETS, DataError, load_dataset
+from shared.config import ConfigError, data_root
+from shared.config_loading import load_config
+from shared.catalog import DataError, dataset_info
+from shared.data import load_dataset
 
 
 def cache_files(root: Path, name: str) -> list[Path]:
@@ -35,7 +37,7 @@ def files_in(root: Path) -> set[Path]:
 
 
 def measure(name: str, overrides: list[str], rebuild: bool) -> dict:
-    extra = ["model=distilbert"] if name in TEXT_DATASETS else []
+    extra = ["model=distilbert"] if dataset_info(name).text else []
     cfg = load_config(None, [f"dataset={name}", *extra, *overrides])
     root = data_root(cfg)
     if rebuild:

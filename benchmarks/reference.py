@@ -30,7 +30,7 @@ from shared.config import RunConfig
 from shared.fedavg import ClientUpdate
 from shared.federation import build_federation
 from shared.methods import build_method
-from shared.models import build_model
+from shared.models import model_for
 from shared.trainer import resolve_device, sample_clients
 
 
@@ -119,8 +119,7 @@ def run_reference(cfg: RunConfig, rounds: int | None = None) -> dict:
     test_loader = DataLoader(test_set, batch_size=cfg.eval.batch_size, shuffle=False)
 
     torch.manual_seed(cfg.seed)
-    global_model = build_model(cfg.model.name, federation.num_classes, federation.input_shape[0],
-                               federation.input_shape[-1], cfg.model.projection_dim).to(device)
+    global_model = model_for(cfg, federation).to(device)
     net = copy.deepcopy(global_model)
     method = build_method(cfg, federation)
     loc = cfg.local

@@ -38,9 +38,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.reference import run_reference
-from shared.config import RunConfig, deep_merge, load_config
+from shared.config import RunConfig
+from shared.config_loading import load_config
+from shared.dotted import deep_merge
 from shared.experiments import MOON_CIFAR10
-from shared.run import flatten
+from shared.run import as_overrides
 from shared.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
@@ -81,7 +83,7 @@ PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200"
 
 
 def variant_config(base: dict, overrides: list[str], variant: str) -> RunConfig:
-    common = [*flatten(base), "trainer.progress=false", *overrides, *VARIANT_OVERRIDES.get(variant, [])]
+    common = [*as_overrides(base), "trainer.progress=false", *overrides, *VARIANT_OVERRIDES.get(variant, [])]
     if variant.startswith("batched"):  # every client of a round in one step
         clients_per_round = len(sample_clients(load_config(None, common), 0))
         common.append(f"trainer.clients_per_step={clients_per_round}")
@@ -129,25 +131,25 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     torch's FlopCounterMode on one batch) and, given the peak, its fraction."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from shared.federation import build_federation, derive_seed
+    from shared.federation import build_federation
+    from shared.seeding import client_generator
     from shared.methods import build_method
-    from shared.models import build_model
-    from shared.trainer import train_client
+    from shared.client_training import train_client
+    from shared.models import model_for
 
     cfg = copy.deepcopy(cfg)
     cfg.local.epochs = 1
     device = resolve_device(cfg.trainer.device)
     federation = build_federation(cfg, device)
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model.name, federation.num_classes, federation.input_shape[0],
-                        federation.input_shape[-1], cfg.model.projection_dim).to(device)
+    model = model_for(cfg, federation).to(device)
     if cfg.trainer.channels_last:
         model = model.to(memory_format=torch.channels_last)
     method = build_method(cfg, federation)
     method.prepare_round(0, model)
     client = max(federation.clients, key=lambda c: c.num_samples)
 
-    x, y = next(client.batches(cfg.local.batch_size, torch.Generator(device).manual_seed(derive_seed(cfg.seed, 0))))
+    x, y = next(client.batches(cfg.local.batch_size, client_generator(cfg.seed, 0, client.id, device)))
     counter = FlopCounterMode(display=False)
     with counter, torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.trainer.amp):
         method.local_loss(model, x, y, client).backward()

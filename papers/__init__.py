@@ -1,0 +1,1 @@
+"""One folder per paper; each registers itself (shared/papers.py)."""

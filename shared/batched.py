@@ -27,14 +27,10 @@ CPU the small convolutions are compute-bound and grouped ones are slower than k 
 ones, so there the sequential trainer is the faster (README, Performance).
 
 What it covers: SGD (with momentum, weight decay and gradient clipping), models without
-buffers (no BatchNorm statistics: FedAvg-CNN and ResNet-8; ResNet-50 trains sequentially), and
-methods that declare `batched_clients = True` in their own class body. That declaration says
-the method's `local_loss` is a mean over the batch of per-sample terms (no batch statistics),
-reads neither the client nor any per-client state (it sees `client=None`), changes no state of
-its own and draws no random numbers (vmap refuses them), and that the method keeps FedAvg's
-`start_client` and `finish_client`. A subclass
-inherits no declaration: a changed loss has to be checked again. Anything else trains one
-client after another, with a note on stderr saying why.
+buffers or dropout (no BatchNorm statistics: FedAvg-CNN and ResNet-8; ResNet-50 trains
+sequentially), and methods with all of FedAvg's `capabilities` (shared/fedavg.py) that keep
+its `start_client` and `finish_client`; shared/client_training.py checks this and trains
+anything else one client after another, with a note on stderr saying why.
 
 The results equal the sequential trainer's up to floating-point rounding (tests/test_batched.py
 checks weights after a round in float64), so `trainer.clients_per_step` is not part of a run's id.
@@ -49,29 +45,10 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from shared.config import LocalConfig, RunConfig
-from shared.fedavg import ClientUpdate, FedAvg
-from shared.federation import Client, Federation, derive_seed
+from shared.fedavg import ClientUpdate, Diverged, FedAvg
+from shared.federation import Client, Federation
+from shared.seeding import client_generator
 from shared.models import Net
-
-
-def dependent_clients_reason(method: FedAvg, cfg: RunConfig) -> str | None:
-    """Why this method's clients cannot train side by side, in one step or in threads: its
-    local training reads or changes state beyond the round's (None when it does not)."""
-    cls = type(method)
-    if not vars(cls).get("batched_clients", False):
-        return f"method {cfg.method['name']} ({cls.__name__}) does not declare batched_clients"
-    if cls.start_client is not FedAvg.start_client or cls.finish_client is not FedAvg.finish_client:
-        return f"method {cfg.method['name']} keeps per-client state (start_client / finish_client)"
-    return None
-
-
-def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:
-    """Why these clients cannot be trained in one step (None when they can)."""
-    if cfg.local.optimizer != "sgd":
-        return f"local.optimizer={cfg.local.optimizer} (the batched step implements SGD)"
-    if any(True for _ in model.buffers()):
-        return f"model {cfg.model.name} has buffers (BatchNorm statistics cannot be vmapped)"
-    return dependent_clients_reason(method, cfg)
 
 
 def view_per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -207,15 +184,13 @@ class BatchedClients:
 
     def local_batches(self, client: Client, round: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """All of a client's batches of the round, from the generator `train_client` seeds."""
-        generator = torch.Generator(self.device).manual_seed(derive_seed(self.cfg.seed, round, client.id))
+        generator = client_generator(self.cfg.seed, round, client.id, self.device)
         for _ in range(self.cfg.local.epochs):
             yield from client.batches(self.cfg.local.batch_size, generator)
 
     def train(self, clients: list[Client], global_model: Net, round: int) -> list[ClientUpdate]:
         """Local training of up to `slots` clients from the global weights; the same updates as
-        `shared.trainer.train_client` for each, up to floating-point rounding."""
-        from shared.trainer import Diverged  # the trainer imports this module
-
+        `shared.client_training.train_client` for each, up to floating-point rounding."""
         loc = self.cfg.local
         self.model.train()
         with torch.no_grad():

@@ -1,4 +1,5 @@
-"""Run configuration: a typed tree of dataclasses, read from YAML and `key=value` overrides.
+"""Run configuration: a typed tree of dataclasses. Reading one from YAML and `key=value`
+overrides, and checking it, is shared/config_loading.py's.
 
 A run is identified by its fully resolved config (every default filled in, the method's
 hyperparameters included), so the same experiment requested by two tables hashes to the same
@@ -10,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
+from shared.dotted import flatten, nested
 
 
 class ConfigError(ValueError):
@@ -63,6 +63,7 @@ class PartitionConfig:
     beta: float = 0.5  # Dirichlet concentration
     k: int = 2  # classes per client for kind=classes
     min_size: int = 10  # Dirichlet: redraw until every client holds this many samples
+    rng: str | None = None  # None: our generator | niid_bench: NIID-Bench's draws (np.random / random seeded with the seed; kinds iid, dirichlet, classes)
     # kind=domains: every domain keeps only its first share x (the smallest domain's training
     # size) samples, FedBN's equal-size domains (its fed_office.py: 0.5); None keeps them all
     domain_share: float | None = None
@@ -73,21 +74,21 @@ class AuxConfig:
     """The server's small balanced auxiliary set (FedCAD 32, FedSSD 64 per class)."""
 
     per_class: int = 0
-    source: str = "train_head"  # train_head: first n of each class (overlaps clients) | holdout
+    source: Literal["train_head", "holdout"] = "train_head"  # train_head: first n of each class (overlaps clients)
 
 
 @dataclass
 class FederationConfig:
     rounds: int = 100
     participation: float = 1.0  # C: fraction of clients sampled per round, ceil(C * N)
-    weighting: str = "samples"  # samples: FedAvg weights by data size | uniform (FedGKD's code)
+    weighting: Literal["samples", "uniform"] = "samples"  # samples: FedAvg weights by data size; uniform: FedGKD's code
 
 
 @dataclass
 class LocalConfig:
     epochs: int = 10
     batch_size: int = 64
-    optimizer: str = "sgd"  # sgd | adam (FedGKD's DistilBERT runs; momentum does not apply)
+    optimizer: Literal["sgd", "adam"] = "sgd"  # adam: FedGKD's DistilBERT runs (momentum does not apply)
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 0.0
@@ -159,7 +160,7 @@ def data_root(cfg: RunConfig) -> Path:
 
 # --- building a config from dicts ---------------------------------------------------------
 
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
+def coerce(value: Any, annotation: Any, where: str) -> Any:
     """Check (and gently convert) a YAML value against a dataclass field's type."""
     if isinstance(annotation, str):
         annotation = eval(annotation, vars(typing) | globals())  # postponed annotations
@@ -169,15 +170,19 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         return from_dict(annotation, value, where)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}={value!r} is unknown; valid: {sorted(args)}")
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(value, inner, where)
+        return coerce(value, inner, where)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             value = [value]
-        return [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+        return [coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
@@ -213,7 +218,7 @@ def from_dict(cls: type, values: dict, where: str = "config") -> Any:
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
-    kwargs = {name: _coerce(v, known[name].type, f"{where}.{name}") for name, v in values.items()}
+    kwargs = {name: coerce(v, known[name].type, f"{where}.{name}") for name, v in values.items()}
     return cls(**kwargs)
 
 
@@ -221,162 +226,12 @@ def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def deep_merge(base: dict, update: dict) -> dict:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def parse_override(text: str) -> dict:
-    """`a.b=3` -> {"a": {"b": 3}}; values are parsed as YAML (numbers, true, null, [1, 2])."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} is not of the form key=value")
-    key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw else None
-    # `method=fedprox` is shorthand for `method.name=fedprox`, as is `model=resnet8`, etc.
-    if key in ("method", "model", "dataset") and isinstance(value, str):
-        key = f"{key}.name"
-    if key == "partition" and isinstance(value, str):
-        key = "partition.kind"
-    nested: dict = value
-    for part in reversed(key.split(".")):
-        nested = {part: nested}
-    return nested
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
-    """YAML file (optional) + overrides -> a resolved, validated RunConfig."""
-    values: dict = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level")
-        values = loaded
-    if isinstance(overrides, dict):
-        values = deep_merge(values, overrides)
-    else:
-        for text in overrides or []:
-            values = deep_merge(values, parse_override(text))
-    if isinstance(values.get("method"), str):
-        values["method"] = {"name": values["method"]}
-    if "method" in values and "name" not in values["method"]:
-        values["method"] = {"name": "fedavg", **values["method"]}
-    return resolve(from_dict(RunConfig, values))
-
-
-def resolve(cfg: RunConfig) -> RunConfig:
-    """Fill in the method's hyperparameter defaults and validate everything."""
-    from shared.methods import method_params  # late import: methods import this module
-
-    cfg.method = {"name": cfg.method["name"], **method_params(cfg.method)}
-    validate(cfg)
-    return cfg
-
-
-# --- validation ---------------------------------------------------------------------------
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def validate(cfg: RunConfig) -> None:
-    from shared.data import DATASETS, DOMAIN_DATASETS, TEXT_DATASETS, WRITER_DATASETS
-    from shared.models import MODELS, TEXT_MODELS
-    from shared.partition import PARTITIONS
-
-    d, p, f, loc = cfg.dataset, cfg.partition, cfg.federation, cfg.local
-    _check(d.name in DATASETS, f"dataset.name={d.name!r} is unknown; valid: {sorted(DATASETS)}")
-    _check(d.name != "imagefolder" or d.path, "dataset.path is required for dataset.name=imagefolder")
-    _check(0 <= d.val_fraction < 1, f"dataset.val_fraction={d.val_fraction} must lie in [0, 1)")
-    _check(d.train_subset is None or d.train_subset > 0, "dataset.train_subset must be positive")
-    s = d.synthetic
-    _check(s.num_classes >= 2, f"dataset.synthetic.num_classes={s.num_classes} must be >= 2")
-    _check(min(s.train_per_class, s.test_per_class, s.image_size, s.channels) > 0,
-           "dataset.synthetic sizes must be positive")
-    _check(min(s.writers, s.text_length) >= 0, "dataset.synthetic.writers and text_length must be >= 0")
-    _check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
-    _check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,
-           "dataset.synthetic: set at most one of domains, writers and text_length")
-    _check(not s.text_length or s.vocab_size > s.num_classes,
-           f"dataset.synthetic.vocab_size={s.vocab_size} must exceed num_classes={s.num_classes} (a band of tokens per class)")
-    _check(d.max_length >= 2, f"dataset.max_length={d.max_length} must be >= 2 (a sequence holds [CLS] and [SEP])")
-    synthetic = d.name == "synthetic"
-    is_text = d.name in TEXT_DATASETS or (synthetic and s.text_length > 0)
-    models = sorted([*MODELS, *TEXT_MODELS])
-    _check(cfg.model.name in models, f"model.name={cfg.model.name!r} is unknown; valid: {models}")
-    _check(is_text == (cfg.model.name in TEXT_MODELS),
-           f"model.name={cfg.model.name} does not fit dataset.name={d.name}: text datasets ({', '.join(TEXT_DATASETS)}, "
-           f"synthetic with synthetic.text_length > 0) take the text models {sorted(TEXT_MODELS)}, image datasets the others")
-    _check(bool(cfg.model.pretrained), "model.pretrained must name a hub id or a directory")
-    _check(p.kind in PARTITIONS, f"partition.kind={p.kind!r} is unknown; valid: {sorted(PARTITIONS)}")
-    _check(p.clients >= 1, f"partition.clients={p.clients} must be >= 1")
-    _check(math.isfinite(p.beta) and p.beta > 0,
-           f"partition.beta={p.beta} must be > 0 (Dirichlet concentration)")
-    _check(p.k >= 1, f"partition.k={p.k} must be >= 1 (classes per client)")
-    _check(p.min_size >= 0, f"partition.min_size={p.min_size} must be >= 0")
-    if p.kind == "writers":
-        _check(d.name in WRITER_DATASETS or (synthetic and s.writers > 0),
-               f"partition.kind=writers needs writer ids, which dataset.name={d.name} has not; use "
-               f"{' or '.join(WRITER_DATASETS)} (or synthetic with dataset.synthetic.writers > 0)")
-    if p.kind == "domains":
-        domains = len(DOMAIN_DATASETS[d.name]) if d.name in DOMAIN_DATASETS else (len(s.domains) if synthetic else 0)
-        _check(domains > 0, f"partition.kind=domains needs a dataset of domains, which dataset.name={d.name} is not; "
-                            f"use {' or '.join(DOMAIN_DATASETS)} (or synthetic with dataset.synthetic.domains named)")
-        _check(p.clients == domains, f"partition.kind=domains makes one client of each of the {domains} domains of "
-                                     f"{d.name}: partition.clients must be {domains}, not {p.clients}")
-    _check(p.domain_share is None or (p.kind == "domains" and 0 < p.domain_share <= 1),
-           f"partition.domain_share={p.domain_share} must lie in (0, 1], and only with partition.kind=domains")
-    _check(cfg.aux.per_class >= 0, f"aux.per_class={cfg.aux.per_class} must be >= 0")
-    _check(cfg.aux.source in ("train_head", "holdout"),
-           f"aux.source={cfg.aux.source!r} is unknown; valid: ['holdout', 'train_head']")
-    _check(f.rounds >= 1, f"federation.rounds={f.rounds} must be >= 1")
-    _check(0 < f.participation <= 1, f"federation.participation={f.participation} must lie in (0, 1]")
-    _check(f.weighting in ("samples", "uniform"),
-           f"federation.weighting={f.weighting!r} is unknown; valid: ['samples', 'uniform']")
-    _check(loc.epochs >= 1, f"local.epochs={loc.epochs} must be >= 1")
-    _check(loc.batch_size >= 1, f"local.batch_size={loc.batch_size} must be >= 1")
-    _check(loc.optimizer in ("sgd", "adam"), f"local.optimizer={loc.optimizer!r} is unknown; valid: ['adam', 'sgd']")
-    _check(loc.optimizer == "sgd" or cfg.method["name"] not in ("fednova", "scaffold"),
-           f"method {cfg.method['name']} models local SGD steps; it needs local.optimizer=sgd")
-    _check(loc.lr > 0, f"local.lr={loc.lr} must be > 0")
-    _check(0 <= loc.momentum < 1, f"local.momentum={loc.momentum} must lie in [0, 1)")
-    _check(loc.weight_decay >= 0, f"local.weight_decay={loc.weight_decay} must be >= 0")
-    _check(loc.grad_clip is None or loc.grad_clip > 0, "local.grad_clip must be > 0 or null")
-    _check(cfg.model.projection_dim is None or cfg.model.projection_dim > 0,
-           "model.projection_dim must be > 0 or null")
-    _check(cfg.eval.every >= 1, f"eval.every={cfg.eval.every} must be >= 1")
-    _check(all(0 < t <= 100 for t in cfg.eval.target_acc),
-           f"eval.target_acc={cfg.eval.target_acc}: targets are accuracies in percent, in (0, 100]")
-    _check(cfg.trainer.device == "auto" or cfg.trainer.device.split(":")[0] in ("cpu", "cuda", "mps"),
-           f"trainer.device={cfg.trainer.device!r}: use auto, cpu, cuda or cuda:N")
-    _check(cfg.trainer.clients_per_step >= 1, f"trainer.clients_per_step={cfg.trainer.clients_per_step} must be >= 1")
-    _check(cfg.trainer.client_threads >= 1, f"trainer.client_threads={cfg.trainer.client_threads} must be >= 1")
-    _check(cfg.trainer.client_threads == 1 or (cfg.trainer.clients_per_step == 1 and not cfg.trainer.compile),
-           "trainer.client_threads > 1 goes with neither trainer.clients_per_step > 1 nor trainer.compile")
-
-
 # --- identity -----------------------------------------------------------------------------
-
-def without_unset(values: dict) -> dict:
-    return {k: without_unset(v) if isinstance(v, dict) else v for k, v in values.items() if v is not None}
-
 
 def identity(cfg: RunConfig) -> dict:
     """The resolved config without the keys that do not change the result, and without the
     keys left unset (None): a new optional switch, off by default, keeps every finished run."""
-    values = to_dict(cfg)
-    for key in RUNTIME_KEYS:
-        *parents, leaf = key.split(".")
-        node = values
-        for part in parents:
-            node = node[part]
-        node.pop(leaf, None)
-    return without_unset(values)
+    return nested({k: v for k, v in flatten(to_dict(cfg)).items() if k not in RUNTIME_KEYS and v is not None})
 
 
 def run_id(cfg: RunConfig) -> str:

@@ -26,11 +26,8 @@ from typing import BinaryIO, Callable
 import numpy as np
 import torch
 
-from shared.config import DATA_ROOT_ENV, ConfigError, DatasetConfig, RunConfig, SyntheticConfig, data_root
-
-
-class DataError(RuntimeError):
-    """Data that is missing, cannot be fetched, or fails verification."""
+from shared.catalog import DataError, TextVocabulary, dataset_info
+from shared.config import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
 
 
 @dataclass
@@ -45,15 +42,6 @@ class Split:
     def subset(self, index: np.ndarray | torch.Tensor) -> "Split":
         index = torch.as_tensor(index, dtype=torch.long)
         return Split(self.x[index], self.y[index], None if self.group is None else self.group[index])
-
-
-@dataclass(frozen=True)
-class TextVocabulary:
-    """What the token ids of a text dataset index: models size their embedding by `size` and
-    derive the attention mask from `pad_id`."""
-
-    size: int
-    pad_id: int
 
 
 @dataclass
@@ -88,7 +76,7 @@ def atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _cached(cache: Path, build: Callable[[], dict]) -> dict:
+def cached(cache: Path, build: Callable[[], dict]) -> dict:
     if cache.exists():
         try:
             return torch.load(cache, weights_only=True)
@@ -102,7 +90,7 @@ def _cached(cache: Path, build: Callable[[], dict]) -> dict:
     return arrays
 
 
-def _from_arrays(name: str, arrays: dict, mean, std, augment: bool, **options) -> Dataset:
+def dataset_from_arrays(name: str, arrays: dict, mean, std, augment: bool, **options) -> Dataset:
     """A Dataset from a cache's arrays; `train_group`/`test_group` and `groups` where present."""
     return Dataset(
         name=name,
@@ -216,8 +204,8 @@ def convert_cifar(archive_path: Path, spec: dict) -> dict:
 def load_cifar(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     spec = CIFAR[name]
     cache = root / "cache" / f"{name}.pt"
-    arrays = _cached(cache, lambda: convert_cifar(fetch_archive(spec["archive"], root), spec))
-    return _from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
+    arrays = cached(cache, lambda: convert_cifar(fetch_archive(spec["archive"], root), spec))
+    return dataset_from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
 
 
 # --- image folders: train/<class>/*, test/<class>/* (a directory or a .zip) ----------------
@@ -308,11 +296,11 @@ def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
         raise DataError(f"dataset.path={cfg.path} does not exist")
     stat = path.stat()
     key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    arrays = _cached(root / "cache" / f"imagefolder-{path.stem}-{key}.pt", lambda: convert_image_folder(path))
+    arrays = cached(root / "cache" / f"imagefolder-{path.stem}-{key}.pt", lambda: convert_image_folder(path))
     pixels = arrays["train_x"].float().div_(255)
     mean = pixels.mean(dim=(0, 2, 3)).tolist()
     std = pixels.std(dim=(0, 2, 3)).tolist()
-    return _from_arrays(name, arrays, mean, std, augment=arrays["train_x"].shape[-1] <= 64)
+    return dataset_from_arrays(name, arrays, mean, std, augment=arrays["train_x"].shape[-1] <= 64)
 
 
 # --- synthetic data for tests and the smoke scale ------------------------------------------
@@ -378,32 +366,12 @@ def synthetic_text(name: str, s: SyntheticConfig) -> Dataset:
     return Dataset(name, train, test, classes, (), (), augment=False, text=TextVocabulary(s.vocab_size, pad_id=0))
 
 
-# Datasets by config name. Entries are import paths, so that validating a config imports no
-# loader (nor the text loaders' optional dependencies).
-DATASETS: dict[str, str] = {
-    "cifar10": "shared.data:load_cifar",
-    "cifar100": "shared.data:load_cifar",
-    "imagefolder": "shared.data:load_image_folder",
-    "synthetic": "shared.data:load_synthetic",
-    "femnist": "shared.vision_datasets:load_femnist",
-    "femnist_digits": "shared.vision_datasets:load_femnist",
-    "tiny_imagenet": "shared.vision_datasets:load_tiny_imagenet",
-    "office_caltech10": "shared.vision_datasets:load_office_caltech10",
-    "ag_news": "shared.text_datasets:load_text_dataset",
-    "sst5": "shared.text_datasets:load_text_dataset",
-}
-WRITER_DATASETS = ("femnist", "femnist_digits")  # Split.group holds each training sample's writer
-DOMAIN_DATASETS = {"office_caltech10": ("amazon", "caltech", "dslr", "webcam")}  # Split.group: the domain
-TEXT_DATASETS = ("ag_news", "sst5")  # token ids from the tokenizer of model.pretrained
-
-
 def load_dataset(cfg: RunConfig) -> Dataset:
     name = cfg.dataset.name
-    if name not in DATASETS:
-        raise ConfigError(f"dataset.name={name!r} is unknown; valid: {sorted(DATASETS)}")
-    module, function = DATASETS[name].split(":")
+    info = dataset_info(name)
+    module, function = info.loader.split(":")
     loader = getattr(importlib.import_module(module), function)
-    tokenizer = {"tokenizer": cfg.model.pretrained} if name in TEXT_DATASETS else {}
+    tokenizer = {"tokenizer": cfg.model.pretrained} if info.text else {}
     dataset = loader(name, cfg.dataset, data_root(cfg), **tokenizer)
     if cfg.dataset.augment is not None:
         dataset.augment = cfg.dataset.augment

@@ -4,25 +4,26 @@ at a given scale, and the workflow turns finished runs back into the table.
 """
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from shared.config import ConfigError, RunConfig, deep_merge, load_config, run_id
-from shared.data import DOMAIN_DATASETS, WRITER_DATASETS
-from shared.methods import METHODS
-
-PAPERS = ("fedcad", "fedssd", "fedcsd", "fedgkd")
+from shared.config import ConfigError, RunConfig, run_id
+from shared.config_loading import load_config
+from shared.dotted import deep_merge, flatten, nested
+from shared.catalog import dataset_info
+from shared.methods import method_names
+from shared.papers import UnknownPaper, paper_names, paper_tables_module
 
 # The MOON / NIID-Bench protocol on CIFAR-10 that FedCAD and FedSSD both state: FedAvg-CNN,
-# 10 clients, all participating, Dir(0.5), 100 rounds, E=10, B=64, SGD lr 0.01, momentum 0.9.
+# 10 clients, all participating, Dir(0.5), 100 rounds, E=10, B=64, SGD lr 0.01, momentum 0.9;
+# the partition drawn as NIID-Bench's code draws it (partition.rng=niid_bench: seed s is its split s).
 MOON_CIFAR10 = {
     "dataset": {"name": "cifar10"},
     "model": {"name": "fedavg_cnn"},
-    "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 10},
+    "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 10, "rng": "niid_bench"},
     "federation": {"rounds": 100, "participation": 1.0},
     "local": {"epochs": 10, "batch_size": 64, "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
 }
@@ -47,7 +48,7 @@ class Row:
 
     @property
     def implemented(self) -> bool:
-        return self.method["name"] in METHODS
+        return self.method["name"] in method_names()
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,6 @@ class Table:
 
 # --- scales -------------------------------------------------------------------------------
 
-# The smoke scale's synthetic stand-ins: classes, channels and side of each image dataset, and
-# the classes of each text dataset (token sequences of SMOKE_TEXT_LENGTH ids instead).
-DATASET_SHAPES = {"cifar10": (10, 3, 32), "cifar100": (100, 3, 32), "femnist": (62, 1, 28),
-                  "femnist_digits": (10, 1, 28), "tiny_imagenet": (200, 3, 64), "office_caltech10": (10, 3, 256)}
-TEXT_CLASSES = {"ag_news": 4, "sst5": 5}
 # Images at most 16 pixels wide: a quarter of CIFAR's convolution cost, the bulk of a smoke run
 SMOKE_MAX_SIDE = 16
 # Models too heavy for CPU minutes, and their stand-ins (besides ResNet-50 -> ResNet-8): AlexNet-BN
@@ -159,18 +155,17 @@ def smoke_synthetic(dataset: dict, clients: int) -> dict:
     """dataset.synthetic for the stand-in of `dataset`: its shape, about 100 samples per client,
     and what its partitions need: writer ids (FEMNIST), domains (Office-Caltech-10, so that
     per-domain accuracy is reported) or token sequences (AG News, SST-5)."""
-    name = dataset.get("name", "cifar10")
-    if name in TEXT_CLASSES:
-        classes = TEXT_CLASSES[name]
+    info = dataset_info(dataset.get("name", "cifar10"))
+    classes = info.classes or 10  # imagefolder: CIFAR-10's shape
+    if info.text:
         shape = {"text_length": min(SMOKE_TEXT_LENGTH, dataset.get("max_length", SMOKE_TEXT_LENGTH)),
                  "vocab_size": SMOKE_VOCAB_SIZE}
     else:
-        classes, channels, side = DATASET_SHAPES.get(name, (10, 3, 32))
-        shape = {"channels": channels, "image_size": min(side, SMOKE_MAX_SIDE)}
-    if name in WRITER_DATASETS:
+        shape = {"channels": info.channels, "image_size": min(info.side, SMOKE_MAX_SIDE)}
+    if info.writers:
         shape["writers"] = SMOKE_WRITERS_PER_CLIENT * clients
-    if name in DOMAIN_DATASETS:
-        shape["domains"] = list(DOMAIN_DATASETS[name])
+    if info.domains:
+        shape["domains"] = list(info.domains)
     train_per_class = max(min(SMOKE_TRAIN_PER_CLASS, SMOKE_MAX_TRAIN // classes), 100 * clients // classes)
     test_per_class = min(SMOKE_TEST_PER_CLASS, SMOKE_MAX_TEST // classes)
     return {"num_classes": classes, "train_per_class": train_per_class, "test_per_class": test_per_class, **shape}
@@ -259,29 +254,6 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
 
 # --- hyperparameter searches --------------------------------------------------------------
 
-def nested(dotted: dict) -> dict:
-    """{"method.mu": 0.1} -> {"method": {"mu": 0.1}}."""
-    out: dict = {}
-    for key, value in dotted.items():
-        *parents, leaf = key.split(".")
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
-
-
-def flatten(values: dict, prefix: str = "") -> dict:
-    """{"method": {"mu": 0.1}} -> {"method.mu": 0.1}."""
-    out = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 @dataclass
 class Search:
     """A grid the paper tuned a method over: row `row` of table `table`, at each of the table's
@@ -336,10 +308,11 @@ def load_metrics(runs_dir, run_id: str) -> dict:
 
 
 def paper_module(paper: str):
-    """papers/<paper>/tables.py, which declares TABLES and FIGURES."""
-    if paper not in PAPERS:
-        raise ConfigError(f"paper {paper!r} is unknown; valid: {list(PAPERS)}")
-    return importlib.import_module(f"papers.{paper}.tables")
+    """papers/<paper>/tables.py, which declares TABLES, FIGURES and SEARCHES."""
+    try:
+        return paper_tables_module(paper)
+    except UnknownPaper as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def declared(paper: str, attribute: str) -> dict:
@@ -363,4 +336,4 @@ def get_table(paper: str, name: str) -> Table:
 
 
 def all_tables() -> list[Table]:
-    return [t for paper in PAPERS for t in paper_tables(paper).values()]
+    return [t for paper in paper_names() for t in paper_tables(paper).values()]

@@ -12,7 +12,8 @@ The loop in `shared.trainer` calls, each round:
 
 A method subclasses `FedAvg`, declares its hyperparameters in a nested `Params` dataclass, and
 overrides only the hooks it needs. Cross-round state (MOON's previous models, SCAFFOLD's control
-variates, FedGKD's buffer) goes in `state_dict()` so that checkpoints carry it.
+variates, FedGKD's buffer) goes in `state_dict()` so that checkpoints carry it. A method whose
+hooks do more than FedAvg's says so in `capabilities` (below), which subclasses inherit.
 """
 from __future__ import annotations
 
@@ -22,10 +23,36 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from shared.config import RunConfig
 from shared.federation import Client, Federation
 from shared.models import Net
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the faster ways of training a round's clients may assume of a method
+    (shared/client_training.py checks them, in one place, for every such way).
+
+    per_sample_loss: `local_loss` is a batch mean of per-sample terms (no batch statistics)
+        that reads neither the client (it gets client=None) nor state that changes during
+        local training, and draws no random numbers: vmap can train several clients in one
+        step (trainer.clients_per_step).
+    independent_clients: no per-client state: `start_client` and `finish_client` do nothing
+        that another client's training could disturb, so clients may train at once
+        (trainer.client_threads, trainer.clients_per_step).
+    no_global_rng: no hook draws from torch's global random generator, which concurrent
+        trainings in one process share (client threads; several runs per process).
+    """
+
+    per_sample_loss: bool = True
+    independent_clients: bool = True
+    no_global_rng: bool = True
+
+
+class Diverged(RuntimeError):
+    """A local model's weights became NaN or infinite."""
 
 
 @dataclass
@@ -51,6 +78,11 @@ def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]
     return averaged
 
 
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of the model's state (weights and buffers) that later training leaves as it is."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 def frozen_copy(model: Net) -> Net:
     """A teacher: a copy in eval mode that takes no gradients."""
     teacher = copy.deepcopy(model).eval()
@@ -58,12 +90,17 @@ def frozen_copy(model: Net) -> Net:
     return teacher
 
 
-def kl_div(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch. Written out
-    rather than F.kl_div, which vmap (the batched trainer) can only run one sample at a time."""
+def kl_per_sample(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(student / T)) for each sample. Written out rather
+    than F.kl_div, which vmap (the batched trainer) can only run one sample at a time."""
     log_p_teacher = F.log_softmax(teacher_logits / temperature, dim=1)
     log_p_student = F.log_softmax(student_logits / temperature, dim=1)
-    return (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(1).mean()
+    return (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(1)
+
+
+def kl_div(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(student / T)), averaged over the batch."""
+    return kl_per_sample(teacher_logits, student_logits, temperature).mean()
 
 
 @torch.no_grad()
@@ -74,12 +111,8 @@ def predict(model: Net, images: torch.Tensor, augmenter, batch_size: int) -> tor
 
 
 class FedAvg:
-    # May the batched trainer (trainer.clients_per_step, shared/batched.py) train several
-    # clients in one vmapped step? Yes when local_loss is a batch mean of per-sample terms that
-    # reads no client and no per-client state and draws no random numbers, and no other hook
-    # draws from torch's global generator either (such runs share a GPU in threads,
-    # shared/multirun.py). Each subclass declares it in its own body.
-    batched_clients = True
+    capabilities = Capabilities()  # cross-entropy per sample, no state, no random draws
+    requires_local_sgd = False  # True where the method's arithmetic models SGD steps (local.optimizer=sgd)
 
     @dataclass
     class Params:

@@ -19,11 +19,6 @@ from shared.data import Dataset, Split, load_dataset
 from shared.partition import count_matrix, partition
 
 
-def derive_seed(*parts: int) -> int:
-    """An independent 63-bit seed for each (seed, round, client, ...) tuple."""
-    return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
 class Augmenter:
     """uint8 batches -> normalised float batches, with random crop (reflect pad) and flip, and
     optionally a random rotation first (FedBN's Office-Caltech-10: flip, rotation +-30, no crop)."""

@@ -1,13 +1,15 @@
 """Method registry: config name -> class. Entries are import paths, so that listing or
-validating methods imports no paper module."""
+validating methods imports no method module. The baselines are listed here; each paper
+registers its own methods (shared/papers.py)."""
 from __future__ import annotations
 
 import dataclasses
 import importlib
 
 from shared.config import ConfigError, from_dict
+from shared.papers import paper_methods
 
-METHODS: dict[str, str] = {
+BASELINES: dict[str, str] = {
     "fedavg": "shared.fedavg:FedAvg",
     "fedprox": "shared.baselines.fedprox:FedProx",
     "fedcurv": "shared.baselines.fedcurv:FedCurv",
@@ -20,18 +22,23 @@ METHODS: dict[str, str] = {
     "feddistill": "shared.baselines.feddistill:FedDistillPlus",
     "fedgen": "shared.baselines.fedgen:FedGen",
     "scaffold": "shared.baselines.scaffold:SCAFFOLD",
-    # the four papers' own methods
-    "fedcad": "papers.fedcad.fedcad:FedCAD",
-    "fedssd": "papers.fedssd.fedssd:FedSSD",
-    "fedcsd": "papers.fedcsd.fedcsd:FedCSD",
-    "fedgkd": "papers.fedgkd.fedgkd:FedGKD",
 }
 
 
+def registry() -> dict[str, str]:
+    """Every method: the baselines and the papers' own."""
+    return {**BASELINES, **paper_methods()}
+
+
+def method_names() -> list[str]:
+    return sorted(registry())
+
+
 def method_class(name: str) -> type:
-    if name not in METHODS:
-        raise ConfigError(f"method.name={name!r} is unknown; valid: {sorted(METHODS)}")
-    module, cls = METHODS[name].split(":")
+    methods = registry()
+    if name not in methods:
+        raise ConfigError(f"method.name={name!r} is unknown; valid: {sorted(methods)}")
+    module, cls = methods[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
 
@@ -46,3 +53,10 @@ def build_method(cfg, federation):
     cls = method_class(cfg.method["name"])
     params = from_dict(cls.Params, {k: v for k, v in cfg.method.items() if k != "name"})
     return cls(params, cfg, federation)
+
+
+def validate_method(cfg) -> None:
+    """What a method needs of the rest of the config (its own keys are checked as they are read)."""
+    cls = method_class(cfg.method["name"])
+    if cls.requires_local_sgd and cfg.local.optimizer != "sgd":
+        raise ConfigError(f"method {cfg.method['name']} models local SGD steps; it needs local.optimizer=sgd")

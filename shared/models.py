@@ -7,7 +7,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from shared.data import DataError, TextVocabulary
+from shared.catalog import DataError, TextVocabulary, is_text, names_where
+from shared.config import ConfigError, RunConfig
 
 
 class Net(nn.Module):
@@ -257,3 +258,27 @@ def build_model(name: str, num_classes: int, in_channels: int = 3, image_size: i
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def validate_model(cfg: RunConfig) -> None:
+    """The model section: a known name that fits the dataset (text models read token ids)."""
+    name, text = cfg.model.name, is_text(cfg)
+    models = sorted([*MODELS, *TEXT_MODELS])
+    if name not in models:
+        raise ConfigError(f"model.name={name!r} is unknown; valid: {models}")
+    if text != (name in TEXT_MODELS):
+        texts = ", ".join(names_where(lambda info: info.text))
+        raise ConfigError(f"model.name={name} does not fit dataset.name={cfg.dataset.name}: text datasets ({texts}, "
+                          f"synthetic with synthetic.text_length > 0) take the text models {sorted(TEXT_MODELS)}, "
+                          f"image datasets the others")
+    if not cfg.model.pretrained:
+        raise ConfigError("model.pretrained must name a hub id or a directory")
+    if cfg.model.projection_dim is not None and cfg.model.projection_dim <= 0:
+        raise ConfigError("model.projection_dim must be > 0 or null")
+
+
+def model_for(cfg: RunConfig, federation) -> Net:
+    """The run's model, sized for its federation's data: classes, input shape and, for text,
+    the vocabulary and the pretrained weights (`federation`: shared.federation.Federation)."""
+    return build_model(cfg.model.name, federation.num_classes, federation.input_shape[0], federation.input_shape[-1],
+                       cfg.model.projection_dim, text=federation.dataset.text, pretrained=cfg.model.pretrained)

@@ -8,9 +8,9 @@ the device. Runs in threads of one process, each on a CUDA stream of its own, fi
 for each other. Each run writes exactly what it writes alone (results/runs/<id>/...).
 
 Threads share torch's global random generator, so runs go side by side only where nothing draws
-from it outside the trainer's lock (`shared.trainer.GLOBAL_RNG`, around the initial weights and
-the per-round reseed): every run's method declares `batched_clients` (vmap refuses random draws
-in its loss, and those methods' server hooks draw none), and nothing is compiled (torch.compile
+from it outside the lock `shared.seeding.GLOBAL_RNG` (around the initial weights and the
+per-round reseed): every run's method has the capability `no_global_rng` (shared/fedavg.py,
+checked in shared/client_training.py), and nothing is compiled (torch.compile
 is not thread-safe). Otherwise, and on the CPU, whose cores one run already uses, the runs go
 one after another in this process.
 """
@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from shared.config import RunConfig
+from shared.client_training import missing_capabilities
 from shared.methods import method_class
 
 
@@ -30,9 +31,9 @@ def side_by_side_reason(configs: list[RunConfig], device: torch.device) -> str |
     if device.type != "cuda":
         return f"device {device} (threads would only compete for its cores)"
     for cfg in configs:
-        cls = method_class(cfg.method["name"])
-        if not vars(cls).get("batched_clients", False):
-            return f"method {cfg.method['name']} may draw from torch's global random generator"
+        reason = missing_capabilities(method_class(cfg.method["name"]), cfg.method["name"], "several runs per process")
+        if reason:
+            return f"{reason}: it may draw from torch's global random generator"
         if cfg.trainer.compile:
             return "trainer.compile (torch.compile is not thread-safe)"
     return None

@@ -3,22 +3,42 @@
     python -m shared.run [config.yaml] [key=value ...] [--out DIR]
     python -m shared.run --json '{"method": {"name": "fedavg"}, ...}' --out DIR   (the workflow's form)
     python -m shared.run --json A --out DIR_A --json B --out DIR_B ...   (several runs, one process)
+    python -m shared.run --scale smoke --runs results/runs/ID ... [runtime key=value ...]   (the workflow's form)
 
 Overrides use dotted keys (`partition.beta=0.1`, `local.epochs=2`); `method=fedprox`,
 `model=resnet8` and `dataset=cifar100` set the name, and apply to every --json config. Without
 --out, a run goes to results/runs/<run id>/. `--print-config` shows the resolved config and
 exits. Several runs share the process and its GPU (shared/multirun.py).
+
+The workflow's jobs name their runs by output directory (`--runs results/runs/<run id>`) and
+scale; the config is looked up among the workflow's tables, figures and searches at that scale,
+so that nothing but the run id reaches Snakemake's rerun triggers. The key=value overrides a
+job passes are the runtime keys (device, data root, trainer.client_threads, ...), which do not
+change a run's id, and a job refuses any that would.
+
+Exit codes, so that Snakemake's retries see transient failures: 0 for a run that completed or
+diverged (a diverged run is a result: metrics.json with status `diverged: ...`); 1 when training
+raised, 2 for a config or data error, both without metrics.json, except on a job's last attempt
+(`--attempt N --attempts N`) or with `--record-failure`: then metrics.json says `failed: ...`,
+failure.json beside it holds the error, the exit code is 0, and the table marks the cell. The
+workflow retries a recorded failure on its next invocation (failure.json is an input of the run
+rule, newer than metrics.json).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 import traceback
+from pathlib import Path
 
 import yaml
 
-from shared.config import ConfigError, load_config, run_id, to_dict
+from shared.config import ConfigError, run_id, to_dict
+from shared.config_loading import load_config
+from shared.dotted import flatten
 from shared.data import DataError
 
 
@@ -34,18 +54,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-failure", action="store_true",
                         help="record an exception during training in metrics.json (status failed) and exit 0, "
                              "so that a table shows the cell as failed instead of stopping")
+    parser.add_argument("--runs", nargs="+", metavar="DIR",
+                        help="the workflow's runs by output directory (results/runs/<run id>, or its metrics.json): "
+                             "configs are looked up at --scale")
+    parser.add_argument("--scale", default="paper", help="with --runs: the scale whose runs to look up")
+    parser.add_argument("--configs", metavar="FILE",
+                        help="with --runs: a JSON file of run id -> config the workflow wrote (else the configs "
+                             "are found by expanding every table at --scale, which takes seconds)")
+    parser.add_argument("--attempt", type=int, default=1, help="this job's attempt (Snakemake's)")
+    parser.add_argument("--attempts", type=int,
+                        help="the job's attempts in all: on the last, a failure is recorded (as --record-failure)")
     parser.add_argument("--gpu", choices=["auto"], help="auto: on a host with several GPUs, take a free one")
     ns = parser.parse_args(argv)
 
     files = [a for a in ns.args if "=" not in a]
     overrides = [a for a in ns.args if "=" in a]
     jsons, outs = ns.json or [None], ns.out or []
+    record_failure = ns.record_failure or ns.attempts is not None and ns.attempt >= ns.attempts
     try:
-        if len(files) > 1:
-            raise ConfigError(f"at most one config file, got {files}")
-        if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
-            raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
-        cfgs = [load_config(files[0] if files else None, [*flatten(json.loads(j) if j else {}), *overrides]) for j in jsons]
+        if ns.runs:
+            if ns.json or outs or files:
+                raise ConfigError("--runs takes no --json, --out or config file (only runtime key=value overrides)")
+            outs = [str(Path(d).parent) if Path(d).name == "metrics.json" else d for d in ns.runs]
+            cfgs = workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs)
+        else:
+            if len(files) > 1:
+                raise ConfigError(f"at most one config file, got {files}")
+            if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
+                raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
+            cfgs = [load_config(files[0] if files else None, [*as_overrides(json.loads(j) if j else {}), *overrides])
+                    for j in jsons]
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -61,38 +99,117 @@ def main(argv: list[str] | None = None) -> int:
         device = claim_gpu(outs[0])
         for cfg in cfgs:
             cfg.trainer.device = device or cfg.trainer.device
-    jobs = [lambda cfg=cfg, out=out: train(cfg, out, ns.record_failure) for cfg, out in zip(cfgs, outs)]
+    if ns.runs:
+        print(f"attempt {ns.attempt} of {ns.attempts or 1}: {len(cfgs)} run(s) at scale={ns.scale}: "
+              + " ".join(run_id(cfg) for cfg in cfgs), flush=True)
+    jobs = [lambda cfg=cfg, out=out: train(cfg, out, record_failure, restore=bool(ns.runs) and len(cfgs) > 1,
+                                                      attempt=ns.attempt)
+            for cfg, out in zip(cfgs, outs)]
     return max(run_all(cfgs, jobs, resolve_device(cfgs[0].trainer.device)))
 
 
-def train(cfg, out: str, record_failure: bool) -> int:
-    """One run to completion; prints its summary line and returns the exit code."""
+KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (see `train`)
+FINAL = ("completed", "diverged")  # statuses that are results: neither retried nor re-trained
+
+
+def is_final(status: str | None) -> bool:
+    return bool(status) and status.split(":")[0] in FINAL
+
+
+def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: int = 1) -> int:
+    """One run to completion; prints its summary line and returns the exit code (module
+    docstring). A finished run keeps a copy of its metrics.json: when Snakemake deletes the
+    outputs of a job of several runs because one of them failed, the retry (`restore`) puts
+    the finished ones back instead of training them again."""
     from shared.trainer import record_failure as record, run
 
+    out_dir = Path(out)
+    metrics, kept = out_dir / "metrics.json", out_dir / KEPT
+    rid = run_id(cfg)
+    if metrics.exists() and not is_final(json.loads(metrics.read_text()).get("status")):
+        metrics.unlink()  # a recorded failure is tried again
+    if restore and not metrics.exists() and kept.exists():
+        summary = json.loads(kept.read_text())
+        if summary.get("run_id") == rid and is_final(summary.get("status")):
+            out_dir.joinpath(".metrics.json.tmp").write_text(kept.read_text())
+            os.replace(out_dir / ".metrics.json.tmp", metrics)
+            print(json.dumps({"out": out, "restored": KEPT, "status": summary["status"]}), flush=True)
+            return 0
     try:
         summary = run(cfg, out)
-    except (ConfigError, DataError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:
-        if not record_failure:
-            raise
-        traceback.print_exc()
-        summary = record(cfg, out, exc)
-    keep = ("status", "final_acc", "best_acc", "rounds_to_target", "wall_time_s")
-    print(json.dumps({"out": out, **{k: summary[k] for k in keep}}), flush=True)
-    return 0 if summary["status"] == "completed" or record_failure else 1
-
-
-def flatten(values: dict, prefix: str = "") -> list[str]:
-    """{"a": {"b": 1}} -> ["a.b=1"], so a JSON config goes through the same path as overrides."""
-    items = []
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            items += flatten(value, f"{prefix}{key}.")
+        if isinstance(exc, (ConfigError, DataError)):
+            print(f"error: {exc}", file=sys.stderr)
         else:
-            items.append(f"{prefix}{key}={json.dumps(value)}")
-    return items
+            traceback.print_exc()
+        if not record_failure:
+            print(f"run {rid} failed (attempt {attempt}); no metrics.json, so that the job is retried", file=sys.stderr)
+            return 2 if isinstance(exc, (ConfigError, DataError)) else 1
+        summary = record(cfg, out, exc)
+        failure = {"run_id": rid, "status": summary["status"], "attempt": attempt,
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "error": traceback.format_exc()}
+        out_dir.joinpath("failure.json").write_text(json.dumps(failure, indent=1))
+        print(f"run {rid} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
+              file=sys.stderr)
+    if is_final(summary["status"]):
+        kept.write_text(metrics.read_text())
+    keep = ("status", "final_acc", "best_acc", "rounds_to_target", "wall_time_s")
+    print(json.dumps({"out": out, **{k: summary.get(k) for k in keep}}), flush=True)
+    return 0
+
+
+def workflow_grids() -> list[tuple[str, str, object]]:
+    """Every grid the workflow trains, as (paper, target name, Table): each table, each figure
+    with a grid of its own (the others draw a table's runs) and each search."""
+    from shared.experiments import all_tables, paper_searches
+    from shared.figures import paper_figures
+    from shared.papers import paper_names
+
+    grids = [(t.paper, t.name, t) for t in all_tables()]
+    for paper in paper_names():
+        grids += [(paper, name, f.table) for name, f in paper_figures(paper).items() if not isinstance(f.table, str)]
+        grids += [(paper, name, s.as_table()) for name, s in paper_searches(paper).items()]
+    return grids
+
+
+def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, str, object]]:
+    """(paper, target name, Cell) for every run of every grid at `scale`."""
+    from shared.experiments import expand
+
+    return [(paper, name, cell) for paper, name, grid in workflow_grids() for cell in expand(grid, scale, runtime)]
+
+
+def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], configs: str | None = None) -> list:
+    """The configs of the workflow's runs `run_ids` at `scale`, with the runtime overrides;
+    from `configs` (run id -> config, written by the workflow) where it has them all."""
+    from shared.config import RUNTIME_KEYS
+
+    names = {o.split("=", 1)[0] for o in overrides}
+    if not names <= set(RUNTIME_KEYS):
+        raise ConfigError(f"--runs takes only runtime overrides ({', '.join(RUNTIME_KEYS)}), got {sorted(names - set(RUNTIME_KEYS))}")
+    found = {}
+    if configs and Path(configs).exists():
+        written = json.loads(Path(configs).read_text())
+        found = {rid: written[rid] for rid in run_ids if rid in written}
+    if len(found) < len(run_ids):
+        for _, _, cell in workflow_cells(scale):
+            if cell.run_id in run_ids:
+                found[cell.run_id] = to_dict(cell.config)
+    missing = [r for r in run_ids if r not in found]
+    if missing:
+        raise ConfigError(f"run(s) {missing} belong to no table, figure or search at scale={scale}")
+    cfgs = []
+    for rid in run_ids:
+        cfg = load_config(None, [*as_overrides(found[rid]), *overrides])
+        if run_id(cfg) != rid:
+            raise ConfigError(f"run {rid}: the overrides {overrides} change its id")
+        cfgs.append(cfg)
+    return cfgs
+
+
+def as_overrides(values: dict) -> list[str]:
+    """{"a": {"b": 1}} -> ["a.b=1"], so a JSON config goes through the same path as overrides."""
+    return [f"{key}={json.dumps(value)}" for key, value in flatten(values).items()]
 
 
 _held_locks = []

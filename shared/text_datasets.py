@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from shared.config import DatasetConfig
-from shared.data import Archive, DataError, Dataset, TextVocabulary, _cached, _from_arrays, fetch_archive
+from shared.data import Archive, DataError, Dataset, TextVocabulary, cached, dataset_from_arrays, fetch_archive
 
 AG_NEWS = {
     "train": Archive("https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/train.csv",
@@ -129,6 +129,6 @@ def convert_text(name: str, root: Path, tokenizer, max_length: int) -> dict:
 def load_text_dataset(name: str, cfg: DatasetConfig, root: Path, tokenizer: str) -> Dataset:
     loaded = load_tokenizer(tokenizer)
     cache = root / "cache" / f"{name}-{tokenizer_fingerprint(loaded)}-len{cfg.max_length}.pt"
-    arrays = _cached(cache, lambda: convert_text(name, root, loaded, cfg.max_length))
-    return _from_arrays(name, arrays, mean=(), std=(), augment=False,
+    arrays = cached(cache, lambda: convert_text(name, root, loaded, cfg.max_length))
+    return dataset_from_arrays(name, arrays, mean=(), std=(), augment=False,
                         text=TextVocabulary(int(arrays["vocab_size"]), int(arrays["pad_id"])))

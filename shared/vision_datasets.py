@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from shared.config import DatasetConfig
-from shared.data import (DOMAIN_DATASETS, IMAGE_SUFFIXES, Archive, DataError, Dataset, _cached, _from_arrays,
+from shared.catalog import DATASETS
+from shared.data import (IMAGE_SUFFIXES, Archive, DataError, Dataset, cached, dataset_from_arrays,
                          convert_listing, decode_images, fetch_archive, open_tree)
 
 # --- FEMNIST ----------------------------------------------------------------------------------
@@ -163,9 +164,9 @@ def load_femnist(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
         build = lambda: convert_niid_bench_femnist(fetch_archive(NIID_BENCH_FEMNIST, root))
     else:
         build = lambda: convert_leaf_femnist(root / "femnist")
-    arrays = _cached(root / "cache" / f"{name}.pt", build)
+    arrays = cached(root / "cache" / f"{name}.pt", build)
     # NIID-Bench feeds FEMNIST through ToTensor alone: no normalisation, no augmentation.
-    return _from_arrays(name, arrays, mean=(0.0,), std=(1.0,), augment=False, group_kind="writer")
+    return dataset_from_arrays(name, arrays, mean=(0.0,), std=(1.0,), augment=False, group_kind="writer")
 
 
 # --- Tiny-ImageNet ---------------------------------------------------------------------------
@@ -202,13 +203,13 @@ def convert_tiny_imagenet(archive: Path) -> dict:
 
 
 def load_tiny_imagenet(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
-    arrays = _cached(root / "cache" / f"{name}.pt", lambda: convert_tiny_imagenet(fetch_archive(TINY_IMAGENET, root)))
-    return _from_arrays(name, arrays, mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)
+    arrays = cached(root / "cache" / f"{name}.pt", lambda: convert_tiny_imagenet(fetch_archive(TINY_IMAGENET, root)))
+    return dataset_from_arrays(name, arrays, mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)
 
 
 # --- Office-Caltech-10 ------------------------------------------------------------------------
 
-OFFICE_DOMAINS = DOMAIN_DATASETS["office_caltech10"]
+OFFICE_DOMAINS = DATASETS["office_caltech10"].domains
 OFFICE_CLASSES = ["back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor",
                   "mouse", "mug", "projector"]  # FedBN's label order
 OFFICE_FOLDER, OFFICE_ZIP = "office_caltech_10", "office_caltech_10_dataset.zip"
@@ -340,7 +341,7 @@ def load_office_caltech10(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
             f"<domain>_train.pkl/_test.pkl files each domain is split 80/20 per class with a fixed seed.")
     if not fedbn_split and not caches[False].exists():
         print(f"[data] {source}: FedBN's split files are not there; splitting each domain 80/20 per class (seed 0)")
-    arrays = _cached(caches[fedbn_split], lambda: convert_office(source, fedbn_split))
+    arrays = cached(caches[fedbn_split], lambda: convert_office(source, fedbn_split))
     # FedBN: Resize(256, 256), RandomHorizontalFlip, RandomRotation(+-30), ToTensor (no normalisation).
-    return _from_arrays(name, arrays, mean=(0.0,) * 3, std=(1.0,) * 3, augment=True, crop_pad=0, max_rotation=30.0,
+    return dataset_from_arrays(name, arrays, mean=(0.0,) * 3, std=(1.0,) * 3, augment=True, crop_pad=0, max_rotation=30.0,
                         group_kind="domain")

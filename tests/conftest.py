@@ -1,6 +1,6 @@
 import pytest
 
-from shared.config import load_config
+from shared.config_loading import load_config
 
 # A federation small enough to train in about a second on one CPU core.
 TINY = [

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from shared import trainer
-from shared.config import load_config
+from shared.config_loading import load_config
 from shared.fedavg import ClientUpdate
-from shared.methods import METHODS, method_class
+from shared.methods import method_class, method_names
 from shared.models import Net
 from shared.run import main
 
@@ -253,7 +253,7 @@ def test_reduces_to_fedavg(name, overrides, tiny_cfg, tmp_path):
         torch.testing.assert_close(wa[key], wb[key], rtol=1e-4, atol=1e-5)  # float32 rounding of another formula
 
 
-@pytest.mark.parametrize("name", sorted(set(METHODS) - {"fedavg"}))
+@pytest.mark.parametrize("name", sorted(set(method_names()) - {"fedavg"}))
 def test_two_round_smoke_run_through_the_cli(name, tmp_path, capsys):
     from tests.conftest import TINY
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from shared import trainer
-from shared.batched import BatchedClients, StackedSGD, unbatchable_reason
+from shared.batched import BatchedClients, StackedSGD
+from shared.client_training import train_client, unbatchable_reason
 from shared.config import LocalConfig, run_id
 from shared.federation import build_federation
 from shared.methods import build_method
@@ -41,7 +42,7 @@ def one_round_both_ways(cfg):
     sequential = []
     for client in clients:
         model = copy.deepcopy(global_model)
-        sequential.append(trainer.train_client(method, client, model, cfg, 0))
+        sequential.append(train_client(method, client, model, cfg, 0))
     batched = BatchedClients(method, copy.deepcopy(global_model), federation, cfg, slots=len(clients))
     return sequential, batched.train(clients, global_model, 0)
 
@@ -98,7 +99,7 @@ def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(t
     cfg = tiny_cfg("method=fedlsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16")
     federation = build_federation(cfg, torch.device("cpu"))
     model = build_model("fedavg_cnn", 10)
-    assert "does not declare batched_clients" in unbatchable_reason(build_method(cfg, federation), model, cfg)
+    assert "has client hooks" in unbatchable_reason(build_method(cfg, federation), model, cfg)
     with_batchnorm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
     assert "BatchNorm" in unbatchable_reason(build_method(tiny_cfg(), federation), with_batchnorm, cfg)
     assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"

@@ -3,7 +3,8 @@ import sys
 
 import pytest
 
-from shared.config import ConfigError, load_config, parse_override, run_id
+from shared.config import ConfigError, run_id
+from shared.config_loading import load_config, parse_override
 from shared.run import main
 
 

@@ -11,7 +11,8 @@ import torch
 from PIL import Image
 
 from shared import data
-from shared.config import ConfigError, load_config
+from shared.config import ConfigError
+from shared.config_loading import load_config
 from shared.data import Archive, DataError, load_dataset
 
 

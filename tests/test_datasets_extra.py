@@ -15,7 +15,8 @@ import torch
 from PIL import Image
 
 from shared import text_datasets, trainer, vision_datasets
-from shared.config import ConfigError, PartitionConfig, load_config
+from shared.config import ConfigError, PartitionConfig
+from shared.config_loading import load_config
 from shared.data import Archive, DataError, load_dataset
 from shared.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, smoke_scale
 from shared.federation import Augmenter, build_federation

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from shared import trainer
+from shared import client_training, trainer
 
 
 def history(out):
@@ -44,19 +44,19 @@ def test_killed_run_resumes_to_the_same_result(tiny_cfg, tmp_path, monkeypatch):
     cfg = tiny_cfg("federation.rounds=4", "federation.participation=0.5", "eval.every=2")
     trainer.run(cfg, tmp_path / "straight")
 
-    real_train_client = trainer.train_client
+    real_train_client = client_training.train_client
 
     def crash_in_round_3(method, client, model, cfg, round):
         if round == 2:
             raise KeyboardInterrupt("killed")
         return real_train_client(method, client, model, cfg, round)
 
-    monkeypatch.setattr(trainer, "train_client", crash_in_round_3)
+    monkeypatch.setattr(client_training, "train_client", crash_in_round_3)
     with pytest.raises(KeyboardInterrupt):
         trainer.run(cfg, tmp_path / "resumed")
     assert (tmp_path / "resumed" / "checkpoint.pt").exists()
     assert len(history(tmp_path / "resumed")) == 2
-    monkeypatch.setattr(trainer, "train_client", real_train_client)
+    monkeypatch.setattr(client_training, "train_client", real_train_client)
 
     trainer.run(cfg, tmp_path / "resumed")
     assert history(tmp_path / "resumed") == history(tmp_path / "straight")
@@ -67,7 +67,7 @@ def test_killed_run_resumes_to_the_same_result(tiny_cfg, tmp_path, monkeypatch):
 def test_a_finished_run_is_not_recomputed(tiny_cfg, tmp_path, monkeypatch):
     cfg = tiny_cfg()
     first = trainer.run(cfg, tmp_path / "run")
-    monkeypatch.setattr(trainer, "train_client", lambda *a: pytest.fail("trained again"))
+    monkeypatch.setattr(client_training, "train_client", lambda *a: pytest.fail("trained again"))
     assert trainer.run(cfg, tmp_path / "run") == first
 
 

@@ -4,7 +4,8 @@ import re
 
 import torch
 
-from shared.config import load_config, to_dict
+from shared.config import to_dict
+from shared.config_loading import load_config
 from shared.experiments import expand, get_table
 from shared.multirun import side_by_side_reason
 from shared.run import main

@@ -1,7 +1,9 @@
-"""Runs -> table, on hand-written metrics: values, marks for failed cells, best/second, the
-comparison with the paper, and the metrics a table can ask for."""
+"""Runs -> table, on hand-written metrics: values, marks for failed cells, best/second (ties,
+failed and suspect cells), the comparison with the paper (rank agreement, HTML, figure), the
+LaTeX escaping and layout, and the metrics a table can ask for."""
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,11 +25,14 @@ def make_table(metric=Metric()):
         metric=metric, seeds=(0, 1, 2))
 
 
-def write_runs(table, runs_dir, curves, failed=()):
-    """curves[(row, column)] = per-seed global accuracy curves; `failed` cells diverge at seed 0."""
+def write_runs(table, runs_dir, curves, failed=(), suspect=()):
+    """curves[(row, column)] = per-seed global accuracy curves; `failed` cells diverge at seed 0,
+    `suspect` cells are flagged suspect at seed 0."""
     for cell in expand(table, "paper"):
         accs = curves[(cell.row.label, cell.column.label)][cell.seed]
-        status = "diverged: nan" if (cell.row.label, cell.column.label) in failed and cell.seed == 0 else "completed"
+        key = (cell.row.label, cell.column.label)
+        status = ("diverged: nan" if key in failed else "suspect: at chance" if key in suspect else "completed") \
+            if cell.seed == 0 else "completed"
         metrics = {"status": status, "run_id": cell.run_id, "eval_rounds": list(range(1, len(accs) + 1)),
                    "global_acc": accs, "local_acc": accs, "final_acc": accs[-1], "best_acc": max(accs),
                    "wall_time_s": 3600.0, "device": "cuda:0", "device_name": "H100"}
@@ -56,11 +61,14 @@ def test_table_cells_marks_and_comparison(tmp_path):
     assert cells.loc[("Future", "a"), "status"] == "not implemented"
 
     tex = (tmp_path / "out" / "table.tex").read_text()
-    assert r"\textbf{55.00 $\pm$ 1.63}" in tex  # FedProx best in column a
-    assert r"\underline{50.00 $\pm$ 1.63}" in tex  # FedAvg second
-    assert r"71.50 $\pm$ 0.50$^\dagger$" in tex  # a failed seed is marked
+    assert r"\textbf{\boldmath 55.00\,$\pm$\,1.63}" in tex  # FedProx best in column a, the whole cell bold
+    assert r"\underline{50.00\,$\pm$\,1.63}" in tex  # FedAvg second
+    assert r"71.50\,$\pm$\,0.50$^\dagger$ \\" in tex  # a failed seed is marked, and the cell is not ranked
+    assert r"\textbf{\boldmath 61.00\,$\pm$\,0.82}" in tex  # so FedAvg is best in column b
     assert "Future & n/i & n/i" in tex
     assert "Scale" not in tex  # paper scale: no warning in the caption
+    notes = tex.split(r"\footnotesize\raggedright", 1)[1]
+    assert "n/i:" in notes and r"$^\dagger$:" in notes and r"$^\ddagger$" not in notes  # only the marks that occur
 
     comparison = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index(["row", "column"])
     assert comparison.loc[("FedAvg", "a"), "diff"] == pytest.approx(0.0)
@@ -69,6 +77,16 @@ def test_table_cells_marks_and_comparison(tmp_path):
     assert math.isnan(comparison.loc[("FedProx", "b"), "paper_mean"])
     assert comparison.loc[("FedProx", "b"), "failed"] == 1
     assert "| 71.50 ± 0.50 (1 failed) / -" in (tmp_path / "out" / "comparison.md").read_text()
+    # rank agreement: column a orders FedAvg < FedProx as the paper does; column b has one pair
+    assert comparison.loc[("FedAvg", "a"), "kendall_tau"] == pytest.approx(1.0)
+    assert comparison.loc[("FedProx", "a"), "rank_ours"] == 1 and comparison.loc[("FedAvg", "a"), "rank_paper"] == 2
+    assert math.isnan(comparison.loc[("FedAvg", "b"), "kendall_tau"])
+    assert "| *Kendall τ* | +1.00 (2 methods) | - |" in (tmp_path / "out" / "comparison.md").read_text()
+    page = (tmp_path / "out" / "comparison.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<link" not in page and "<script" not in page
+    assert 'style="color:#1a7f37;font-weight:bold" title="within two standard deviations">✓' in page  # FedAvg a
+    assert "+1.00 (2 methods)" in page
+    assert (tmp_path / "out" / "comparison.png").stat().st_size > 0
     provenance = (tmp_path / "out" / "provenance.yaml").read_text()
     assert "gpu_hours: 12.0" in provenance and "runs_failed: 1" in provenance
 
@@ -83,7 +101,7 @@ def test_rounds_to_reference_final_accuracy(tmp_path):
     assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx(3.0) and cells.loc[("FedAvg", "a"), "n"] == 2
     assert cells.loc[("FedProx", "a"), "mean"] == pytest.approx(2.0)
     tex = (tmp_path / "out" / "table.tex").read_text()
-    assert r"\textbf{2.0" in tex  # fewer rounds is better
+    assert r"\textbf{\boldmath 2.0" in tex  # fewer rounds is better
 
 
 def test_fixed_target_and_accuracy_at_round(tmp_path):
@@ -115,7 +133,7 @@ def test_columns_with_their_own_metric_and_transposed_layout(tmp_path):
     header = next(line for line in tex.splitlines() if line.startswith("Setting"))
     assert header.split(" & ")[1:3] == ["FedAvg", "FedProx"]  # methods across
     t_line = next(line for line in tex.splitlines() if line.startswith("T(45"))
-    assert r"\textbf{2.0 $\pm$ 0.0}" in t_line  # fewer rounds is better: FedProx is best
+    assert r"\textbf{\boldmath 2.0\,$\pm$\,0.0}" in t_line  # fewer rounds is better: FedProx is best
 
 
 def test_domain_metrics(tmp_path):
@@ -174,3 +192,91 @@ def test_sweep_and_round_metric_figures(tmp_path, methods):
         build_figure(figure, "paper", tmp_path / "runs", tmp_path / kind)
         assert (tmp_path / kind / "figure.png").stat().st_size > 0
         assert len(yaml.safe_load((tmp_path / kind / "provenance.yaml").read_text())["runs"]) == methods * 3 * 3  # rows x columns x seeds
+
+
+def three_methods():
+    table = make_table()
+    table.rows = [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+                  Row("FedProx μ=0.1", {"name": "fedprox", "mu": 0.1})]
+    table.reported = {}
+    return table
+
+
+def test_ties_share_their_mark_and_failed_or_suspect_cells_are_not_ranked(tmp_path):
+    table = three_methods()
+    curves = {
+        ("FedAvg", "a"): [[10, 40, 50.001], [10, 40, 50.0], [10, 40, 50.0]],  # prints 50.00, as FedProx
+        ("FedProx", "a"): [[10, 40, 50.0], [10, 40, 50.0], [10, 40, 50.0]],
+        ("FedProx μ=0.1", "a"): [[10, 40, 45.0], [10, 40, 45.0], [10, 40, 45.0]],
+        ("FedAvg", "b"): [[10, 40, 60.0]] * 3,
+        ("FedProx", "b"): [[10, 40, 90.0]] * 3,  # the highest, but seed 0 is suspect
+        ("FedProx μ=0.1", "b"): [[10, 40, 95.0]] * 3,  # higher still, but seed 0 diverged
+    }
+    write_runs(table, tmp_path / "runs", curves, failed={("FedProx μ=0.1", "b")}, suspect={("FedProx", "b")})
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    lines = {line.split(" & ")[0]: line.split(" & ")[1:] for line in tex.splitlines() if " & " in line}
+    assert lines["FedAvg"][0].startswith(r"\textbf{") and lines["FedProx"][0].startswith(r"\textbf{")  # a tie
+    assert lines[r"FedProx $\mu$=0.1"][0].startswith(r"\underline{")  # the next value is second
+    assert lines["FedAvg"][1].startswith(r"\textbf{")  # the only cell of column b whose runs all completed
+    assert lines["FedProx"][1] == r"90.00\,$\pm$\,0.00$^\ddagger$ \\"
+    assert lines[r"FedProx $\mu$=0.1"][1] == r"95.00\,$\pm$\,0.00$^\dagger$ \\"
+    notes = tex.split(r"\footnotesize\raggedright", 1)[1]
+    assert r"$^\dagger$:" in notes and r"$^\ddagger$:" in notes and "n/i" not in notes
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedProx", "b"), "status"] == "suspect" and cells.loc[("FedProx", "b"), "suspect"] == 1
+    assert cells.loc[("FedProx", "b"), "failed"] == 0 and cells.loc[("FedProx", "b"), "n"] == 2
+
+
+def test_escape_text_fields():
+    from shared.tables import escape
+
+    assert escape("5% of α=0.1, β = 0.5") == r"5\% of $\alpha$=0.1, $\beta$ = 0.5"
+    assert escape("M1 (δ̂, M)") == r"M1 ($\hat{\delta}$, M)"
+    assert escape("a_b & c#d {e} ~ ^ \\") == r"a\_b \& c\#d \{e\} \textasciitilde{} \textasciicircum{} \textbackslash{}"
+    assert escape("μτ ± Δ") == r"$\mu\tau$ $\pm$ $\Delta$"
+    assert escape("café – x") == r"caf\'{e} -- x"
+    assert escape("FedAvg").isascii() and escape("αβγδ̂").isascii()
+
+
+def test_grouped_headers_and_rows(tmp_path):
+    """Columns sharing a dataset get a spanning header over their settings (FedSSD Table I);
+    rows sharing a dataset print it once beside their settings (FedGKD Table 7)."""
+    from shared.tables import latex_table, summarize_cells
+
+    table = make_table()
+    table.columns = [Column("CIFAR10 acc", {}, r"CIFAR10 acc $\uparrow$"), Column("CIFAR10 T(45%)", {}),
+                     Column("CIFAR100 acc", {}), Column("CIFAR100 T(45%)", {})]
+    table.rows = [Row("CIFAR-10, M=1", {"name": "fedavg"}), Row("CIFAR-10, M=3", {"name": "fedavg"}),
+                  Row("CIFAR-100, M=1", {"name": "fedavg"}), Row("CIFAR-100, M=3", {"name": "fedavg"})]
+    table.reported = {}
+    tex = latex_table(table, summarize_cells(table, pd.DataFrame()), "paper")
+    assert r"\multicolumn{2}{c}{CIFAR10} & \multicolumn{2}{c}{CIFAR100}" in tex
+    assert r"\cmidrule(lr){3-4}\cmidrule(lr){5-6}" in tex
+    assert r"\multicolumn{2}{l}{Method} & acc $\uparrow$ & T(45\%) & acc & T(45\%) \\" in tex
+    assert "CIFAR-10 & M=1 &" in tex and "\n & M=3 &" in tex and "CIFAR-100 & M=1 &" in tex
+
+
+def test_kendall_tau_matches_scipys_tau_b():
+    from shared.tables import kendall_tau
+
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert kendall_tau([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9128709291752769)  # scipy.stats.kendalltau
+    assert math.isnan(kendall_tau([1], [2])) and math.isnan(kendall_tau([1, 1], [1, 2]))
+
+
+def test_reporting_imports_no_training_code():
+    """shared.tables and shared.figures load no part of the training loop, and neither imports
+    the other's module back (no cycle)."""
+    import subprocess
+    import sys
+
+    training = ("shared.trainer", "shared.federation", "shared.fedavg", "shared.batched")
+    code = (f"import sys, shared.tables, shared.figures; bad = [m for m in {training!r} if m in sys.modules]; "
+            "print(bad); sys.exit(bool(bad))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for module in ("shared/figures.py", "shared/metrics.py", "shared/provenance.py"):
+        source = Path(module).read_text()
+        assert "shared.tables" not in source and "shared.trainer" not in source, module

@@ -1,4 +1,7 @@
 """The Snakemake workflow, run in a copy of the project so the checkout stays clean."""
+import csv
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -8,23 +11,100 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.experiments import PAPERS, SCALES, all_tables, expand, get_table, paper_searches
+from shared.experiments import SCALES, all_tables, expand, get_table, paper_searches
 from shared.figures import paper_figures
+from shared.papers import paper_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
 
+# A paper for the workflow's own tests, dropped into a copy of the project (papers register
+# themselves): methods that fail once, always fail, diverge or take their time.
+CHECK_PAPER_INIT = '''"""Methods and tables that exercise the workflow's failure handling and SLURM."""
+METHODS = {"flaky": ".methods:Flaky", "broken": ".methods:Broken", "diverging": ".methods:Diverging",
+           "sleepy": ".methods:Sleepy"}
+'''
+CHECK_PAPER_METHODS = '''import os
+import time
+from pathlib import Path
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    copy = tmp_path_factory.mktemp("project")
+import torch.nn.functional as F
+
+from shared.fedavg import FedAvg
+
+
+class Flaky(FedAvg):
+    """Raises in its first round the first time a seed runs: a transient failure."""
+
+    def prepare_round(self, round, global_model):
+        marker = Path(os.environ["WFCHECK_DIR"]) / f"flaky-{self.cfg.seed}"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            raise RuntimeError("a transient failure")
+        super().prepare_round(round, global_model)
+
+
+class Broken(FedAvg):
+    def prepare_round(self, round, global_model):
+        raise RuntimeError("a bug")
+
+
+class Diverging(FedAvg):
+    def local_loss(self, model, x, y, client):
+        return F.cross_entropy(model(x), y) * float("inf")
+
+
+class Sleepy(FedAvg):
+    def prepare_round(self, round, global_model):
+        time.sleep(float(os.environ.get("WFCHECK_SLEEP", "0")))
+        super().prepare_round(round, global_model)
+'''
+CHECK_PAPER_TABLES = '''from shared.experiments import Column, Row, Table
+
+BASE = {"dataset": {"name": "cifar10"}, "model": {"name": "fedavg_cnn"},
+        "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 4}, "federation": {"rounds": 3}}
+ONE = [Column("Dir(0.5)", {})]
+TABLES = [
+    Table("wfcheck", "table1", "Failures", BASE, [Row("FedAvg", {"name": "fedavg"}), Row("Flaky", {"name": "flaky"}),
+          Row("Broken", {"name": "broken"}), Row("Diverging", {"name": "diverging"})], ONE, {}, seeds=(0, 1)),
+    Table("wfcheck", "table2", "Fast runs", BASE, [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox"})],
+          ONE, {}, seeds=(0, 1)),
+    Table("wfcheck", "table3", "A slow run", BASE, [Row("Sleepy", {"name": "sleepy"})], ONE, {}, seeds=(0,)),
+]
+'''
+
+
+def make_project(copy: Path, check_paper: bool = False) -> Path:
+    """A copy of the workflow's parts (no generated outputs), with the test paper if asked."""
+    copy.mkdir(parents=True, exist_ok=True)
     for part in PARTS:
         src = ROOT / part
         if src.is_dir():
             shutil.copytree(src, copy / part, ignore=skip_generated)
         else:
             shutil.copy(src, copy / part)
+    if check_paper:
+        paper = copy / "papers" / "wfcheck"
+        paper.mkdir()
+        (paper / "__init__.py").write_text(CHECK_PAPER_INIT)
+        (paper / "methods.py").write_text(CHECK_PAPER_METHODS)
+        (paper / "tables.py").write_text(CHECK_PAPER_TABLES)
     return copy
+
+
+def paper_runs(paper: str, table: str, project: Path, scale: str = "smoke") -> list[str]:
+    """Run ids of a table as the project copy expands it (the test paper is only there)."""
+    code = ("import json; from shared.experiments import expand, get_table; "
+            f"print(json.dumps([c.run_id for c in expand(get_table({paper!r}, {table!r}), {scale!r})]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return make_project(tmp_path_factory.mktemp("project"))
 
 
 def skip_generated(directory, names):
@@ -32,12 +112,27 @@ def skip_generated(directory, names):
     return [n for n in names if n == "__pycache__" or (Path(directory, n).is_dir() and n.startswith(("table", "fig")))]
 
 
-def snakemake(project, *args):
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True)
+def snakemake(project, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True,
+                          env=env)
 
 
-FIGURES = [f for paper in PAPERS for f in paper_figures(paper).values()]
-SEARCHES = [s for paper in PAPERS for s in paper_searches(paper).values()]
+def job_counts(stdout: str) -> dict[str, int]:
+    """The dry run's job stats: rule -> jobs ({} for "Nothing to be done")."""
+    counts, inside = {}, False
+    for line in stdout.splitlines():
+        if line.startswith("job ") and line.rstrip().endswith("count"):
+            inside = True
+        elif inside and line.strip() and not line.startswith("---"):
+            name, _, count = line.strip().rpartition(" ")
+            if name.strip() == "total":
+                break
+            counts[name.strip()] = int(count)
+    return counts
+
+
+FIGURES = [f for paper in paper_names() for f in paper_figures(paper).values()]
+SEARCHES = [s for paper in paper_names() for s in paper_searches(paper).values()]
 TARGETS = [f"papers/{t.paper}/{t.name}" for t in [*all_tables(), *FIGURES, *SEARCHES]]
 
 
@@ -48,7 +143,7 @@ def test_every_table_figure_and_search_dry_runs(project, scale):
     expected_runs = {c.run_id for t in all_tables() for c in expand(t, scale)}
     expected_runs |= {c.run_id for f in FIGURES for c in f.cells(scale)}
     expected_runs |= {c.run_id for s in SEARCHES for c in expand(s.as_table(), scale)}
-    assert f"run{' ' * 12}{len(expected_runs)}" in proc.stdout or f"run {len(expected_runs)}" in " ".join(proc.stdout.split())
+    assert job_counts(proc.stdout)["run"] == len(expected_runs)
 
 
 def test_unknown_table_lists_valid_names(project):
@@ -67,7 +162,8 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     target, figure = "papers/fedcad/table2", "papers/fedcad/fig4"  # Fig. 4: curves from Table 2's runs
     proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "device=cpu", "--", target, figure)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = project / target
+    out = project / "results" / "smoke" / "fedcad" / "table2"  # reduced scales land under results/<scale>/
+    assert not (project / target).exists()
     table = pd.read_csv(out / "table.csv")
     fedavg = table[table.row == "FedAvg"]
     assert len(fedavg) == 4 and (fedavg.n == 2).all() and (fedavg.status == "ok").all()  # smoke: 2 seeds
@@ -81,7 +177,23 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     assert comparison.loc[comparison.row == "FedAvg", "paper_mean"].tolist() == [61.73, 71.29, 71.56, 72.98]
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
     assert provenance["scale"] == "smoke" and provenance["runs"] == 4 * 2 * sum(r.implemented for r in definition.rows) and provenance["packages"]["torch"]
-    assert (project / figure / "figure.png").stat().st_size > 0 and (project / figure / "figure.pdf").stat().st_size > 0
+    fig = project / "results" / "smoke" / "fedcad" / "fig4"
+    assert (fig / "figure.png").stat().st_size > 0 and (fig / "figure.pdf").stat().st_size > 0
+
+    # Every run job wrote a benchmark file; the table and figure jobs' logs say what they did;
+    # the run index lists every run of the table.
+    run_ids = [c.run_id for c in expand(definition, "smoke")]
+    for rid in run_ids:
+        assert (project / "results" / "benchmarks" / "runs" / f"{rid}.tsv").read_text().startswith("s\t")
+    log = (project / "results" / "logs" / "smoke" / "tables" / "fedcad-table2.log").read_text()
+    assert f"runs: {len(run_ids)} ({len(run_ids)} completed)" in log and "table.csv" in log and "run index" in log, log
+    assert "figure.png" in (project / "results" / "logs" / "smoke" / "figures" / "fedcad-fig4.log").read_text()
+    with open(project / "results" / "index.csv", newline="") as f:
+        index = list(csv.DictReader(f))
+    assert list(index[0]) == ["run_id", "paper", "table", "method", "row", "column", "seed", "scale", "status", "final_acc"]
+    mine = [r for r in index if r["table"] == "table2" and r["paper"] == "fedcad"]
+    assert sorted(r["run_id"] for r in mine) == sorted(run_ids)
+    assert all(r["scale"] == "smoke" and r["status"] == "completed" and float(r["final_acc"]) >= 0 for r in mine)
 
     # Interrupted work: one run lost, another half done. Only those are recomputed.
     runs = sorted((project / "results" / "runs").iterdir())
@@ -89,7 +201,7 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     (runs[1] / "metrics.json").unlink()
     shutil.rmtree(out)
     dry = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
-    assert "run 2" in " ".join(dry.stdout.split()), dry.stdout
+    assert job_counts(dry.stdout).get("run") == 2, dry.stdout
     proc = snakemake(project, "--cores", "2", "--config", "scale=smoke", "device=cpu", "--", target)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert pd.read_csv(out / "table.csv").equals(table)
@@ -97,3 +209,113 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     report = snakemake(project, "--config", "scale=smoke", "device=cpu", "--report", "report.html", "--", target)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (project / "report.html").stat().st_size > 10_000
+
+
+def test_speed_switches_on_a_finished_table_retrain_nothing(project):
+    """Runtime keys are no part of a run job's params, inputs or code: switching any of them on
+    the finished smoke table of the test above schedules nothing (it used to retrain every run)."""
+    target = "papers/fedcad/table2"
+    base = ["--config", "scale=smoke", "device=cpu"]
+    assert (project / "results" / "smoke" / "fedcad" / "table2" / "table.csv").exists(), "runs after the end-to-end test"
+    for switch in (["client_threads=2"], ["clients_per_step=2"], ["runs_per_job=2"], ["runs_per_job=3"],
+                   ["data_root=elsewhere"], ["device=auto"]):
+        dry = snakemake(project, "-n", *base, *switch, "--", target)
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        assert job_counts(dry.stdout) == {} and "Nothing to be done" in dry.stdout + dry.stderr, (switch, dry.stdout[-3000:])
+    dry = snakemake(project, "-n", *base, "--", target, env={**os.environ, "FEDREPRO_DATA": "/somewhere/else"})
+    assert job_counts(dry.stdout) == {} and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_paper_scale_after_a_smoke_build_schedules_the_paper_runs(project):
+    """A smoke table never sits where the paper-scale one belongs: after the smoke build above,
+    asking for the paper-scale table schedules its runs, with Snakemake's metadata, with mtime
+    triggers only, and without any metadata (a copied results tree)."""
+    target = "papers/fedcad/table2"
+    paper_runs_count = len({c.run_id for c in expand(get_table("fedcad", "table2"), "paper")})
+    assert (project / "results" / "smoke" / "fedcad" / "table2").exists()
+    for extra in ([], ["--rerun-triggers", "mtime"]):
+        dry = snakemake(project, "-n", *extra, "--", target)
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        assert job_counts(dry.stdout) == {"run": paper_runs_count, "table": 1}, dry.stdout[-3000:]
+    copy = project.parent / "copied-results"
+    shutil.copytree(project, copy, ignore=shutil.ignore_patterns(".snakemake"))
+    dry = snakemake(copy, "-n", "--", target)
+    assert job_counts(dry.stdout) == {"run": paper_runs_count, "table": 1}, dry.stdout[-3000:]
+    # while the smoke table is still up to date under its own scale
+    dry = snakemake(copy, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
+    assert "run" not in job_counts(dry.stdout) and "table" not in job_counts(dry.stdout), dry.stdout[-3000:]
+
+
+def test_slurm_profile_does_not_inherit_the_workstation_gpu_cap():
+    """profiles/default is loaded on top of any --profile; its GPU count must be a per-machine
+    (local) resource, so that on SLURM it caps nothing, and no rule is forced to ask for a GPU."""
+    from snakemake.cli import parse_args
+    from snakemake.resources import ResourceScopes
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        _, slurm = parse_args(["-n", "--profile", "profiles/slurm", "papers/fedssd/table2"])
+        _, local = parse_args(["-n", "--cores", "8", "papers/fedssd/table2"])
+    finally:
+        os.chdir(cwd)
+    scopes = ResourceScopes.defaults()
+    scopes.update(slurm.set_resource_scopes or {})
+    assert "gpu" not in (slurm.resources or {}) or scopes.is_local("gpu")  # no cap across SLURM jobs
+    assert not any("gpu" in res for res in (slurm.set_resources or {}).values())  # device=cpu asks for no GPU
+    assert slurm.executor == "slurm" and slurm.jobs >= 2
+    assert "gpu" in (local.resources or {})  # one workstation: each job holds one of its GPUs
+
+
+def test_default_target_lists_the_targets_and_builds_nothing(project):
+    proc = snakemake(project, "--cores", "1", "--config", "scale=smoke")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Nothing is built without a target" in proc.stdout and "papers/fedssd/table2" in proc.stdout
+    assert job_counts(proc.stdout) == {} or set(job_counts(proc.stdout)) == {"all"}
+
+
+@pytest.fixture(scope="module")
+def check_project(tmp_path_factory):
+    return make_project(tmp_path_factory.mktemp("check"), check_paper=True)
+
+
+def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_project, tmp_path):
+    """A run that raises fails its job (no metrics.json), so Snakemake retries it: a transient
+    failure then completes. One that raises on every attempt is recorded on the last (the table
+    builds, under keep-going, with its cell marked failed) and is tried again by the next
+    invocation. A diverged run is a permanent result on its first attempt."""
+    project = check_project
+    env = {**os.environ, "WFCHECK_DIR": str(tmp_path / "markers")}
+    args = ["--cores", "2", "--keep-going", "--config", "scale=smoke", "device=cpu", "retries=1", "--",
+            "papers/wfcheck/table1"]
+    proc = snakemake(project, *args, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    all_ids = paper_runs("wfcheck", "table1", project)
+    ids = dict(zip(("FedAvg", "Flaky", "Broken", "Diverging"), [all_ids[i:i + 2] for i in range(0, 8, 2)]))
+    runs, logs = project / "results" / "runs", project / "results" / "logs" / "runs"
+    status = lambda rid: json.loads((runs / rid / "metrics.json").read_text())["status"]
+    assert all(status(r) == "completed" for r in ids["FedAvg"] + ids["Flaky"])
+    for rid in ids["Flaky"]:  # failed once, retried, completed
+        assert "attempt 2 of 2" in (logs / f"{rid}.log").read_text() and not (runs / rid / "failure.json").exists()
+    for rid in ids["Broken"]:  # failed on both attempts: recorded on the last
+        assert status(rid).startswith("failed: RuntimeError: a bug")
+        assert json.loads((runs / rid / "failure.json").read_text())["attempt"] == 2
+    for rid in ids["Diverging"]:  # a result at once
+        assert status(rid).startswith("diverged") and not (runs / rid / "failure.json").exists()
+        assert "attempt 1 of 2" in (logs / f"{rid}.log").read_text()
+    table = pd.read_csv(project / "results" / "smoke" / "wfcheck" / "table1" / "table.csv").set_index("row")
+    assert table.loc["FedAvg", "status"] == "ok" and table.loc["Flaky", "status"] == "ok"
+    assert table.loc["Broken", "status"] == "failed" and table.loc["Broken", "failed"] == 2
+    assert table.loc["Diverging", "status"] == "failed" and table.loc["Diverging", "failed"] == 2
+    index = pd.read_csv(project / "results" / "index.csv")
+    assert set(index[index.run_id.isin(ids["Broken"])].status.str.split(":").str[0]) == {"failed"}
+
+    # The next invocation tries the failed runs again (not the diverged ones), with or without
+    # Snakemake's metadata.
+    expected = {"run": 2, "table": 1, "papers/wfcheck/table1": 1}
+    for extra in ([], ["--rerun-triggers", "mtime"]):
+        dry = snakemake(project, "-n", *extra, *args, env=env)
+        assert job_counts(dry.stdout) == expected, dry.stdout[-3000:]
+    shutil.rmtree(project / ".snakemake")
+    dry = snakemake(project, "-n", *args, env=env)
+    assert job_counts(dry.stdout) == expected, dry.stdout[-3000:]

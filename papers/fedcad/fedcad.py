@@ -15,6 +15,7 @@ Switches: `estimate_on=local` estimates E_{x|y} on the client's own data (the st
 `phi_at_temperature=false` takes p_g at T = 1 in phi (the paper defines p_g at temperature T).
 """
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -40,13 +41,11 @@ class FedCAD(FedLSD):
         beta: float = 0.3  # lower bound of a_y; the paper tunes it in {0, 0.3, 0.5, 0.7}
         gamma: float = 0.5  # upper bound of a_y
         temperature: float = 2.0  # not stated for FedCAD; FedLSD's T
-        estimate_on: str = "aux"  # aux: the server's auxiliary data (the paper) | local (student abstract)
+        estimate_on: Literal["aux", "local"] = "aux"  # aux: the server's auxiliary data (the paper) | local (student abstract)
         phi_at_temperature: bool = True  # p_g at temperature T in phi (the paper's p_g), else at T = 1
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
-        if params.estimate_on not in ("aux", "local"):
-            raise ConfigError(f"method.estimate_on={params.estimate_on!r} is unknown; valid: ['aux', 'local']")
         if params.estimate_on == "aux" and federation.aux is None:
             raise ConfigError("FedCAD estimates its weights on the server's auxiliary data: set aux.per_class (32)")
 

@@ -13,14 +13,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
-from shared.config import deep_merge, load_config, to_dict
+from shared.config import to_dict
+from shared.config_loading import load_config
+from shared.dotted import deep_merge
 from shared.experiments import Cell, Table
 from shared.federation import build_federation
 from shared.methods import build_method
-from shared.models import build_model
-from shared.trainer import evaluate, resolve_device, train_client
+from shared.run_directory import load_tensors
+from shared.client_training import train_client
+from shared.evaluation import evaluate
+from shared.models import model_for
+from shared.trainer import resolve_device
 
 # Student abstract, Fig. 2: per-class share of the client's data and per-class accuracy.
 REPORTED = pd.DataFrame(
@@ -48,9 +52,8 @@ def probe(table: Table, fedavg: Cell, runs_dir: Path, client: int | None = None)
     cfg = fedavg.config
     device = resolve_device(cfg.trainer.device)
     federation = build_federation(cfg, device)
-    global_model = build_model(cfg.model.name, federation.num_classes, federation.input_shape[0],
-                               federation.input_shape[-1], cfg.model.projection_dim).to(device)
-    global_model.load_state_dict(torch.load(runs_dir / fedavg.run_id / "model.pt", map_location=device))
+    global_model = model_for(cfg, federation).to(device)
+    global_model.load_state_dict(load_tensors(runs_dir / fedavg.run_id / "model.pt", device))
     cid = most_skewed_client(federation.counts) if client is None else client
     counts = federation.counts[cid]
     rows = {"Data": counts / counts.sum(),

@@ -1,0 +1,2 @@
+"""FedCSD: rethinking client drift in federated learning, a logit perspective."""
+METHODS = {"fedcsd": ".fedcsd:FedCSD"}

@@ -17,14 +17,13 @@ instead: (1 - mu) CE + mu L_CSD, the mask taken on the refined logits, delta not
 The share of samples the mask removes is logged each round as `mask_filter_rate` (Fig. 5).
 """
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from shared.baselines.class_stats import average_per_class, class_means
-from shared.config import ConfigError
-from shared.fedavg import FedAvg, frozen_copy, weighted_average
-from shared.baselines.fedlsd import kl_per_sample
+from shared.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
 
 
 def similarity_refined(z: torch.Tensor, z_teacher: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
@@ -48,6 +47,9 @@ MASKS = {"adaptive": adaptive_mask, "forcible": forcible_mask, "none": lambda z,
 
 
 class FedCSD(FedAvg):
+    # the loss counts masked samples into the method's own counters (round_metrics)
+    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+
     @dataclass
     class Params:
         mu: float = 0.001
@@ -55,18 +57,14 @@ class FedCSD(FedAvg):
         tma: float = 0.9  # a, the teacher's momentum
         use_tma: bool = True
         similarity: bool = True  # refine the teacher's logits by prototype similarity
-        mask: str = "adaptive"  # adaptive | forcible | none
+        mask: Literal["adaptive", "forcible", "none"] = "adaptive"
         released_code: bool = False
         # P_G[c] = mean_k P_k[c]: over the clients holding class c (a client without it has no
         # P_k[c]), or over all clients with a zero for those without it
-        prototypes_over: str = "holders"  # holders | all_clients
+        prototypes_over: Literal["holders", "all_clients"] = "holders"
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
-        if params.mask not in MASKS:
-            raise ConfigError(f"method.mask={params.mask!r} is unknown; valid: {sorted(MASKS)}")
-        if params.prototypes_over not in ("holders", "all_clients"):
-            raise ConfigError(f"method.prototypes_over={params.prototypes_over!r} is unknown; valid: ['all_clients', 'holders']")
         self.teacher_state: dict[str, torch.Tensor] | None = None
         self.masked = torch.zeros((), device=federation.device)
         self.seen = torch.zeros((), device=federation.device)
@@ -74,7 +72,7 @@ class FedCSD(FedAvg):
     def prepare_round(self, round, global_model):
         global_state = global_model.state_dict()
         if self.teacher_state is None or not self.params.use_tma:
-            self.teacher_state = {k: v.detach().clone() for k, v in global_state.items()}
+            self.teacher_state = snapshot(global_model)
         else:
             a = self.params.tma
             self.teacher_state = weighted_average([self.teacher_state, global_state], [a, 1 - a])

@@ -3,7 +3,7 @@ tables, figures and searches as data, with the numbers the paper reports (single
 paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed from the means)."""
 from dataclasses import replace
 
-from shared.config import deep_merge
+from shared.dotted import deep_merge
 from shared.experiments import Column, Metric, Reported, Row, Search, Table
 from shared.figures import Figure
 
@@ -13,7 +13,7 @@ R = Reported
 # momentum 0.9, weight decay 1e-5. ResNet-50 on CIFAR-100, MOON's simple CNN on FEMNIST (the 10
 # digit classes, Dir(beta) over the samples), the BN AlexNet on Office-Caltech-10.
 PROTOCOL = {
-    "partition": {"kind": "dirichlet", "clients": 10},
+    "partition": {"kind": "dirichlet", "clients": 10, "rng": "niid_bench"},  # drawn as NIID-Bench's code (FedCSD's)
     "federation": {"rounds": 100, "participation": 1.0},
     "local": {"epochs": 5, "batch_size": 64, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-5},
 }
@@ -21,7 +21,7 @@ CIFAR100 = {"dataset": {"name": "cifar100"}, "model": {"name": "resnet50"}}
 FEMNIST = {"dataset": {"name": "femnist_digits"}, "model": {"name": "fedavg_cnn"}}
 # Four domains, one client each (FedBN's split and preprocessing).
 OFFICE = {"dataset": {"name": "office_caltech10"}, "model": {"name": "alexnet_bn"},
-          "partition": {"kind": "domains", "clients": 4}, "local": {"batch_size": 32}}
+          "partition": {"kind": "domains", "clients": 4, "rng": None}, "local": {"batch_size": 32}}
 
 # "We fine-tune the mu from {0.001, 0.01, 0.1, 1} ... The optimal mu for FedProx, MOON, FedGKD, and
 # FedProto is 0.001, 1, 0.01, and 1"; MOON without its projection layer. FedGKD's loss is

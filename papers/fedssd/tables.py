@@ -1,6 +1,6 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables, figures and searches as data, with the numbers the paper reports."""
-from shared.config import deep_merge
+from shared.dotted import deep_merge
 from shared.experiments import MOON_CIFAR10, Column, Metric, Reported, Row, Search, Table
 from shared.figures import Figure
 

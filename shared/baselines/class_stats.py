@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from shared.fedavg import FedAvg
+from shared.fedavg import Capabilities, FedAvg
 
 
 @torch.no_grad()
@@ -40,6 +40,9 @@ class ClassStatistics(FedAvg):
     `weighted_by_samples`, and uses the statistics in its loss."""
 
     weighted_by_samples = False
+    # the losses index the known classes with boolean masks, which vmap refuses; finish_client
+    # uploads statistics, which the batched step would not compute
+    capabilities = Capabilities(per_sample_loss=False)
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)

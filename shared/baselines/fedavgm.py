@@ -6,10 +6,10 @@ FedNTD's code uses beta 0.7. The momentum acts on the parameters; BatchNorm's ru
 take the plain average (momentum on a running variance can push it below zero).
 """
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from shared.config import ConfigError
 from shared.fedavg import FedAvg, weighted_average
 
 
@@ -18,12 +18,10 @@ class FedAvgM(FedAvg):
     class Params:
         beta: float = 0.9
         server_lr: float = 1.0
-        form: str = "hsu"
+        form: Literal["hsu", "ema"] = "hsu"
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
-        if params.form not in ("hsu", "ema"):
-            raise ConfigError(f"method.form={params.form!r} is unknown; valid: ['ema', 'hsu']")
         self.velocity: dict[str, torch.Tensor] = {}
 
     def aggregate(self, global_model, updates):

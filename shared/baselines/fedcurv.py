@@ -12,10 +12,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import FedAvg
+from shared.fedavg import Capabilities, FedAvg
 
 
 class FedCurv(FedAvg):
+    # each client's Fisher information lives across rounds and enters its loss
+    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+
     @dataclass
     class Params:
         lam: float = 1e-3

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.fedavg import FedAvg
+from shared.fedavg import Capabilities, FedAvg
 
 
 class Generator(nn.Module):
@@ -39,6 +39,9 @@ def diversity_loss(noise: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
 
 
 class FedGen(FedAvg):
+    # the loss draws labels for generated samples from torch's global generator
+    capabilities = Capabilities(per_sample_loss=False, no_global_rng=False)
+
     @dataclass
     class Params:
         alpha: float = 0.1  # weight of the generated-sample CE at round 0
@@ -67,7 +70,11 @@ class FedGen(FedAvg):
 
     def prepare_round(self, round, global_model):
         if self.generator is None:
-            self.build(global_model)
+            if self.restored:  # resumed: building draws nothing from the round's seeded stream, as
+                with torch.random.fork_rng(devices=[]):  # an uninterrupted run built it in round 1
+                    self.build(global_model)
+            else:
+                self.build(global_model)
             if self.restored:
                 self.generator.load_state_dict(self.restored["generator"])
                 self.optimizer.load_state_dict(self.restored["optimizer"])

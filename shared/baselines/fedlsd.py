@@ -10,17 +10,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import GlobalTeacher
-
-
-def kl_per_sample(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(softmax(teacher / T) || softmax(student / T)) for each sample."""
-    log_p_teacher = F.log_softmax(teacher_logits / temperature, dim=1)
-    log_p_student = F.log_softmax(student_logits / temperature, dim=1)
-    return (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(1)
+from shared.fedavg import Capabilities, GlobalTeacher, kl_per_sample
 
 
 class FedLSD(GlobalTeacher):
+    # the loss reads a_y, set for each client in start_client
+    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+
     @dataclass
     class Params:
         alpha: float = 0.3

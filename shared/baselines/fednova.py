@@ -19,6 +19,7 @@ def normaliser(steps: int, rho: float) -> float:
 
 
 class FedNova(FedAvg):
+    requires_local_sgd = True  # its arithmetic models plain local SGD steps
     @dataclass
     class Params:
         pass

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import GlobalTeacher, kl_div
+from shared.fedavg import Capabilities, GlobalTeacher, kl_div
 
 
 def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -18,6 +18,8 @@ def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class FedNTD(GlobalTeacher):
+    capabilities = Capabilities(per_sample_loss=False)  # dropping the true class is a boolean index, which vmap refuses
+
     @dataclass
     class Params:
         tau: float = 1.0

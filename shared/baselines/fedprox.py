@@ -7,7 +7,7 @@ from shared.fedavg import FedAvg
 
 
 class FedProx(FedAvg):
-    batched_clients = True  # per-sample CE plus a term equal for every sample (shared/batched.py)
+    # FedAvg's capabilities hold: the proximal term is the same for every sample of the batch
 
     @dataclass
     class Params:

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.fedavg import FedAvg, frozen_copy
+from shared.fedavg import Capabilities, FedAvg, frozen_copy
 
 
 class MOON(FedAvg):
+    # each client's previous local model lives across rounds and enters its loss
+    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+
     @dataclass
     class Params:
         mu: float = 5.0

@@ -16,10 +16,14 @@ import torch
 import torch.nn.functional as F
 
 from shared.baselines.fednova import normaliser
-from shared.fedavg import FedAvg
+from shared.fedavg import Capabilities, FedAvg
 
 
 class SCAFFOLD(FedAvg):
+    requires_local_sgd = True  # its arithmetic models plain local SGD steps
+    # each client's control variate lives across rounds and enters its steps
+    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+
     @dataclass
     class Params:
         pass

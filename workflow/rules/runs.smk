@@ -1,22 +1,21 @@
-import shlex
 
-from shared.config import identity, to_dict
-
-
-def run_config_json(wildcards):
-    if wildcards.run_id not in RUNS:
-        raise ValueError(f"run {wildcards.run_id} belongs to no table at scale={SCALE}")
-    return json.dumps(to_dict(RUNS[wildcards.run_id]))
+# A run job's command names its runs by output directory and scale; shared.run looks their
+# configs up itself and takes the runtime keys (RUNTIME_ARGS) from --config as they are when
+# the job starts. So a job has no params, and its inputs are at most failure.json files:
+# Snakemake's rerun triggers see the run ids and nothing else, and a finished run is never
+# scheduled again because a speed switch, the data root or runs_per_job changed.
+RUNS_PER_JOB = config.get("runs_per_job", 1)
+RETRIES = config["retries"]  # attempts after the first, for every run job (see below)
+RUNTIME_MINUTES = config.get("runtime_minutes")  # first attempt's SLURM time limit, if set
 
 
 def minutes(cfg, attempt):
-    """Requested wall time; doubled on each retry (SLURM kills a job at its limit)."""
+    """Requested wall time of a run, doubled on each retry (SLURM kills a job at its limit; the
+    retry continues from the run's last checkpoint)."""
+    if RUNTIME_MINUTES:
+        return RUNTIME_MINUTES * 2 ** (attempt - 1)
     per_round = {"resnet50": 4.0, "resnet50_gn": 4.0, "alexnet_bn": 1.0}.get(cfg.model.name, 0.5)
-    return int(10 + per_round * cfg.federation.rounds * cfg.local.epochs / 10 * 2 ** (attempt - 1))
-
-
-def run_minutes(wildcards, attempt):
-    return minutes(RUNS[wildcards.run_id], attempt)
+    return int((10 + per_round * cfg.federation.rounds * cfg.local.epochs / 10) * 2 ** (attempt - 1))
 
 
 def run_memory(cfg):
@@ -25,8 +24,10 @@ def run_memory(cfg):
 
 def seed_groups(runs, size):
     """Run ids in groups of at most `size` seeds of one table cell (configs equal but for the
-    seed), in seed order. A group depends on its cell alone, so adding a table never moves a
-    finished run into a job with unfinished ones (Snakemake would delete its outputs)."""
+    seed), in seed order. Groups depend on the scale's runs alone, never on what is finished, so
+    every process (the main one, a SLURM job's) defines the same rules. A group of finished and
+    unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.run then
+    restores the finished ones from their kept metrics.json in milliseconds."""
     cells = {}
     for rid, cfg in runs.items():
         cell = json.dumps({k: v for k, v in identity(cfg).items() if k != "seed"}, sort_keys=True)
@@ -38,46 +39,55 @@ def seed_groups(runs, size):
     return groups
 
 
-RUNS_PER_JOB = config.get("runs_per_job", 1)
+def failure_inputs(members):
+    """failure.json of the runs whose last attempt raised: written after their metrics.json, so
+    the next invocation runs them again (mtime trigger, with or without metadata)."""
+    return lambda wildcards: [f for rid in members(wildcards) if os.path.exists(f := f"{RUNS_DIR}/{rid}/failure.json")]
 
-if RUNS_PER_JOB > 1:  # --config runs_per_job=N: one job (and one process, shared/multirun.py) per group
 
-    for _group in seed_groups(RUNS, RUNS_PER_JOB):
+def define_run_rule(name, output, log, benchmark, members, constraints=None):
+    """The run rule, written once: one per run (a wildcard rule) or one per seed group
+    (--config runs_per_job=N, a rule per group). `members(wildcards)` lists its run ids."""
 
-        rule:
-            name:
-                f"runs_{_group[0]}"
-            output:
-                [f"results/runs/{rid}/metrics.json" for rid in _group],
-            log:
-                f"results/logs/runs/{_group[0]}-group.log",
-            params:
-                runs=" ".join(f"--json {shlex.quote(json.dumps(to_dict(RUNS[rid])))} --out results/runs/{rid}" for rid in _group),
-            threads: 1 if SCALE == "smoke" else 4
-            resources:
-                gpu=0 if config["device"] == "cpu" else 1,
-                mem_mb=sum(run_memory(RUNS[rid]) for rid in _group),
-                runtime=lambda wildcards, attempt, group=_group: sum(minutes(RUNS[rid], attempt) for rid in group),
-            shell:
-                "OMP_NUM_THREADS={threads} {PYTHON:q} -m shared.run {params.runs} --record-failure --gpu auto > {log} 2>&1"
-
-else:
-
-    rule run:
-        """One federated training run; resumes from its checkpoint if one exists."""
+    rule:
+        name:
+            name
         output:
-            "results/runs/{run_id}/metrics.json",
+            output,
+        input:
+            failure_inputs(members),
         log:
-            "results/logs/runs/{run_id}.log",
+            log,
+        benchmark:
+            benchmark
         wildcard_constraints:
-            run_id="[0-9a-f]{16}",
-        params:
-            config=run_config_json,
+            **(constraints or {}),
+        retries: RETRIES
         threads: 1 if SCALE == "smoke" else 4
         resources:
-            gpu=0 if config["device"] == "cpu" else 1,
-            mem_mb=lambda w: run_memory(RUNS[w.run_id]),
-            runtime=run_minutes,
+            gpu=0 if config["device"] == "cpu" else 1,  # no GPU is asked of SLURM under device=cpu
+            mem_mb=lambda wildcards: sum(run_memory(RUNS[rid]) for rid in members(wildcards)),
+            runtime=lambda wildcards, attempt: sum(minutes(RUNS[rid], attempt) for rid in members(wildcards)),
+            run_attempt=lambda wildcards, attempt: attempt,
         shell:
-            "OMP_NUM_THREADS={threads} {PYTHON:q} -m shared.run --json {params.config:q} --out results/runs/{wildcards.run_id}"
-            " --record-failure --gpu auto > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} {PYTHON:q} -m shared.run --scale {SCALE} --configs {CONFIGS} --runs {output}"
+            " --attempt {resources.run_attempt} --attempts {ATTEMPTS} --gpu auto {RUNTIME_ARGS} > {log} 2>&1"
+
+
+ATTEMPTS = RETRIES + 1
+
+
+def known_run(wildcards):
+    if wildcards.run_id not in RUNS:
+        raise ValueError(f"run {wildcards.run_id} belongs to no table at scale={SCALE}")
+    return [wildcards.run_id]
+
+
+if RUNS_PER_JOB == 1:
+    define_run_rule("run", f"{RUNS_DIR}/{{run_id}}/metrics.json", "results/logs/runs/{run_id}.log",
+                    "results/benchmarks/runs/{run_id}.tsv", known_run, {"run_id": "[0-9a-f]{16}"})
+else:  # one job (and one process, shared/multirun.py) per group of a cell's seeds
+    for _group in seed_groups(RUNS, RUNS_PER_JOB):
+        define_run_rule(f"runs_{_group[0]}", [f"{RUNS_DIR}/{rid}/metrics.json" for rid in _group],
+                        f"results/logs/runs/{_group[0]}-group.log", f"results/benchmarks/runs/{_group[0]}-group.tsv",
+                        lambda wildcards, group=_group: group)

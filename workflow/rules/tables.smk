@@ -8,17 +8,25 @@ rule table:
         table_inputs,
     output:
         report(
-            directory("papers/{paper}/{table}"),
-            patterns=["{name}.md", "{name}.png", "{name}.csv"],
+            directory(OUT + "/{paper}/{table}"),
+            # the comparison opens in the report (HTML), the rest is labelled for download
+            patterns=[r"{file,comparison\.html|comparison\.png|curves\.png|table\.csv|table\.tex|provenance\.yaml}"],
+            caption="../report/table.rst",
             category="{paper}",
             subcategory="{table}",
-            labels={"paper": "{paper}", "table": "{table}"},
+            labels=lambda w: {"table": w.table, "shows": {
+                "comparison.html": "comparison with the paper (comparison.html)",
+                "comparison.png": "ours vs the paper, plotted (comparison.png)",
+                "curves.png": "learning curves (curves.png)",
+                "table.csv": "table as CSV (table.csv)",
+                "table.tex": "table as LaTeX (table.tex)",
+                "provenance.yaml": "provenance (provenance.yaml)"}.get(w.file, w.file)},
         ),
     wildcard_constraints:
         paper="[^/]+",
         table="table[0-9A-Za-z]+",
     log:
-        "results/logs/tables/{paper}-{table}.log",
+        LOGS + "/tables/{paper}-{table}.log",
     localrule: True
     run:
         build_table(get_table(wildcards.paper, wildcards.table), SCALE, "results/runs", output[0], RUNTIME)
@@ -38,17 +46,22 @@ rule figure:
         figure_inputs,
     output:
         report(
-            directory("papers/{paper}/{figure}"),
-            patterns=["{name}.png"],
+            directory(OUT + "/{paper}/{figure}"),
+            patterns=[r"{file,figure\.png|figure\.pdf|figure\.csv|provenance\.yaml}"],
+            caption="../report/figure.rst",
             category="{paper}",
             subcategory="{figure}",
-            labels={"paper": "{paper}", "figure": "{figure}"},
+            labels=lambda w: {"figure": w.figure, "shows": {
+                "figure.png": "figure (figure.png)",
+                "figure.pdf": "figure as PDF (figure.pdf)",
+                "figure.csv": "numbers drawn (figure.csv)",
+                "provenance.yaml": "provenance (provenance.yaml)"}.get(w.file, w.file)},
         ),
     wildcard_constraints:
         paper="[^/]+",
         figure="fig[0-9A-Za-z]+",
     log:
-        "results/logs/figures/{paper}-{figure}.log",
+        LOGS + "/figures/{paper}-{figure}.log",
     localrule: True
     run:
         build_figure(get_figure(wildcards.paper, wildcards.figure), SCALE, "results/runs", output[0], RUNTIME)
@@ -59,12 +72,12 @@ rule search:
     input:
         search_inputs,
     output:
-        directory("papers/{paper}/{search}"),
+        directory(OUT + "/{paper}/{search}"),
     wildcard_constraints:
         paper="[^/]+",
         search="search_[0-9A-Za-z_]+",
     log:
-        "results/logs/searches/{paper}-{search}.log",
+        LOGS + "/searches/{paper}-{search}.log",
     localrule: True
     run:
         build_search(get_search(wildcards.paper, wildcards.search), SCALE, "results/runs", output[0], RUNTIME)

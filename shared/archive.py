@@ -1,0 +1,409 @@
+"""Finished runs in one file, to move them between machines (a GPU cluster and a laptop, a
+colleague's checkout, a paper's supplementary material) without rerunning anything.
+
+    python -m shared.archive pack TARGET... -o FILE [--models] [--scale smoke|small|paper]
+                                           [--config scale=smoke ...]
+    python -m shared.archive unpack FILE [--into DIR]
+
+A TARGET is written as for Snakemake: `papers/fedssd/table2`, `papers/fedcad/fig3`,
+`papers/fedcad/search_fedprox`, a whole paper `papers/fedssd` (or `fedssd`: its tables and
+figures) or `fedssd_searches`. `pack` finds the runs the targets need at the scale (the run ids
+are what the workflow computes, so they do not depend on the device or on speed switches) and
+writes one tar (gzip-compressed when FILE ends in .gz or .tgz) holding, for each run that has
+finished (its metrics.json exists, whatever its status), metrics.json, metrics.jsonl,
+config.yaml, partition.csv and, with --models, model.pt. Runs not finished are listed in the
+manifest as missing; their checkpoints are never packed. FedCAD's fig1 reads a run's model.pt:
+pack it with --models.
+
+`unpack` checks the whole archive first (every member's SHA-256 and size against the manifest;
+no absolute paths, `..`, links or members the manifest does not list) and only then writes,
+into DIR/results/runs/ (DIR defaults to the current directory, the project root the workflow
+runs in). A run already finished there is left as it is. Each run's metrics.json is written
+last, so an interrupted unpack leaves unfinished runs, which the workflow reruns, never a run
+that looks finished and is not. After unpacking, `snakemake -n TARGET` schedules only the
+runs the archive did not hold.
+
+Errors (unknown target, a damaged or unsafe archive) print one line and exit with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+FORMAT = "fedrepro-runs/1"
+MANIFEST = "manifest.json"
+RUNS_DIR = Path("results") / "runs"
+# What a finished run keeps, in the order packed; metrics.json, whose presence makes a run
+# finished for the workflow, is written last on unpacking.
+RUN_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "metrics.json")
+MODEL_FILE = "model.pt"
+RUN_ID = re.compile(r"[0-9a-f]{16}")
+MEMBER = re.compile(rf"runs/({RUN_ID.pattern})/({'|'.join(re.escape(f) for f in (*RUN_FILES, MODEL_FILE))})")
+# The workflow's --config keys (workflow/schemas/config.schema.yaml); only scale changes run ids.
+WORKFLOW_KEYS = ("scale", "data_root", "device", "clients_per_step", "client_threads", "runs_per_job")
+
+
+class ArchiveError(Exception):
+    """A target, an archive or a destination this module refuses; the message is one line."""
+
+
+# --- which runs a target needs --------------------------------------------------------------
+
+def target_cells(target: str, scale: str) -> list:
+    """The cells (shared.experiments.Cell) of one Snakemake-style target at `scale`, found
+    through the same declarations the workflow expands, so the run ids agree with it."""
+    from shared.config import ConfigError
+
+    parts = [p for p in target.strip().split("/") if p]
+    if parts[:1] == ["papers"]:
+        parts = parts[1:]
+    try:
+        if len(parts) == 1 and parts[0].endswith("_searches"):
+            return searches_cells(parts[0][: -len("_searches")], scale)
+        if len(parts) == 1:
+            return paper_cells(parts[0], scale)
+        if len(parts) == 2:
+            return named_cells(parts[0], parts[1], scale)
+    except ConfigError as exc:
+        raise ArchiveError(f"target {target}: {exc}") from None
+    raise ArchiveError(f"target {target!r} is not papers/<paper>[/<table|fig|search_*>], <paper> or <paper>_searches")
+
+
+def named_cells(paper: str, name: str, scale: str) -> list:
+    """A table, a figure or a search, told apart by name as the workflow's rules tell them apart."""
+    from shared.config import ConfigError
+    from shared.experiments import expand, get_search, get_table, paper_searches, paper_tables
+    from shared.figures import get_figure, paper_figures
+
+    if name.startswith("table"):
+        return expand(get_table(paper, name), scale)
+    if name.startswith("fig"):
+        return get_figure(paper, name).cells(scale)
+    if name.startswith("search_"):
+        return expand(get_search(paper, name).as_table(), scale)
+    valid = sorted([*paper_tables(paper), *paper_figures(paper), *paper_searches(paper)])
+    raise ConfigError(f"{paper} has no target {name!r}; valid: {valid}")
+
+
+def paper_cells(paper: str, scale: str) -> list:
+    """A whole paper: its tables and figures (not its searches), as `snakemake <paper>`."""
+    from shared.experiments import paper_tables
+    from shared.figures import paper_figures
+
+    names = [*paper_tables(paper), *paper_figures(paper)]
+    return [cell for name in names for cell in named_cells(paper, name, scale)]
+
+
+def searches_cells(paper: str, scale: str) -> list:
+    """Every search of a paper, as `snakemake <paper>_searches`."""
+    from shared.experiments import paper_searches
+
+    return [cell for name in paper_searches(paper) for cell in named_cells(paper, name, scale)]
+
+
+def needed_runs(targets: list[str], scale: str) -> list[str]:
+    """The run ids the targets need, each once, in the order the targets list them."""
+    from shared.config import ConfigError
+    from shared.experiments import check_scale
+
+    try:
+        check_scale(scale)
+    except ConfigError as exc:
+        raise ArchiveError(str(exc)) from None
+    ids: dict[str, None] = {}
+    for target in targets:
+        ids.update((cell.run_id, None) for cell in target_cells(target, scale))
+    return list(ids)
+
+
+# --- pack -----------------------------------------------------------------------------------
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_state(run_dir: Path) -> str:
+    """finished (metrics.json: completed, diverged or failed, all final), unfinished (started,
+    possibly with a checkpoint) or absent."""
+    if (run_dir / "metrics.json").is_file():
+        return "finished"
+    return "unfinished" if run_dir.is_dir() else "absent"
+
+
+def run_status(metrics: bytes) -> str:
+    try:
+        return str(json.loads(metrics).get("status", "unknown"))
+    except (ValueError, AttributeError):
+        return "unreadable metrics.json"
+
+
+def collect(run_ids: list[str], runs_dir: Path, models: bool) -> tuple[list[tuple[str, bytes, float]], list, list]:
+    """Read the finished runs' files: (member name, bytes, mtime) for each, the packed runs
+    with their status and the missing runs with their state. A file is read once, so the
+    checksum in the manifest is that of the bytes in the archive."""
+    names = (*RUN_FILES[:-1], *((MODEL_FILE,) if models else ()), RUN_FILES[-1])
+    files, packed, missing = [], [], []
+    for rid in run_ids:
+        run_dir = runs_dir / rid
+        state = run_state(run_dir)
+        if state != "finished":
+            missing.append({"run_id": rid, "state": state})
+            continue
+        for name in names:
+            path = run_dir / name
+            if path.is_file():
+                files.append((f"runs/{rid}/{name}", path.read_bytes(), path.stat().st_mtime))
+        metrics = files[-1][1]  # metrics.json, the last name and present in a finished run
+        packed.append({"run_id": rid, "status": run_status(metrics)})
+    return files, packed, missing
+
+
+def write_archive(out: Path, files: list[tuple[str, bytes, float]], manifest: dict) -> None:
+    """The tar under a temporary name of this process, then renamed: a reader never sees half
+    an archive, and two packers writing the same name do not mix their members."""
+    compressed = out.name.endswith((".gz", ".tgz"))
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with tarfile.open(tmp, "w:gz" if compressed else "w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data, mtime in files:
+                add_member(tar, name, data, mtime)
+            add_member(tar, MANIFEST, json.dumps(manifest, indent=1).encode(), time.time())
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool = False) -> dict:
+    """Write the archive of the targets' finished runs; returns its manifest. The manifest is
+    the archive's last member (its checksums are of the members before it)."""
+    started = time.perf_counter()
+    run_ids = needed_runs(targets, scale)
+    files, packed, missing = collect(run_ids, runs_dir, models)
+    manifest = {
+        "format": FORMAT,
+        "targets": targets,
+        "scale": scale,
+        "models": models,
+        "runs": {"needed": len(run_ids), "packed": len(packed), "missing": len(missing)},
+        "packed": packed,
+        "missing": missing,
+        "members": [{"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files],
+        "packed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    manifest["packing_seconds"] = round(time.perf_counter() - started, 3)
+    write_archive(out, files, manifest)
+    return manifest
+
+
+# --- unpack: checks -------------------------------------------------------------------------
+
+def check_member(member: tarfile.TarInfo) -> None:
+    """Refuse what could write outside results/runs/<id>/ or is not a run's file."""
+    name = member.name
+    if member.issym() or member.islnk():
+        raise ArchiveError(f"member {name!r} is a link; archives of runs hold regular files only")
+    if not member.isfile():
+        raise ArchiveError(f"member {name!r} is not a regular file")
+    path = PurePosixPath(name)
+    if path.is_absolute() or re.match(r"[A-Za-z]:", name) or name.startswith("\\"):
+        raise ArchiveError(f"member {name!r} has an absolute path")
+    if ".." in path.parts or ".." in name.split("\\"):
+        raise ArchiveError(f"member {name!r} points outside the archive's directory (..)")
+    if name != MANIFEST and not MEMBER.fullmatch(name):
+        raise ArchiveError(f"member {name!r} is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)")
+
+
+def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
+    """One pass over the archive, writing nothing: every member checked, its SHA-256 and size,
+    and the manifest."""
+    digests: dict[str, tuple[str, int]] = {}
+    manifest = None
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                check_member(member)
+                if member.name in digests or (member.name == MANIFEST and manifest is not None):
+                    raise ArchiveError(f"member {member.name!r} appears twice")
+                data = tar.extractfile(member).read()
+                if member.name == MANIFEST:
+                    manifest = parse_manifest(data)
+                else:
+                    digests[member.name] = (sha256(data), len(data))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ArchiveError(f"cannot read {archive}: {exc}") from None
+    if manifest is None:
+        raise ArchiveError(f"{archive} has no {MANIFEST}; it was not written by python -m shared.archive pack")
+    return manifest, digests
+
+
+def parse_manifest(data: bytes) -> dict:
+    """The manifest, if it has the shape `verify` relies on (a hand-made one may not)."""
+    try:
+        manifest = json.loads(data)
+        valid = manifest["format"] == FORMAT and all(
+            isinstance(e["path"], str) and isinstance(e["sha256"], str) and isinstance(e["size"], int)
+            for e in manifest["members"])
+    except (ValueError, KeyError, TypeError):
+        valid = False
+    if not valid:
+        raise ArchiveError(f"{MANIFEST} is not a {FORMAT} manifest")
+    return manifest
+
+
+def verify(archive: Path) -> dict:
+    """The manifest, once every member matches it and it lists nothing the archive lacks."""
+    manifest, digests = scan(archive)
+    listed = {}
+    for entry in manifest["members"]:
+        if not MEMBER.fullmatch(entry["path"]):
+            raise ArchiveError(f"the manifest lists {entry['path']!r}, which is not a run's file")
+        listed[entry["path"]] = (entry["sha256"], entry["size"])
+    for name, (digest, size) in digests.items():
+        if name not in listed:
+            raise ArchiveError(f"member {name!r} is not in the manifest")
+        if (digest, size) != listed[name]:
+            raise ArchiveError(f"member {name!r} fails its checksum (manifest: sha256 {listed[name][0][:12]}..., "
+                               f"{listed[name][1]} bytes; archive: sha256 {digest[:12]}..., {size} bytes)")
+    absent = sorted(set(listed) - set(digests))
+    if absent:
+        raise ArchiveError(f"the manifest lists {absent[0]!r}, which the archive lacks ({len(absent)} such)")
+    return manifest
+
+
+# --- unpack: writing ------------------------------------------------------------------------
+
+def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir: Path, skip: set[str]) -> dict:
+    """Second pass: each member of a run not in `skip` into a temporary file beside its
+    destination, checked again as written (the archive could change between passes);
+    returns destination -> temporary file. On any error the temporary files are removed."""
+    staged: dict[Path, Path] = {}
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                match = MEMBER.fullmatch(member.name)
+                if not match or match.group(1) in skip:
+                    continue
+                data = tar.extractfile(member).read()
+                if (sha256(data), len(data)) != expected.get(member.name):
+                    raise ArchiveError(f"member {member.name!r} changed while it was being unpacked")
+                dest = runs_dir / match.group(1) / match.group(2)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{dest.name}.unpack-{os.getpid()}")
+                staged[dest] = tmp
+                tmp.write_bytes(data)
+    except BaseException:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+            if not any(tmp.parent.iterdir()):  # a run directory made for this unpack
+                tmp.parent.rmdir()
+        raise
+    return staged
+
+
+def commit(staged: dict[Path, Path]) -> None:
+    """Rename the staged files into place, each run's metrics.json last; the run's checkpoint
+    (from an unfinished attempt of the same run) is then stale and removed, as the trainer
+    removes it on finishing."""
+    last = [dest for dest in staged if dest.name == "metrics.json"]
+    for dest in [d for d in staged if d.name != "metrics.json"] + last:
+        os.replace(staged[dest], dest)
+    for dest in last:
+        (dest.parent / "checkpoint.pt").unlink(missing_ok=True)
+
+
+def unpack(archive: Path, into: Path) -> dict:
+    """Verify the archive, then write its runs under into/results/runs/, leaving runs already
+    finished there as they are. Returns what was written and what was left."""
+    manifest = verify(archive)
+    runs_dir = into / RUNS_DIR
+    members = {e["path"]: (e["sha256"], e["size"]) for e in manifest["members"]}
+    run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in members})
+    kept = [rid for rid in run_ids if run_state(runs_dir / rid) == "finished"]
+    differing = [rid for rid in kept if f"runs/{rid}/metrics.json" in members
+                 and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]]
+    staged = write_members(archive, members, runs_dir, set(kept))
+    commit(staged)
+    return {"manifest": manifest, "runs_dir": runs_dir, "written": sorted(set(run_ids) - set(kept)),
+            "kept": kept, "differing": differing, "files": len(staged),
+            "bytes": sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) not in kept)}
+
+
+# --- command line ---------------------------------------------------------------------------
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+def workflow_config(items: list[str], scale: str | None) -> str:
+    """The scale from --scale or the workflow's --config scale=...; the other workflow keys
+    are accepted (so a Snakemake command line can be reused) and do not change run ids."""
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in WORKFLOW_KEYS:
+            raise ArchiveError(f"--config {item!r}: expected KEY=VALUE with KEY one of {list(WORKFLOW_KEYS)}")
+        values[key] = value
+    if scale and values.get("scale", scale) != scale:
+        raise ArchiveError(f"--scale {scale} and --config scale={values['scale']} disagree")
+    return scale or values.get("scale", "paper")
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m shared.archive", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("pack", help="write the finished runs that targets need into one file")
+    p.add_argument("targets", nargs="+", metavar="TARGET", help="papers/<paper>/<table|fig|search_*>, papers/<paper>, ...")
+    p.add_argument("-o", "--output", required=True, type=Path, help="the archive (.tar, .tar.gz or .tgz)")
+    p.add_argument("--models", action="store_true", help="also pack each run's final model.pt")
+    p.add_argument("--scale", choices=["paper", "small", "smoke"], help="the workflow's scale (default: paper)")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="the workflow's --config items (scale=...); end them with -- before targets")
+    p.add_argument("--root", type=Path, default=Path("."), help="the project whose results/runs/ to read (default: .)")
+    u = commands.add_parser("unpack", help="verify an archive, then add its runs to a project")
+    u.add_argument("archive", type=Path)
+    u.add_argument("--into", type=Path, default=Path("."), help="the project to write results/runs/ into (default: .)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; 0 on success, 2 with one line on stderr for what is refused."""
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "pack":
+            scale = workflow_config(args.config, args.scale)
+            manifest = pack(args.targets, scale, args.output, args.root / RUNS_DIR, args.models)
+            runs, size = manifest["runs"], sum(m["size"] for m in manifest["members"])
+            print(f"packed {runs['packed']} of {runs['needed']} runs needed by {' '.join(args.targets)} at scale={scale} "
+                  f"({runs['missing']} missing, listed in its manifest) into {args.output}: "
+                  f"{len(manifest['members'])} files, {megabytes(size)}")
+        else:
+            report = unpack(args.archive, args.into)
+            kept = report["kept"]
+            note = f"; {len(kept)} already finished there, left as they were" if kept else ""
+            note += f" ({len(report['differing'])} of them differ from the archive's)" if report["differing"] else ""
+            print(f"unpacked {len(report['written'])} runs ({report['files']} files, {megabytes(report['bytes'])}) of "
+                  f"{' '.join(report['manifest']['targets'])} at scale={report['manifest']['scale']} "
+                  f"into {report['runs_dir']}{note}")
+    except (ArchiveError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

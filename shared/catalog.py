@@ -1,0 +1,101 @@
+"""What is known of each dataset before it is loaded: its loader, shape and structure.
+
+The one place for these facts: the loaders (shared/data.py), the config check and the smoke
+scale's synthetic stand-ins (shared/experiments.py) all read them here. Importing this module
+imports no loader and no torch, so a config can be checked before anything heavy loads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.config import ConfigError, RunConfig
+
+
+class DataError(RuntimeError):
+    """Data that is missing, cannot be fetched, or fails verification."""
+
+
+@dataclass(frozen=True)
+class TextVocabulary:
+    """What the token ids of a text dataset index: models size their embedding by `size` and
+    derive the attention mask from `pad_id`."""
+
+    size: int
+    pad_id: int
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    loader: str  # "module:function", imported only when the dataset loads
+    classes: int | None = None  # None: known once loaded (imagefolder, synthetic)
+    channels: int = 3
+    side: int = 32  # images are side x side
+    text: bool = False  # token ids from the tokenizer of model.pretrained
+    writers: bool = False  # Split.group holds each training sample's writer (partition.kind=writers)
+    domains: tuple[str, ...] = field(default=())  # Split.group holds the sample's domain (partition.kind=domains)
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    "cifar10": DatasetInfo("shared.data:load_cifar", 10),
+    "cifar100": DatasetInfo("shared.data:load_cifar", 100),
+    "imagefolder": DatasetInfo("shared.data:load_image_folder"),
+    "synthetic": DatasetInfo("shared.data:load_synthetic"),
+    "femnist": DatasetInfo("shared.vision_datasets:load_femnist", 62, channels=1, side=28, writers=True),
+    "femnist_digits": DatasetInfo("shared.vision_datasets:load_femnist", 10, channels=1, side=28, writers=True),
+    "tiny_imagenet": DatasetInfo("shared.vision_datasets:load_tiny_imagenet", 200, side=64),
+    "office_caltech10": DatasetInfo("shared.vision_datasets:load_office_caltech10", 10, side=256,
+                                    domains=("amazon", "caltech", "dslr", "webcam")),
+    "ag_news": DatasetInfo("shared.text_datasets:load_text_dataset", 4, text=True),
+    "sst5": DatasetInfo("shared.text_datasets:load_text_dataset", 5, text=True),
+}
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    if name not in DATASETS:
+        raise ConfigError(f"dataset.name={name!r} is unknown; valid: {sorted(DATASETS)}")
+    return DATASETS[name]
+
+
+def names_where(predicate) -> list[str]:
+    return [name for name, info in DATASETS.items() if predicate(info)]
+
+
+def is_text(cfg: RunConfig) -> bool:
+    """Token ids instead of images: a text dataset, or synthetic data with synthetic.text_length > 0."""
+    d = cfg.dataset
+    return dataset_info(d.name).text or (d.name == "synthetic" and d.synthetic.text_length > 0)
+
+
+def has_writers(cfg: RunConfig) -> bool:
+    d = cfg.dataset
+    return dataset_info(d.name).writers or (d.name == "synthetic" and d.synthetic.writers > 0)
+
+
+def domains(cfg: RunConfig) -> tuple[str, ...]:
+    d = cfg.dataset
+    return tuple(d.synthetic.domains) if d.name == "synthetic" else dataset_info(d.name).domains
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate_dataset(cfg: RunConfig) -> None:
+    """The dataset section: a known name and values each dataset can take."""
+    d = cfg.dataset
+    dataset_info(d.name)
+    _check(d.name != "imagefolder" or d.path, "dataset.path is required for dataset.name=imagefolder")
+    _check(0 <= d.val_fraction < 1, f"dataset.val_fraction={d.val_fraction} must lie in [0, 1)")
+    _check(d.train_subset is None or d.train_subset > 0, "dataset.train_subset must be positive")
+    s = d.synthetic
+    _check(s.num_classes >= 2, f"dataset.synthetic.num_classes={s.num_classes} must be >= 2")
+    _check(min(s.train_per_class, s.test_per_class, s.image_size, s.channels) > 0,
+           "dataset.synthetic sizes must be positive")
+    _check(min(s.writers, s.text_length) >= 0, "dataset.synthetic.writers and text_length must be >= 0")
+    _check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
+    _check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,
+           "dataset.synthetic: set at most one of domains, writers and text_length")
+    _check(not s.text_length or s.vocab_size > s.num_classes,
+           f"dataset.synthetic.vocab_size={s.vocab_size} must exceed num_classes={s.num_classes} (a band of tokens per class)")
+    _check(d.max_length >= 2, f"dataset.max_length={d.max_length} must be >= 2 (a sequence holds [CLS] and [SEP])")

@@ -1,0 +1,209 @@
+"""Training a round's sampled clients: one interface, three ways, chosen once per run.
+
+    OneAfterAnother   the plain loop: each client from the global weights on one local model
+    InThreads         trainer.client_threads=k: k clients at once, each on its own model copy
+    Batched           trainer.clients_per_step=k: k clients in one vmapped step (shared/batched.py)
+
+Each returns, per client, its `ClientUpdate` and, when the round tests local models, that
+local model's test accuracy. All three give the same updates up to floating-point rounding,
+so which one runs is not part of a run's id. What a faster way assumes of a method is its
+`capabilities` (shared/fedavg.py), checked here, in `missing_capabilities`, for every way
+and for several runs in one process (shared/multirun.py).
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from queue import SimpleQueue
+
+import torch
+
+from shared.batched import BatchedClients
+from shared.config import RunConfig
+from shared.evaluation import autocast, evaluate
+from shared.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
+from shared.federation import Client, Federation
+from shared.models import Net
+from shared.seeding import client_generator
+
+# What each faster way needs of a method (fields of shared.fedavg.Capabilities)
+NEEDS = {
+    "trainer.clients_per_step": ("per_sample_loss", "independent_clients", "no_global_rng"),
+    "trainer.client_threads": ("independent_clients", "no_global_rng"),
+    "several runs per process": ("no_global_rng",),
+}
+
+
+def missing_capabilities(method_cls: type[FedAvg], name: str, way: str) -> str | None:
+    """Why method `name` cannot be trained the faster `way` (a key of NEEDS), or None."""
+    lacking = [need for need in NEEDS[way] if not getattr(method_cls.capabilities, need)]
+    if lacking:
+        return f"method {name} ({method_cls.__name__}) lacks the capabilities {', '.join(lacking)}"
+    return None
+
+
+def draws_in_forward(model: Net) -> bool:
+    """Dropout draws from torch's global generator in every training step."""
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+@dataclass
+class ClientResult:
+    update: ClientUpdate
+    local_acc: float | None  # the local model's test accuracy (%), in rounds that test local models
+
+
+def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:
+    """local.optimizer: SGD with momentum (the CV protocols) or Adam (FedGKD's DistilBERT runs)."""
+    if loc.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=loc.lr, weight_decay=loc.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=loc.lr, momentum=loc.momentum, weight_decay=loc.weight_decay)
+
+
+def check_finite(state: dict[str, torch.Tensor], client: int, round: int) -> None:
+    if not all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point()):
+        raise Diverged(f"client {client} diverged in round {round + 1} (non-finite weights)")
+
+
+def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int) -> ClientUpdate:
+    """Local training of one client from the model's current (global) weights: the per-batch
+    local step of every method, `local.epochs` epochs of the method's `local_loss`."""
+    loc = cfg.local
+    model.train()
+    optimizer = local_optimizer(model, loc)
+    generator = client_generator(cfg.seed, round, client.id, client.index.device)
+    method.start_client(client, model)
+    steps, loss_sum = 0, torch.zeros((), device=client.index.device)
+    for _ in range(loc.epochs):
+        for x, y in client.batches(loc.batch_size, generator):
+            with autocast(cfg, client.index.device):
+                loss = method.local_loss(model, x, y, client)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if loc.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), loc.grad_clip)
+            optimizer.step()
+            loss_sum += loss.detach().float()
+            steps += 1
+    state = snapshot(model)
+    check_finite(state, client.id, round)
+    update = ClientUpdate(client.id, state, client.num_samples, steps, (loss_sum / max(steps, 1)).item())
+    method.finish_client(client, model, update)
+    return update
+
+
+class OneAfterAnother:
+    """Each client trains from the global weights on one local model, in the order sampled."""
+
+    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig):
+        self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
+
+    def train_one(self, client: Client, model: Net, global_state: dict, round: int, test_local: bool) -> ClientResult:
+        model.load_state_dict(global_state)
+        update = train_client(self.method, client, model, self.cfg, round)
+        acc = evaluate(model, self.federation.test, self.federation, self.cfg)["acc"] if test_local else None
+        return ClientResult(update, acc)
+
+    def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
+        global_state = snapshot(global_model)
+        return [self.train_one(c, self.model, global_state, round, test_local) for c in clients]
+
+
+class InThreads(OneAfterAnother):
+    """Clients of a round trained at once in `trainer.client_threads` threads, each on a model
+    of its own, with torch's CPU threads shared out among them. PyTorch's operators release
+    the GIL, and a small model's operators use one core well but two poorly, so two clients on
+    one core each beat one client on two. Each client's training is what the sequential loop
+    does (its own generator, optimizer and model copy), so results equal it up to the rounding
+    that torch's thread count may change."""
+
+    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, threads: int):
+        super().__init__(method, model, federation, cfg)
+        self.threads = threads
+        self.models: SimpleQueue[Net] = SimpleQueue()
+        for i in range(threads):
+            self.models.put(model if i == 0 else copy.deepcopy(model))
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="client")
+
+    def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
+        """The largest clients first (so that no thread is left with a large client at the
+        end); results in the order of `clients`."""
+        global_state = snapshot(global_model)
+        cores = torch.get_num_threads()
+
+        def on_a_free_model(client: Client) -> ClientResult:
+            torch.set_num_threads(max(1, cores // self.threads))  # this client's share of the cores
+            model = self.models.get()
+            try:
+                return self.train_one(client, model, global_state, round, test_local)
+            finally:
+                self.models.put(model)
+
+        largest_first = sorted(clients, key=lambda c: -c.num_samples)
+        try:
+            results = dict(zip((c.id for c in largest_first), self.pool.map(on_a_free_model, largest_first)))
+        finally:
+            torch.set_num_threads(cores)
+        return [results[c.id] for c in clients]
+
+
+class Batched:
+    """Up to `slots` clients at a time in one vmapped step (shared/batched.py)."""
+
+    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, slots: int):
+        self.model, self.federation, self.cfg = model, federation, cfg
+        self.clients = BatchedClients(method, model, federation, cfg, slots)
+
+    def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
+        results = []
+        slots = self.clients.slots
+        for start in range(0, len(clients), slots):
+            for update in self.clients.train(clients[start:start + slots], global_model, round):
+                acc = None
+                if test_local:
+                    self.model.load_state_dict(update.state)
+                    acc = evaluate(self.model, self.federation.test, self.federation, self.cfg)["acc"]
+                results.append(ClientResult(update, acc))
+        return results
+
+
+def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:
+    """Why these clients cannot be trained in one vmapped step (None when they can)."""
+    cls = type(method)
+    if cfg.local.optimizer != "sgd":
+        return f"local.optimizer={cfg.local.optimizer} (the batched step implements SGD)"
+    if any(True for _ in model.buffers()):
+        return f"model {cfg.model.name} has buffers (BatchNorm statistics cannot be vmapped)"
+    if draws_in_forward(model):
+        return f"model {cfg.model.name} has dropout (random draws cannot be vmapped)"
+    if cls.start_client is not FedAvg.start_client or cls.finish_client is not FedAvg.finish_client:
+        return f"method {cfg.method['name']} has client hooks (start_client / finish_client), which the batched step skips"
+    return missing_capabilities(cls, cfg.method["name"], "trainer.clients_per_step")
+
+
+def unthreadable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:
+    """Why these clients cannot train at once in threads (None when they can)."""
+    if draws_in_forward(model):
+        return f"model {cfg.model.name} has dropout, which draws from torch's global generator"
+    return missing_capabilities(type(method), cfg.method["name"], "trainer.client_threads")
+
+
+def client_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, sampled: int):
+    """The way this run trains its clients, chosen once: the faster way the config asks for
+    where the method and model allow it (a note on stderr says why not), else one after
+    another. `sampled`: clients per round. `model` is the local model the way trains on."""
+    t = cfg.trainer
+    for key, wanted, reason, way in (
+            ("clients_per_step", t.clients_per_step, unbatchable_reason, Batched),
+            ("client_threads", t.client_threads, unthreadable_reason, InThreads)):
+        if wanted > 1:
+            why = reason(method, model, cfg)
+            if why is None:
+                return way(method, model, federation, cfg, min(wanted, sampled))
+            print(f"note: trainer.{key}={wanted} does not apply: {why}; clients train one after another", file=sys.stderr)
+    if t.compile:
+        # CUDA graphs (reduce-overhead) pay where a step is many small kernels
+        model.compile(mode="reduce-overhead" if federation.device.type == "cuda" and t.cuda_graphs else None)
+    return OneAfterAnother(method, model, federation, cfg)

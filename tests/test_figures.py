@@ -1,0 +1,186 @@
+"""Figures from hand-written runs: whole-round ticks, one look per method (told apart in black
+and white, the same in every figure), a colour bar on every heatmap, axis labels and titles
+that say what they show, and the warning where a reduced scale makes a sweep's points one run."""
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from shared.experiments import Column, Metric, Row, Table
+from shared.figures import (METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
+                            series_styles)
+
+BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
+ROWS = [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+        Row("MOON", {"name": "moon", "mu": 1.0}), Row("my variant", {"name": "fedavg"})]
+
+
+def make_table(columns, rows=ROWS, metric=Metric()):
+    return Table(paper="fedssd", name="figtest", caption="A test grid.", base=BASE, rows=rows, columns=columns,
+                 reported={}, metric=metric, seeds=(0, 1))
+
+
+def write_runs(cells, runs_dir, classes=10, clients=10):
+    """Every cell's run: rising accuracy each round, metrics.jsonl, and a partition.csv."""
+    for i, cell in enumerate(cells):
+        out = runs_dir / cell.run_id
+        out.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(i)
+        rounds = cell.config.federation.rounds
+        accs = [float(v) for v in np.linspace(10, 40 + 5 * (i % 4), rounds) + rng.normal(0, 0.5, rounds)]
+        metrics = {"status": "completed", "run_id": cell.run_id, "eval_rounds": list(range(1, rounds + 1)),
+                   "global_acc": accs, "local_acc": [a - 3 for a in accs], "global_loss": [2.0] * rounds,
+                   "final_acc": accs[-1], "best_acc": max(accs), "wall_time_s": 1.0}
+        (out / "metrics.json").write_text(json.dumps(metrics))
+        (out / "metrics.jsonl").write_text("".join(
+            json.dumps({"round": r + 1, "global_acc": accs[r], "mask_filter_rate": 0.5 / (r + 1)}) + "\n"
+            for r in range(rounds)))
+        counts = rng.integers(0, 20, size=(clients, classes))
+        header = "client," + ",".join(str(k) for k in range(classes))
+        (out / "partition.csv").write_text("\n".join([header, *(f"{c}," + ",".join(map(str, row))
+                                                               for c, row in enumerate(counts))]) + "\n")
+
+
+def round_axes(fig):
+    return [ax for ax in fig.axes if ax.get_xlabel() == "communication round"]
+
+
+def visible_ticks(ax):
+    low, high = sorted(ax.get_xlim())
+    return [t for t in ax.get_xticks() if low - 1e-9 <= t <= high + 1e-9]
+
+
+def test_every_known_method_has_its_own_look_in_every_figure():
+    looks = series_styles(METHOD_ORDER)
+    pairs = {(s["marker"], s["linestyle"]) for s in looks.values()}
+    assert len(pairs) == len(METHOD_ORDER)  # distinct in black and white, not by colour alone
+    # the same method looks the same whatever else a figure draws
+    assert series_styles(["FedSSD"])["FedSSD"] == looks["FedSSD"]
+    assert series_styles(["MOON", "FedSSD", "FedAvg"])["FedSSD"] == looks["FedSSD"]
+    # a label not listed takes a look that no other series of its figure has
+    mixed = series_styles(["FedAvg", "FedProx", "a setting", "another"])
+    assert len({(s["marker"], s["linestyle"]) for s in mixed.values()}) == 4
+    # and no two series of a figure share a colour (FedCSD Fig. 6 draws FedCSD beside Base)
+    for labels in (["FedAvg", "Base", "FedCSD"], METHOD_ORDER[:10], ["FedSSD", "x", "y", "z"]):
+        colours = [look["color"] for look in series_styles(labels).values()]
+        assert len(set(colours)) == len(colours), labels
+    assert series_styles(["FedAvg", "Base", "FedCSD"])["FedCSD"]["color"] == looks["FedCSD"]["color"]
+
+
+def test_curves_whole_round_ticks_and_one_look_per_method(tmp_path):
+    table = make_table([Column("δ=0.5", {"partition": {"beta": 0.5}}), Column("δ=5", {"partition": {"beta": 5.0}})])
+    figure = Figure("fedcad", "fig4", "The learning curves on CIFAR-10.", kind="curves", table=table)
+    cells = figure.cells("paper")
+    write_runs(cells, tmp_path / "runs")
+    fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "paper"), table=table,
+               scale="paper")
+    assert (tmp_path / "figure.png").stat().st_size > 0 and (tmp_path / "figure.pdf").stat().st_size > 0
+    axes = round_axes(fig)
+    assert len(axes) == 4  # global and local accuracy, per setting
+    for ax in axes:
+        ticks = visible_ticks(ax)
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        assert all(label.get_text().replace("−", "-").lstrip("-").isdigit() for label in ax.get_xticklabels()
+                   if label.get_text())
+        assert ax.get_ylabel().endswith("(%)")
+        looks = {line.get_label(): (line.get_marker(), line.get_linestyle()) for line in ax.get_lines()}
+        assert set(looks) == {r.label for r in ROWS}
+        assert len(set(looks.values())) == len(ROWS)  # each method its own (marker, line style)
+        assert looks["FedAvg"] == (series_styles(["FedAvg"])["FedAvg"]["marker"], "-")
+        assert "Dir(0.5)" in ax.get_title() or "Dir(5)" in ax.get_title()
+    texts = " ".join(t.get_text() for t in fig.texts)
+    assert "FedCAD Fig. 4: The learning curves on CIFAR-10." in texts and "Scale: paper" in texts
+    assert "Warning" not in texts
+
+
+def test_partitions_colour_bar_on_every_panel_and_titles_from_the_setting(tmp_path):
+    table = make_table([Column("CIFAR10 ACC", {"dataset": {"name": "cifar10"}}), Column("CIFAR100 ACC", {"dataset": {"name": "cifar100"}}),
+                        Column("TinyImageNet ACC", {"dataset": {"name": "tiny_imagenet"}})])
+    figure = Figure("fedssd", "fig6", "Visualization of statistical heterogeneity among clients.", kind="partitions",
+                    table=table)
+    cells = figure.cells("smoke")  # synthetic stand-ins with 10, 100 and 200 classes
+    assert len(cells) == 3
+    for cell in cells:
+        write_runs([cell], tmp_path / "runs", classes=cell.config.dataset.synthetic.num_classes)
+    fig = draw("partitions", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "smoke"),
+               table=table, scale="smoke")
+    panels = [ax for ax in fig.axes if ax.get_xlabel() == "client"]
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "training samples"]
+    assert len(panels) == 3 and len(bars) == 3  # the 100- and 200-class panels have theirs too
+    titles = [" ".join(ax.get_title().split()) for ax in panels]  # wrapped to the panel's width
+    assert "CIFAR-10 (10 classes)" in titles[0] and "CIFAR-100 (100 classes)" in titles[1]
+    assert "Tiny-ImageNet (200 classes)" in titles[2]
+    assert not any("ACC" in t for t in titles)
+    assert all("10 clients" in t and "Dir(0.5)" in t for t in titles)
+
+
+def sweep_table():
+    """FedSSD Fig. 9: the final accuracy against the local epochs E."""
+    return make_table([Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5, 10)], rows=ROWS[:3])
+
+
+def test_sweep_axes_name_the_swept_variable_and_the_metric(tmp_path):
+    table = sweep_table()
+    figure = Figure("fedssd", "fig9", "The final global model's performance with different local epochs.",
+                    kind="sweep", table=table)
+    cells = figure.cells("paper")
+    write_runs(cells, tmp_path / "runs")
+    fig = draw("sweep", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "paper"), table=table,
+               scale="paper")
+    (ax,) = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert "local epochs" in ax.get_xlabel() and "E" in ax.get_xlabel() and ax.get_xlabel() != "value"
+    assert ax.get_ylabel() == "final global test accuracy (%)"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "5", "10"]
+    looks = {}
+    for container in ax.containers:  # errorbar: one per method
+        line = container.lines[0]
+        looks[container.get_label()] = (line.get_marker(), line.get_linestyle())
+    assert set(looks) == {"FedAvg", "FedProx", "MOON"} and len(set(looks.values())) == 3
+    assert not merged_settings("sweep", cells, table)  # at paper scale every E is its own run
+    assert "Warning" not in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_warning_where_a_reduced_scale_makes_the_points_the_same_runs(tmp_path, capsys):
+    """Smoke trains 2 local epochs whatever E says: E=1, 5, 10 are one run per method and seed."""
+    table = sweep_table()
+    figure = Figure("fedssd", "fig9", "Local epochs.", kind="sweep", table=table)
+    cells = figure.cells("smoke")
+    assert len({c.run_id for c in cells}) == len(cells) // 3
+    assert merged_settings("sweep", cells, table) == [["E=1", "E=5", "E=10"]]
+    write_runs(cells, tmp_path / "runs")
+    fig = draw("sweep", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "smoke"), table=table,
+               scale="smoke")
+    texts = " ".join(t.get_text() for t in fig.texts)
+    assert "Warning: at scale smoke, E=1, E=5, E=10 are the same runs" in texts
+    assert "same runs" in capsys.readouterr().err
+
+    build_figure(figure, "smoke", tmp_path / "runs", tmp_path / "out")
+    assert "E=1, E=5, E=10 are the same runs" in capsys.readouterr().err  # in the job's output
+    provenance = yaml.safe_load((tmp_path / "out" / "provenance.yaml").read_text())
+    assert "same runs" in provenance["warning"]
+
+
+def test_round_metric_whole_round_ticks(tmp_path):
+    table = make_table([Column("β=0.5", {"partition": {"beta": 0.5}}), Column("β=5", {"partition": {"beta": 5.0}})],
+                       rows=ROWS[:1])
+    figure = Figure("fedcsd", "fig5", "The filter rate of the adaptive mask.", kind="round_metric", table=table,
+                    value="mask_filter_rate")
+    cells = figure.cells("paper")
+    write_runs(cells, tmp_path / "runs")
+    fig = draw("round_metric", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "paper"),
+               table=table, value="mask_filter_rate", scale="paper")
+    (ax,) = round_axes(fig)
+    assert all(float(t).is_integer() for t in visible_ticks(ax))
+    assert "mask filter rate" in ax.get_ylabel()
+    looks = [(line.get_marker(), line.get_linestyle()) for line in ax.get_lines()]
+    assert len(looks) == 2 and len(set(looks)) == 2
+
+
+@pytest.mark.parametrize("paper", ["fedcad", "fedssd", "fedcsd", "fedgkd"])
+def test_papers_figures_are_titled_with_their_caption(paper):
+    from shared.figures import paper_figures
+
+    for figure in paper_figures(paper).values():
+        title = figure_title(figure, "smoke")
+        assert figure.caption in title and "Scale: smoke" in title and "Fig." in title

@@ -1,0 +1,326 @@
+"""The trainer on CUDA: every model, every way of training a round's clients, the methods, several
+runs in one process, and resuming. Skipped without a GPU (the CPU suite covers the same code
+where it can run on a CPU; CUDA graphs, streams and torch.compile's CUDA graphs only run here).
+
+    python -m pytest -q -m gpu tests/test_gpu.py -rA     # peak GPU memory per test in the output
+
+Each test trains a few tiny federations (4 clients, synthetic data, 1-3 rounds): seconds on an
+H100; the torch.compile test is the slowest (one compilation of a small CNN). Every test records
+its peak GPU memory (`record_property`, so `--junitxml` keeps it) and prints it.
+
+Equality between ways of training holds up to float rounding, measured as the relative L2
+distance of the final weights (model.pt). TF32 is switched off here, so fp32 means fp32. On
+this project's CPU, with these settings, the batched trainer's fp32 weights differ from the
+sequential trainer's by about 1e-8 for FedAvg-CNN and by up to 5e-4 for ResNet-8, whose
+GroupNorm over 2x2 feature maps amplifies rounding; FP32_TOLERANCE allows a few times that.
+In float64 the same comparison holds to 1e-16 on the CPU, so the float64 tests (the batched
+paths, resuming) use a tolerance of 1e-9: any wrong step, missed client or lost state shows.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+
+import pytest
+import torch
+
+from shared import trainer
+from shared.config import run_id, to_dict
+
+try:  # where the config loader lives since the config refactoring; shared.config before it
+    from shared.config_loading import load_config
+except ImportError:
+    from shared.config import load_config
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]
+
+BASE = [
+    "dataset=synthetic",
+    "dataset.synthetic.train_per_class=40",
+    "dataset.synthetic.test_per_class=10",
+    "dataset.synthetic.image_size=16",
+    "partition.clients=4",
+    "partition.beta=0.5",  # clients of different sizes: they run out of batches at different steps
+    "federation.rounds=2",
+    "local.epochs=1",
+    "local.batch_size=16",
+    "local.lr=0.03",
+    "local.weight_decay=1e-5",
+    "eval.batch_size=256",
+    "trainer.device=cuda",
+    "trainer.progress=false",
+]
+# What the batched step covers (models without BatchNorm, SGD) and a method per kind of loss:
+# plain CE, a proximal term, a teacher on the server's data, a buffer of teachers with its vote.
+BATCHABLE = {
+    "fedavg": ["method=fedavg"],
+    "fedprox": ["method=fedprox"],
+    "fedssd": ["method=fedssd", "aux.per_class=5"],
+    "fedgkd-resnet8": ["method=fedgkd", "model=resnet8"],
+    "fedgkd-vote-resnet8": ["method=fedgkd", "method.vote=true", "dataset.val_fraction=0.1", "model=resnet8"],
+    "fedavg-text_bow": ["method=fedavg", "model=text_bow", "dataset.synthetic.text_length=16",
+                        "dataset.synthetic.vocab_size=100"],
+}
+FP32_TOLERANCE = {"fedavg_cnn": 1e-4, "resnet8": 2e-3, "text_bow": 1e-4}
+# Every method, with what it needs (papers/*/tables.py): the server's auxiliary data (FedCAD,
+# FedSSD), a validation split (FedGKD-VOTE), a projection head (MOON, FedGKD+).
+METHODS = {
+    "fedavg": [], "fedprox": [], "fedcurv": [], "fedntd": [], "fedlsd": [], "fednova": [], "fedavgm": [],
+    "fedproto": [], "feddistill": [], "scaffold": [],
+    "moon": ["model.projection_dim=32"],
+    "fedgen": ["model=resnet8"],
+    "fedcad": ["aux.per_class=5"],
+    "fedssd": ["aux.per_class=5"],
+    "fedcsd": ["model=resnet8"],
+    "fedgkd": ["model=resnet8", "model.projection_dim=32"],  # FedGKD+
+    "fedgkd-vote": ["model=resnet8", "method.vote=true", "dataset.val_fraction=0.1"],
+}
+TEXT = ["dataset.synthetic.text_length=16", "dataset.synthetic.vocab_size=100", "local.optimizer=adam", "local.lr=0.01"]
+# The notes printed when a faster way does not apply: a run's clients, or a process's runs,
+# then train one after another.
+CLIENTS_FALLBACK = "clients train one after another"
+RUNS_FALLBACK = "runs go one after another"
+
+
+# --- fixtures and helpers ---------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def peak_gpu_memory(record_property, request):
+    """Each test's peak GPU memory, recorded as a property and printed."""
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    yield
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    record_property("peak_gpu_memory_mib", round(peak, 1))
+    print(f"\n{request.node.nodeid}: peak GPU memory {peak:.1f} MiB")
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    """fp32 convolutions and matrix products in fp32 (cuDNN allows TF32 by default)."""
+    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
+
+
+@pytest.fixture
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def make_cfg(tmp_path, *overrides):
+    return load_config(None, [*BASE, f"data_root={tmp_path / 'data'}", *overrides])
+
+
+def train(tmp_path, name, *overrides):
+    """One run into tmp_path/name: its summary and final weights, once it completed with a
+    finite accuracy every evaluated round."""
+    out = tmp_path / name
+    summary = trainer.run(make_cfg(tmp_path, *overrides), out)
+    assert summary["status"] == "completed", summary["status"]
+    assert summary["global_acc"] and all(math.isfinite(a) for a in summary["global_acc"])
+    assert summary["device"].startswith("cuda")
+    return summary, torch.load(out / "model.pt", map_location="cpu")
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    """||a - b|| / ||a|| over all floating-point tensors of two state dicts."""
+    keys = [k for k in a if a[k].is_floating_point()]
+    assert keys and set(a) == set(b)
+    va = torch.cat([a[k].double().flatten() for k in keys])
+    vb = torch.cat([b[k].double().flatten() for k in keys])
+    return ((va - vb).norm() / va.norm()).item()
+
+
+def history(out):
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+# --- models ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_distilbert(tmp_path_factory):
+    """A two-layer DistilBERT with random weights, saved as a hub checkpoint (no network)."""
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("tiny-distilbert")
+    config = transformers.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                           max_position_embeddings=32)
+    torch.manual_seed(0)
+    transformers.DistilBertModel(config).save_pretrained(folder)
+    return folder
+
+
+MODELS = {
+    "fedavg_cnn": [],
+    "resnet8": ["model=resnet8"],
+    "resnet50": ["model=resnet50", "dataset.synthetic.image_size=32", "dataset.synthetic.train_per_class=16"],
+    "alexnet_bn": ["model=alexnet_bn", "dataset.synthetic.image_size=64", "dataset.synthetic.train_per_class=16"],
+    "text_bow": ["model=text_bow", *TEXT],
+}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_every_model_trains_on_cuda(tmp_path, model):
+    summary, weights = train(tmp_path, model, *MODELS[model], "federation.rounds=1")
+    assert summary["num_parameters"] > 0
+    assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
+
+
+def test_distilbert_trains_on_cuda(tmp_path, tiny_distilbert):
+    summary, _ = train(tmp_path, "distilbert", "model=distilbert", f"model.pretrained={tiny_distilbert}", *TEXT,
+                       "local.lr=1e-3", "federation.rounds=1")
+    assert summary["num_parameters"] > 0
+
+
+# --- ways of training a round's clients -----------------------------------------------------
+
+def model_of(overrides) -> str:
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "fedavg_cnn")
+
+
+@pytest.mark.parametrize("case", sorted(BATCHABLE))
+def test_batched_steps_with_and_without_cuda_graphs_give_the_sequential_weights(tmp_path, capsys, case):
+    overrides = BATCHABLE[case]
+    _, sequential = train(tmp_path, "sequential", *overrides)
+    for graphs in ("true", "false"):
+        summary, batched = train(tmp_path, f"graphs-{graphs}", *overrides, "trainer.clients_per_step=4",
+                                 f"trainer.cuda_graphs={graphs}")
+        assert CLIENTS_FALLBACK not in capsys.readouterr().err  # the batched step did train them
+        assert relative_difference(sequential, batched) < FP32_TOLERANCE[model_of(overrides)], graphs
+        assert len(summary["global_acc"]) == 2
+
+
+@pytest.mark.parametrize("case", ["fedavg", "fedgkd-resnet8"])
+def test_batched_steps_in_float64_give_the_sequential_weights_to_rounding(tmp_path, float64, case):
+    overrides = [*BATCHABLE[case], "federation.rounds=3", "federation.participation=0.75"]
+    _, sequential = train(tmp_path, "sequential", *overrides)
+    for graphs in ("true", "false"):
+        _, batched = train(tmp_path, f"graphs-{graphs}", *overrides, "trainer.clients_per_step=2",
+                           f"trainer.cuda_graphs={graphs}")
+        assert next(iter(batched.values())).dtype == torch.float64
+        assert relative_difference(sequential, batched) < 1e-9, graphs
+
+
+@pytest.mark.parametrize("model, path", [("fedavg_cnn", 1), ("fedavg_cnn", 4), ("resnet8", 1), ("resnet8", 4),
+                                         ("resnet50", 1), ("alexnet_bn", 1)])
+def test_bf16_autocast_and_channels_last(tmp_path, model, path):
+    overrides = [*MODELS[model], "trainer.amp=true", "trainer.channels_last=true", f"trainer.clients_per_step={path}"]
+    summary, _ = train(tmp_path, "amp", *overrides)
+    assert summary["final_acc"] is not None
+    assert run_id(make_cfg(tmp_path, *overrides)) != run_id(make_cfg(tmp_path, *MODELS[model]))  # bf16: another run
+
+
+def test_torch_compile_with_and_without_cuda_graphs_gives_the_sequential_weights(tmp_path):
+    # equal clients of whole batches and no local test: one shape, one compilation
+    overrides = ["partition=iid", "local.batch_size=10", "eval.local=false", "dataset.synthetic.train_per_class=16"]
+    _, sequential = train(tmp_path, "sequential", *overrides)
+    for graphs in ("true", "false"):
+        _, compiled = train(tmp_path, f"compiled-graphs-{graphs}", *overrides, "trainer.compile=true",
+                            f"trainer.cuda_graphs={graphs}")
+        assert relative_difference(sequential, compiled) < FP32_TOLERANCE["fedavg_cnn"], graphs
+
+
+# --- methods ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_completes_on_cuda(tmp_path, method):
+    name = method.removesuffix("-vote")
+    summary, _ = train(tmp_path, method, f"method={name}", *METHODS[method])
+    assert summary["rounds_completed"] == 2 and summary["final_acc"] is not None
+
+
+# --- several runs in one process --------------------------------------------------------------
+
+def run_together(tmp_path, configs: dict) -> int:
+    """python -m shared.run --json A --out DIR_A --json B --out DIR_B ... in this process."""
+    from shared.run import main
+
+    argv = []
+    for name, cfg in configs.items():
+        argv += ["--json", json.dumps(to_dict(cfg)), "--out", str(tmp_path / name)]
+    return main(argv)
+
+
+def test_runs_side_by_side_in_one_process_equal_the_same_runs_alone(tmp_path, capsys):
+    """Batched runs (each capturing its CUDA graphs) and a sequential run with per-client
+    state, each in a thread on a CUDA stream of its own."""
+    batched = "trainer.clients_per_step=4"
+    overrides = {"fedavg": ["seed=0", batched], "fedgkd": ["seed=1", "method=fedgkd", "model=resnet8", batched],
+                 "fedssd": ["seed=2", "method=fedssd", "aux.per_class=5", batched], "scaffold": ["method=scaffold"]}
+    configs = {name: make_cfg(tmp_path, *o) for name, o in overrides.items()}
+    assert run_together(tmp_path / "together", configs) == 0
+    captured = capsys.readouterr()
+    assert RUNS_FALLBACK not in captured.out and CLIENTS_FALLBACK not in captured.err
+    for name, cfg in configs.items():
+        together = torch.load(tmp_path / "together" / name / "model.pt", map_location="cpu")
+        _, alone = train(tmp_path / "alone", name, *overrides[name])
+        assert relative_difference(alone, together) < FP32_TOLERANCE[cfg.model.name], name
+        assert json.loads((tmp_path / "together" / name / "metrics.json").read_text())["run_id"] == run_id(cfg)
+
+
+def test_runs_that_cannot_share_a_process_side_by_side_go_one_after_another(tmp_path, capsys):
+    # FedGen draws its generator's noise from torch's global generator, which threads share
+    configs = {"fedgen": make_cfg(tmp_path, "method=fedgen"),
+               "fedavg": make_cfg(tmp_path, "method=fedavg", "trainer.clients_per_step=4")}
+    assert run_together(tmp_path, configs) == 0
+    assert RUNS_FALLBACK in capsys.readouterr().out
+    for name in configs:
+        assert json.loads((tmp_path / name / "metrics.json").read_text())["status"] == "completed"
+
+
+# --- resuming ---------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def interrupted_in_round(method_name: str, round_index: int):
+    """The method's prepare_round raises KeyboardInterrupt at `round_index` (0-based), as a
+    job killed between rounds; the class is restored exactly afterwards."""
+    from shared.methods import method_class
+
+    cls = method_class(method_name)
+    own = vars(cls).get("prepare_round")
+    original = cls.prepare_round
+
+    def prepare_round(self, round, global_model):
+        if round == round_index:
+            raise KeyboardInterrupt(f"killed before round {round + 1}")
+        return original(self, round, global_model)
+
+    cls.prepare_round = prepare_round
+    try:
+        yield
+    finally:
+        if own is None:
+            del cls.prepare_round
+        else:
+            cls.prepare_round = own
+
+
+RESUMABLE = {  # state across rounds: a buffer of teachers, control variates, a generator
+    "fedgkd-batched-graphs": ["method=fedgkd", "model=resnet8", "trainer.clients_per_step=4"],
+    "scaffold": ["method=scaffold"],
+    "fedgen": ["method=fedgen", "model=resnet8"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUMABLE))
+def test_a_run_interrupted_after_round_1_resumes_to_the_uninterrupted_result(tmp_path, float64, case):
+    overrides = [*RESUMABLE[case], "federation.rounds=3"]
+    _, straight = train(tmp_path, "straight", *overrides)
+    method = next(o for o in overrides if o.startswith("method=")).split("=", 1)[1]
+    with interrupted_in_round(method, 1), pytest.raises(KeyboardInterrupt):
+        trainer.run(make_cfg(tmp_path, *overrides), tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "checkpoint.pt").exists() and not (tmp_path / "resumed" / "metrics.json").exists()
+    assert len(history(tmp_path / "resumed")) == 1
+    _, resumed = train(tmp_path, "resumed", *overrides)
+    assert not (tmp_path / "resumed" / "checkpoint.pt").exists()
+    assert relative_difference(straight, resumed) < 1e-9
+    for a, b in zip(history(tmp_path / "straight"), history(tmp_path / "resumed"), strict=True):
+        assert a["clients"] == b["clients"] and a["global_acc"] == pytest.approx(b["global_acc"], abs=1e-6)
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-9)

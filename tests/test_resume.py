@@ -1,0 +1,103 @@
+"""Reliability of a run's directory: every method resumes bit-identically after a kill, corrupt
+state is set aside, a planted pickle is refused, one writer per run, no overwriting."""
+import json
+import os
+import pickle
+
+import pytest
+import torch
+
+from shared import client_training, trainer
+from shared.methods import method_names
+from shared.run_directory import RunDirectoryError
+from tests.test_fedavg import history
+
+NEEDS = {"fedcad": ["aux.per_class=5"], "fedssd": ["aux.per_class=5"], "moon": ["model.projection_dim=16"]}
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_every_method_resumes_bit_identically_after_a_kill(method, tiny_cfg, tmp_path, monkeypatch):
+    cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "federation.participation=0.5",
+                   "dataset.synthetic.image_size=16", *NEEDS.get(method, []))
+    trainer.run(cfg, tmp_path / "straight")
+    real = client_training.train_client
+
+    def killed_in_round_2(method_, client, model, cfg_, round):
+        if round == 1:
+            raise KeyboardInterrupt("killed")
+        return real(method_, client, model, cfg_, round)
+
+    monkeypatch.setattr(client_training, "train_client", killed_in_round_2)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run(cfg, tmp_path / "resumed")
+    monkeypatch.setattr(client_training, "train_client", real)
+    trainer.run(cfg, tmp_path / "resumed")
+    assert history(tmp_path / "resumed") == history(tmp_path / "straight")
+    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("straight", "resumed"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def interrupted(tiny_cfg, tmp_path, monkeypatch):
+    cfg = tiny_cfg("federation.rounds=3")
+    real = client_training.train_client
+    monkeypatch.setattr(client_training, "train_client",
+                        lambda m, c, mo, cf, r: (_ for _ in ()).throw(KeyboardInterrupt()) if r == 1 else real(m, c, mo, cf, r))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run(cfg, tmp_path / "run")
+    monkeypatch.setattr(client_training, "train_client", real)
+    return cfg
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x80\x02garbage", "truncate"])
+def test_an_unreadable_checkpoint_is_set_aside_and_the_run_restarts(damage, tiny_cfg, tmp_path, monkeypatch, capsys):
+    cfg = interrupted(tiny_cfg, tmp_path, monkeypatch)
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100] if damage == "truncate" else damage)
+    (tmp_path / "run" / ".checkpoint.pt.12345.tmp").write_bytes(b"left by a kill")
+    assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
+    assert "checkpoint.pt" in capsys.readouterr().err
+    assert list((tmp_path / "run").glob("checkpoint.pt.corrupt-*"))
+    assert not list((tmp_path / "run").glob(".*.tmp"))
+
+
+def test_a_garbage_summary_is_set_aside_and_the_run_finishes(tiny_cfg, tmp_path):
+    cfg = tiny_cfg()
+    trainer.run(cfg, tmp_path / "run")
+    (tmp_path / "run" / "metrics.json").write_text("{not json")
+    assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
+    assert list((tmp_path / "run").glob("metrics.json.corrupt-*"))
+
+
+def test_a_planted_pickle_is_refused_not_executed(tiny_cfg, tmp_path, monkeypatch):
+    cfg = interrupted(tiny_cfg, tmp_path, monkeypatch)
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    with open(tmp_path / "run" / "checkpoint.pt", "wb") as f:
+        pickle.dump({"identity": Payload()}, f)
+    with pytest.raises(RunDirectoryError, match="other than tensors"):
+        trainer.run(cfg, tmp_path / "run")
+    assert not marker.exists()
+
+
+def test_a_directory_of_another_run_is_refused_never_overwritten(tiny_cfg, tmp_path):
+    first = trainer.run(tiny_cfg(), tmp_path / "run")
+    with pytest.raises(RunDirectoryError, match="another config"):
+        trainer.run(tiny_cfg("seed=1"), tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == first
+
+
+def test_a_second_writer_is_refused(tiny_cfg, tmp_path):
+    from shared.run_directory import RunDirectory
+
+    holder = RunDirectory(tmp_path / "run", tiny_cfg())
+    holder.lock()
+    try:
+        with pytest.raises(RunDirectoryError, match="another process"):
+            trainer.run(tiny_cfg(), tmp_path / "run")
+    finally:
+        holder.unlock()
+    assert trainer.run(tiny_cfg(), tmp_path / "run")["status"] == "completed"

@@ -1,0 +1,18 @@
+# Per-paper aggregate targets, generated for every paper that registers itself (shared/papers.py):
+#   snakemake <paper>             every table and figure of the paper
+#   snakemake <paper>_searches    every hyperparameter search it describes (best.yaml per search)
+
+
+for _paper in paper_names():
+
+    rule:
+        name:
+            _paper
+        input:
+            paper_targets(_paper),
+
+    rule:
+        name:
+            f"{_paper}_searches"
+        input:
+            search_targets(_paper),
