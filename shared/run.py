@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", choices=["auto"], help="auto: on a host with several GPUs, take a free one")
     ns = parser.parse_args(argv)
 
+    if ns.runs:  # key=value after --runs DIR ... belong to the overrides
+        ns.args += [a for a in ns.runs if "=" in a]
+        ns.runs = [a for a in ns.runs if "=" not in a]
     files = [a for a in ns.args if "=" not in a]
     overrides = [a for a in ns.args if "=" in a]
     jsons, outs = ns.json or [None], ns.out or []

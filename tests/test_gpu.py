@@ -31,7 +31,7 @@ from shared.config import run_id, to_dict
 try:  # where the config loader lives since the config refactoring; shared.config before it
     from shared.config_loading import load_config
 except ImportError:
-    from shared.config import load_config
+    from shared.config_loading import load_config
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]

@@ -25,7 +25,7 @@ def slurm_answers() -> bool:
 pytestmark = [pytest.mark.slurm,
               pytest.mark.skipif(not slurm_answers(), reason="no SLURM answers here (sudo scripts/slurm-local.sh starts one)")]
 
-SLEEP = 35  # seconds per round of the `sleepy` method: 3 rounds do not fit a 1-minute limit, 2 fit in 2 minutes
+SLEEP = 25  # seconds per round of the `sleepy` method: 3 rounds do not fit a 1-minute limit, the 2 left fit in 2 minutes
 
 
 def queue(name: str) -> list[dict]:

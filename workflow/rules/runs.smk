@@ -40,9 +40,25 @@ def seed_groups(runs, size):
 
 
 def failure_inputs(members):
-    """failure.json of the runs whose last attempt raised: written after their metrics.json, so
-    the next invocation runs them again (mtime trigger, with or without metadata)."""
-    return lambda wildcards: [f for rid in members(wildcards) if os.path.exists(f := f"{RUNS_DIR}/{rid}/failure.json")]
+    """failure.json of the runs whose last attempt raised, as inputs, so that the next
+    invocation runs them again: while a run's metrics.json records the failure, its failure.json
+    is made newer than it (Snakemake touches a job's outputs when it ends), which reruns it
+    under any rerun triggers, with or without metadata; once the run completes, its
+    failure.json stays an older input, which triggers nothing."""
+
+    def inputs(wildcards):
+        found = []
+        for rid in members(wildcards):
+            failure, metrics = Path(RUNS_DIR, rid, "failure.json"), Path(RUNS_DIR, rid, "metrics.json")
+            if not failure.exists():
+                continue
+            found.append(str(failure))
+            if metrics.exists() and json.loads(metrics.read_text()).get("status", "").startswith("failed"):
+                later = max(time.time(), metrics.stat().st_mtime + 1)
+                os.utime(failure, (later, later))
+        return found
+
+    return inputs
 
 
 def define_run_rule(name, output, log, benchmark, members, constraints=None):

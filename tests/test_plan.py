@@ -1,0 +1,62 @@
+"""python -m shared.plan: a total, and GPU-hours calibrated from this machine's measurements
+(finished runs, run benchmarks, speed benchmark results) where they exist."""
+import json
+
+import yaml
+
+from shared import plan
+from shared.experiments import expand, get_table
+
+
+def test_prints_a_total_and_says_the_throughput_is_assumed(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no measurements here
+    plan.main(["fedssd", "table2"])
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert lines["total"][1] == lines["table2"][1] and lines["total"][2] == lines["table2"][2]
+    assert "fedavg_cnn" in out and "assumed" in out
+
+
+def write_run(runs, rid, cfg, seconds, device="cuda:0"):
+    run = runs / rid
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "metrics.json").write_text(json.dumps({
+        "status": "completed", "device": device, "wall_time_s": seconds, "rounds_completed": cfg["federation"]["rounds"],
+        "client_samples": [5000] * 10, "eval_rounds": list(range(1, cfg["federation"]["rounds"] + 1))}))
+
+
+def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = {"model": {"name": "fedavg_cnn"}, "dataset": {"name": "cifar10"}, "federation": {"rounds": 10},
+           "local": {"epochs": 1}, "eval": {"local": False}}
+    # 10 rounds x 50,000 samples + 10 tests of 10,000 / 3 in 100 s
+    write_run(tmp_path / "results" / "runs", "a" * 16, cfg, 100.0)
+    write_run(tmp_path / "results" / "runs", "b" * 16, cfg, 50.0, device="cpu")  # another device: ignored
+    measured = plan.measured_throughput("cuda")
+    assert abs(measured["fedavg_cnn"]["samples_per_s"] - (500_000 + 100_000 / 3) / 100) < 1e-6
+    assert "finished runs" in measured["fedavg_cnn"]["source"]
+
+    plan.main(["fedssd", "table2"])
+    calibrated = capsys.readouterr().out
+    assert "measured: 1 finished runs" in calibrated
+    cells = expand(get_table("fedssd", "table2"), "paper")
+    runs = {c.run_id: c.config for c in cells}
+    speed = (500_000 + 100_000 / 3) / 100
+    expected = sum(plan.gpu_hours(c, {"fedavg_cnn": speed}) for c in runs.values())
+    total = next(line for line in calibrated.splitlines() if line.startswith("total")).split()
+    assert abs(float(total[2]) - expected) < 0.06
+    plan.main(["fedssd", "table2", "--assumed"])
+    assert "assumed" in capsys.readouterr().out
+
+
+def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "fedgkd-cuda.json").write_text(json.dumps({
+        "config": "fedgkd", "device": "cuda", "variants": {"reference": {"samples_per_s": 1000.0},
+                                                           "batched": {"samples_per_s": 90_000.0},
+                                                           "sequential": {"samples_per_s": 30_000.0}}}))
+    measured = plan.measured_throughput("cuda")
+    assert measured["resnet8"]["samples_per_s"] == 90_000.0 and "speed benchmark" in measured["resnet8"]["source"]
+    assert plan.measured_throughput("cpu") == {}
