@@ -27,11 +27,7 @@ import torch
 
 from shared import trainer
 from shared.config import run_id, to_dict
-
-try:  # where the config loader lives since the config refactoring; shared.config before it
-    from shared.config_loading import load_config
-except ImportError:
-    from shared.config_loading import load_config
+from shared.config_loading import load_config
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]

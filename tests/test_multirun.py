@@ -62,4 +62,4 @@ def test_runs_per_job_groups_the_seeds_of_a_cell_into_one_job(project):  # noqa:
     jobs = set(re.findall(r"^(runs_[0-9a-f]{16})\s+1$", proc.stdout, re.M))
     assert len(jobs) == len(cells)  # smoke: 2 seeds per cell, one job each
     commands = [line for line in proc.stdout.splitlines() if "-m shared.run" in line]
-    assert commands and all(line.count("--json") == 2 for line in commands)
+    assert commands and all("--runs" in line and line.count("metrics.json") == 2 for line in commands)
