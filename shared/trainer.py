@@ -31,6 +31,7 @@ from shared.methods import build_method
 from shared.metrics import rounds_to_target
 from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
+from shared.provenance import environment
 from shared.run_directory import RunDirectory, write_json
 from shared.seeding import GLOBAL_RNG, derive_seed
 
@@ -136,7 +137,7 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
     summary = summarize(history, cfg, judge(status, history, setup.federation.num_classes), elapsed, {
         "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
-        "client_samples": setup.federation.counts.sum(1).tolist()})
+        "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
     out.finish(summary, setup.global_model.state_dict())
     return summary
 
@@ -200,6 +201,6 @@ def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float
 
 def record_failure(cfg: RunConfig, out_dir: str | Path, exc: BaseException) -> dict:
     """metrics.json for a run that raised: the table marks its cell instead of stopping."""
-    summary = summarize([], cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {})
+    summary = summarize([], cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {"environment": environment()})
     write_json(summary, Path(out_dir) / "metrics.json")
     return summary
