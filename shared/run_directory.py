@@ -140,9 +140,9 @@ class RunDirectory:
             return None
         try:
             state = load_tensors(self.checkpoint, device)
-        except pickle.UnpicklingError as exc:  # weights_only refused something that is not a tensor
-            raise RunDirectoryError(f"{self.checkpoint} holds objects other than tensors and plain values; "
-                                    f"refusing to load it ({str(exc).splitlines()[0]}); remove it to start over") from None
+        except pickle.UnpicklingError:  # garbage, or objects other than tensors: never unpickled as such
+            self.set_aside(self.checkpoint, "holds something other than tensors and plain values (refused unread)")
+            return None
         except (EOFError, RuntimeError, OSError, ValueError) as exc:
             self.set_aside(self.checkpoint, f"is unreadable ({type(exc).__name__})")
             return None
