@@ -1,41 +1,5 @@
 #!/usr/bin/env bash
 # Headless Chromium for the `browser` tests (tests/test_report.py opens the Snakemake report in
 # it, dumps the rendered page and takes a screenshot): Debian's chromium, and DejaVu fonts so
-# that text, ✓ and ✗ render. Idempotent and quick when they are there already: dpkg is asked
-# first, `apt-get update` runs only when the package lists do not know the packages (or an
-# install from stale lists fails).
-set -euo pipefail
-
-PACKAGES=(chromium fonts-dejavu-core)
-
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-
-missing=()
-for package in "${PACKAGES[@]}"; do
-    installed "$package" || missing+=("$package")
-done
-if ((${#missing[@]} == 0)) && command -v chromium >/dev/null; then
-    echo "install-chromium: ${PACKAGES[*]} already installed ($(chromium --version 2>/dev/null | head -n 1))"
-    exit 0
-fi
-
-SUDO=()
-if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
-export DEBIAN_FRONTEND=noninteractive
-
-known() {  # every missing package has an installation candidate in the current lists
-    local package
-    for package in "${missing[@]}"; do
-        apt-cache policy "$package" 2>/dev/null | grep -q "Candidate: [^(]" || return 1
-    done
-}
-
-if ! known; then
-    "${SUDO[@]}" apt-get update
-fi
-if ! "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; then
-    "${SUDO[@]}" apt-get update  # lists out of date: the archive moved on
-    "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
-fi
-command -v chromium >/dev/null
-echo "install-chromium: installed ${missing[*]} ($(chromium --version 2>/dev/null | head -n 1))"
+# that text, ✓ and ✗ render.
+exec bash "$(dirname "$0")/apt-install.sh" chromium chromium fonts-dejavu-core

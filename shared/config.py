@@ -25,6 +25,12 @@ class ConfigError(ValueError):
     """A configuration that cannot run; raised before any data is loaded or model trained."""
 
 
+def check(ok: bool, message: str) -> None:
+    """A config check: ConfigError(message) unless ok."""
+    if not ok:
+        raise ConfigError(message)
+
+
 @dataclass
 class SyntheticConfig:
     num_classes: int = 10

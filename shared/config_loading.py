@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from shared.catalog import domains, has_writers, names_where, validate_dataset
-from shared.config import ConfigError, RunConfig, from_dict
+from shared.catalog import validate_dataset
+from shared.config import ConfigError, RunConfig, check, from_dict
 from shared.dotted import deep_merge, nested
 from shared.methods import method_params, validate_method
 from shared.models import validate_model
-from shared.partition import check_config as check_partition_kind
+from shared.partition import validate_partition
 
 # `method=fedprox` is shorthand for `method.name=fedprox`, and so on
 SHORTHANDS = {"method": "method.name", "model": "model.name", "dataset": "dataset.name", "partition": "partition.kind"}
@@ -82,53 +82,29 @@ def validate(cfg: RunConfig) -> None:
     validate_method(cfg)
 
 
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 def validate_loop(cfg: RunConfig) -> None:
     """The sections of the federated loop itself: seed, aux, federation, local, eval, trainer."""
     f, loc, ev, t = cfg.federation, cfg.local, cfg.eval, cfg.trainer
-    _check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0")
-    _check(cfg.aux.per_class >= 0, f"aux.per_class={cfg.aux.per_class} must be >= 0")
-    _check(f.rounds >= 1, f"federation.rounds={f.rounds} must be >= 1")
-    _check(0 < f.participation <= 1, f"federation.participation={f.participation} must lie in (0, 1]")
-    _check(loc.epochs >= 1, f"local.epochs={loc.epochs} must be >= 1")
-    _check(loc.batch_size >= 1, f"local.batch_size={loc.batch_size} must be >= 1")
-    _check(math.isfinite(loc.lr) and loc.lr > 0, f"local.lr={loc.lr} must be a finite number > 0")
-    _check(0 <= loc.momentum < 1, f"local.momentum={loc.momentum} must lie in [0, 1)")
-    _check(math.isfinite(loc.weight_decay) and loc.weight_decay >= 0,
+    check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0")
+    check(cfg.aux.per_class >= 0, f"aux.per_class={cfg.aux.per_class} must be >= 0")
+    check(f.rounds >= 1, f"federation.rounds={f.rounds} must be >= 1")
+    check(0 < f.participation <= 1, f"federation.participation={f.participation} must lie in (0, 1]")
+    check(loc.epochs >= 1, f"local.epochs={loc.epochs} must be >= 1")
+    check(loc.batch_size >= 1, f"local.batch_size={loc.batch_size} must be >= 1")
+    check(math.isfinite(loc.lr) and loc.lr > 0, f"local.lr={loc.lr} must be a finite number > 0")
+    check(0 <= loc.momentum < 1, f"local.momentum={loc.momentum} must lie in [0, 1)")
+    check(math.isfinite(loc.weight_decay) and loc.weight_decay >= 0,
            f"local.weight_decay={loc.weight_decay} must be a finite number >= 0")
-    _check(loc.grad_clip is None or (math.isfinite(loc.grad_clip) and loc.grad_clip > 0),
+    check(loc.grad_clip is None or (math.isfinite(loc.grad_clip) and loc.grad_clip > 0),
            f"local.grad_clip={loc.grad_clip} must be a finite number > 0, or null")
-    _check(ev.every >= 1, f"eval.every={ev.every} must be >= 1")
-    _check(ev.batch_size >= 1, f"eval.batch_size={ev.batch_size} must be >= 1")
-    _check(all(0 < a <= 100 for a in ev.target_acc),
+    check(ev.every >= 1, f"eval.every={ev.every} must be >= 1")
+    check(ev.batch_size >= 1, f"eval.batch_size={ev.batch_size} must be >= 1")
+    check(all(0 < a <= 100 for a in ev.target_acc),
            f"eval.target_acc={ev.target_acc}: targets are accuracies in percent, in (0, 100]")
-    _check(t.device == "auto" or t.device.split(":")[0] in ("cpu", "cuda", "mps"),
+    check(t.device == "auto" or t.device.split(":")[0] in ("cpu", "cuda", "mps"),
            f"trainer.device={t.device!r}: use auto, cpu, cuda or cuda:N")
-    _check(t.clients_per_step >= 1, f"trainer.clients_per_step={t.clients_per_step} must be >= 1")
-    _check(t.client_threads >= 1, f"trainer.client_threads={t.client_threads} must be >= 1")
-    _check(t.client_threads == 1 or (t.clients_per_step == 1 and not t.compile),
+    check(t.clients_per_step >= 1, f"trainer.clients_per_step={t.clients_per_step} must be >= 1")
+    check(t.client_threads >= 1, f"trainer.client_threads={t.client_threads} must be >= 1")
+    check(t.client_threads == 1 or (t.clients_per_step == 1 and not t.compile),
            "trainer.client_threads > 1 goes with neither trainer.clients_per_step > 1 nor trainer.compile")
 
-
-def validate_partition(cfg: RunConfig) -> None:
-    p, d = cfg.partition, cfg.dataset
-    check_partition_kind(p, cfg.seed)
-    _check(p.clients >= 1, f"partition.clients={p.clients} must be >= 1")
-    _check(math.isfinite(p.beta) and p.beta > 0, f"partition.beta={p.beta} must be > 0 (Dirichlet concentration)")
-    _check(p.k >= 1, f"partition.k={p.k} must be >= 1 (classes per client)")
-    _check(p.min_size >= 0, f"partition.min_size={p.min_size} must be >= 0")
-    if p.kind == "writers":
-        _check(has_writers(cfg), f"partition.kind=writers needs writer ids, which dataset.name={d.name} has not; use "
-                                 f"{' or '.join(names_where(lambda i: i.writers))} (or synthetic with dataset.synthetic.writers > 0)")
-    if p.kind == "domains":
-        count = len(domains(cfg))
-        _check(count > 0, f"partition.kind=domains needs a dataset of domains, which dataset.name={d.name} is not; "
-                          f"use {' or '.join(names_where(lambda i: bool(i.domains)))} (or synthetic with dataset.synthetic.domains named)")
-        _check(p.clients == count, f"partition.kind=domains makes one client of each of the {count} domains of "
-                                   f"{d.name}: partition.clients must be {count}, not {p.clients}")
-    _check(p.domain_share is None or (p.kind == "domains" and 0 < p.domain_share <= 1),
-           f"partition.domain_share={p.domain_share} must lie in (0, 1], and only with partition.kind=domains")

@@ -38,7 +38,3 @@ def nested(dotted: dict[str, Any]) -> dict:
         node[leaf] = value
     return out
 
-
-def without(values: dict, dotted_keys) -> dict:
-    """A copy of `values` without the given dotted keys."""
-    return nested({k: v for k, v in flatten(values).items() if k not in set(dotted_keys)})

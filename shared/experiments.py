@@ -15,7 +15,7 @@ from shared.config_loading import load_config
 from shared.dotted import deep_merge, flatten, nested
 from shared.catalog import dataset_info
 from shared.methods import method_names
-from shared.papers import UnknownPaper, paper_names, paper_tables_module
+from shared.papers import paper_names, paper_tables_module
 
 # The MOON / NIID-Bench protocol on CIFAR-10 that FedCAD and FedSSD both state: FedAvg-CNN,
 # 10 clients, all participating, Dir(0.5), 100 rounds, E=10, B=64, SGD lr 0.01, momentum 0.9;
@@ -51,6 +51,18 @@ class Row:
         return self.method["name"] in method_names()
 
 
+# Each metric kind in a few words (table headers) and in full (figure axes)
+METRIC_PHRASES = {
+    "final_acc": ("final acc", "final global test accuracy"),
+    "best_acc": ("best acc", "best global test accuracy"),
+    "acc_at": ("accuracy at round {round}", "global test accuracy at round {round}"),
+    "rounds_to": ("rounds to {target:g}%", "rounds to {target:g}% test accuracy"),
+    "rounds_to_row": ("rounds to {reference}'s final accuracy", "rounds to {reference}'s final accuracy"),
+    "domain_acc": ("accuracy on {domain}", "test accuracy on {domain}"),
+    "domain_avg": ("domain avg", "mean test accuracy over domains"),
+}
+
+
 @dataclass(frozen=True)
 class Metric:
     """What a cell reports, computed from each run's per-round curve.
@@ -72,7 +84,7 @@ class Metric:
 
     def __post_init__(self):
         required = {"rounds_to": "target", "rounds_to_row": "reference", "acc_at": "round", "domain_acc": "domain"}
-        if self.kind not in (*required, "final_acc", "best_acc", "domain_avg"):
+        if self.kind not in METRIC_PHRASES:
             raise ValueError(f"metric kind {self.kind!r} is unknown")
         if self.kind in required and getattr(self, required[self.kind]) is None:
             raise ValueError(f"metric {self.kind} needs {required[self.kind]}=")
@@ -83,15 +95,14 @@ class Metric:
 
     @property
     def label(self) -> str:
-        if self.kind == "rounds_to":
-            return f"rounds to {self.target:g}%"
-        if self.kind == "rounds_to_row":
-            return f"rounds to {self.reference}'s final accuracy"
-        if self.kind == "acc_at":
-            return f"accuracy at round {self.round}"
-        if self.kind == "domain_acc":
-            return f"accuracy on {self.domain}"
-        return self.kind.replace("_", " ")
+        """A short name, for table headers."""
+        return METRIC_PHRASES[self.kind][0].format(**vars(self))
+
+    @property
+    def axis_label(self) -> str:
+        """The metric in words with its unit, for a figure's axis."""
+        unit = "rounds" if self.kind.startswith("rounds_to") else "%"
+        return f"{METRIC_PHRASES[self.kind][1].format(**vars(self))} ({unit})"
 
 
 @dataclass
@@ -307,17 +318,9 @@ def load_metrics(runs_dir, run_id: str) -> dict:
     return json.loads((Path(runs_dir) / run_id / "metrics.json").read_text())
 
 
-def paper_module(paper: str):
-    """papers/<paper>/tables.py, which declares TABLES, FIGURES and SEARCHES."""
-    try:
-        return paper_tables_module(paper)
-    except UnknownPaper as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def declared(paper: str, attribute: str) -> dict:
     """What papers/<paper>/tables.py lists under `attribute` (TABLES, FIGURES, SEARCHES), by name."""
-    return {item.name: item for item in getattr(paper_module(paper), attribute, [])}
+    return {item.name: item for item in getattr(paper_tables_module(paper), attribute, [])}
 
 
 def declared_one(paper: str, attribute: str, kind: str, name: str):

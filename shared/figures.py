@@ -27,7 +27,7 @@ import yaml
 from shared.experiments import Cell, Table, declared, declared_one, expand, get_table, load_metrics
 from shared.catalog import DATASETS
 from shared.dotted import flatten
-from shared.experiments import Metric, cell_overrides
+from shared.experiments import cell_overrides
 from shared.metrics import cell_value
 from shared.provenance import provenance_header
 
@@ -165,25 +165,6 @@ SWEPT = {"local.epochs": "local epochs", "federation.participation": "client sam
          "method.tma": "teacher momentum", "method.alpha": "weight", "method.beta": "weight",
          "method.gamma": "weight", "method.m_max": "upper bound", "method.lam": "weight"}
 ROUND_VALUES = {"mask_filter_rate": "mask filter rate (fraction of samples)"}
-
-
-def metric_axis_label(metric: Metric) -> str:
-    """The metric with its unit, for an axis."""
-    if metric.kind == "final_acc":
-        return "final global test accuracy (%)"
-    if metric.kind == "best_acc":
-        return "best global test accuracy (%)"
-    if metric.kind == "acc_at":
-        return f"global test accuracy at round {metric.round} (%)"
-    if metric.kind == "rounds_to":
-        return f"rounds to {metric.target:g}% test accuracy (rounds)"
-    if metric.kind == "rounds_to_row":
-        return f"rounds to {metric.reference}'s final accuracy (rounds)"
-    if metric.kind == "domain_acc":
-        return f"test accuracy on {metric.domain} (%)"
-    if metric.kind == "domain_avg":
-        return "mean test accuracy over domains (%)"
-    return metric.label
 
 
 def paper_overrides(cell: Cell, table: Table | None) -> dict:
@@ -424,7 +405,7 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
         name = key[0]
         described = SWEPT.get(swept, swept) if swept else None
         ax.set_xlabel(f"{described} {name}" + (f" ({swept})" if swept else "") if described else name)
-        ax.set_ylabel(metric_axis_label(metric))
+        ax.set_ylabel(metric.axis_label)
         ax.set_title(f"{metric.label} against {name}", fontsize=9)
         if not metric.higher_is_better:
             integer_ticks(ax.yaxis)

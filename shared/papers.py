@@ -15,11 +15,9 @@ import pkgutil
 from functools import cache
 from pathlib import Path
 
+from shared.config import ConfigError
+
 PACKAGE = "papers"
-
-
-class UnknownPaper(LookupError):
-    pass
 
 
 @cache
@@ -33,7 +31,7 @@ def paper_names() -> tuple[str, ...]:
 
 def check_paper(paper: str) -> None:
     if paper not in paper_names():
-        raise UnknownPaper(f"paper {paper!r} is unknown; valid: {list(paper_names())}")
+        raise ConfigError(f"paper {paper!r} is unknown; valid: {list(paper_names())}")
 
 
 def paper_tables_module(paper: str):

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.config import ConfigError, PartitionConfig
+import shared.catalog as catalog
+from shared.config import ConfigError, PartitionConfig, RunConfig, check
 
 MAX_DIRICHLET_DRAWS = 1000
 RNGS = ("niid_bench",)  # partition.rng; None (unset) is our own generator
@@ -244,6 +245,27 @@ def check_config(cfg: PartitionConfig, seed: int | None = None) -> None:
     if legacy and seed is not None and not 0 <= seed < 2**32:
         raise ConfigError(f"seed={seed} must lie in [0, 2**32) for np.random.RandomState "
                           f"(partition.rng=niid_bench, partition.kind=dirichlet_balanced)")
+
+
+def validate_partition(cfg: RunConfig) -> None:
+    """The partition section, against what the dataset holds (writers, domains), before any data loads."""
+    p, d = cfg.partition, cfg.dataset
+    check_config(p, cfg.seed)
+    check(p.clients >= 1, f"partition.clients={p.clients} must be >= 1")
+    check(math.isfinite(p.beta) and p.beta > 0, f"partition.beta={p.beta} must be > 0 (Dirichlet concentration)")
+    check(p.k >= 1, f"partition.k={p.k} must be >= 1 (classes per client)")
+    check(p.min_size >= 0, f"partition.min_size={p.min_size} must be >= 0")
+    if p.kind == "writers":
+        check(catalog.has_writers(cfg), f"partition.kind=writers needs writer ids, which dataset.name={d.name} has not; use "
+                                 f"{' or '.join(catalog.names_where(lambda i: i.writers))} (or synthetic with dataset.synthetic.writers > 0)")
+    if p.kind == "domains":
+        count = len(catalog.domains(cfg))
+        check(count > 0, f"partition.kind=domains needs a dataset of domains, which dataset.name={d.name} is not; "
+                          f"use {' or '.join(catalog.names_where(lambda i: bool(i.domains)))} (or synthetic with dataset.synthetic.domains named)")
+        check(p.clients == count, f"partition.kind=domains makes one client of each of the {count} domains of "
+                                   f"{d.name}: partition.clients must be {count}, not {p.clients}")
+    check(p.domain_share is None or (p.kind == "domains" and 0 < p.domain_share <= 1),
+           f"partition.domain_share={p.domain_share} must lie in (0, 1], and only with partition.kind=domains")
 
 
 def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int,

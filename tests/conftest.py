@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from shared.config_loading import load_config
 
@@ -25,3 +26,34 @@ def tiny_cfg(tmp_path):
         return load_config(None, [*TINY, f"data_root={tmp_path / 'data'}", *overrides])
 
     return make
+
+
+@pytest.fixture
+def kill_in_round(monkeypatch):
+    """kill_in_round(cfg, out, r): run `cfg` into `out`, killed as round r (from 0) starts
+    training its clients, so that its checkpoint holds rounds 1..r."""
+    from shared import client_training, trainer
+
+    def kill(cfg, out, round):
+        real = client_training.train_client
+
+        def killed(method, client, model, cfg_, r):
+            if r == round:
+                raise KeyboardInterrupt("killed")
+            return real(method, client, model, cfg_, r)
+
+        monkeypatch.setattr(client_training, "train_client", killed)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run(cfg, out)
+        monkeypatch.setattr(client_training, "train_client", real)
+
+    return kill
+
+
+@pytest.fixture
+def float64():
+    """float64 as torch's default dtype for the test: weights then agree to round-off only."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)

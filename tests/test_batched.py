@@ -20,14 +20,6 @@ ROUND = ["dataset.synthetic.image_size=16", "dataset.synthetic.train_per_class=2
          "local.epochs=2", "local.batch_size=16", "local.momentum=0.9", "local.weight_decay=5e-4", "local.grad_clip=5"]
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
 def one_round_both_ways(cfg):
     """Every client's weights after round 1 (round index 0), trained one after another and all in
     one batched step, from the same global model."""

@@ -40,23 +40,12 @@ def test_same_config_and_seed_is_bit_identical(tiny_cfg, tmp_path):
     assert other["global_acc"] != json.loads((tmp_path / "a" / "metrics.json").read_text())["global_acc"]
 
 
-def test_killed_run_resumes_to_the_same_result(tiny_cfg, tmp_path, monkeypatch):
+def test_killed_run_resumes_to_the_same_result(tiny_cfg, tmp_path, kill_in_round):
     cfg = tiny_cfg("federation.rounds=4", "federation.participation=0.5", "eval.every=2")
     trainer.run(cfg, tmp_path / "straight")
-
-    real_train_client = client_training.train_client
-
-    def crash_in_round_3(method, client, model, cfg, round):
-        if round == 2:
-            raise KeyboardInterrupt("killed")
-        return real_train_client(method, client, model, cfg, round)
-
-    monkeypatch.setattr(client_training, "train_client", crash_in_round_3)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.run(cfg, tmp_path / "resumed")
+    kill_in_round(cfg, tmp_path / "resumed", 2)
     assert (tmp_path / "resumed" / "checkpoint.pt").exists()
     assert len(history(tmp_path / "resumed")) == 2
-    monkeypatch.setattr(client_training, "train_client", real_train_client)
 
     trainer.run(cfg, tmp_path / "resumed")
     assert history(tmp_path / "resumed") == history(tmp_path / "straight")

@@ -102,14 +102,6 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
 def make_cfg(tmp_path, *overrides):
     return load_config(None, [*BASE, f"data_root={tmp_path / 'data'}", *overrides])
 

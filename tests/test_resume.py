@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from shared import client_training, trainer
+from shared import trainer
 from shared.methods import method_names
 from shared.run_directory import RunDirectoryError
 from tests.test_fedavg import history
@@ -16,41 +16,26 @@ NEEDS = {"fedcad": ["aux.per_class=5"], "fedssd": ["aux.per_class=5"], "moon": [
 
 
 @pytest.mark.parametrize("method", method_names())
-def test_every_method_resumes_bit_identically_after_a_kill(method, tiny_cfg, tmp_path, monkeypatch):
+def test_every_method_resumes_bit_identically_after_a_kill(method, tiny_cfg, tmp_path, kill_in_round):
     cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "federation.participation=0.5",
                    "dataset.synthetic.image_size=16", *NEEDS.get(method, []))
     trainer.run(cfg, tmp_path / "straight")
-    real = client_training.train_client
-
-    def killed_in_round_2(method_, client, model, cfg_, round):
-        if round == 1:
-            raise KeyboardInterrupt("killed")
-        return real(method_, client, model, cfg_, round)
-
-    monkeypatch.setattr(client_training, "train_client", killed_in_round_2)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.run(cfg, tmp_path / "resumed")
-    monkeypatch.setattr(client_training, "train_client", real)
+    kill_in_round(cfg, tmp_path / "resumed", 1)
     trainer.run(cfg, tmp_path / "resumed")
     assert history(tmp_path / "resumed") == history(tmp_path / "straight")
     a, b = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("straight", "resumed"))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def interrupted(tiny_cfg, tmp_path, monkeypatch):
+def interrupted(tiny_cfg, tmp_path, kill_in_round):
     cfg = tiny_cfg("federation.rounds=3")
-    real = client_training.train_client
-    monkeypatch.setattr(client_training, "train_client",
-                        lambda m, c, mo, cf, r: (_ for _ in ()).throw(KeyboardInterrupt()) if r == 1 else real(m, c, mo, cf, r))
-    with pytest.raises(KeyboardInterrupt):
-        trainer.run(cfg, tmp_path / "run")
-    monkeypatch.setattr(client_training, "train_client", real)
+    kill_in_round(cfg, tmp_path / "run", 1)
     return cfg
 
 
 @pytest.mark.parametrize("damage", [b"", b"\x80\x02garbage", "truncate"])
-def test_an_unreadable_checkpoint_is_set_aside_and_the_run_restarts(damage, tiny_cfg, tmp_path, monkeypatch, capsys):
-    cfg = interrupted(tiny_cfg, tmp_path, monkeypatch)
+def test_an_unreadable_checkpoint_is_set_aside_and_the_run_restarts(damage, tiny_cfg, tmp_path, kill_in_round, capsys):
+    cfg = interrupted(tiny_cfg, tmp_path, kill_in_round)
     ckpt = tmp_path / "run" / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:100] if damage == "truncate" else damage)
     (tmp_path / "run" / ".checkpoint.pt.12345.tmp").write_bytes(b"left by a kill")
@@ -68,8 +53,8 @@ def test_a_garbage_summary_is_set_aside_and_the_run_finishes(tiny_cfg, tmp_path)
     assert list((tmp_path / "run").glob("metrics.json.corrupt-*"))
 
 
-def test_a_planted_pickle_is_refused_not_executed(tiny_cfg, tmp_path, monkeypatch):
-    cfg = interrupted(tiny_cfg, tmp_path, monkeypatch)
+def test_a_planted_pickle_is_refused_not_executed(tiny_cfg, tmp_path, kill_in_round):
+    cfg = interrupted(tiny_cfg, tmp_path, kill_in_round)
     marker = tmp_path / "pwned"
 
     class Payload:
