@@ -123,7 +123,7 @@ class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: bool = False  # bf16 autocast
     channels_last: bool = False
-    progress: bool = True  # progress bar when attached to a terminal
+    progress: bool = True  # one line per round on stderr (a job's log shows how far a run is)
     # > 1: train up to this many clients in one vmapped step (shared/batched.py: models without
     # BatchNorm, SGD, methods that declare batched_clients); others train one after another
     clients_per_step: int = 1

@@ -83,3 +83,21 @@ def test_cli_json_config_matches_the_same_overrides(capsys):
     printed = capsys.readouterr().out
     cfg = load_config(None, ["partition.beta=0.1", "eval.target_acc=[60]", "seed=3"])
     assert f"run_id: {run_id(cfg)}" in printed
+
+
+# Run ids are a promise to users: a finished run is found again by its id. These were computed by
+# the code before the architecture refactor (d4a132e) and must never change for the same config.
+KNOWN_RUN_IDS = {
+    (): "118af39a8379cf9d",
+    ("method=fedprox",): "0fb889c20d76f698",
+    ("method=fedssd", "aux.per_class=64"): "5251700813d2c418",
+    ("method=fedgkd", "method.vote=true", "dataset.val_fraction=0.1"): "69ec8c8968076e7a",
+    ("method=moon", "model.projection_dim=256", "partition.beta=0.1"): "ff19fdd09d43b7cc",
+    ("dataset=synthetic", "model=resnet8", "local.epochs=2", "trainer.amp=true"): "0b8f8d24107a585c",
+    ("method=fedcsd", "model=resnet8", "local.lr=0.1", "partition=classes", "partition.k=2"): "46842a8b4089fb40",
+}
+
+
+@pytest.mark.parametrize("overrides", list(KNOWN_RUN_IDS))
+def test_known_run_ids_stay_the_same(overrides):
+    assert run_id(load_config(None, list(overrides))) == KNOWN_RUN_IDS[overrides]
