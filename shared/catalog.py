@@ -33,6 +33,8 @@ class DatasetInfo:
     text: bool = False  # token ids from the tokenizer of model.pretrained
     writers: bool = False  # Split.group holds each training sample's writer (partition.kind=writers)
     domains: tuple[str, ...] = field(default=())  # Split.group holds the sample's domain (partition.kind=domains)
+    train_size: int = 50_000  # samples in the full training and test splits (for cost estimates)
+    test_size: int = 10_000
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -40,13 +42,15 @@ DATASETS: dict[str, DatasetInfo] = {
     "cifar100": DatasetInfo("shared.data:load_cifar", 100),
     "imagefolder": DatasetInfo("shared.data:load_image_folder"),
     "synthetic": DatasetInfo("shared.data:load_synthetic"),
-    "femnist": DatasetInfo("shared.vision_datasets:load_femnist", 62, channels=1, side=28, writers=True),
-    "femnist_digits": DatasetInfo("shared.vision_datasets:load_femnist", 10, channels=1, side=28, writers=True),
-    "tiny_imagenet": DatasetInfo("shared.vision_datasets:load_tiny_imagenet", 200, side=64),
+    "femnist": DatasetInfo("shared.vision_datasets:load_femnist", 62, channels=1, side=28, writers=True,
+                           train_size=805_263, test_size=80_000),
+    "femnist_digits": DatasetInfo("shared.vision_datasets:load_femnist", 10, channels=1, side=28, writers=True,
+                                  train_size=382_705, test_size=40_000),
+    "tiny_imagenet": DatasetInfo("shared.vision_datasets:load_tiny_imagenet", 200, side=64, train_size=100_000),
     "office_caltech10": DatasetInfo("shared.vision_datasets:load_office_caltech10", 10, side=256,
-                                    domains=("amazon", "caltech", "dslr", "webcam")),
-    "ag_news": DatasetInfo("shared.text_datasets:load_text_dataset", 4, text=True),
-    "sst5": DatasetInfo("shared.text_datasets:load_text_dataset", 5, text=True),
+                                    domains=("amazon", "caltech", "dslr", "webcam"), train_size=2_025, test_size=508),
+    "ag_news": DatasetInfo("shared.text_datasets:load_text_dataset", 4, text=True, train_size=120_000, test_size=7_600),
+    "sst5": DatasetInfo("shared.text_datasets:load_text_dataset", 5, text=True, train_size=8_544, test_size=2_210),
 }
 
 

@@ -23,22 +23,18 @@ import json
 import math
 from pathlib import Path
 
-from shared.config import RunConfig
-from shared.config import ConfigError
+from shared.catalog import DATASETS, DatasetInfo
+from shared.config import ConfigError, RunConfig
 from shared.experiments import Cell, expand, paper_searches, paper_tables
 
-TRAIN_SIZE = {"cifar10": 50_000, "cifar100": 50_000, "tiny_imagenet": 100_000, "femnist": 805_263,
-              "femnist_digits": 382_705, "office_caltech10": 2_025, "ag_news": 120_000, "sst5": 8_544}
-TEST_SIZE = {"cifar10": 10_000, "cifar100": 10_000, "tiny_imagenet": 10_000, "femnist": 80_000,
-             "femnist_digits": 40_000, "office_caltech10": 508, "ag_news": 7_600, "sst5": 2_210}
 THROUGHPUT = {"fedavg_cnn": 20_000, "resnet8": 12_000, "resnet50": 1_500, "resnet50_gn": 1_200,
               "alexnet_bn": 3_000, "distilbert": 400}  # training samples per second (assumed)
 
 
 def samples(cfg: RunConfig) -> tuple[float, float]:
     """(training samples, test forward passes) of one run at paper scale."""
-    name = cfg.dataset.name
-    train = TRAIN_SIZE.get(name, 50_000)
+    info = DATASETS.get(cfg.dataset.name, DatasetInfo(""))  # imagefolder, synthetic: CIFAR-sized
+    train = info.train_size
     if cfg.dataset.train_subset:
         train = min(train, cfg.dataset.train_subset)
     train *= 1 - cfg.dataset.val_fraction
@@ -46,7 +42,7 @@ def samples(cfg: RunConfig) -> tuple[float, float]:
     trained = cfg.federation.rounds * share * train * cfg.local.epochs
     evaluations = math.ceil(cfg.federation.rounds / cfg.eval.every)
     models_tested = 1 + (share * cfg.partition.clients if cfg.eval.local else 0)
-    return trained, evaluations * models_tested * TEST_SIZE.get(name, 10_000)
+    return trained, evaluations * models_tested * info.test_size
 
 
 def gpu_hours(cfg: RunConfig, throughput: dict[str, float] | None = None) -> float:
@@ -86,7 +82,7 @@ def run_samples(cfg: dict, metrics: dict) -> float:
     if dataset.get("name") == "synthetic":
         test = synthetic.get("num_classes", 10) * synthetic.get("test_per_class", 10)
     else:
-        test = TEST_SIZE.get(dataset.get("name"), 10_000)
+        test = DATASETS.get(dataset.get("name"), DatasetInfo("")).test_size
     evaluations = len(metrics.get("eval_rounds") or [])
     tested = evaluations * (1 + (participation * len(clients) if cfg.get("eval", {}).get("local", True) else 0)) * test
     return trained + tested / 3

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import traceback
@@ -39,7 +38,8 @@ import yaml
 from shared.config import ConfigError, run_id, to_dict
 from shared.config_loading import load_config
 from shared.dotted import flatten
-from shared.data import DataError
+from shared.catalog import DataError
+from shared.run_directory import write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print("---\n".join(yaml.safe_dump({"run_id": run_id(cfg), **to_dict(cfg)}, sort_keys=False) for cfg in cfgs), end="")
         return 0
 
-    from shared.multirun import run_all  # torch is imported only once the configs are valid
+    from shared.multirun import run_all
     from shared.trainer import resolve_device
 
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
@@ -119,6 +119,15 @@ def is_final(status: str | None) -> bool:
     return bool(status) and status.split(":")[0] in FINAL
 
 
+def read_summary(path: Path) -> dict | None:
+    """A metrics.json as a dict; None when it is absent or cannot be read."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
 def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: int = 1) -> int:
     """One run to completion; prints its summary line and returns the exit code (module
     docstring). A finished run keeps a copy of its metrics.json: when Snakemake deletes the
@@ -129,13 +138,13 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
     out_dir = Path(out)
     metrics, kept = out_dir / "metrics.json", out_dir / KEPT
     rid = run_id(cfg)
-    if metrics.exists() and not is_final(json.loads(metrics.read_text()).get("status")):
+    status = (read_summary(metrics) or {}).get("status")  # unreadable: the run directory sets it aside
+    if status is not None and not is_final(status):
         metrics.unlink()  # a recorded failure is tried again
-    if restore and not metrics.exists() and kept.exists():
-        summary = json.loads(kept.read_text())
+    if restore and not metrics.exists():
+        summary = read_summary(kept) or {}
         if summary.get("run_id") == rid and is_final(summary.get("status")):
-            out_dir.joinpath(".metrics.json.tmp").write_text(kept.read_text())
-            os.replace(out_dir / ".metrics.json.tmp", metrics)
+            write_json(summary, metrics)
             print(json.dumps({"out": out, "restored": KEPT, "status": summary["status"]}), flush=True)
             return 0
     try:
@@ -151,11 +160,11 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
         summary = record(cfg, out, exc)
         failure = {"run_id": rid, "status": summary["status"], "attempt": attempt,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "error": traceback.format_exc()}
-        out_dir.joinpath("failure.json").write_text(json.dumps(failure, indent=1))
+        write_json(failure, out_dir / "failure.json")
         print(f"run {rid} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
               file=sys.stderr)
     if is_final(summary["status"]):
-        kept.write_text(metrics.read_text())
+        write_json(summary, kept)
     keep = ("status", "final_acc", "best_acc", "rounds_to_target", "wall_time_s")
     print(json.dumps({"out": out, **{k: summary.get(k) for k in keep}}), flush=True)
     return 0

@@ -1,5 +1,6 @@
 import csv
 import json
+from collections import Counter
 import os
 import shlex
 import sys
@@ -8,11 +9,14 @@ import traceback
 from functools import wraps
 from pathlib import Path
 
+import pandas as pd
+
 from shared.config import ConfigError, identity
 from shared.experiments import all_tables, expand, get_search, get_table, paper_searches, paper_tables
 from shared.figures import paper_figures
 from shared.papers import paper_names
 from shared.run import workflow_grids
+from shared.run_directory import write_atomically
 
 SCALE = config["scale"]
 PYTHON = sys.executable  # the environment Snakemake runs in trains too (a venv need not be activated)
@@ -44,10 +48,7 @@ RUNS = {cell.run_id: cell.config for _, _, cell in CELLS}
 
 def write_if_changed(path, text):
     if not Path(path).exists() or Path(path).read_text() != text:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomically(Path(path), lambda tmp: tmp.write_text(text))
 
 
 # The runs' configs (without the runtime keys) for the run jobs to read: a job names its runs by
@@ -123,13 +124,8 @@ def write_index(path=INDEX):
         rows.append({"run_id": cell.run_id, "paper": paper, "table": name, "method": cell.row.method["name"],
                      "row": cell.row.label, "column": cell.column.label, "seed": cell.seed, "scale": SCALE,
                      "status": status, "final_acc": "" if final is None else final})
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=INDEX_FIELDS)
-        writer.writeheader()
-        writer.writerows(sorted(rows, key=lambda r: (r["scale"], r["paper"], r["table"], r["row"], r["column"], str(r["seed"]))))
-    os.replace(tmp, path)
+    rows.sort(key=lambda r: (r["scale"], r["paper"], r["table"], r["row"], r["column"], str(r["seed"])))
+    write_atomically(Path(path), lambda tmp: pd.DataFrame(rows, columns=INDEX_FIELDS).to_csv(tmp, index=False))
     return len(rows)
 
 
@@ -151,9 +147,7 @@ def logged(build):
             cells = expand(target.as_table() if hasattr(target, "as_table") else target, scale, RUNTIME)
         ids = list(dict.fromkeys(c.run_id for c in cells))
         statuses = {rid: run_status(rid)[0] for rid in ids}
-        counts = {}
-        for status in statuses.values():
-            counts[status.split(":")[0]] = counts.get(status.split(":")[0], 0) + 1
+        counts = Counter(status.split(":")[0] for status in statuses.values())
         with open(log, "w") as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind} {target.paper}/{target.name} at scale={scale} "
                     f"-> {out_dir}\n")

@@ -4,18 +4,21 @@
 # the job starts. So a job has no params, and its inputs are at most failure.json files:
 # Snakemake's rerun triggers see the run ids and nothing else, and a finished run is never
 # scheduled again because a speed switch, the data root or runs_per_job changed.
+import math
+
+from shared.plan import gpu_hours
+
 RUNS_PER_JOB = config.get("runs_per_job", 1)
 RETRIES = config["retries"]  # attempts after the first, for every run job (see below)
 RUNTIME_MINUTES = config.get("runtime_minutes")  # first attempt's SLURM time limit, if set
 
 
 def minutes(cfg, attempt):
-    """Requested wall time of a run, doubled on each retry (SLURM kills a job at its limit; the
-    retry continues from the run's last checkpoint)."""
-    if RUNTIME_MINUTES:
-        return RUNTIME_MINUTES * 2 ** (attempt - 1)
-    per_round = {"resnet50": 4.0, "resnet50_gn": 4.0, "alexnet_bn": 1.0}.get(cfg.model.name, 0.5)
-    return int((10 + per_round * cfg.federation.rounds * cfg.local.epochs / 10) * 2 ** (attempt - 1))
+    """Requested wall time of a run: twice the planner's estimate (shared/plan.py, the one cost
+    model) plus 10 minutes of start-up, doubled on each retry (SLURM kills a job at its limit;
+    the retry continues from the run's last checkpoint)."""
+    first = RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * gpu_hours(cfg))
+    return int(first * 2 ** (attempt - 1))
 
 
 def run_memory(cfg):
