@@ -42,7 +42,7 @@ from shared.catalog import DataError
 from shared.run_directory import write_json
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m shared.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("args", nargs="*", help="an optional YAML file, then key=value overrides")
@@ -65,28 +65,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempts", type=int,
                         help="the job's attempts in all: on the last, a failure is recorded (as --record-failure)")
     parser.add_argument("--gpu", choices=["auto"], help="auto: on a host with several GPUs, take a free one")
-    ns = parser.parse_args(argv)
+    return parser
 
-    if ns.runs:  # key=value after --runs DIR ... belong to the overrides
-        ns.args += [a for a in ns.runs if "=" in a]
-        ns.runs = [a for a in ns.runs if "=" not in a]
+
+def resolve_configs(ns: argparse.Namespace) -> tuple[list, list[str]]:
+    """The runs' configs and output directories (none given: the default ones)."""
     files = [a for a in ns.args if "=" not in a]
     overrides = [a for a in ns.args if "=" in a]
     jsons, outs = ns.json or [None], ns.out or []
+    if ns.runs:
+        if ns.json or outs or files:
+            raise ConfigError("--runs takes no --json, --out or config file (only runtime key=value overrides)")
+        outs = [str(Path(d).parent) if Path(d).name == "metrics.json" else d for d in ns.runs]
+        return workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs), outs
+    if len(files) > 1:
+        raise ConfigError(f"at most one config file, got {files}")
+    if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
+        raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
+    cfgs = [load_config(files[0] if files else None, [*as_overrides(json.loads(j) if j else {}), *overrides])
+            for j in jsons]
+    return cfgs, outs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = argument_parser().parse_args(argv)
+    if ns.runs:  # key=value after --runs DIR ... belong to the overrides
+        ns.args += [a for a in ns.runs if "=" in a]
+        ns.runs = [a for a in ns.runs if "=" not in a]
     record_failure = ns.record_failure or ns.attempts is not None and ns.attempt >= ns.attempts
     try:
-        if ns.runs:
-            if ns.json or outs or files:
-                raise ConfigError("--runs takes no --json, --out or config file (only runtime key=value overrides)")
-            outs = [str(Path(d).parent) if Path(d).name == "metrics.json" else d for d in ns.runs]
-            cfgs = workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs)
-        else:
-            if len(files) > 1:
-                raise ConfigError(f"at most one config file, got {files}")
-            if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
-                raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
-            cfgs = [load_config(files[0] if files else None, [*as_overrides(json.loads(j) if j else {}), *overrides])
-                    for j in jsons]
+        cfgs, outs = resolve_configs(ns)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
