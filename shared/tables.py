@@ -18,8 +18,8 @@ import yaml
 
 from shared.experiments import Cell, Search, Table, expand, load_metrics, scale_seeds
 from shared.figures import draw, pyplot
-from shared.metrics import cell_value, first_round_reaching, rounds_to_target  # noqa: F401 (re-exported)
-from shared.provenance import git_commit, provenance_header  # noqa: F401 (re-exported)
+from shared.metrics import cell_value
+from shared.provenance import commits_of, provenance_header
 
 COMPLETED = "completed"
 FAILED = "failed"
@@ -49,7 +49,8 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
         value = cell_value(table.metric_for(c.column), m, reference_final.get(c.column.label)) if ok(c) else math.nan
         records.append(dict(row=c.row.label, column=c.column.label, seed=c.seed, run_id=c.run_id,
                             status=m["status"], value=value, wall_time_s=m.get("wall_time_s", 0.0),
-                            device=m.get("device", ""), device_name=m.get("device_name", "")))
+                            device=m.get("device", ""), device_name=m.get("device_name", ""),
+                            environment=m.get("environment")))
     return pd.DataFrame.from_records(records)
 
 
@@ -603,6 +604,8 @@ def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
         "device_names": sorted(set(runs.device_name)) if len(runs) else [],
         "gpu_hours": float(gpu.wall_time_s.sum() / 3600) if len(gpu) else 0.0,
         "compute_hours": float(runs.wall_time_s.sum() / 3600) if len(runs) else 0.0,
+        # the code each run ran: a table whose runs come from several commits says so
+        **commits_of(list(runs.environment) if len(runs) else []),
         **{k: v for k, v in header.items() if k not in ("scale", "git_commit")},
     }
 

@@ -280,3 +280,21 @@ def test_reporting_imports_no_training_code():
     for module in ("shared/figures.py", "shared/metrics.py", "shared/provenance.py"):
         source = Path(module).read_text()
         assert "shared.tables" not in source and "shared.trainer" not in source, module
+
+
+def test_a_table_from_several_commits_says_so_in_its_provenance(tmp_path):
+    table = make_table()
+    write_runs(table, tmp_path / "runs", CURVES)
+    for i, path in enumerate(sorted((tmp_path / "runs").glob("*/metrics.json"))):
+        metrics = json.loads(path.read_text())
+        metrics["environment"] = {"git_commit": "abc123" if i else "def456", "git_dirty": i == 1}
+        path.write_text(json.dumps(metrics))
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    provenance = yaml.safe_load((tmp_path / "out" / "provenance.yaml").read_text())
+    assert provenance["mixed_commits"] is True
+    assert provenance["run_commits"] == ["abc123", "abc123-dirty", "def456"]
+
+    write_runs(table, tmp_path / "same", CURVES)  # no environment recorded: one "unknown" commit
+    build_table(table, "paper", tmp_path / "same", tmp_path / "out2")
+    provenance = yaml.safe_load((tmp_path / "out2" / "provenance.yaml").read_text())
+    assert provenance["mixed_commits"] is False and provenance["run_commits"] == ["unknown"]
