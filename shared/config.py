@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from shared.dotted import flatten, nested
 
@@ -31,18 +32,47 @@ def check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+@dataclass(frozen=True)
+class Range:
+    """The valid values of a number, declared with its field (`mu: NonNegative = 0.01`) and
+    checked as the config is read; non-finite values never lie in a range."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = self.low < value if self.low_open else self.low <= value
+        below = value < self.high if self.high_open else value <= self.high
+        return math.isfinite(value) and above and below
+
+    def __str__(self) -> str:
+        if math.isinf(self.high):
+            return f"must be {'>' if self.low_open else '>='} {self.low:g}"
+        return (f"must lie in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+                f"{')' if self.high_open else ']'}")
+
+
+Positive = Annotated[float, Range(0, low_open=True)]
+NonNegative = Annotated[float, Range(0)]
+Probability = Annotated[float, Range(0, 1)]
+Count = Annotated[int, Range(1)]  # 1, 2, ...
+NonNegativeInt = Annotated[int, Range(0)]
+
+
 @dataclass
 class SyntheticConfig:
-    num_classes: int = 10
-    train_per_class: int = 200
-    test_per_class: int = 50
-    image_size: int = 32
-    channels: int = 3
-    noise: float = 0.6  # pixel noise relative to the class signal; higher is harder
+    num_classes: Annotated[int, Range(2)] = 10
+    train_per_class: Count = 200
+    test_per_class: Count = 50
+    image_size: Count = 32
+    channels: Count = 3
+    noise: NonNegative = 0.6  # pixel noise relative to the class signal; higher is harder
     domains: list[str] = field(default_factory=list)  # names of domains that shift the images (partition.kind=domains)
-    writers: int = 0  # > 0: each training sample gets one of this many writers (partition.kind=writers)
-    text_length: int = 0  # > 0: token sequences of this length instead of images (text models)
-    vocab_size: int = 1000  # text: ids lie in [1, vocab_size), 0 pads
+    writers: NonNegativeInt = 0  # > 0: each training sample gets one of this many writers (partition.kind=writers)
+    text_length: NonNegativeInt = 0  # > 0: token sequences of this length instead of images (text models)
+    vocab_size: Annotated[int, Range(2)] = 1000  # text: ids lie in [1, vocab_size), 0 pads
 
 
 @dataclass
@@ -52,11 +82,11 @@ class DatasetConfig:
     name: str = "cifar10"
     path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
     augment: bool | None = None  # None: the dataset's default (random crop + flip on CIFAR)
-    train_subset: int | None = None  # keep this many training samples (stratified), for small scales
-    val_fraction: float = 0.0  # held out per class before partitioning (FedGKD keeps 10%)
+    train_subset: Count | None = None  # keep this many training samples (stratified), for small scales
+    val_fraction: Annotated[float, Range(0, 1, high_open=True)] = 0.0  # held out per class before partitioning (FedGKD keeps 10%)
     # Text: tokens per sequence (truncated or padded). FedGKD does not state it; 128 is what the
     # DistilBERT scripts of FedDF, whose code FedGKD's builds on, use.
-    max_length: int = 128
+    max_length: Annotated[int, Range(2)] = 128  # a sequence holds [CLS] and [SEP]
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
@@ -65,46 +95,46 @@ class PartitionConfig:
     # iid | dirichlet | classes (#K=k label skew) | writers (FEMNIST: writers permuted and grouped
     # into `clients` groups) | domains (one client per domain: Office-Caltech-10)
     kind: str = "dirichlet"
-    clients: int = 10
-    beta: float = 0.5  # Dirichlet concentration
-    k: int = 2  # classes per client for kind=classes
-    min_size: int = 10  # Dirichlet: redraw until every client holds this many samples
+    clients: Count = 10
+    beta: Positive = 0.5  # Dirichlet concentration
+    k: Count = 2  # classes per client for kind=classes
+    min_size: NonNegativeInt = 10  # Dirichlet: redraw until every client holds this many samples
     rng: str | None = None  # None: our generator | niid_bench: NIID-Bench's draws (np.random / random seeded with the seed; kinds iid, dirichlet, classes)
     # kind=domains: every domain keeps only its first share x (the smallest domain's training
     # size) samples, FedBN's equal-size domains (its fed_office.py: 0.5); None keeps them all
-    domain_share: float | None = None
+    domain_share: Annotated[float, Range(0, 1, low_open=True)] | None = None
 
 
 @dataclass
 class AuxConfig:
     """The server's small balanced auxiliary set (FedCAD 32, FedSSD 64 per class)."""
 
-    per_class: int = 0
+    per_class: NonNegativeInt = 0
     source: Literal["train_head", "holdout"] = "train_head"  # train_head: first n of each class (overlaps clients)
 
 
 @dataclass
 class FederationConfig:
-    rounds: int = 100
-    participation: float = 1.0  # C: fraction of clients sampled per round, ceil(C * N)
+    rounds: Count = 100
+    participation: Annotated[float, Range(0, 1, low_open=True)] = 1.0  # C: fraction of clients sampled per round, ceil(C * N)
     weighting: Literal["samples", "uniform"] = "samples"  # samples: FedAvg weights by data size; uniform: FedGKD's code
 
 
 @dataclass
 class LocalConfig:
-    epochs: int = 10
-    batch_size: int = 64
+    epochs: Count = 10
+    batch_size: Count = 64
     optimizer: Literal["sgd", "adam"] = "sgd"  # adam: FedGKD's DistilBERT runs (momentum does not apply)
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    grad_clip: float | None = None  # max gradient norm (FedGKD's released code clips at 10)
+    lr: Positive = 0.01
+    momentum: Annotated[float, Range(0, 1, high_open=True)] = 0.9
+    weight_decay: NonNegative = 0.0
+    grad_clip: Positive | None = None  # max gradient norm (FedGKD's released code clips at 10)
 
 
 @dataclass
 class ModelConfig:
     name: str = "fedavg_cnn"  # fedavg_cnn | resnet8 | resnet50 | alexnet_bn | distilbert | text_bow
-    projection_dim: int | None = None  # MOON / FedGKD+ projection head output size (256)
+    projection_dim: Count | None = None  # MOON / FedGKD+ projection head output size (256)
     # distilbert's weights and the text datasets' tokenizer: a Hugging Face hub id or a local
     # directory holding both (save_pretrained)
     pretrained: str = "distilbert-base-uncased"
@@ -112,10 +142,10 @@ class ModelConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 1  # evaluate every k rounds (and always at the last round)
+    every: Count = 1  # evaluate every k rounds (and always at the last round)
     local: bool = True  # also test each round's local models (the "local average accuracy")
-    batch_size: int = 1000
-    target_acc: list[float] = field(default_factory=list)  # % ; report the first round reaching each
+    batch_size: Count = 1000
+    target_acc: list[Annotated[float, Range(0, 100, low_open=True)]] = field(default_factory=list)  # % ; report the first round reaching each
 
 
 @dataclass
@@ -126,18 +156,18 @@ class TrainerConfig:
     progress: bool = True  # one line per round on stderr (a job's log shows how far a run is)
     # > 1: train up to this many clients in one vmapped step (shared/batched.py: models without
     # BatchNorm, SGD, methods that declare batched_clients); others train one after another
-    clients_per_step: int = 1
+    clients_per_step: Count = 1
     # > 1: train up to this many clients at once in threads, each on its own copy of the model,
     # with the CPU's threads shared out among them (small models keep more cores busy this
     # way than with one client's operators); methods as for clients_per_step
-    client_threads: int = 1
+    client_threads: Count = 1
     compile: bool = False  # torch.compile the local model (clients trained one after another)
     cuda_graphs: bool = True  # on CUDA: replay the batched step, or the compiled model, as CUDA graphs
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0
+    seed: NonNegativeInt = 0
     data_root: str | None = None  # default: $FEDREPRO_DATA or ./data
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
@@ -167,15 +197,21 @@ def data_root(cfg: RunConfig) -> Path:
 # --- building a config from dicts ---------------------------------------------------------
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Check (and gently convert) a YAML value against a dataclass field's type."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, vars(typing) | globals())  # postponed annotations
+    """Check (and gently convert) a YAML value against a dataclass field's type and range."""
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return from_dict(annotation, value, where)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Annotated:
+        value = coerce(value, args[0], where)
+        for valid in (a for a in annotation.__metadata__ if isinstance(a, Range)):
+            if not math.isfinite(value):
+                raise ConfigError(f"{where}={value!r} must be a finite number")
+            if value not in valid:
+                raise ConfigError(f"{where}={value!r} {valid}")
+        return value
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{where}={value!r} is unknown; valid: {sorted(args)}")
@@ -219,12 +255,14 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
-def from_dict(cls: type, values: dict, where: str = "config") -> Any:
-    known = {f.name: f for f in dataclasses.fields(cls)}
+def from_dict(cls: type, values: dict, where: str = "") -> Any:
+    """A dataclass from a mapping, every value checked; `where` is the mapping's dotted key."""
+    hints = typing.get_type_hints(cls, include_extras=True)  # resolves postponed annotations
+    known = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
-    kwargs = {name: coerce(v, known[name].type, f"{where}.{name}") for name, v in values.items()}
+        raise ConfigError(f"{where or 'config'}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+    kwargs = {name: coerce(v, known[name], f"{where}.{name}" if where else name) for name, v in values.items()}
     return cls(**kwargs)
 
 

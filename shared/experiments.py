@@ -279,10 +279,13 @@ class Search:
     grid: dict[str, list]
     columns: list[str] | None = None
     description: str = ""
+    # the points of the grid's product the paper could try (FedCAD's 0 <= beta <= gamma); None: all
+    admissible: Callable[[dict], bool] | None = None
 
     def points(self) -> list[dict]:
         keys = list(self.grid)
-        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        points = [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        return [p for p in points if self.admissible is None or self.admissible(p)]
 
     def as_table(self) -> Table:
         source = get_table(self.paper, self.table)

@@ -114,6 +114,12 @@ class FedAvg:
     capabilities = Capabilities()  # cross-entropy per sample, no state, no random draws
     requires_local_sgd = False  # True where the method's arithmetic models SGD steps (local.optimizer=sgd)
 
+    @classmethod
+    def check_config(cls, params, cfg) -> None:
+        """What the method needs of its hyperparameters together and of the rest of the config,
+        checked with the config before any data is loaded (each hyperparameter's own range is
+        declared with it in Params); raises ConfigError."""
+
     @dataclass
     class Params:
         pass

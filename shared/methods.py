@@ -42,17 +42,22 @@ def method_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def read_params(method_cfg: dict):
+    """The method's Params from the config's method section: every key known and in its range."""
+    name = method_cfg["name"]
+    try:
+        return from_dict(method_class(name).Params, {k: v for k, v in method_cfg.items() if k != "name"}, "method")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (method.name={name})") from None
+
+
 def method_params(method_cfg: dict) -> dict:
-    """The method's hyperparameters with defaults filled in; unknown keys are an error."""
-    values = {k: v for k, v in method_cfg.items() if k != "name"}
-    params = from_dict(method_class(method_cfg["name"]).Params, values, where=f"method ({method_cfg['name']})")
-    return dataclasses.asdict(params)
+    """The method's hyperparameters with defaults filled in."""
+    return dataclasses.asdict(read_params(method_cfg))
 
 
 def build_method(cfg, federation):
-    cls = method_class(cfg.method["name"])
-    params = from_dict(cls.Params, {k: v for k, v in cfg.method.items() if k != "name"})
-    return cls(params, cfg, federation)
+    return method_class(cfg.method["name"])(read_params(cfg.method), cfg, federation)
 
 
 def validate_method(cfg) -> None:
@@ -60,3 +65,4 @@ def validate_method(cfg) -> None:
     cls = method_class(cfg.method["name"])
     if cls.requires_local_sgd and cfg.local.optimizer != "sgd":
         raise ConfigError(f"method {cfg.method['name']} models local SGD steps; it needs local.optimizer=sgd")
+    cls.check_config(read_params(cfg.method), cfg)

@@ -3,11 +3,13 @@ adds the optional projection head and the classifier, so that every method can r
 features and logits separately (MOON, FedProto, FedGen, FedCSD need them)."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-from shared.catalog import DataError, TextVocabulary, is_text, names_where
+from shared.catalog import DataError, TextVocabulary, image_shape, is_text, names_where
 from shared.config import ConfigError, RunConfig
 
 
@@ -273,8 +275,21 @@ def validate_model(cfg: RunConfig) -> None:
                           f"image datasets the others")
     if not cfg.model.pretrained:
         raise ConfigError("model.pretrained must name a hub id or a directory")
-    if cfg.model.projection_dim is not None and cfg.model.projection_dim <= 0:
-        raise ConfigError("model.projection_dim must be > 0 or null")
+    if (shape := image_shape(cfg)) is not None:
+        check_input_fits(name, *shape, cfg.dataset.name)
+
+
+def check_input_fits(name: str, channels: int, side: int, dataset: str) -> None:
+    """An image model takes the dataset's images: one forward pass on the meta device, where
+    nothing is allocated or computed, so it costs milliseconds even for ResNet-50."""
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a layer of zero size warns before the forward fails
+        try:
+            MODELS[name](channels, side)(torch.empty(2, channels, side, side))
+        except (RuntimeError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"model.name={name} cannot take dataset.name={dataset}'s {channels}x{side}x{side} "
+                              f"images ({reason})") from None
 
 
 def model_for(cfg: RunConfig, federation) -> Net:

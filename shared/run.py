@@ -70,16 +70,15 @@ def argument_parser() -> argparse.ArgumentParser:
 
 def resolve_configs(ns: argparse.Namespace) -> tuple[list, list[str]]:
     """The runs' configs and output directories (none given: the default ones)."""
-    files = [a for a in ns.args if "=" not in a]
-    overrides = [a for a in ns.args if "=" in a]
+    # a config file first, if any; every later argument is a key=value override (else an error)
+    files = ns.args[:1] if ns.args and "=" not in ns.args[0] else []
+    overrides = ns.args[len(files):]
     jsons, outs = ns.json or [None], ns.out or []
     if ns.runs:
         if ns.json or outs or files:
             raise ConfigError("--runs takes no --json, --out or config file (only runtime key=value overrides)")
         outs = [str(Path(d).parent) if Path(d).name == "metrics.json" else d for d in ns.runs]
         return workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs), outs
-    if len(files) > 1:
-        raise ConfigError(f"at most one config file, got {files}")
     if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
         raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
     cfgs = [load_config(files[0] if files else None, [*as_overrides(json.loads(j) if j else {}), *overrides])
@@ -96,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfgs, outs = resolve_configs(ns)
     except (ConfigError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     if ns.print_config:
         print("---\n".join(yaml.safe_dump({"run_id": run_id(cfg), **to_dict(cfg)}, sort_keys=False) for cfg in cfgs), end="")
         return 0
@@ -113,10 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     if ns.runs:
         print(f"attempt {ns.attempt} of {ns.attempts or 1}: {len(cfgs)} run(s) at scale={ns.scale}: "
               + " ".join(run_id(cfg) for cfg in cfgs), flush=True)
+    try:  # a device this machine lacks fails the job, not the runs: they are not recorded as failed
+        device = resolve_device(cfgs[0].trainer.device)
+    except ConfigError as exc:
+        return input_error(exc)
     jobs = [lambda cfg=cfg, out=out: train(cfg, out, record_failure, restore=bool(ns.runs) and len(cfgs) > 1,
                                                       attempt=ns.attempt)
             for cfg, out in zip(cfgs, outs)]
-    return max(run_all(cfgs, jobs, resolve_device(cfgs[0].trainer.device)))
+    return max(run_all(cfgs, jobs, device))
+
+
+def input_error(exc: Exception) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
 
 
 KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (see `train`)

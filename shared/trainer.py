@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from shared.client_training import ClientResult, client_trainer
-from shared.config import RunConfig, run_id
+from shared.config import RunConfig, check, run_id
 from shared.evaluation import evaluate
 from shared.fedavg import Diverged, FedAvg
 from shared.federation import Federation, build_federation
@@ -37,9 +37,19 @@ from shared.seeding import GLOBAL_RNG, derive_seed
 
 
 def resolve_device(name: str) -> torch.device:
+    """trainer.device on this machine: `auto` takes the GPU where there is one; a device this
+    machine lacks is a ConfigError here, before any data is loaded (the config itself is
+    checked where it is written, often a machine without the GPU that will run it)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        check(count > (device.index or 0), f"trainer.device={name}: this machine has "
+              f"{f'{count} CUDA device(s)' if count else 'no CUDA device'}; use trainer.device=auto or cpu")
+    if device.type == "mps":
+        check(torch.backends.mps.is_available(), f"trainer.device={name}: this machine has no MPS device; use auto or cpu")
+    return device
 
 
 def sample_clients(cfg: RunConfig, round: int) -> list[int]:

@@ -86,3 +86,63 @@ def test_a_second_writer_is_refused(tiny_cfg, tmp_path):
     finally:
         holder.unlock()
     assert trainer.run(tiny_cfg(), tmp_path / "run")["status"] == "completed"
+
+
+# (file, which of its writes is killed halfway): each checkpoint, each metrics.jsonl, the final
+# model and the summary; the run goes on from the last good state and ends as an uninterrupted one
+WRITES = [("checkpoint.pt", 2), ("metrics.jsonl", 1), ("model.pt", 1), ("metrics.json", 1)]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedgen"])
+@pytest.mark.parametrize("name, nth", WRITES)
+def test_a_kill_in_the_middle_of_a_write_resumes_bit_identically(name, nth, method, tiny_cfg, tmp_path, monkeypatch):
+    from shared import run_directory
+
+    cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "dataset.synthetic.image_size=16")
+    trainer.run(cfg, tmp_path / "straight")
+    real, seen = run_directory.write_atomically, []
+
+    def killed_halfway(path, write):
+        seen.append(path.name)
+        if seen.count(name) < nth:
+            return real(path, write)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        write(tmp)
+        tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(run_directory, "write_atomically", killed_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run(cfg, tmp_path / "resumed")
+    monkeypatch.setattr(run_directory, "write_atomically", real)
+    assert list((tmp_path / "resumed").glob(f".{name}.*.tmp"))  # what the kill left
+    trainer.run(cfg, tmp_path / "resumed")
+    assert history(tmp_path / "resumed") == history(tmp_path / "straight")
+    assert not list((tmp_path / "resumed").glob(".*.tmp")) and not (tmp_path / "resumed" / "checkpoint.pt").exists()
+    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("straight", "resumed"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_kill_9_mid_run_then_the_same_command_resumes_bit_identically(tmp_path):
+    """A real SIGKILL of `python -m shared.run` in its third round (of 5), wherever it lands."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import TINY
+
+    command = [sys.executable, "-m", "shared.run", *TINY, "federation.rounds=5", "method=scaffold",
+               f"data_root={tmp_path / 'data'}", "trainer.progress=true"]
+    subprocess.run([*command, "--out", str(tmp_path / "straight")], check=True, capture_output=True)
+    proc = subprocess.Popen([*command, "--out", str(tmp_path / "resumed")], stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "round 2/5" in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (tmp_path / "resumed" / "metrics.json").exists()
+    again = subprocess.run([*command, "--out", str(tmp_path / "resumed")], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert "round 1/5" not in again.stderr and "round 5/5" in again.stderr  # resumed, not restarted
+    assert history(tmp_path / "resumed") == history(tmp_path / "straight")

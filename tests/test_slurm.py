@@ -25,7 +25,10 @@ def slurm_answers() -> bool:
 pytestmark = [pytest.mark.slurm,
               pytest.mark.skipif(not slurm_answers(), reason="no SLURM answers here (sudo scripts/slurm-local.sh starts one)")]
 
-SLEEP = 25  # seconds per round of the `sleepy` method: 3 rounds do not fit a 1-minute limit, the 2 left fit in 2 minutes
+# Seconds of each of the `sleepy` method's rounds after the first: its 3 rounds never fit a
+# 1-minute limit, the first round's checkpoint is written long before it (even when the job takes
+# half a minute to start on a loaded 2-core machine), and the 2 rounds left fit in 2 minutes.
+SLEEP = 35
 
 
 def queue(name: str) -> list[dict]:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.baselines.fedlsd import FedLSD
-from shared.config import ConfigError
+from shared.config import Positive, Probability, check
 from shared.fedavg import predict
 
 
@@ -38,16 +38,18 @@ def class_wise_weights(p: torch.Tensor, y: torch.Tensor, beta: float, gamma: flo
 class FedCAD(FedLSD):
     @dataclass
     class Params:
-        beta: float = 0.3  # lower bound of a_y; the paper tunes it in {0, 0.3, 0.5, 0.7}
-        gamma: float = 0.5  # upper bound of a_y
-        temperature: float = 2.0  # not stated for FedCAD; FedLSD's T
+        beta: Probability = 0.3  # lower bound of a_y; the paper tunes it in {0, 0.3, 0.5, 0.7}
+        gamma: Probability = 0.5  # upper bound of a_y
+        temperature: Positive = 2.0  # not stated for FedCAD; FedLSD's T
         estimate_on: Literal["aux", "local"] = "aux"  # aux: the server's auxiliary data (the paper) | local (student abstract)
         phi_at_temperature: bool = True  # p_g at temperature T in phi (the paper's p_g), else at T = 1
 
-    def __init__(self, params, cfg, federation):
-        super().__init__(params, cfg, federation)
-        if params.estimate_on == "aux" and federation.aux is None:
-            raise ConfigError("FedCAD estimates its weights on the server's auxiliary data: set aux.per_class (32)")
+    @classmethod
+    def check_config(cls, params, cfg):
+        check(params.beta <= params.gamma,
+              f"method.beta={params.beta} must be <= method.gamma={params.gamma}: a_y lies in [beta, gamma]")
+        check(params.estimate_on != "aux" or cfg.aux.per_class > 0,
+              "FedCAD estimates its weights on the server's auxiliary data: set aux.per_class (32)")
 
     def estimate(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         p = self.params

@@ -123,7 +123,9 @@ SEARCHES = [
            "FedProx mu"),
     Search("fedcad", "search_fedlsd", "table1", "FedLSD", {"method.alpha": [0.1, 0.3, 0.5]}, ACC_COLUMNS,
            "FedLSD distillation weight (T=2)"),
+    # "we tune beta and gamma from {0, 0.3, 0.5, 0.7} respectively", with beta <= gamma (Eq. 6:
+    # they bound a_y from below and above; beta = gamma is FedLSD, or FedAvg at 0)
     Search("fedcad", "search_fedcad", "table1", "FedCAD",
            {"method.beta": [0.0, 0.3, 0.5, 0.7], "method.gamma": [0.0, 0.3, 0.5, 0.7]}, ACC_COLUMNS,
-           "FedCAD beta and gamma"),
+           "FedCAD beta and gamma", admissible=lambda point: point["method.beta"] <= point["method.gamma"]),
 ]

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.baselines.class_stats import average_per_class, class_means
+from shared.config import NonNegative, Positive, Probability
 from shared.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
 
 
@@ -52,9 +53,9 @@ class FedCSD(FedAvg):
 
     @dataclass
     class Params:
-        mu: float = 0.001
-        tau: float = 10.0
-        tma: float = 0.9  # a, the teacher's momentum
+        mu: NonNegative = 0.001
+        tau: Positive = 10.0
+        tma: Probability = 0.9  # a, the teacher's momentum
         use_tma: bool = True
         similarity: bool = True  # refine the teacher's logits by prototype similarity
         mask: Literal["adaptive", "forcible", "none"] = "adaptive"

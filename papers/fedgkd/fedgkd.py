@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from shared.config import ConfigError
+from shared.config import Count, NonNegative, Positive, check
 from shared.fedavg import FedAvg, frozen_copy, kl_div, predict, snapshot, weighted_average
 
 
@@ -32,21 +32,22 @@ class FedGKD(FedAvg):
 
     @dataclass
     class Params:
-        gamma: float = 0.2  # 0.2 for ResNet-8 and DistilBERT, 0.1 for ResNet-50
-        buffer: int = 5  # M, the number of past global models
+        gamma: NonNegative = 0.2  # 0.2 for ResNet-8 and DistilBERT, 0.1 for ResNet-50
+        buffer: Count = 5  # M, the number of past global models
         regulariser: Literal["kl", "mse", "none"] = "kl"  # kl | mse | none (Table IX)
         vote: bool = False  # FedGKD-VOTE
-        vote_lambda: float = 0.1
-        vote_beta: float | None = None  # the softmax temperature over validation losses; None: 1 / M
-        temperature: float = 1.0
+        vote_lambda: NonNegative = 0.1
+        vote_beta: Positive | None = None  # the softmax temperature over validation losses; None: 1 / M
+        temperature: Positive = 1.0
         released_code: bool = False
+
+    @classmethod
+    def check_config(cls, params, cfg):
+        check(not params.vote or cfg.dataset.val_fraction > 0,
+              "FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1)")
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
-        if params.buffer < 1:
-            raise ConfigError(f"method.buffer={params.buffer} must be >= 1")
-        if params.vote and federation.val is None:
-            raise ConfigError("FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1)")
         self.buffer: deque[dict[str, torch.Tensor]] = deque(maxlen=params.buffer)
 
     def prepare_round(self, round, global_model):

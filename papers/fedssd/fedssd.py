@@ -20,7 +20,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from shared.config import ConfigError
+from shared.config import NonNegative, Probability, check
 from shared.fedavg import GlobalTeacher, kl_div, predict
 
 
@@ -53,17 +53,17 @@ class FedSSD(GlobalTeacher):
 
     @dataclass
     class Params:
-        m_max: float = 0.01  # 0.01 on CIFAR-10, 0.001 on CIFAR-100 and Tiny-ImageNet
-        threshold: float = 0.1
+        m_max: NonNegative = 0.01  # 0.01 on CIFAR-10, 0.001 on CIFAR-100 and Tiny-ImageNet
+        threshold: Probability = 0.1
         loss: Literal["ssd", "kl", "mse"] = "ssd"  # ssd | kl | mse (Table III; the constant weight is m_max)
         # ||.||^2 sums the squared logit differences over classes (the paper's norm); "mean"
         # divides by K, as torch's MSELoss would (a K-times smaller distillation weight)
         class_reduction: Literal["sum", "mean"] = "sum"
 
-    def __init__(self, params, cfg, federation):
-        super().__init__(params, cfg, federation)
-        if params.loss == "ssd" and federation.aux is None:
-            raise ConfigError("FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)")
+    @classmethod
+    def check_config(cls, params, cfg):
+        check(params.loss != "ssd" or cfg.aux.per_class > 0,
+              "FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)")
 
     def prepare_round(self, round, global_model):
         super().prepare_round(round, global_model)

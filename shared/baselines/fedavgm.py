@@ -6,18 +6,19 @@ FedNTD's code uses beta 0.7. The momentum acts on the parameters; BatchNorm's ru
 take the plain average (momentum on a running variance can push it below zero).
 """
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
+from shared.config import Positive, Range
 from shared.fedavg import FedAvg, weighted_average
 
 
 class FedAvgM(FedAvg):
     @dataclass
     class Params:
-        beta: float = 0.9
-        server_lr: float = 1.0
+        beta: Annotated[float, Range(0, 1, high_open=True)] = 0.9
+        server_lr: Positive = 1.0
         form: Literal["hsu", "ema"] = "hsu"
 
     def __init__(self, params, cfg, federation):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from shared.config import Count, NonNegative
 from shared.fedavg import Capabilities, FedAvg
 
 
@@ -21,8 +22,8 @@ class FedCurv(FedAvg):
 
     @dataclass
     class Params:
-        lam: float = 1e-3
-        fisher_samples: int = 500
+        lam: NonNegative = 1e-3
+        fisher_samples: Count = 500
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)

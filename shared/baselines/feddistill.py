@@ -10,13 +10,14 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 
 from shared.baselines.class_stats import ClassStatistics
+from shared.config import NonNegative
 from shared.fedavg import kl_div
 
 
 class FedDistillPlus(ClassStatistics):
     @dataclass
     class Params:
-        lam: float = 0.1
+        lam: NonNegative = 0.1
 
     weighted_by_samples = True
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.config import Count, NonNegative, NonNegativeInt, Positive, Probability
 from shared.fedavg import Capabilities, FedAvg
 
 
@@ -44,14 +45,14 @@ class FedGen(FedAvg):
 
     @dataclass
     class Params:
-        alpha: float = 0.1  # weight of the generated-sample CE at round 0
-        alpha_decay: float = 0.98  # per round
-        noise_dim: int = 64
-        hidden: int = 512
-        generator_steps: int = 50  # per round (FedGen: 10 epochs x 5 teacher iterations)
-        generator_batch: int = 64
-        generator_lr: float = 3e-4
-        diversity: float = 1.0
+        alpha: NonNegative = 0.1  # weight of the generated-sample CE at round 0
+        alpha_decay: Probability = 0.98  # per round
+        noise_dim: Count = 64
+        hidden: Count = 512
+        generator_steps: NonNegativeInt = 50  # per round (FedGen: 10 epochs x 5 teacher iterations)
+        generator_batch: Count = 64
+        generator_lr: Positive = 3e-4
+        diversity: NonNegative = 1.0
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)

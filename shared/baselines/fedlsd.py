@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from shared.config import Positive, Probability
 from shared.fedavg import Capabilities, GlobalTeacher, kl_per_sample
 
 
@@ -19,8 +20,8 @@ class FedLSD(GlobalTeacher):
 
     @dataclass
     class Params:
-        alpha: float = 0.3
-        temperature: float = 2.0
+        alpha: Probability = 0.3
+        temperature: Positive = 2.0
 
     def class_weights(self, client) -> torch.Tensor:
         """a_y for every class y: one constant here; FedCAD's class-wise estimate overrides it."""

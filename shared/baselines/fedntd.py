@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from shared.config import NonNegative, Positive
 from shared.fedavg import Capabilities, GlobalTeacher, kl_div
 
 
@@ -22,8 +23,8 @@ class FedNTD(GlobalTeacher):
 
     @dataclass
     class Params:
-        tau: float = 1.0
-        beta: float = 1.0
+        tau: Positive = 1.0
+        beta: NonNegative = 1.0
 
     def local_loss(self, model, x, y, client):
         logits = model(x)

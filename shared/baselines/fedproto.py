@@ -11,12 +11,13 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 
 from shared.baselines.class_stats import ClassStatistics
+from shared.config import NonNegative
 
 
 class FedProto(ClassStatistics):
     @dataclass
     class Params:
-        lam: float = 1.0
+        lam: NonNegative = 1.0
 
     weighted_by_samples = False  # each holder of a class counts once
 

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
+from shared.config import NonNegative
 from shared.fedavg import FedAvg
 
 
@@ -11,7 +12,7 @@ class FedProx(FedAvg):
 
     @dataclass
     class Params:
-        mu: float = 0.01
+        mu: NonNegative = 0.01
 
     def prepare_round(self, round, global_model):
         self.global_params = [p.detach().clone() for p in global_model.parameters()]

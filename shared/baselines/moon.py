@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from shared.config import NonNegative, Positive
 from shared.fedavg import Capabilities, FedAvg, frozen_copy
 
 
@@ -20,8 +21,8 @@ class MOON(FedAvg):
 
     @dataclass
     class Params:
-        mu: float = 5.0
-        tau: float = 0.5
+        mu: NonNegative = 5.0
+        tau: Positive = 0.5
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
