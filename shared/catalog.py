@@ -37,6 +37,22 @@ class DatasetInfo:
     test_size: int = 10_000
 
 
+@dataclass(frozen=True)
+class Augmentation:
+    """A training transform of a paper's code (dataset.augmentation), beside the crop and flip."""
+
+    crop_pad: int  # pad by this much, then crop back to the image's size
+    pad_mode: str  # "reflect", or "constant" (black)
+    max_rotation: float  # then rotate by a uniform angle in +-this many degrees (0: none)
+    source: str
+
+
+AUGMENTATIONS: dict[str, Augmentation] = {
+    "niid_bench": Augmentation(4, "reflect", 0.0, "NIID-Bench's CIFAR-10 transform (our CIFAR default)"),
+    "moon_cifar100": Augmentation(4, "constant", 15.0, "MOON's and FedCSD's CIFAR-100 transform: RandomCrop(32, "
+                                                       "padding=4), RandomHorizontalFlip, RandomRotation(15)"),
+}
+
 DATASETS: dict[str, DatasetInfo] = {
     "cifar10": DatasetInfo("shared.data:load_cifar", 10),
     "cifar100": DatasetInfo("shared.data:load_cifar", 100),
@@ -96,6 +112,9 @@ def validate_dataset(cfg: RunConfig) -> None:
     d = cfg.dataset
     dataset_info(d.name)
     check(d.name != "imagefolder" or d.path, "dataset.path is required for dataset.name=imagefolder")
+    check(d.augmentation is None or d.augmentation in AUGMENTATIONS,
+          f"dataset.augmentation={d.augmentation!r} is unknown; valid: {sorted(AUGMENTATIONS)}")
+    check(d.augmentation is None or not is_text(cfg), "dataset.augmentation applies to images, not token ids")
     s = d.synthetic
     check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
     check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,

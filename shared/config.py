@@ -82,6 +82,9 @@ class DatasetConfig:
     name: str = "cifar10"
     path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
     augment: bool | None = None  # None: the dataset's default (random crop + flip on CIFAR)
+    # a paper's code's training transform (shared.catalog.AUGMENTATIONS: niid_bench, moon_cifar100);
+    # None: the dataset's own
+    augmentation: str | None = None
     train_subset: Count | None = None  # keep this many training samples (stratified), for small scales
     val_fraction: Annotated[float, Range(0, 1, high_open=True)] = 0.0  # held out per class before partitioning (FedGKD keeps 10%)
     # Text: tokens per sequence (truncated or padded). FedGKD does not state it; 128 is what the

@@ -13,9 +13,9 @@ from pathlib import Path
 import yaml
 
 from shared.catalog import validate_dataset
-from shared.config import ConfigError, RunConfig, check, from_dict
+from shared.config import ConfigError, RunConfig, check, from_dict, to_dict
 from shared.dotted import deep_merge, nested
-from shared.methods import method_params, validate_method
+from shared.methods import implied_config, method_params, validate_method
 from shared.models import validate_model
 from shared.partition import validate_partition
 
@@ -67,8 +67,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 
 
 def resolve(cfg: RunConfig) -> RunConfig:
-    """Fill in the method's hyperparameter defaults and validate everything."""
+    """Fill in the method's hyperparameter defaults and what they imply, and validate everything."""
     cfg.method = {"name": cfg.method["name"], **method_params(cfg.method)}
+    if implied := implied_config(cfg.method):
+        cfg = from_dict(RunConfig, deep_merge(to_dict(cfg), implied))
     validate(cfg)
     return cfg
 

@@ -26,7 +26,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 import torch
 
-from shared.catalog import DataError, TextVocabulary, dataset_info
+from shared.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
 from shared.config import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
 
 
@@ -53,8 +53,9 @@ class Dataset:
     mean: tuple[float, ...]  # per channel, on the 0..1 scale
     std: tuple[float, ...]
     augment: bool  # random crop (pad 4, reflect) + horizontal flip by default
-    crop_pad: int = 4  # augmentation: reflect-pad by this much, then crop back (0: flip only)
+    crop_pad: int = 4  # augmentation: pad by this much, then crop back (0: flip only)
     max_rotation: float = 0.0  # augmentation: rotate by a uniform angle in +-this many degrees
+    pad_mode: str = "reflect"  # augmentation's padding: "reflect" or "constant" (black)
     # "writer" (FEMNIST: partition.kind=writers) or "domain" (Office-Caltech-10: one client per
     # domain, accuracy reported per domain); `groups` names the values of Split.group.
     group_kind: str | None = None
@@ -375,4 +376,7 @@ def load_dataset(cfg: RunConfig) -> Dataset:
     dataset = loader(name, cfg.dataset, data_root(cfg), **tokenizer)
     if cfg.dataset.augment is not None:
         dataset.augment = cfg.dataset.augment
+    if cfg.dataset.augmentation is not None:
+        recipe = AUGMENTATIONS[cfg.dataset.augmentation]
+        dataset.crop_pad, dataset.pad_mode, dataset.max_rotation = recipe.crop_pad, recipe.pad_mode, recipe.max_rotation
     return dataset

@@ -115,6 +115,12 @@ class FedAvg:
     requires_local_sgd = False  # True where the method's arithmetic models SGD steps (local.optimizer=sgd)
 
     @classmethod
+    def implied_config(cls, params) -> dict:
+        """Config values the hyperparameters imply (a released-code switch that stands for a
+        training loop), merged into the config as it is resolved so that its run id names them."""
+        return {}
+
+    @classmethod
     def check_config(cls, params, cfg) -> None:
         """What the method needs of its hyperparameters together and of the rest of the config,
         checked with the config before any data is loaded (each hyperparameter's own range is

@@ -20,14 +20,17 @@ from shared.partition import count_matrix, partition
 
 
 class Augmenter:
-    """uint8 batches -> normalised float batches, with random crop (reflect pad) and flip, and
-    optionally a random rotation first (FedBN's Office-Caltech-10: flip, rotation +-30, no crop)."""
+    """uint8 batches -> normalised float batches, with random crop (of the image padded by
+    reflection or with black) and flip, then optionally a random rotation, in torchvision's
+    order (FedBN's Office-Caltech-10: flip, rotation +-30, no crop; MOON's CIFAR-100: crop of
+    the zero-padded image, flip, rotation +-15)."""
 
     def __init__(self, mean, std, augment: bool, device: torch.device, channels_last: bool = False, pad: int = 4,
-                 max_rotation: float = 0.0):
+                 max_rotation: float = 0.0, pad_mode: str = "reflect"):
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255
         self.augment, self.pad, self.channels_last, self.max_rotation = augment, pad, channels_last, max_rotation
+        self.pad_mode = pad_mode
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         return self.layout(self.standardize(x))
@@ -48,7 +51,7 @@ class Augmenter:
         return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
     def crop_and_flip(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """A random crop of the reflect-padded image (none when pad is 0) and a random flip.
+        """A random crop of the padded image (none when pad is 0) and a random flip.
 
         Every crop is a window of the padded image, or of its mirror image when the sample is
         flipped (the window at dx of the mirror is the mirrored window at 2p - dx); `unfold`
@@ -59,7 +62,7 @@ class Augmenter:
         if not p:
             flip = torch.rand(b, 1, 1, 1, generator=generator, device=dev) < 0.5
             return torch.where(flip, x.flip(-1), x)
-        padded = F.pad(x, (p, p, p, p), mode="reflect")
+        padded = F.pad(x, (p, p, p, p), mode=self.pad_mode)  # "constant": black, as torchvision's RandomCrop
         dy = torch.randint(0, 2 * p + 1, (b,), generator=generator, device=dev)
         dx = torch.randint(0, 2 * p + 1, (b,), generator=generator, device=dev)
         flip = torch.rand(b, generator=generator, device=dev) < 0.5
@@ -69,9 +72,10 @@ class Augmenter:
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         if not self.augment:
             return self.normalize(x)
+        x = self.crop_and_flip(x, generator)
         if self.max_rotation:  # on the raw pixels, so that the corners are black as in torchvision
             x = self.rotate(x.float(), generator)
-        return self.normalize(self.crop_and_flip(x, generator))
+        return self.normalize(x)
 
 
 class TokenIds:
@@ -210,7 +214,7 @@ def build_federation(cfg: RunConfig, device: torch.device) -> Federation:
         val=None if val is None else to_device(dataset.train.subset(val)),
         augmenter=TokenIds() if dataset.text else Augmenter(
             dataset.mean, dataset.std, dataset.augment, device, cfg.trainer.channels_last, dataset.crop_pad,
-            dataset.max_rotation),
+            dataset.max_rotation, dataset.pad_mode),
         device=device,
     )
     federation.clients = [Client(i, torch.as_tensor(p, device=device), federation) for i, p in enumerate(parts)]

@@ -56,6 +56,11 @@ def method_params(method_cfg: dict) -> dict:
     return dataclasses.asdict(read_params(method_cfg))
 
 
+def implied_config(method_cfg: dict) -> dict:
+    """What the method's hyperparameters imply for the rest of the config (FedAvg.implied_config)."""
+    return method_class(method_cfg["name"]).implied_config(read_params(method_cfg))
+
+
 def build_method(cfg, federation):
     return method_class(cfg.method["name"])(read_params(cfg.method), cfg, federation)
 

@@ -230,6 +230,16 @@ def test_fedgen_diversity_loss_by_hand():
     assert diversity_loss(noise, output).item() == pytest.approx(math.exp(-(2 + 2) / 4))
 
 
+def test_fedgen_generator_trains_with_the_released_adam():
+    """FedGen's port in FedGKD's code: Adam(lr=1e-4, weight_decay=1e-2), the rate times 0.98 per round."""
+    method = make("fedgen")
+    method.federation.counts = [[1, 1, 1]]
+    method.build(linear_net(W))
+    (group,) = method.optimizer.param_groups
+    assert isinstance(method.optimizer, torch.optim.Adam)
+    assert (group["lr"], group["weight_decay"]) == (1e-4, 1e-2) and method.schedule.gamma == 0.98
+
+
 # --- reductions to FedAvg --------------------------------------------------------------
 
 REDUCTIONS = [

@@ -504,3 +504,24 @@ def test_unreachable_pretrained_weights_are_explained(text_server, tiny_distilbe
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError, match=r"model.pretrained='/nonexistent/model': cannot load its tokenizer"):
         load_dataset(cfg(tmp_path, "dataset=sst5", "model=distilbert", "model.pretrained=/nonexistent/model"))
+
+
+def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_cfg):
+    """dataset.augmentation=moon_cifar100: RandomCrop(32, padding=4) (black padding),
+    RandomHorizontalFlip, RandomRotation(15), in that order, as MOON's and FedCSD's code."""
+    from shared.data import load_dataset
+
+    ds = load_dataset(tiny_cfg("dataset.augmentation=moon_cifar100"))
+    assert (ds.crop_pad, ds.pad_mode, ds.max_rotation) == (4, "constant", 15.0)
+    assert (load_dataset(tiny_cfg()).pad_mode, load_dataset(tiny_cfg()).max_rotation) == ("reflect", 0.0)
+    white = torch.full((400, 1, 16, 16), 255, dtype=torch.uint8)
+    crop = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4, pad_mode="constant")
+    out = crop(white, torch.Generator().manual_seed(0))
+    assert (out == 0).any() and ((out == 0) | (out == 255)).all()  # black borders, where reflection has none
+    moon = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4, pad_mode="constant",
+                     max_rotation=15)
+    g = torch.Generator().manual_seed(0)
+    in_order = moon.normalize(moon.rotate(moon.crop_and_flip(white, g).float(), g))
+    assert torch.equal(moon(white, torch.Generator().manual_seed(0)), in_order)
+    with pytest.raises(ConfigError, match=r"dataset.augmentation='moon' is unknown; valid: \['moon_cifar100', 'niid_bench'\]"):
+        tiny_cfg("dataset.augmentation=moon")

@@ -123,6 +123,39 @@ def test_fedgkd_loss_by_hand():
     assert loss.item() == pytest.approx(CE + 0.2 * kl(softmax([0, 1, 0]), softmax([1, 0, 0])))
 
 
+def test_fedgkd_mse_regulariser_is_a_mean_over_the_classes():
+    """Table IX's MSE: a mean squared error over the logits (the released F.mse_loss); `sum` is K times it."""
+    teacher = linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # teacher logits [0, 1, 0]; ours [1, 0, 0]
+    for reduction, squared in ((None, 2 / 3), ("sum", 2.0)):
+        method = make("fedgkd", gamma=0.4, buffer=1, regulariser="mse",
+                      **({} if reduction is None else {"class_reduction": reduction}))
+        method.prepare_round(1, teacher)
+        assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + 0.2 * squared)
+
+
+def test_fedgkd_released_code_is_the_released_loop():
+    """CGCL-codes/FedGKD: aggregated models only in the buffer (no distillation in the first
+    round), gamma / 2 * T^2 * KL, gradient norms clipped at 10, uniform averaging."""
+    from shared.config_loading import load_config
+
+    cfg = load_config(None, ["method=fedgkd", "method.released_code=true"])
+    assert cfg.local.grad_clip == 10.0 and cfg.federation.weighting == "uniform"
+    paper = load_config(None, ["method=fedgkd"])
+    assert paper.local.grad_clip is None and paper.federation.weighting == "samples"
+    assert "class_reduction" not in {k for k, v in paper.method.items() if v is not None}  # KL run ids unchanged
+
+    method = make("fedgkd", gamma=0.2, buffer=2, temperature=2.0, released_code=True)
+    initial, aggregated = linear_net([[5.0, 5.0]] * 3), linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    method.prepare_round(0, initial)
+    assert not method.distil and len(method.buffer) == 0
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE)
+    method.prepare_round(1, aggregated)
+    (teacher,) = method.teachers  # the aggregated model alone, not averaged with the initial one
+    torch.testing.assert_close(teacher.classifier.weight, aggregated.classifier.weight)
+    kl_t2 = kl(softmax([0, 0.5, 0]), softmax([0.5, 0, 0]))
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + 0.1 * 4 * kl_t2)
+
+
 def test_fedgkd_vote_weights_by_validation_loss():
     """gamma_m / 2 = lambda * softmax_m(-L_m / beta), beta = 1 / M unless set."""
     for beta, scale in ((None, 2.0), (0.25, 4.0)):
@@ -180,6 +213,43 @@ def test_fedcsd_teacher_is_a_moving_average():
     method.prepare_round(0, linear_net([[1.0] * 2] * 3))
     method.prepare_round(1, linear_net([[3.0] * 2] * 3))
     assert torch.allclose(method.teacher.classifier.weight, torch.full((3, 2), 0.9 * 1 + 0.1 * 3, dtype=torch.float64))
+
+
+def test_fedcsd_released_code_defaults_to_its_mu_and_tau_unless_set():
+    from shared.config_loading import load_config
+
+    def method(*overrides):
+        params = load_config(None, ["method=fedcsd", *overrides]).method
+        return params["mu"], params["tau"]
+
+    assert method() == (0.001, 10.0)  # the paper's (CIFAR-100, FEMNIST)
+    assert method("method.released_code=true") == (0.5, 4.0)  # train_ours.py's defaults
+    assert method("method.released_code=true", "method.mu=0.1", "method.tau=2") == (0.1, 2.0)
+
+
+def test_fedcsd_released_code_refines_by_each_clients_own_prototypes():
+    """train_ours.py: P_k from the client's own full (augmented) batches through the teacher in
+    train mode, zero for a class it lacks; no server average."""
+    from papers.fedcsd.fedcsd import own_prototypes
+
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [9.0, 9.0]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 1, 1])
+    client = SimpleNamespace(id=0, index=torch.zeros(1),
+                             batches=lambda batch_size, generator: iter([(x[:3], y[:3]), (x[3:], y[3:])]))
+    teacher = linear_net([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # logits [x1, x2, x1 + x2]
+    got = own_prototypes(teacher, client, 3, 3, torch.Generator())  # the last batch (1 sample) is dropped
+    torch.testing.assert_close(got, torch.tensor([[0.5, 1.0, 1.5], [3.0, 0.0, 3.0], [0.0, 0.0, 0.0]], dtype=torch.float64).float())
+
+    released = make("fedcsd", released_code=True)
+    released.federation.clients = [client]
+    released.cfg.local.batch_size = 3
+    released.prepare_round(0, teacher)
+    assert released.teacher.training  # never put in eval mode: BatchNorm normalises by each batch
+    released.start_client(client, teacher)
+    torch.testing.assert_close(released.prototypes, got)
+    paper = make("fedcsd", similarity=False)
+    paper.prepare_round(0, teacher)
+    assert not paper.teacher.training
 
 
 def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):

@@ -12,8 +12,12 @@ P_k[c]; the server averages them into P_G. Per sample, during local training (Eq
     L         = CE + mu * L_CSD                 mu 0.001, tau 10 (CIFAR-100, FEMNIST); 0.5, 4 (Office)
 
 Ablations (Table III): `similarity`, `mask`, `tma`; "Base" turns all three off (plain
-distillation from the last global model). `released_code=true` follows IAMJackYan/FedCSD
-instead: (1 - mu) CE + mu L_CSD, the mask taken on the refined logits, delta not detached.
+distillation from the last global model). `released_code=true` trains as IAMJackYan/FedCSD's
+train_ours.py does: (1 - mu) CE + mu L_CSD with mu 0.5 and tau 4 unless set; no server average:
+each client refines by its OWN prototypes P_k, taken at the start of its local training from
+one epoch of its augmented batches (the last, partial one dropped), zero for a class it lacks;
+the teacher is never put in eval mode (BatchNorm normalises by each batch); the mask is taken on
+the refined logits and delta is not detached.
 The share of samples the mask removes is logged each round as `mask_filter_rate` (Fig. 5).
 """
 from dataclasses import dataclass
@@ -25,6 +29,9 @@ import torch.nn.functional as F
 from shared.baselines.class_stats import average_per_class, class_means
 from shared.config import NonNegative, Positive, Probability
 from shared.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
+from shared.seeding import derive_seed
+
+PROTOTYPE_STREAM = 0xC5D  # the released prototypes' pass over a client's data draws from its own stream
 
 
 def similarity_refined(z: torch.Tensor, z_teacher: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
@@ -47,14 +54,27 @@ def forcible_mask(z_teacher: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 MASKS = {"adaptive": adaptive_mask, "forcible": forcible_mask, "none": lambda z, y: torch.ones_like(y, dtype=torch.float)}
 
 
+@torch.no_grad()
+def own_prototypes(teacher, client, batch_size: int, num_classes: int, generator: torch.Generator) -> torch.Tensor:
+    """The released code's P_k: the teacher's mean logits per class over one epoch of the
+    client's augmented batches, full batches only (a drop-last loader), zero for a class absent."""
+    sums = torch.zeros(num_classes, num_classes, device=client.index.device)
+    counts = torch.zeros(num_classes, device=client.index.device)
+    for x, y in client.batches(batch_size, generator):
+        if len(y) == batch_size:
+            sums.index_add_(0, y, teacher(x).float())
+            counts += torch.bincount(y, minlength=num_classes)
+    return sums / counts.clamp(min=1)[:, None]
+
+
 class FedCSD(FedAvg):
     # the loss counts masked samples into the method's own counters (round_metrics)
     capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
 
     @dataclass
     class Params:
-        mu: NonNegative = 0.001
-        tau: Positive = 10.0
+        mu: NonNegative | None = None  # None: 0.001 (the paper), 0.5 with released_code
+        tau: Positive | None = None  # None: 10 (the paper), 4 with released_code
         tma: Probability = 0.9  # a, the teacher's momentum
         use_tma: bool = True
         similarity: bool = True  # refine the teacher's logits by prototype similarity
@@ -63,6 +83,12 @@ class FedCSD(FedAvg):
         # P_G[c] = mean_k P_k[c]: over the clients holding class c (a client without it has no
         # P_k[c]), or over all clients with a zero for those without it
         prototypes_over: Literal["holders", "all_clients"] = "holders"
+
+        def __post_init__(self):  # resolved into the config, so a run id names the values used
+            if self.mu is None:
+                self.mu = 0.5 if self.released_code else 0.001
+            if self.tau is None:
+                self.tau = 4.0 if self.released_code else 10.0
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
@@ -79,7 +105,10 @@ class FedCSD(FedAvg):
             self.teacher_state = weighted_average([self.teacher_state, global_state], [a, 1 - a])
         self.teacher = frozen_copy(global_model)
         self.teacher.load_state_dict(self.teacher_state)
-        if self.params.similarity:
+        self.round = round
+        if self.params.released_code:
+            self.teacher.train()
+        elif self.params.similarity:
             per_client = [class_means(self.teacher, c, self.cfg.eval.batch_size, self.federation.num_classes,
                                       lambda m, x: m(x)) for c in self.federation.clients]
             means = [m for m, _ in per_client]
@@ -87,6 +116,13 @@ class FedCSD(FedAvg):
                 self.prototypes, _ = average_per_class(means, [n for _, n in per_client], weighted=False)
             else:
                 self.prototypes = torch.stack(means).mean(0)  # class_means is zero where a client lacks the class
+
+    def start_client(self, client, model):
+        if self.params.released_code and self.params.similarity:
+            generator = torch.Generator(client.index.device).manual_seed(
+                derive_seed(self.cfg.seed, self.round, client.id, PROTOTYPE_STREAM))
+            self.prototypes = own_prototypes(self.teacher, client, self.cfg.local.batch_size,
+                                             self.federation.num_classes, generator)
 
     def local_loss(self, model, x, y, client):
         z = model(x)

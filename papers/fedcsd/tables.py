@@ -17,7 +17,8 @@ PROTOCOL = {
     "federation": {"rounds": 100, "participation": 1.0},
     "local": {"epochs": 5, "batch_size": 64, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-5},
 }
-CIFAR100 = {"dataset": {"name": "cifar100"}, "model": {"name": "resnet50"}}
+# CIFAR-100 augmented as FedCSD's code (MOON's) does it: crop of the zero-padded image, flip, rotation +-15
+CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": {"name": "resnet50"}}
 FEMNIST = {"dataset": {"name": "femnist_digits"}, "model": {"name": "fedavg_cnn"}}
 # Four domains, one client each (FedBN's split and preprocessing).
 OFFICE = {"dataset": {"name": "office_caltech10"}, "model": {"name": "alexnet_bn"},

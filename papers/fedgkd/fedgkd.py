@@ -11,10 +11,16 @@ server's validation split (10% of the training data, `dataset.val_fraction=0.1`)
     CE(z, y) + sum_m gamma_m / 2 * KL( h(w_m, x) || h(w, x) ),  gamma_m / 2 = lambda * softmax_m(-L_m / beta),
 
 L_m the validation loss of model m and beta = 1 / M. FedGKD+ is FedGKD on a model with a
-projection head (`model.projection_dim=256`). Table IX's regulariser is `regulariser=kl|mse|none`.
-`released_code=true` follows the released code instead: weight gamma (not gamma / 2) and no
-distillation in the first round; with `local.grad_clip=10` and `federation.weighting=uniform`
-it matches that code's training loop.
+projection head (`model.projection_dim=256`). Table IX's regulariser is `regulariser=kl|mse|none`;
+its MSE is a mean squared error over the logits (averaged over the classes, as its name says and
+the released code computes it; `class_reduction=sum` sums them, K times larger).
+
+The buffer holds every global model the server sends, from the initial one w_0 (Algorithm 1
+buffers each round's global model and Eq. 4 applies from the first round). `released_code=true`
+runs CGCL-codes/FedGKD's loop instead: only aggregated models enter the buffer (so the first
+round does not distil), the KL is multiplied by T^2, and it implies the code's
+`local.grad_clip=10` and `federation.weighting=uniform`. Its coefficient, 0.1 in the README's
+command, is our gamma / 2 at gamma = 0.2.
 """
 from collections import deque
 from dataclasses import dataclass
@@ -40,6 +46,20 @@ class FedGKD(FedAvg):
         vote_beta: Positive | None = None  # the softmax temperature over validation losses; None: 1 / M
         temperature: Positive = 1.0
         released_code: bool = False
+        # the MSE regulariser over the classes: "mean" (MSE, the released code) or "sum"; None
+        # with the other regularisers, which it does not concern
+        class_reduction: Literal["mean", "sum"] | None = None
+
+        def __post_init__(self):  # resolved into the config, so a run id names the values used
+            if self.regulariser == "mse" and self.class_reduction is None:
+                self.class_reduction = "mean"
+
+    @classmethod
+    def implied_config(cls, params):
+        """The released code's training loop: gradient norms clipped at 10, uniform averaging."""
+        if params.released_code:
+            return {"local": {"grad_clip": 10.0}, "federation": {"weighting": "uniform"}}
+        return {}
 
     @classmethod
     def check_config(cls, params, cfg):
@@ -51,10 +71,13 @@ class FedGKD(FedAvg):
         self.buffer: deque[dict[str, torch.Tensor]] = deque(maxlen=params.buffer)
 
     def prepare_round(self, round, global_model):
-        self.buffer.append(snapshot(global_model))
         p = self.params
-        self.distil = p.regulariser != "none" and not (p.released_code and round == 0)
-        weight = p.gamma if p.released_code else p.gamma / 2
+        if not (p.released_code and round == 0):  # the released buffer holds aggregated models only
+            self.buffer.append(snapshot(global_model))
+        self.distil = p.regulariser != "none" and len(self.buffer) > 0
+        if not self.distil:
+            return
+        weight = p.gamma / 2 * (p.temperature ** 2 if p.released_code else 1.0)
         if p.vote:
             self.teachers = [self.load(global_model, state) for state in self.buffer]
             val = self.federation.val
@@ -83,7 +106,8 @@ class FedGKD(FedAvg):
             if self.params.regulariser == "kl":
                 loss = loss + weight * kl_div(z_teacher, z, self.params.temperature)
             else:
-                loss = loss + weight * ((z_teacher - z) ** 2).sum(1).mean()
+                squared = (z_teacher - z) ** 2
+                loss = loss + weight * (squared.mean() if self.params.class_reduction == "mean" else squared.sum(1).mean())
         return loss
 
     def state_dict(self):

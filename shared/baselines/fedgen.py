@@ -51,7 +51,9 @@ class FedGen(FedAvg):
         hidden: Count = 512
         generator_steps: NonNegativeInt = 50  # per round (FedGen: 10 epochs x 5 teacher iterations)
         generator_batch: Count = 64
-        generator_lr: Positive = 3e-4
+        # the generator's Adam as FedGen's port in FedGKD's code (and FedGen's own EMNIST setting)
+        generator_lr: Positive = 1e-4
+        generator_weight_decay: NonNegative = 1e-2
         diversity: NonNegative = 1.0
 
     def __init__(self, params, cfg, federation):
@@ -66,7 +68,8 @@ class FedGen(FedAvg):
         p = self.params
         self.generator = Generator(self.federation.num_classes, p.noise_dim, p.hidden, global_model.feature_dim)
         self.generator.to(self.federation.device)
-        self.optimizer = torch.optim.Adam(self.generator.parameters(), lr=p.generator_lr)
+        self.optimizer = torch.optim.Adam(self.generator.parameters(), lr=p.generator_lr,
+                                          weight_decay=p.generator_weight_decay)
         self.schedule = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, gamma=0.98)
 
     def prepare_round(self, round, global_model):
