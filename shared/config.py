@@ -9,6 +9,7 @@ run id. Keys that change where or how fast a run executes, but not its result, a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -258,10 +259,16 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """A dataclass's fields and their types, postponed annotations resolved (ranges kept)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
 def from_dict(cls: type, values: dict, where: str = "") -> Any:
     """A dataclass from a mapping, every value checked; `where` is the mapping's dotted key."""
-    hints = typing.get_type_hints(cls, include_extras=True)  # resolves postponed annotations
-    known = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    known = field_types(cls)
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ConfigError(f"{where or 'config'}: unknown key(s) {unknown}; valid keys: {sorted(known)}")

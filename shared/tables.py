@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from shared.experiments import Cell, Search, Table, expand, load_metrics, scale_seeds
-from shared.figures import draw, pyplot
+from shared.figures import announce, draw, pyplot, same_runs
 from shared.metrics import cell_value
 from shared.provenance import commits_of, provenance_header
 
@@ -434,7 +434,8 @@ def tau_text(tau: float, pairs: int) -> str:
     return "-" if math.isnan(tau) else f"{tau:+.2f} ({pairs} methods)"
 
 
-def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str) -> str:
+def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
+    """`warning`: settings that are the same runs at this scale (shared.figures.same_runs_warning)."""
     metrics = sorted({table.metric_for(c).label for c in table.columns})
     lines = [f"# {table.paper} {table.name}: ours vs. the paper", "",
              f"{table.caption}", "", f"Scale: **{scale}**" + ("" if scale == "paper" else
@@ -463,6 +464,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str) -> str:
               "(k suspect): k seeds flagged suspect, the mean is over the others. Kendall τ: rank agreement "
               "(tau-b, -1 to +1) between our order of the methods and the paper's in that column, over the "
               "methods with both numbers."]
+    if warning:
+        lines += ["", f"**{warning}**"]
     if table.notes:
         lines += ["", f"Notes: {table.notes}"]
     return "\n".join(lines) + "\n"
@@ -474,7 +477,7 @@ HEAD_STYLE = "border:1px solid #d0d7de;padding:4px 8px;background:#f6f8fa;text-a
 ROW_HEAD_STYLE = "border:1px solid #d0d7de;padding:4px 8px;background:#f6f8fa;text-align:left;white-space:nowrap"
 
 
-def comparison_html(table: Table, comp: pd.DataFrame, scale: str) -> str:
+def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
     """The comparison as a self-contained HTML page (inline styles only, so that its <table>
     can be embedded as it is): per cell ours, the paper's number, the difference and ✓ (green,
     within two standard deviations) or ✗ (red); a last row with each column's Kendall tau."""
@@ -516,6 +519,8 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str) -> str:
               f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
               "(k failed) / (k suspect): seeds left out of the mean. Kendall τ: rank agreement of the methods "
               "between ours and the paper's in that column (tau-b, -1 to +1).</p>")
+    if warning:
+        legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'
     if table.notes:
         legend += f'<p style="font-size:12px;color:#57606a">Notes: {e(table.notes)}</p>'
     return "\n".join([
@@ -587,7 +592,7 @@ def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) 
 
 # --- provenance and the outputs ------------------------------------------------------------------
 
-def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
+def provenance(table: Table, runs: pd.DataFrame, scale: str, merged: list[list[str]] | None = None) -> dict:
     gpu = runs[runs.device.str.startswith("cuda")] if len(runs) else runs
     header = provenance_header(scale)
     return {
@@ -600,6 +605,7 @@ def provenance(table: Table, runs: pd.DataFrame, scale: str) -> dict:
         "runs_failed": int((runs.status != COMPLETED).sum()) if len(runs) else 0,
         "runs_suspect": int(runs.status.map(is_suspect).sum()) if len(runs) else 0,
         "methods_not_implemented": [r.label for r in table.rows if not r.implemented],
+        "same_runs": merged or [],  # columns that are one experiment at this scale (it caps what they vary)
         "devices": sorted(set(runs.device)) if len(runs) else [],
         "device_names": sorted(set(runs.device_name)) if len(runs) else [],
         "gpu_hours": float(gpu.wall_time_s.sum() / 3600) if len(gpu) else 0.0,
@@ -616,16 +622,18 @@ def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | P
     cells = expand(table, scale, runtime)
     runs = collect(table, cells, runs_dir)
     summary = summarize_cells(table, runs)
+    merged = same_runs(cells)
+    warning = announce(merged, out / "table", scale)
     (out / "table.tex").write_text(latex_table(table, summary, scale))
     comp = comparison(table, summary, scale)
-    (out / "comparison.md").write_text(comparison_markdown(table, comp, scale))
-    (out / "comparison.html").write_text(comparison_html(table, comp, scale))
+    (out / "comparison.md").write_text(comparison_markdown(table, comp, scale, warning))
+    (out / "comparison.html").write_text(comparison_html(table, comp, scale, warning))
     comparison_figure(table, comp, scale, out / "comparison.png")
     summary.insert(0, "scale", scale)
     summary.to_csv(out / "table.csv", index=False)
     comp.insert(0, "scale", scale)
     comp.to_csv(out / "comparison.csv", index=False)
-    (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale), sort_keys=False))
+    (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale, merged), sort_keys=False))
     if table.curves and cells:
         draw("curves", cells, runs_dir, out / "curves", f"{table.paper} {table.name} learning curves (scale: {scale})")
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from shared.experiments import Column, Metric, Row, Table
+from shared.experiments import Column, Metric, Row, Table, expand
 from shared.figures import (METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
                             series_styles)
 
@@ -159,6 +159,23 @@ def test_warning_where_a_reduced_scale_makes_the_points_the_same_runs(tmp_path, 
     assert "E=1, E=5, E=10 are the same runs" in capsys.readouterr().err  # in the job's output
     provenance = yaml.safe_load((tmp_path / "out" / "provenance.yaml").read_text())
     assert "same runs" in provenance["warning"]
+
+
+def test_a_table_whose_columns_are_the_same_runs_at_a_reduced_scale_says_so(tmp_path, capsys):
+    """FedCAD Table 4's local epochs collapse at smoke scale as Fig. 9's do: the comparison, the
+    provenance and the job's output say which columns are one experiment."""
+    from shared.tables import build_table
+
+    table = sweep_table()
+    write_runs(expand(table, "smoke"), tmp_path / "runs")
+    build_table(table, "smoke", tmp_path / "runs", tmp_path / "out")
+    assert "E=1, E=5, E=10 are the same runs" in capsys.readouterr().err
+    for name in ("comparison.md", "comparison.html"):
+        assert "at scale smoke, E=1, E=5, E=10 are the same runs" in (tmp_path / "out" / name).read_text()
+    assert yaml.safe_load((tmp_path / "out" / "provenance.yaml").read_text())["same_runs"] == [["E=1", "E=5", "E=10"]]
+    write_runs(expand(table, "paper"), tmp_path / "runs")
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "paper")
+    assert "same runs" not in (tmp_path / "paper" / "comparison.md").read_text()
 
 
 def test_round_metric_whole_round_ticks(tmp_path):

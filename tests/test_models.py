@@ -1,7 +1,9 @@
+import warnings
+
 import pytest
 import torch
 
-from shared.models import build_model, count_parameters
+from shared.models import MODELS, build_model, count_parameters
 
 
 @pytest.mark.parametrize(
@@ -90,3 +92,20 @@ def test_inference_pooling_equals_max_pool2d():
     with torch.no_grad():
         fast = model(images)
     assert torch.equal(fast, model(images).detach())  # with autograd: max_pool2d
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_image_models_smallest_side_is_what_its_layers_take(name):
+    """MODELS[name].min_side, which the config check uses, against forward passes on the meta
+    device (no memory, no arithmetic): the side itself goes through, one pixel less does not."""
+    def fits(side):
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a layer of zero size warns before the forward fails
+            try:
+                MODELS[name].build(3, side)(torch.empty(2, 3, side, side))
+                return True
+            except RuntimeError:
+                return False
+
+    side = MODELS[name].min_side
+    assert fits(side) and (side == 1 or not fits(side - 1))

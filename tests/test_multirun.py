@@ -47,7 +47,7 @@ def test_runs_in_threads_of_one_process_give_what_each_gives_alone(tiny_cfg, tmp
 
 def test_runs_share_a_gpu_side_by_side_only_when_nothing_else_draws_from_the_global_generator():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    fedssd = load_config(None, ["method=fedssd"])
+    fedssd = load_config(None, ["method=fedssd", "aux.per_class=64"])
     assert side_by_side_reason([fedssd, load_config(None, ["method=fedgkd"])], cuda) is None
     assert "cores" in side_by_side_reason([fedssd], cpu)
     assert "global random generator" in side_by_side_reason([fedssd, load_config(None, ["method=fedgen"])], cuda)

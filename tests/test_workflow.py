@@ -75,6 +75,9 @@ TABLES = [
     Table("wfcheck", "table2", "Fast runs", BASE, [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox"})],
           ONE, {}, seeds=(0, 1)),
     Table("wfcheck", "table3", "A slow run", BASE, [Row("Sleepy", {"name": "sleepy"})], ONE, {}, seeds=(0,)),
+    # the smoke scale trains 2 local epochs whatever E says: both columns are table1's FedAvg run
+    Table("wfcheck", "table4", "Local epochs", BASE, [Row("FedAvg", {"name": "fedavg"})],
+          [Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5)], {}, seeds=(0,)),
 ]
 '''
 
@@ -292,8 +295,11 @@ def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_proj
     env = {**os.environ, "WFCHECK_DIR": str(tmp_path / "markers")}
     args = ["--cores", "2", "--keep-going", "--config", "scale=smoke", "device=cpu", "retries=1", "--",
             "papers/wfcheck/table1"]
-    proc = snakemake(project, *args, env=env)
+    proc = snakemake(project, *args, "papers/wfcheck/table4", env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    # a reduced scale that makes columns one experiment says so in the table job's log
+    log = (project / "results" / "logs" / "smoke" / "tables" / "wfcheck-table4.log").read_text()
+    assert "warning: " in log and "E=1, E=5 are the same runs" in log, log
     ids = {row: [rid] for row, rid in zip(("FedAvg", "Flaky", "Broken", "Diverging"), paper_runs("wfcheck", "table1", project))}
     runs, logs = project / "results" / "runs", project / "results" / "logs" / "runs"
     status = lambda rid: json.loads((runs / rid / "metrics.json").read_text())["status"]

@@ -1,3 +1,4 @@
+import contextlib
 import csv
 import json
 from collections import Counter
@@ -129,6 +130,22 @@ def write_index(path=INDEX):
     return len(rows)
 
 
+class Tee:
+    """A stream that writes to several: the job's stderr and its log."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+
 def logged(build):
     """build_table / build_figure / build_search, writing what they did to the job's log
     (results/logs/<scale>/<kind>s/<paper>-<name>.log): the target, the scale, each run's status, the
@@ -155,8 +172,9 @@ def logged(build):
             for rid, status in statuses.items():
                 if status != "completed":
                     f.write(f"  {rid}: {status}\n")
-            try:
-                build(target, scale, runs_dir, out_dir, *args, **kwargs)
+            try:  # what the build says on stderr (a reduced scale's warnings) goes to the log too
+                with contextlib.redirect_stderr(Tee(sys.stderr, f)):
+                    build(target, scale, runs_dir, out_dir, *args, **kwargs)
             except Exception:
                 f.write(traceback.format_exc())
                 raise
