@@ -83,7 +83,7 @@ class DatasetConfig:
     name: str = "cifar10"
     path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
     augment: bool | None = None  # None: the dataset's default (random crop + flip on CIFAR)
-    # a paper's code's training transform (shared.catalog.AUGMENTATIONS: niid_bench, moon_cifar100);
+    # a paper's code's training transform (shared.catalog.AUGMENTATIONS: niid_bench, moon_cifar100, feddf);
     # None: the dataset's own
     augmentation: str | None = None
     train_subset: Count | None = None  # keep this many training samples (stratified), for small scales

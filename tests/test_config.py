@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from shared.config import ConfigError, run_id
+from shared.config import run_id
 from shared.config_loading import load_config, parse_override
 from shared.run import main
 

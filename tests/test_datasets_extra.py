@@ -18,7 +18,7 @@ from shared import text_datasets, trainer, vision_datasets
 from shared.config import ConfigError, PartitionConfig
 from shared.config_loading import load_config
 from shared.data import Archive, DataError, load_dataset
-from shared.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, smoke_scale
+from shared.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
 from shared.federation import Augmenter, build_federation
 from shared.models import build_model
 from shared.partition import partition
@@ -523,5 +523,20 @@ def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_c
     g = torch.Generator().manual_seed(0)
     in_order = moon.normalize(moon.rotate(moon.crop_and_flip(white, g).float(), g))
     assert torch.equal(moon(white, torch.Generator().manual_seed(0)), in_order)
-    with pytest.raises(ConfigError, match=r"dataset.augmentation='moon' is unknown; valid: \['moon_cifar100', 'niid_bench'\]"):
+    with pytest.raises(ConfigError, match=r"dataset.augmentation='moon' is unknown; valid: \['feddf', 'moon_cifar100', 'niid_bench'\]"):
         tiny_cfg("dataset.augmentation=moon")
+
+
+def test_each_papers_tables_augment_as_its_code_does():
+    """FedCSD's CIFAR-100 as MOON's code, FedGKD's images as FedDF's (black padding, no
+    rotation); text is never augmented; the others keep CIFAR's default (NIID-Bench's)."""
+    from shared.experiments import all_tables
+
+    seen = {}
+    for table in all_tables():
+        for cell in expand(table, "paper"):
+            seen.setdefault((table.paper, cell.config.dataset.name), set()).add(cell.config.dataset.augmentation)
+    assert seen[("fedcsd", "cifar100")] == {"moon_cifar100"}
+    assert seen[("fedgkd", "cifar10")] == seen[("fedgkd", "cifar100")] == seen[("fedgkd", "tiny_imagenet")] == {"feddf"}
+    assert seen[("fedgkd", "ag_news")] == seen[("fedgkd", "sst5")] == {None}
+    assert seen[("fedssd", "cifar10")] == seen[("fedcad", "cifar10")] == {None}

@@ -16,7 +16,8 @@ BEST = Metric("best_acc")
 # validation losses weight FedGKD-VOTE's buffer). ResNet-8 with GroupNorm on CIFAR; ResNet-50 on
 # Tiny-ImageNet, with GroupNorm except for MOON and FedGKD+, which use BatchNorm.
 PROTOCOL = {
-    "dataset": {"name": "cifar10", "val_fraction": 0.1},
+    # images augmented as the released code (FedDF's) does: a crop of the image padded with black, a flip
+    "dataset": {"name": "cifar10", "val_fraction": 0.1, "augmentation": "feddf"},
     "model": {"name": "resnet8"},
     "partition": {"kind": "dirichlet_balanced", "clients": 20},  # the released code's (FedDF's) Dir(alpha)
     "federation": {"rounds": 100, "participation": 0.2},
@@ -27,7 +28,7 @@ CIFAR100 = {"dataset": {"name": "cifar100"}}
 TINY = {"dataset": {"name": "tiny_imagenet"}, "model": {"name": "resnet50_gn"}, "federation": {"rounds": 30}}
 # NLP: DistilBERT, Adam lr 1e-5, no weight decay, 10 rounds, 4 clients per round; AG News on 50% of
 # its training split (60,000), 20 clients, E=1; SST-5 on all of it (8,544), 10 clients, E=3.
-NLP = {"model": {"name": "distilbert"}, "federation": {"rounds": 10},
+NLP = {"dataset": {"augmentation": None}, "model": {"name": "distilbert"}, "federation": {"rounds": 10},
        "local": {"optimizer": "adam", "lr": 1e-5, "weight_decay": 0.0}}
 AG_NEWS = deep_merge(NLP, {"dataset": {"name": "ag_news", "train_subset": 60000},
                            "partition": {"clients": 20, "beta": 0.1}, "federation": {"participation": 0.2},
