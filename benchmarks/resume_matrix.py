@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 with kill():
                     trainer.run(cfg, out)
+                verdicts.append("NOT KILLED")  # the point was never reached: nothing was tested
+                continue
             except Killed:
                 pass
             trainer.run(cfg, out)
