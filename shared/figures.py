@@ -209,16 +209,20 @@ def swept_key(cells: list[Cell], table: Table | None) -> str | None:
 # --- reduced scales that merge settings -------------------------------------------------------
 
 def same_runs(cells: list[Cell], panel: Callable[[Cell], object] = lambda c: None) -> list[list[str]]:
-    """Groups of two or more settings (column labels) of one panel whose runs are exactly the
-    same run ids: a scale that caps what they vary (smoke's 2 local epochs for E = 1, 5, 10, 20)
-    makes them one experiment."""
+    """Groups of two or more settings (column labels) of one panel that are exactly the same run
+    ids although the paper's settings differ: a scale that caps what they vary (smoke's 2 local
+    epochs for E = 1, 5, 10, 20) makes them one experiment. Settings that differ only in what
+    they read off the runs (accuracy and rounds to a target, a domain's accuracy, the accuracy
+    at round 50) are the same runs at every scale, by design, and are not listed."""
     runs: dict[tuple, set] = defaultdict(set)
+    settings: dict[str, set] = defaultdict(set)  # what each label asks of the runs, before any scale
     for c in cells:
         runs[(panel(c), c.column.label)].add(c.run_id)
+        settings[c.column.label].add(json.dumps([c.column.config, c.row.per_column.get(c.column.label)], sort_keys=True))
     groups = defaultdict(list)
     for (key, label), ids in runs.items():
         groups[(key, frozenset(ids))].append(label)
-    return [labels for labels in groups.values() if len(labels) > 1]
+    return [labels for labels in groups.values() if len({frozenset(settings[label]) for label in labels}) > 1]
 
 
 def sweep_panel(table: Table) -> Callable[[Cell], tuple[str, str]]:
