@@ -45,8 +45,9 @@ def method_class(name: str) -> type:
 def read_params(method_cfg: dict):
     """The method's Params from the config's method section: every key known and in its range."""
     name = method_cfg["name"]
+    params = method_class(name).Params
     try:
-        return from_dict(method_class(name).Params, {k: v for k, v in method_cfg.items() if k != "name"}, "method")
+        return from_dict(params, {k: v for k, v in method_cfg.items() if k != "name"}, "method")
     except ConfigError as exc:
         raise ConfigError(f"{exc} (method.name={name})") from None
 
