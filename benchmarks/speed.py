@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         for variant in [v for v in variants if v in ("fp32", "bf16", "bf16-compile")]:
             local_steps[variant] = local_step_throughput(configs[variant], peak)
 
-    report = {"config": args.config, "overrides": args.overrides, "variants": results, "local_steps": local_steps,
+    report = {"config": args.config, "model": first.model.name, "overrides": args.overrides, "variants": results,
+              "local_steps": local_steps,
               "hardware": hardware(device), "device": str(device), "torch": torch.__version__,
               "command": " ".join([*(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ),
                                    "python -m benchmarks.speed", *(argv if argv is not None else sys.argv[1:])])}

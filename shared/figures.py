@@ -29,6 +29,7 @@ from shared.catalog import DATASETS
 from shared.dotted import flatten
 from shared.experiments import cell_overrides
 from shared.metrics import cell_value
+from shared.papers import display_name
 from shared.provenance import provenance_header
 
 
@@ -457,7 +458,6 @@ def draw(kind: str, cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
     return DRAW[kind](cells, Path(runs_dir), out_stem, title, **options)
 
 
-PAPER_NAMES = {"fedcad": "FedCAD", "fedssd": "FedSSD", "fedcsd": "FedCSD", "fedgkd": "FedGKD"}
 SCALE_NOTES = {"paper": "the paper's protocol",
                "small": "reduced scale: real data, a tenth of the rounds, at most 2 local epochs; not a paper result",
                "smoke": "reduced scale: synthetic data, 3 rounds of 2 local epochs; not a paper result"}
@@ -466,7 +466,7 @@ SCALE_NOTES = {"paper": "the paper's protocol",
 def figure_title(figure: Figure, scale: str) -> str:
     """"FedSSD Fig. 9: <the paper's caption>" and, on a second line, the scale."""
     number = figure.name[3:] if figure.name.startswith("fig") else figure.name
-    name = PAPER_NAMES.get(figure.paper, figure.paper)
+    name = display_name(figure.paper)
     return f"{name} Fig. {number}: {figure.caption}\nScale: {scale} ({SCALE_NOTES.get(scale, 'reduced scale')})"
 
 

@@ -40,6 +40,11 @@ def paper_tables_module(paper: str):
     return importlib.import_module(f"{PACKAGE}.{paper}.tables")
 
 
+def display_name(paper: str) -> str:
+    """The paper's name as its own folder spells it (`NAME` in papers/<paper>/__init__.py)."""
+    return getattr(importlib.import_module(f"{PACKAGE}.{paper}"), "NAME", paper)
+
+
 @cache
 def paper_methods() -> dict[str, str]:
     """Every paper's methods: config name -> absolute "module:Class" import path."""

@@ -62,11 +62,6 @@ def plan(cells: list[Cell], seen: set[str] | None = None, throughput: dict[str, 
 
 # --- calibration from measurements ----------------------------------------------------------
 
-# benchmarks/speed.py's configs and the model each trains (a result may also name it itself)
-SPEED_CONFIG_MODELS = {"cpu": "fedavg_cnn", "fedssd": "fedavg_cnn", "fedssd-noteacher": "fedavg_cnn",
-                       "fedgkd": "resnet8", "resnet50": "resnet50"}
-
-
 def device_kind(device: str | None) -> str:
     return "cuda" if str(device or "").startswith("cuda") else "cpu"
 
@@ -131,7 +126,7 @@ def measured_throughput(device: str = "cuda", runs_dir: str | Path = "results/ru
                 continue
             if not isinstance(result, dict) or device_kind(result.get("device")) != device:
                 continue
-            model = result.get("model") or SPEED_CONFIG_MODELS.get(result.get("config"))
+            model = result.get("model")  # the model benchmarks/speed.py trained
             ours = [v.get("samples_per_s") for name, v in (result.get("variants") or {}).items()
                     if name != "reference" and isinstance(v, dict) and v.get("samples_per_s")]
             if model and ours and model not in totals:

@@ -54,7 +54,7 @@ def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "fedgkd-cuda.json").write_text(json.dumps({
-        "config": "fedgkd", "device": "cuda", "variants": {"reference": {"samples_per_s": 1000.0},
+        "config": "fedgkd", "model": "resnet8", "device": "cuda", "variants": {"reference": {"samples_per_s": 1000.0},
                                                            "batched": {"samples_per_s": 90_000.0},
                                                            "sequential": {"samples_per_s": 30_000.0}}}))
     measured = plan.measured_throughput("cuda")
