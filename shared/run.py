@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         device = resolve_device(cfgs[0].trainer.device)
     except ConfigError as exc:
         return input_error(exc)
-    jobs = [lambda cfg=cfg, out=out: train(cfg, out, record_failure, restore=bool(ns.runs) and len(cfgs) > 1,
-                                                      attempt=ns.attempt)
+    jobs = [lambda cfg=cfg, out=out: train(cfg, out, record_failure, restore=bool(ns.runs), attempt=ns.attempt)
             for cfg, out in zip(cfgs, outs)]
     return max(run_all(cfgs, jobs, device))
 
@@ -145,9 +144,10 @@ def read_summary(path: Path) -> dict | None:
 
 def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: int = 1) -> int:
     """One run to completion; prints its summary line and returns the exit code (module
-    docstring). A finished run keeps a copy of its metrics.json: when Snakemake deletes the
-    outputs of a job of several runs because one of them failed, the retry (`restore`) puts
-    the finished ones back instead of training them again."""
+    docstring). A finished run keeps a copy of its metrics.json: when Snakemake deletes a
+    failed job's outputs although its run finished (a sibling of a group job failed; SLURM,
+    which enforces time limits every 30 s or so, killed the job just after the run ended), the
+    workflow's retry (`restore`) puts them back instead of training the run again."""
     from shared.trainer import record_failure as record, run
 
     out_dir = Path(out)

@@ -63,3 +63,17 @@ def test_diverged_is_a_result_and_a_group_job_restores_finished_runs(project):
     assert proc.stdout.count('"restored"') == 2, proc.stdout
     for rid, before in metrics.items():
         assert json.loads((root / "results" / "runs" / rid / "metrics.json").read_text()) == before
+
+
+def test_a_single_run_job_killed_after_its_run_finished_restores_it(project):
+    """SLURM enforces a time limit every 30 s or so: a run may finish, then its job be killed
+    and its metrics.json deleted by Snakemake. The retry puts the finished run back."""
+    root, ids = project
+    job = ["--runs", f"results/runs/{ids['FedAvg']}"]
+    assert run(root, *job, "--attempt", "1", "--attempts", "3").returncode == 0
+    metrics = root / "results" / "runs" / ids["FedAvg"] / "metrics.json"
+    before = metrics.read_text()
+    metrics.unlink()
+    proc = run(root, *job, "--attempt", "2", "--attempts", "3")
+    assert proc.returncode == 0 and '"restored"' in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert metrics.read_text() == before

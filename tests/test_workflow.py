@@ -22,7 +22,7 @@ PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
 # themselves): methods that fail once, always fail, diverge or take their time.
 CHECK_PAPER_INIT = '''"""Methods and tables that exercise the workflow's failure handling and SLURM."""
 METHODS = {"flaky": ".methods:Flaky", "broken": ".methods:Broken", "diverging": ".methods:Diverging",
-           "sleepy": ".methods:Sleepy"}
+           "stalling": ".methods:Stalling"}
 '''
 CHECK_PAPER_METHODS = '''import os
 import time
@@ -55,13 +55,16 @@ class Diverging(FedAvg):
         return F.cross_entropy(model(x), y) * float("inf")
 
 
-class Sleepy(FedAvg):
-    """Sleeps before every round but the first, so its first checkpoint comes within seconds of
-    start however slowly the job starts, and the later rounds take as long as a test needs."""
+class Stalling(FedAvg):
+    """Hangs in its second round the first time a seed runs, after its first round's
+    checkpoint: a job that overruns its time limit, whenever the scheduler gets to killing it."""
 
     def prepare_round(self, round, global_model):
-        if round > 0:
-            time.sleep(float(os.environ.get("WFCHECK_SLEEP", "0")))
+        marker = Path(os.environ["WFCHECK_DIR"]) / f"stalled-{self.cfg.seed}"
+        if round == 1 and not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            time.sleep(3600)
         super().prepare_round(round, global_model)
 '''
 CHECK_PAPER_TABLES = '''from shared.experiments import Column, Row, Table
@@ -74,7 +77,8 @@ TABLES = [
           Row("Broken", {"name": "broken"}), Row("Diverging", {"name": "diverging"})], ONE, {}, seeds=(0,)),
     Table("wfcheck", "table2", "Fast runs", BASE, [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox"})],
           ONE, {}, seeds=(0, 1)),
-    Table("wfcheck", "table3", "A slow run", BASE, [Row("Sleepy", {"name": "sleepy"})], ONE, {}, seeds=(0,)),
+    Table("wfcheck", "table3", "A run that overruns its time limit once", BASE, [Row("Stalling", {"name": "stalling"})],
+          ONE, {}, seeds=(0,)),
     # the smoke scale trains 2 local epochs whatever E says: both columns are table1's FedAvg run
     Table("wfcheck", "table4", "Local epochs", BASE, [Row("FedAvg", {"name": "fedavg"})],
           [Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5)], {}, seeds=(0,)),
