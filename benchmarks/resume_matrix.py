@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,11 +32,13 @@ TINY = ["dataset=synthetic", "dataset.synthetic.train_per_class=60", "dataset.sy
 NEEDS = {"fedcad": ["aux.per_class=5"], "fedssd": ["aux.per_class=5"], "moon": ["model.projection_dim=16"]}
 
 
-class Killed(BaseException):
-    """The process dying: nothing catches it on the way out."""
+class Killed(KeyboardInterrupt):
+    """The process dying: nothing on the way out catches it (a BaseException, as ^C's)."""
 
 
 def killed_at_round(round: int):
+    """While active, a run dies as round `round` (from 0) starts training its clients, so that
+    its checkpoint holds rounds 1..round."""
     real = client_training.train_client
 
     def train_client(method, client, model, cfg, r):
@@ -49,13 +50,14 @@ def killed_at_round(round: int):
 
 
 def killed_writing(name: str, nth: int):
+    """While active, a run dies halfway through its `nth` write of the file `name`."""
     real, seen = run_directory.write_atomically, []
 
     def write_atomically(path, write):
         seen.append(path.name)
         if seen.count(name) < nth:
             return real(path, write)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = run_directory.temporary_path(path)
         write(tmp)
         tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
         raise Killed

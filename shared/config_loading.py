@@ -8,6 +8,7 @@ module the sections that belong to the loop itself.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -15,7 +16,7 @@ import yaml
 from shared.catalog import validate_dataset
 from shared.config import ConfigError, RunConfig, check, from_dict, to_dict
 from shared.dotted import deep_merge, nested
-from shared.methods import implied_config, method_params, validate_method
+from shared.methods import method_class, read_params, validate_method
 from shared.models import validate_model
 from shared.partition import validate_partition
 
@@ -68,8 +69,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 
 def resolve(cfg: RunConfig) -> RunConfig:
     """Fill in the method's hyperparameter defaults and what they imply, and validate everything."""
-    cfg.method = {"name": cfg.method["name"], **method_params(cfg.method)}
-    if implied := implied_config(cfg.method):
+    name, params = cfg.method["name"], read_params(cfg.method)
+    cfg.method = {"name": name, **dataclasses.asdict(params)}
+    if implied := method_class(name).implied_config(params):
         cfg = from_dict(RunConfig, deep_merge(to_dict(cfg), implied))
     validate(cfg)
     return cfg

@@ -3,7 +3,6 @@ validating methods imports no method module. The baselines are listed here; each
 registers its own methods (shared/papers.py)."""
 from __future__ import annotations
 
-import dataclasses
 import importlib
 
 from shared.config import ConfigError, from_dict
@@ -50,16 +49,6 @@ def read_params(method_cfg: dict):
         return from_dict(params, {k: v for k, v in method_cfg.items() if k != "name"}, "method")
     except ConfigError as exc:
         raise ConfigError(f"{exc} (method.name={name})") from None
-
-
-def method_params(method_cfg: dict) -> dict:
-    """The method's hyperparameters with defaults filled in."""
-    return dataclasses.asdict(read_params(method_cfg))
-
-
-def implied_config(method_cfg: dict) -> dict:
-    """What the method's hyperparameters imply for the rest of the config (FedAvg.implied_config)."""
-    return method_class(method_cfg["name"]).implied_config(read_params(method_cfg))
 
 
 def build_method(cfg, federation):

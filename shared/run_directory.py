@@ -33,11 +33,16 @@ class RunDirectoryError(ConfigError):
     """The output directory cannot take this run (another writer, another run's files)."""
 
 
+def temporary_path(path: Path) -> Path:
+    """Where this process writes `path` before renaming it: per process, so two writers never
+    share one; hidden, and removed on a run's next start if a kill leaves it (`claim`)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def write_atomically(path: Path, write) -> None:
-    """`write(tmp)` then rename: readers see the old file or the new one, never a torn one.
-    The temporary name is per process, so two writers never share one."""
+    """`write(tmp)` then rename: readers see the old file or the new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_path(path)
     write(tmp)
     os.replace(tmp, path)
 

@@ -32,20 +32,12 @@ def tiny_cfg(tmp_path):
 def kill_in_round(monkeypatch):
     """kill_in_round(cfg, out, r): run `cfg` into `out`, killed as round r (from 0) starts
     training its clients, so that its checkpoint holds rounds 1..r."""
-    from shared import client_training, trainer
+    from benchmarks.resume_matrix import killed_at_round
+    from shared import trainer
 
     def kill(cfg, out, round):
-        real = client_training.train_client
-
-        def killed(method, client, model, cfg_, r):
-            if r == round:
-                raise KeyboardInterrupt("killed")
-            return real(method, client, model, cfg_, r)
-
-        monkeypatch.setattr(client_training, "train_client", killed)
-        with pytest.raises(KeyboardInterrupt):
+        with killed_at_round(round), pytest.raises(KeyboardInterrupt):
             trainer.run(cfg, out)
-        monkeypatch.setattr(client_training, "train_client", real)
 
     return kill
 

@@ -7,12 +7,12 @@ import pickle
 import pytest
 import torch
 
+from benchmarks.resume_matrix import NEEDS, killed_writing
 from shared import trainer
 from shared.methods import method_names
 from shared.run_directory import RunDirectoryError
 from tests.test_fedavg import history
 
-NEEDS = {"fedcad": ["aux.per_class=5"], "fedssd": ["aux.per_class=5"], "moon": ["model.projection_dim=16"]}
 
 
 @pytest.mark.parametrize("method", method_names())
@@ -95,26 +95,11 @@ WRITES = [("checkpoint.pt", 2), ("metrics.jsonl", 1), ("model.pt", 1), ("metrics
 
 @pytest.mark.parametrize("method", ["fedavg", "fedgen"])
 @pytest.mark.parametrize("name, nth", WRITES)
-def test_a_kill_in_the_middle_of_a_write_resumes_bit_identically(name, nth, method, tiny_cfg, tmp_path, monkeypatch):
-    from shared import run_directory
-
+def test_a_kill_in_the_middle_of_a_write_resumes_bit_identically(name, nth, method, tiny_cfg, tmp_path):
     cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "dataset.synthetic.image_size=16")
     trainer.run(cfg, tmp_path / "straight")
-    real, seen = run_directory.write_atomically, []
-
-    def killed_halfway(path, write):
-        seen.append(path.name)
-        if seen.count(name) < nth:
-            return real(path, write)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        write(tmp)
-        tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
-        raise KeyboardInterrupt("killed while writing")
-
-    monkeypatch.setattr(run_directory, "write_atomically", killed_halfway)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_writing(name, nth), pytest.raises(KeyboardInterrupt):
         trainer.run(cfg, tmp_path / "resumed")
-    monkeypatch.setattr(run_directory, "write_atomically", real)
     assert list((tmp_path / "resumed").glob(f".{name}.*.tmp"))  # what the kill left
     trainer.run(cfg, tmp_path / "resumed")
     assert history(tmp_path / "resumed") == history(tmp_path / "straight")
