@@ -35,6 +35,8 @@ class DatasetInfo:
     domains: tuple[str, ...] = field(default=())  # Split.group holds the sample's domain (partition.kind=domains)
     train_size: int = 50_000  # samples in the full training and test splits (for cost estimates)
     test_size: int = 10_000
+    display: str = ""  # its name in captions ("CIFAR-10"); empty: dataset.name
+    copyable: bool = False  # dataset.copy can stand in for the official files (their classes are known)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ AUGMENTATIONS: dict[str, Augmentation] = {
 }
 
 DATASETS: dict[str, DatasetInfo] = {
-    "cifar10": DatasetInfo("shared.data:load_cifar", 10),
+    "cifar10": DatasetInfo("shared.data:load_cifar", 10, display="CIFAR-10", copyable=True),
     "cifar100": DatasetInfo("shared.data:load_cifar", 100),
     "imagefolder": DatasetInfo("shared.data:load_image_folder"),
     "synthetic": DatasetInfo("shared.data:load_synthetic"),
@@ -76,6 +78,16 @@ def dataset_info(name: str) -> DatasetInfo:
     if name not in DATASETS:
         raise ConfigError(f"dataset.name={name!r} is unknown; valid: {sorted(DATASETS)}")
     return DATASETS[name]
+
+
+def is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def copy_label(name: str, sha256: str, kind: str = "") -> str:
+    """How every output built from a copy names its data: "CIFAR-10, JPEG copy sha256 dfaab4e…"."""
+    info = dataset_info(name)
+    return f"{info.display or name}, {kind + ' ' if kind else ''}copy sha256 {sha256[:7]}…"
 
 
 def names_where(predicate) -> list[str]:
@@ -114,6 +126,9 @@ def validate_dataset(cfg: RunConfig) -> None:
     d = cfg.dataset
     dataset_info(d.name)
     check(d.name != "imagefolder" or d.path, "dataset.path is required for dataset.name=imagefolder")
+    check(d.copy is None or dataset_info(d.name).copyable,
+          f"dataset.copy applies to {', '.join(names_where(lambda i: i.copyable))}, not dataset.name={d.name}")
+    check(d.copy is None or is_sha256(d.copy), f"dataset.copy={d.copy!r} must be a SHA-256 (64 hex digits) of the copy's file")
     check(d.augmentation is None or d.augmentation in AUGMENTATIONS,
           f"dataset.augmentation={d.augmentation!r} is unknown; valid: {sorted(AUGMENTATIONS)}")
     check(d.augmentation is None or not is_text(cfg), "dataset.augmentation applies to images, not token ids")

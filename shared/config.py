@@ -92,6 +92,10 @@ class DatasetConfig:
     # DistilBERT scripts of FedDF, whose code FedGKD's builds on, use.
     max_length: Annotated[int, Range(2)] = 128  # a sequence holds [CLS] and [SEP]
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    # The SHA-256 of a copy of the official data in the image-folder layout (a JPEG re-encoding
+    # of CIFAR-10) to train on instead, found by content under <data root>/copies/: a run on a
+    # copy is not a run on the official data, so the checksum, not the path, is in its id.
+    copy: str | None = None
 
 
 @dataclass

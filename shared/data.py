@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import json
 import os
 import pickle
 import tarfile
@@ -124,6 +125,8 @@ CIFAR = {
         test=["cifar-10-batches-py/test_batch"],
         meta=("cifar-10-batches-py/batches.meta", "label_names"),
         labels=b"labels",
+        # in label order (the archive's batches.meta); a copy (dataset.copy) must hold these
+        classes=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
         # MOON / NIID-Bench normalisation constants.
         mean=(125.3 / 255, 123.0 / 255, 113.9 / 255),
         std=(63.0 / 255, 62.1 / 255, 66.7 / 255),
@@ -204,8 +207,53 @@ def convert_cifar(archive_path: Path, spec: dict) -> dict:
 
 def load_cifar(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     spec = CIFAR[name]
+    if cfg.copy is not None:
+        return load_copy(name, cfg.copy, spec, root)
     cache = root / "cache" / f"{name}.pt"
     arrays = cached(cache, lambda: convert_cifar(fetch_archive(spec["archive"], root), spec))
+    return dataset_from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
+
+
+# --- a copy of the official data (dataset.copy): found by its SHA-256 ----------------------
+
+COPIES = "copies"  # under the data root
+
+
+def find_copy(root: Path, sha256: str) -> Path:
+    """The file under <root>/copies/ whose SHA-256 is `sha256`. Digests are remembered per
+    (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once."""
+    folder, memo_path = root / COPIES, root / "cache" / "copies.json"
+    try:
+        memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
+    except ValueError:  # a torn memo is only a cache: hash again
+        memo = {}
+    found = None
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        key = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
+        memo[key] = memo.get(key) or file_digest(path, "sha256")
+        if memo[key] == sha256:
+            found = path
+            break
+    memo_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo_path.with_name(f".{memo_path.name}.{os.getpid()}.tmp")  # runs in parallel share the memo
+    tmp.write_text(json.dumps(memo, indent=1))
+    os.replace(tmp, memo_path)
+    if found is None:
+        raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
+                        f"put the copy (e.g. cifar10-jpeg.zip) there")
+    return found
+
+
+def load_copy(name: str, sha256: str, spec: dict, root: Path) -> Dataset:
+    """The copy in place of the official files, with the official classes in their order and
+    the official normalisation; its images in class order, each class's files by name."""
+    path = find_copy(root, sha256)
+    arrays = cached(root / "cache" / f"{name}-copy-{sha256[:16]}.pt", lambda: convert_image_folder(path))
+    if tuple(arrays["classes"]) != spec["classes"]:
+        raise DataError(f"{path}: its classes {list(arrays['classes'])} are not {name}'s {list(spec['classes'])}")
     return dataset_from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
 
 

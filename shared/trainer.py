@@ -106,18 +106,25 @@ def evaluates(cfg: RunConfig, round: int) -> bool:
     return (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
 
 
-def run(cfg: RunConfig, out_dir: str | Path) -> dict:
-    """Run one config to completion (or continue it from its checkpoint); returns metrics.json."""
+class OutOfTime(Exception):
+    """The run stopped between rounds, its last round checkpointed, because the next round
+    would end past its deadline (a time-boxed GPU slot, shared/campaign.py); started again, it
+    continues from that checkpoint."""
+
+
+def run(cfg: RunConfig, out_dir: str | Path, deadline: float | None = None) -> dict:
+    """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
+    `deadline` (time.time()): stop between rounds rather than pass it (OutOfTime)."""
     out = RunDirectory(out_dir, cfg)
     out.lock()
     try:
         finished = out.claim()
-        return finished if finished is not None else train_rounds(cfg, out)
+        return finished if finished is not None else train_rounds(cfg, out, deadline)
     finally:
         out.unlock()
 
 
-def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
+def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = None) -> dict:
     setup = set_up(cfg, out)
     history, elapsed = resume(setup, out)
     status = "completed"
@@ -144,12 +151,19 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
         if not math.isfinite(record.get("global_loss", 0.0)):
             status = f"diverged: global model loss is {record['global_loss']} after round {round + 1}"
             break
+        stop_before_deadline(deadline, round + 1, cfg.federation.rounds, record["seconds"])
     summary = summarize(history, cfg, judge(status, history, setup.federation.num_classes), elapsed, {
         "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
         "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
     out.finish(summary, setup.global_model.state_dict())
     return summary
+
+
+def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_seconds: float) -> None:
+    """OutOfTime if another round, as long as the last one, would end past the deadline."""
+    if deadline is not None and done < rounds and time.time() + round_seconds > deadline:
+        raise OutOfTime(f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline")
 
 
 def resume(setup: Setup, out: RunDirectory) -> tuple[list[dict], float]:

@@ -6,7 +6,12 @@
 # scheduled again because a speed switch, the data root or runs_per_job changed.
 import math
 
+from shared.campaign import restore_shipped
 from shared.plan import gpu_hours
+
+# Shipped runs (results/shipped/runs/, tracked; shared/campaign.py) are finished runs: copied
+# into the runs folder before the DAG is built, so their jobs are never scheduled.
+restore_shipped(RUNS, RUNS_DIR)
 
 RUNS_PER_JOB = config.get("runs_per_job", 1)
 RETRIES = config["retries"]  # attempts after the first, for every run job (see below)

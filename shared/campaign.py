@@ -1,0 +1,611 @@
+"""Paper-scale results that accumulate over short, offline GPU slots.
+
+    python -m shared.campaign train TARGET... --minutes M --state FILE [--scale S] [--copy NAME=FILE|SHA256]
+                                              [--device auto|cuda|cpu] [--data-root DIR]
+    python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256]
+    python -m shared.campaign import FILE
+    python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE] [--wheels-from DIR | --no-wheels]
+
+`train` trains the targets' missing runs in this process (no Snakemake, no network): seed 0
+of every cell first, so that a whole table exists with one seed as early as possible, then the
+further seeds. A run stops between rounds, its checkpoint kept, when another round would pass
+the budget of M minutes; FILE then holds the finished runs (config, metrics, per-round
+curves; no models) and the checkpoints of the runs in progress, every member checksummed. A
+FILE larger than --part-mib is written as FILE.part-00, FILE.part-01, ... (a slot returns
+files of at most 16 MiB). Given an existing FILE, `train` continues from it.
+
+`import` verifies FILE, adds its finished runs to the shipped runs (results/shipped/runs/,
+tracked: the workflow takes a shipped run as finished) without overwriting one, puts the
+checkpoints into results/runs/ (where `train` and the workflow continue them), and rebuilds
+the targets' tables from the shipped runs into results/shipped/tables/, marked partial while
+cells or seeds are missing.
+
+`--copy cifar10=FILE` trains on a copy of the official data (dataset.copy: the file's SHA-256,
+so its runs have their own ids), and labels every table built from it.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from shared.archive import ArchiveError, sha256, target_cells, write_archive
+from shared.catalog import copy_label, is_sha256
+from shared.config import ConfigError, RunConfig, identity, run_id
+from shared.dotted import deep_merge
+from shared.run_directory import write_atomically
+
+STATE_FORMAT = "fedrepro-campaign/1"
+MANIFEST = "manifest.json"
+RUNS_DIR = Path("results") / "runs"
+SHIPPED = Path("results") / "shipped"
+FINISHED_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "metrics.json")  # metrics.json last
+PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.pt")
+MEMBER = re.compile(r"(finished|progress)/([0-9a-f]{16})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json|checkpoint\.pt)")
+PART_MIB = 15  # a slot returns files of at most 16 MiB
+STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
+# What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
+# Pillow) may lack of what `train` imports; Snakemake it never imports
+OFFLINE_WHEELS = ("pyyaml>=6",)
+
+
+class CampaignError(Exception):
+    """Refused input; the message is one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Copy:
+    """A copy of the official data the runs train on (dataset.copy)."""
+
+    dataset: str
+    sha256: str
+    kind: str = ""  # "JPEG", from the files it holds
+    path: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return copy_label(self.dataset, self.sha256, self.kind)
+
+    @property
+    def slug(self) -> str:
+        return f"{self.dataset}-{self.kind.lower() + '-' if self.kind else ''}copy-{self.sha256[:7]}"
+
+
+# --- which runs, in which order -------------------------------------------------------------
+
+def parse_copy(text: str | None) -> Copy | None:
+    """--copy NAME=FILE (hashed here) or NAME=SHA256."""
+    if text is None:
+        return None
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise CampaignError(f"--copy {text!r}: expected NAME=FILE or NAME=SHA256, e.g. cifar10=cifar10-jpeg.zip")
+    if is_sha256(value):
+        return Copy(name, value)
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise CampaignError(f"--copy {text!r}: {path} is not a file")
+    from shared.data import file_digest
+
+    return Copy(name, file_digest(path, "sha256"), copy_kind(path), path)
+
+
+def copy_kind(path: Path) -> str:
+    """"JPEG" for a zip of mostly .jpg files, "PNG" for .png; "" otherwise."""
+    if path.suffix != ".zip":
+        return ""
+    suffixes = Counter(Path(n).suffix.lower() for n in zipfile.ZipFile(path).namelist())
+    common = suffixes.most_common(1)[0][0] if suffixes else ""
+    return {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}.get(common, "")
+
+
+def on_copy(cfg: RunConfig, copy: Copy | None) -> RunConfig | None:
+    """The config trained on the copy; None for a run on another dataset (no data for it)."""
+    from shared.config_loading import load_config
+
+    if copy is None:
+        return cfg
+    if cfg.dataset.name != copy.dataset:
+        return None
+    return load_config(None, deep_merge(identity(cfg), {"dataset": {"copy": copy.sha256}}))
+
+
+def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[dict[str, RunConfig], int]:
+    """run id -> config of every run the targets need, seed 0 of every cell first, then seed
+    1, ...; and how many runs need data other than the copy (left out)."""
+    cells = [cell for target in targets for cell in target_cells(target, scale)]
+    runs, skipped = {}, set()
+    for cell in sorted(cells, key=lambda c: c.seed):  # stable: table order within a seed
+        cfg = on_copy(cell.config, copy)
+        if cfg is None:
+            skipped.add(cell.run_id)
+        else:
+            runs.setdefault(run_id(cfg), cfg)
+    return runs, len(skipped)
+
+
+def with_runtime(cfg: RunConfig, device: str, data_root: str | None) -> RunConfig:
+    """The config with this machine's device and data root (neither changes the run id)."""
+    from shared.config_loading import load_config
+
+    runtime = {"trainer": {"device": device}, **({"data_root": data_root} if data_root else {})}
+    resolved = load_config(None, deep_merge(identity(cfg), runtime))
+    assert run_id(resolved) == run_id(cfg)
+    return resolved
+
+
+# --- the state file ---------------------------------------------------------------------------
+
+def part_paths(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.name}.part-[0-9][0-9]"))
+
+
+def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
+    """The manifest and members of a state file (or its parts), every checksum verified."""
+    parts = [path] if path.is_file() else part_paths(path)
+    if not parts:
+        raise CampaignError(f"state file {path} does not exist (nor {path.name}.part-00, ...)")
+    data = b"".join(p.read_bytes() for p in parts)
+    members, manifest = {}, None
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            for member in tar:
+                if not member.isfile() or (member.name != MANIFEST and not MEMBER.fullmatch(member.name)):
+                    raise CampaignError(f"{path}: member {member.name!r} is not a campaign state's file")
+                content = tar.extractfile(member).read()
+                if member.name == MANIFEST:
+                    manifest = json.loads(content)
+                else:
+                    members[member.name] = content
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise CampaignError(f"cannot read state file {path}: {exc}") from None
+    check_state(path, manifest, members)
+    return manifest, members
+
+
+def check_state(path: Path, manifest: dict | None, members: dict[str, bytes]) -> None:
+    if not isinstance(manifest, dict) or manifest.get("format") != STATE_FORMAT:
+        raise CampaignError(f"{path} is not a {STATE_FORMAT} state file (no manifest of that format)")
+    listed = {m["path"]: (m["sha256"], m["size"]) for m in manifest.get("members", [])}
+    if set(listed) != set(members):
+        odd = sorted(set(listed) ^ set(members))
+        raise CampaignError(f"{path}: {odd[0]!r} is in the manifest or the archive but not both ({len(odd)} such)")
+    for name, content in members.items():
+        if (sha256(content), len(content)) != listed[name]:
+            raise CampaignError(f"{path}: member {name!r} fails its checksum")
+
+
+def state_members(run_ids: list[str], runs_dir: Path) -> list[tuple[str, bytes, float]]:
+    """The finished runs' text files and the checkpoints of runs in progress, from runs_dir."""
+    files = []
+    for rid in run_ids:
+        run_dir = runs_dir / rid
+        finished = (run_dir / "metrics.json").is_file()
+        if not finished and not (run_dir / "checkpoint.pt").is_file():
+            continue
+        kind, names = ("finished", FINISHED_FILES) if finished else ("progress", PROGRESS_FILES)
+        for name in names:
+            if (run_dir / name).is_file():
+                files.append((f"{kind}/{rid}/{name}", (run_dir / name).read_bytes(), (run_dir / name).stat().st_mtime))
+    return files
+
+
+def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, part_mib: float = PART_MIB) -> int:
+    """The state file (tar.gz, written atomically), split into parts when it is larger than
+    part_mib; returns its size. Parts of an earlier, larger state are removed."""
+    manifest = {"format": STATE_FORMAT, **about,
+                "members": [{"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files],
+                "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_archive(path, files, manifest)
+    size, limit = path.stat().st_size, int(part_mib * 2**20)
+    old_parts = part_paths(path)
+    if size > limit:
+        data = path.read_bytes()
+        chunks = [data[i:i + limit] for i in range(0, size, limit)]
+        for i, chunk in enumerate(chunks):
+            write_atomically(path.with_name(f"{path.name}.part-{i:02d}"), lambda tmp, c=chunk: tmp.write_bytes(c))
+        path.unlink()
+        old_parts = [p for p in old_parts if int(p.name[-2:]) >= len(chunks)]
+    for stale in old_parts:
+        stale.unlink()
+    return size
+
+
+def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> dict[str, list[str]]:
+    """Put a state's runs into runs_dir: a finished run unless it is finished there or shipped,
+    a checkpoint unless the run is finished or holds at least as many rounds there."""
+    runs: dict[tuple[str, str], dict[str, bytes]] = {}
+    for name, content in members.items():
+        kind, rid, file = MEMBER.fullmatch(name).groups()
+        runs.setdefault((kind, rid), {})[file] = content
+    done = {"finished": [], "progress": [], "kept": []}
+    for (kind, rid), files in sorted(runs.items()):
+        run_dir = runs_dir / rid
+        finished_here = (run_dir / "metrics.json").is_file() or (shipped_runs / rid / "metrics.json").is_file()
+        if finished_here or (kind == "progress" and rounds_done(run_dir) >= files.get("metrics.jsonl", b"").count(b"\n")):
+            done["kept"].append(rid)
+            continue
+        for file in (FINISHED_FILES if kind == "finished" else PROGRESS_FILES):
+            if file in files:
+                write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+        if kind == "finished":
+            (run_dir / "checkpoint.pt").unlink(missing_ok=True)
+        done[kind].append(rid)
+    return done
+
+
+def rounds_done(run_dir: Path) -> int:
+    """Rounds of a run in progress (its checkpoint's history is metrics.jsonl); -1: no checkpoint."""
+    if not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "metrics.jsonl").is_file():
+        return -1
+    return (run_dir / "metrics.jsonl").read_bytes().count(b"\n")
+
+
+# --- train --------------------------------------------------------------------------------------
+
+def is_finished(rid: str, runs_dir: Path, shipped_runs: Path) -> bool:
+    return (runs_dir / rid / "metrics.json").is_file() or (shipped_runs / rid / "metrics.json").is_file()
+
+
+def round_seconds_estimate(cfg: RunConfig, measured: dict[str, float]) -> float:
+    """A round's seconds: as measured in this process for the model, else shared.plan's estimate."""
+    from shared.plan import gpu_hours
+
+    return measured.get(cfg.model.name) or 3600 * gpu_hours(cfg) / cfg.federation.rounds
+
+
+def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> dict[str, int]:
+    """Train the unfinished runs in order until the deadline; counts of what happened."""
+    from shared import trainer
+
+    counts, measured = Counter(), {}
+    for rid, cfg in runs.items():
+        if is_finished(rid, runs_dir, args.root / SHIPPED / "runs"):
+            continue
+        if time.time() + round_seconds_estimate(cfg, measured) > deadline:
+            counts["not started (no time for a round)"] += 1
+            break
+        started, before = time.time(), max(rounds_done(runs_dir / rid), 0)
+        try:
+            trainer.run(with_runtime(cfg, args.device, args.data_root), runs_dir / rid, deadline)
+            counts["finished"] += 1
+        except trainer.OutOfTime as exc:
+            counts["stopped"] += 1
+            print(f"run {rid}: {exc}", file=sys.stderr)
+            break
+        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+            counts["raised"] += 1
+            print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            rounds = max(rounds_done(runs_dir / rid), 0) if not (runs_dir / rid / "metrics.json").is_file() \
+                else cfg.federation.rounds
+            if rounds > before:
+                measured[cfg.model.name] = (time.time() - started) / (rounds - before)
+        save(args, runs, runs_dir)
+    return counts
+
+
+def save(args, runs: dict[str, RunConfig], runs_dir: Path) -> int:
+    about = {"targets": args.targets, "scale": args.scale,
+             "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None}
+    return write_state(args.state, state_members(list(runs), runs_dir), about, args.part_mib)
+
+
+def state_defaults(args) -> None:
+    """--scale and --copy from an existing state file where the command line leaves them out."""
+    manifest = read_state(args.state)[0] if args.state and (args.state.is_file() or part_paths(args.state)) else {}
+    args.scale = args.scale or manifest.get("scale") or "paper"
+    given = parse_copy(args.copy)
+    stored = Copy(**{**manifest["copy"], "path": None}) if manifest.get("copy") else None
+    if given and stored and given.sha256 != stored.sha256:
+        raise CampaignError(f"--copy {args.copy} is not the copy the state file {args.state} trained on ({stored.label})")
+    args.copy_spec = given or stored
+
+
+def train(args) -> int:
+    started = time.time()
+    deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
+    state_defaults(args)
+    runs_dir = args.root / RUNS_DIR
+    if args.state.is_file() or part_paths(args.state):
+        restored = restore(read_state(args.state)[1], runs_dir, args.root / SHIPPED / "runs")
+        print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
+              f"{len(restored['progress'])} checkpointed runs restored")
+    runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    counts = train_runs(runs, args, deadline, runs_dir)
+    size = save(args, runs, runs_dir)
+    finished = sum(is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
+    print(f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
+          f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
+          f"min; state {args.state}: {size / 2**20:.2f} MiB")
+    return 1 if counts["raised"] else 0
+
+
+# --- status -------------------------------------------------------------------------------------
+
+def run_progress(rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, state: dict[str, bytes]) -> float:
+    """The fraction of the run's rounds done: 1 finished (here, shipped or in the state)."""
+    if is_finished(rid, runs_dir, shipped_runs) or f"finished/{rid}/metrics.json" in state:
+        return 1.0
+    rounds = max(rounds_done(runs_dir / rid), state.get(f"progress/{rid}/metrics.jsonl", b"").count(b"\n"), 0)
+    return rounds / cfg.federation.rounds
+
+
+def status(args) -> int:
+    from shared.plan import gpu_hours, measured_throughput
+
+    state_defaults(args)
+    state = read_state(args.state)[1] if args.state and (args.state.is_file() or part_paths(args.state)) else {}
+    speed = {model: m["samples_per_s"] for model, m in measured_throughput("cuda", args.root / RUNS_DIR).items()}
+    def tally(targets: list[str]) -> tuple[Counter, int]:
+        runs, skipped = campaign_runs(targets, args.scale, args.copy_spec)
+        line = Counter()
+        for rid, cfg in runs.items():
+            done = run_progress(rid, cfg, args.root / RUNS_DIR, args.root / SHIPPED / "runs", state)
+            line["finished" if done == 1 else "in progress" if done > 0 else "missing"] += 1
+            line["hours"] += (1 - done) * gpu_hours(cfg, speed)
+        return line, skipped
+
+    for target in args.targets:
+        line, skipped = tally([target])
+        print(f"{target}: {line['finished']} finished, {line['in progress']} in progress, {line['missing']} missing"
+              f"{f', {skipped} need other data' if skipped else ''}; {line['hours']:.1f} GPU-hours left")
+    total = tally(args.targets)[0]  # a run two targets share counts once
+    calibrated = f"calibrated on {', '.join(sorted(speed))}" if speed else "not calibrated: estimated throughput"
+    print(f"total: {total['finished']} finished, {total['in progress']} in progress, {total['missing']} missing; "
+          f"{total['hours']:.1f} GPU-hours left at scale={args.scale}"
+          f"{f' on {args.copy_spec.label}' if args.copy_spec else ''} ({calibrated})")
+    return 0
+
+
+# --- import: shipped runs and their tables --------------------------------------------------------
+
+def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
+    """The finished runs' text files into shipped_runs/<id>/ (metrics.json last); a run
+    shipped already is left as it is."""
+    done = {"shipped": [], "kept": []}
+    by_run: dict[str, dict[str, bytes]] = {}
+    for name, content in members.items():
+        kind, rid, file = MEMBER.fullmatch(name).groups()
+        if kind == "finished":
+            by_run.setdefault(rid, {})[file] = content
+    for rid, files in sorted(by_run.items()):
+        if (shipped_runs / rid / "metrics.json").is_file():
+            done["kept"].append(rid)
+            continue
+        for file in FINISHED_FILES:
+            if file in files:
+                write_atomically(shipped_runs / rid / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+        done["shipped"].append(rid)
+    return done
+
+
+def copy_columns(table, scale: str, copy: Copy):
+    """The table cut to its columns on the copy's dataset (FedGKD's tables mix datasets)."""
+    from shared.experiments import expand
+
+    keep = [i for i, column in enumerate(table.columns)
+            if all(c.config.dataset.name == copy.dataset for c in expand(table, scale) if c.column is column)]
+    return dataclasses.replace(table, columns=[table.columns[i] for i in keep],
+                               reported={row: [values[i] for i in keep] for row, values in table.reported.items()})
+
+
+def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
+    """The table cut to what is finished: the longest run of its seeds for which some methods
+    have every setting, and those methods; None when no method has one. Returns (table, note)."""
+    from shared.experiments import expand, scale_seeds
+
+    cells = expand(table, scale, runtime)
+    missing = {(c.row.label, c.seed) for c in cells if not (runs_dir / c.run_id / "metrics.json").is_file()}
+    seeds, rows = [], []
+    for seed in scale_seeds(table, scale):
+        complete = [r for r in table.rows if r.implemented and all((r.label, s) not in missing for s in [*seeds, seed])]
+        if not complete:
+            break
+        seeds, rows = [*seeds, seed], complete
+    if not rows:
+        return None, ""
+    implemented = [r for r in table.rows if r.implemented]
+    kept = [r for r in table.rows if r in rows or not r.implemented]
+    partial = len(rows) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
+    note = (f"partial: {len(rows)} of {len(implemented)} methods, seeds {seeds} of "
+            f"{list(scale_seeds(table, scale))}") if partial else ""
+    cut = dataclasses.replace(table, rows=kept, seeds=tuple(seeds),
+                              reported={k: v for k, v in table.reported.items() if k in {r.label for r in kept}})
+    return cut, note
+
+
+def table_dir(shipped: Path, paper: str, name: str, scale: str, copy: Copy | None) -> Path:
+    """Where a shipped table lands: its own folder per data (the copy's) and scale."""
+    data = "-".join([*([] if scale == "paper" else [scale]), *([copy.slug] if copy else [])]) or "official"
+    return shipped / "tables" / data / paper / name
+
+
+def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
+    """The target's table from the shipped runs, labelled with the copy and marked partial;
+    None when it is not a table or nothing of it is finished."""
+    import yaml
+
+    from shared.experiments import get_table
+    from shared.tables import build_table
+
+    parts = [p for p in target.split("/") if p and p != "papers"]
+    if len(parts) != 2 or not parts[1].startswith("table"):
+        return None
+    table = get_table(*parts)
+    runtime = {"dataset": {"copy": copy.sha256}} if copy else {}
+    table, note = finished_part(copy_columns(table, scale, copy) if copy else table, scale, runtime, shipped / "runs")
+    if table is None:
+        return None
+    labels = [f"[{label}]" for label in (copy.label if copy else "", note) if label]
+    if labels:
+        table = dataclasses.replace(table, name=f"{table.name} {' '.join(labels)}", caption=f"{table.caption} {' '.join(labels)}",
+                                    notes=" ".join([table.notes, *labels]).strip())
+    out = table_dir(shipped, parts[0], parts[1], scale, copy)
+    build_table(table, scale, shipped / "runs", out, runtime)
+    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
+    provenance.update(data=copy.label if copy else "official", partial=note or False)
+    (out / "provenance.yaml").write_text(yaml.safe_dump(provenance, sort_keys=False))
+    return out
+
+
+def write_listing(shipped: Path) -> Path:
+    """shipped/README.md: every shipped table (linked) and how many runs are shipped."""
+    runs = sorted(p.parent.name for p in (shipped / "runs").glob("*/metrics.json"))
+    tables = sorted(p.parent for p in (shipped / "tables").glob("*/*/*/provenance.yaml"))
+    lines = ["# Shipped paper-scale results", "",
+             "Generated by `python -m shared.campaign import`; see the README's Campaign section.", "",
+             f"{len(runs)} finished runs in [`runs/`](runs/) (config, metrics, per-round curves; no models).", ""]
+    if not tables:
+        lines.append("No table is shipped yet: no paper-scale run has finished.")
+    for path in tables:
+        rel = path.relative_to(shipped)
+        caption = (path / "comparison.md").read_text().splitlines()[0].lstrip("# ") if (path / "comparison.md").is_file() else ""
+        lines.append(f"- [`{rel}`]({rel}/comparison.md): {caption}")
+    write_atomically(shipped / "README.md", lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    return shipped / "README.md"
+
+
+def import_state(args) -> int:
+    manifest, members = read_state(args.file)
+    shipped = args.root / SHIPPED
+    copy = Copy(**{**manifest["copy"], "path": None}) if manifest.get("copy") else None
+    shipping = ship(members, shipped / "runs")
+    progress = {k: v for k, v in members.items() if k.startswith("progress/")}
+    restored = restore(progress, args.root / RUNS_DIR, shipped / "runs")
+    tables = [build_shipped_table(t, manifest["scale"], copy, shipped) for t in manifest["targets"]]
+    write_listing(shipped)
+    kept = f" ({len(shipping['kept'])} shipped already, left as they were)" if shipping["kept"] else ""
+    print(f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "
+          f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables: "
+          f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table finished)'}")
+    return 0
+
+
+def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SHIPPED / "runs") -> int:
+    """Copy the shipped runs among run_ids into runs_dir where they are not finished there, so
+    that the workflow takes them as finished (it reads runs_dir/<id>/metrics.json). Returns
+    how many it copied."""
+    runs_dir, shipped_runs = Path(runs_dir), Path(shipped_runs)
+    copied = 0
+    for rid in run_ids:
+        source = shipped_runs / rid
+        if (source / "metrics.json").is_file() and not (runs_dir / rid / "metrics.json").is_file():
+            for file in FINISHED_FILES:
+                if (source / file).is_file():
+                    write_atomically(runs_dir / rid / file, lambda tmp, s=source / file: shutil.copyfile(s, tmp))
+            (runs_dir / rid / "checkpoint.pt").unlink(missing_ok=True)
+            copied += 1
+    return copied
+
+
+# --- bundle: what an offline machine needs beside the checkout -------------------------------------
+
+def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -> list[tuple[Path, Path]]:
+    """(source, place under the bundle's data root) of the files the runs read: the copy, or
+    the official archives found in the local data root."""
+    from shared.data import CIFAR, COPIES
+
+    if copy is not None:
+        if copy.path is None:
+            raise CampaignError("bundle needs the copy's file: --copy NAME=FILE")
+        return [(copy.path, Path(COPIES) / copy.path.name)]
+    names = {cfg.dataset.name for cfg in runs.values()}
+    found = [(data_root / CIFAR[n]["archive"].filename, Path(CIFAR[n]["archive"].filename)) for n in names if n in CIFAR]
+    absent = [str(src) for src, _ in found if not src.is_file()]
+    if absent:
+        raise CampaignError(f"{absent[0]} is not here to bundle; download it first (or train on a copy: --copy)")
+    return found
+
+
+def wheels(out: Path, wheels_from: Path | None) -> list[str]:
+    """Wheels of what the GPU machine may lack (OFFLINE_WHEELS), for CPython 3.12 on Linux:
+    copied from a folder, or downloaded here with pip (the machine itself has no network)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if wheels_from is not None:
+        for wheel in wheels_from.glob("*.whl"):
+            shutil.copy2(wheel, out / wheel.name)
+    else:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version",
+                        "3.12", "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                        "-d", str(out), *OFFLINE_WHEELS], check=True)
+    return sorted(p.name for p in out.glob("*.whl"))
+
+
+def bundle(args) -> int:
+    from shared.config import data_root
+
+    state_defaults(args)
+    runs, _ = campaign_runs(args.targets, args.scale, args.copy_spec)
+    out = args.output
+    for source, place in data_files(runs, args.copy_spec, data_root(RunConfig(data_root=args.data_root))):
+        (out / "data" / place).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, out / "data" / place)
+    names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
+    for part in ([args.state] if args.state and args.state.is_file() else part_paths(args.state) if args.state else []):
+        if not (out / part.name).exists() or not (out / part.name).samefile(part):  # -o .carry beside .carry/state
+            shutil.copy2(part, out / part.name)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {args.state or 'none'}; "
+          f"{size / 2**20:.1f} MiB")
+    return 0
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("targets", nargs="+", metavar="TARGET", help="papers/<paper>/<table|fig*>, as for Snakemake")
+    p.add_argument("--scale", choices=["paper", "small", "smoke"], help="default: the state file's, else paper")
+    p.add_argument("--copy", metavar="NAME=FILE|SHA256", help="train on a copy of dataset NAME (dataset.copy)")
+    p.add_argument("--root", type=Path, default=Path("."), help="the project (default: .)")
+    p.add_argument("--data-root", help="the data root (default: $FEDREPRO_DATA or ./data)")
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m shared.campaign", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    t = commands.add_parser("train", help="train the targets' missing runs for M minutes")
+    add_run_options(t)
+    t.add_argument("--minutes", type=float, required=True)
+    t.add_argument("--state", type=Path, required=True, help="the state file (continued if it exists)")
+    t.add_argument("--device", default="auto", help="trainer.device (default: auto)")
+    t.add_argument("--part-mib", type=float, default=PART_MIB, help="split a larger state file into parts")
+    s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
+    add_run_options(s)
+    s.add_argument("--state", type=Path)
+    i = commands.add_parser("import", help="verify a state file, ship its runs, rebuild their tables")
+    i.add_argument("file", type=Path)
+    i.add_argument("--root", type=Path, default=Path("."))
+    b = commands.add_parser("bundle", help="data, wheels and state for an offline machine")
+    add_run_options(b)
+    b.add_argument("-o", "--output", type=Path, required=True)
+    b.add_argument("--state", type=Path)
+    b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
+    b.add_argument("--no-wheels", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """0 on success, 1 if a run raised, 2 with one line on stderr for what is refused."""
+    args = parser().parse_args(argv)
+    try:
+        return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
+    except (CampaignError, ArchiveError, ConfigError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

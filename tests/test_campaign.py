@@ -1,0 +1,178 @@
+"""python -m shared.campaign: the whole offline cycle rehearsed on the CPU.
+
+FedCAD Table 4 at smoke scale (8 runs of 3 rounds, half a second each): `train` stopped by its
+budget in the middle of a run; `train` again from the state file in a second checkout (the
+next GPU slot); `import` into the first; the table built from shipped runs, partial and then
+whole; the workflow scheduling no run; the resumed run equal to an uninterrupted one.
+"""
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import types
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from shared import campaign, trainer
+from shared.campaign import Copy, main, read_state
+from shared.catalog import DataError
+from shared.config import ConfigError, run_id
+from shared.config_loading import load_config
+from shared.data import CIFAR, file_digest, load_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "papers/fedcad/table4"
+PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
+
+
+def checkout(directory: Path) -> Path:
+    """A fresh copy of the project's code (no results), as a GPU slot receives it."""
+    directory.mkdir()
+    for part in PARTS:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, directory / part, ignore=lambda d, names: [
+                n for n in names if n == "__pycache__" or (Path(d, n).is_dir() and n.startswith(("table", "fig", "search")))])
+        else:
+            shutil.copy(ROOT / part, directory / part)
+    return directory
+
+
+def train(root: Path, state: Path, minutes: float, *extra: str) -> int:
+    return main(["train", TARGET, "--scale", "smoke", "--device", "cpu", "--minutes", str(minutes), "--state", str(state),
+                 "--root", str(root), "--data-root", str(root / "data"), *extra])
+
+
+def clock_of_rounds(monkeypatch):
+    """A clock that moves 100 s each time the trainer asks whether another round fits (after
+    every round but a run's last), and stands still for the campaign: where the budget stops
+    training is then exact, however fast this machine is."""
+    start, ticks = time.time(), []
+
+    def tick():
+        ticks.append(None)
+        return start + 100 * len(ticks)
+
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(time=tick, perf_counter=time.perf_counter))
+    monkeypatch.setattr(campaign, "time", types.SimpleNamespace(time=lambda: start + 100 * len(ticks)))
+
+
+def dry_run_jobs(project: Path) -> dict[str, int]:
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
+                          cwd=project, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    if "Nothing to be done" in proc.stdout + proc.stderr:
+        return {}
+    block = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {row.split()[0]: int(row.split()[1]) for row in block.splitlines()
+            if len(row.split()) == 2 and row.split()[1].isdigit()}
+
+
+def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(tmp_path, monkeypatch, capsys):
+    first, second = checkout(tmp_path / "first"), checkout(tmp_path / "second")
+    state = tmp_path / "carry" / "state.tar.gz"
+
+    # slot 1: a budget of 980 s (16 1/3 minutes less 30 s to write the state) on that clock:
+    # 4 runs of 3 rounds (2 ticks each), then the 5th stops after its second round, as the
+    # third would pass the budget
+    with monkeypatch.context() as patch:
+        clock_of_rounds(patch)
+        assert train(first, state, 16 + 1 / 3) == 0
+    manifest, members = read_state(state)
+    finished = sorted({m.split("/")[1] for m in members if m.startswith("finished/")})
+    progress = sorted({m.split("/")[1] for m in members if m.startswith("progress/")})
+    assert len(finished) == 4 and len(progress) == 1, capsys.readouterr()
+    assert members[f"progress/{progress[0]}/metrics.jsonl"].count(b"\n") == 2
+    assert not any(m.endswith("model.pt") for m in members)
+
+    # the laptop imports slot 1: seed 0 of every method, a partial table
+    assert main(["import", str(state), "--root", str(first)]) == 0
+    table = first / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
+    assert "partial: 4 of 4 methods, seeds [0] of [0, 1]" in (table / "table.tex").read_text()
+    assert "fedcad/table4" in (first / "results" / "shipped" / "README.md").read_text()
+
+    # slot 2, a fresh checkout: continues from the state file, split into parts
+    assert train(second, state, 10, "--part-mib", "0.004") == 0
+    assert not state.exists() and len(list(state.parent.glob("state.tar.gz.part-*"))) >= 2
+    assert "4 finished and 1 checkpointed runs restored" in capsys.readouterr().out
+    assert len({m.split("/")[1] for m in read_state(state)[1] if m.startswith("finished/")}) == 8
+
+    assert main(["import", str(state), "--root", str(first)]) == 0
+    assert "4 shipped already" in capsys.readouterr().out
+    assert "partial" not in (table / "table.tex").read_text()
+    assert len(list((first / "results" / "shipped" / "runs").glob("*/metrics.json"))) == 8
+
+    # a fresh clone with the shipped runs: the workflow trains nothing
+    shutil.rmtree(first / "results" / "runs")
+    assert "run" not in dry_run_jobs(first)
+
+    # the run stopped mid-way, resumed in the other checkout, equals an uninterrupted one
+    resumed = json.loads((second / "results" / "runs" / progress[0] / "metrics.json").read_text())
+    cfg = load_config(None, {**{k: v for k, v in
+                                json.loads(json.dumps(__import__("yaml").safe_load(
+                                    (second / "results" / "runs" / progress[0] / "config.yaml").read_text()))).items()
+                                if k != "run_id"}, "trainer": {"device": "cpu", "progress": False}})
+    assert run_id(cfg) == progress[0]
+    straight = trainer.run(cfg, tmp_path / "straight")
+    for key in ("global_acc", "global_loss", "local_acc", "final_acc", "per_class_acc"):
+        assert resumed[key] == straight[key], key
+
+
+def test_a_damaged_state_file_is_refused_in_one_line(tmp_path, capsys):
+    root = checkout(tmp_path / "project")
+    state = tmp_path / "state.tar"
+    assert train(root, state, 10) == 0
+    with tarfile.open(state) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    with tarfile.open(state, "w") as tar:
+        for member, data in members:
+            data = data.replace(b"completed", b"COMPLETED") if member.name.endswith("metrics.json") else data
+            tar.addfile(member, __import__("io").BytesIO(data))
+    capsys.readouterr()
+    assert main(["import", str(state), "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "fails its checksum" in err and err.count("\n") == 1
+    assert not (root / "results" / "shipped").exists()
+
+
+def write_copy(path: Path, classes) -> Path:
+    """An image-folder zip shaped like a copy of CIFAR-10 (two tiny PNGs per class and split)."""
+    rng = np.random.default_rng(0)
+    with zipfile.ZipFile(path, "w") as archive:
+        for split in ("train", "test"):
+            for name in classes:
+                for i in range(2):
+                    image = Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
+                    buffer = __import__("io").BytesIO()
+                    image.save(buffer, format="PNG")
+                    archive.writestr(f"{split}/{name}/{i:04d}.png", buffer.getvalue())
+    return path
+
+
+def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classes(tmp_path):
+    copies = tmp_path / "data" / "copies"
+    copies.mkdir(parents=True)
+    sha = file_digest(write_copy(copies / "mine.zip", CIFAR["cifar10"]["classes"]), "sha256")
+    official = load_config(None, {"dataset": {"name": "cifar10"}, "data_root": str(tmp_path / "data")})
+    on_copy = load_config(None, {"dataset": {"name": "cifar10", "copy": sha}, "data_root": str(tmp_path / "data")})
+    assert run_id(on_copy) != run_id(official)
+    (copies / "mine.zip").rename(copies / "renamed.zip")  # found by content: the name is no part of it
+    dataset = load_dataset(on_copy)
+    assert dataset.classes == list(CIFAR["cifar10"]["classes"]) and dataset.mean == CIFAR["cifar10"]["mean"]
+    assert len(dataset.train) == 20 and dataset.train.y.tolist()[:4] == [0, 0, 1, 1]
+    assert Copy("cifar10", sha, "JPEG").label == f"CIFAR-10, JPEG copy sha256 {sha[:7]}…"
+
+    with pytest.raises(DataError, match="no file with that SHA-256"):
+        load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": "0" * 64}, "data_root": str(tmp_path / "data")}))
+    other = file_digest(write_copy(copies / "other.zip", [f"c{i}" for i in range(10)]), "sha256")
+    with pytest.raises(DataError, match="are not cifar10's"):
+        load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": other}, "data_root": str(tmp_path / "data")}))
+    with pytest.raises(ConfigError, match="dataset.copy applies to cifar10, not dataset.name=cifar100"):
+        load_config(None, {"dataset": {"name": "cifar100", "copy": sha}})
+    with pytest.raises(ConfigError, match="must be a SHA-256"):
+        load_config(None, {"dataset": {"name": "cifar10", "copy": "dfaab4e"}})
