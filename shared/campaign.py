@@ -31,6 +31,7 @@ import io
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -41,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from shared.archive import ArchiveError, sha256, target_cells, write_archive
-from shared.catalog import copy_label, is_sha256
+from shared.catalog import DataError, copy_label, is_sha256
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
 from shared.run_directory import write_atomically
@@ -285,6 +286,8 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
             counts["stopped"] += 1
             print(f"run {rid}: {exc}", file=sys.stderr)
             break
+        except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
+            raise
         except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
             counts["raised"] += 1
             print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -314,7 +317,19 @@ def state_defaults(args) -> None:
     args.copy_spec = given or stored
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (a scheduler's, or `timeout`'s, when a round overran the budget) stops the run
+    in progress as the budget would: its last checkpoint goes into the state file."""
+    from shared.trainer import OutOfTime
+
+    def stop(signum, frame):
+        raise OutOfTime("stopped by SIGTERM; the state keeps its last round's checkpoint")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def train(args) -> int:
+    stop_on_sigterm()
     started = time.time()
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
     state_defaults(args)
@@ -324,6 +339,11 @@ def train(args) -> int:
         print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
               f"{len(restored['progress'])} checkpointed runs restored")
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    if args.copy_spec is not None:  # missing data is said before anything trains
+        from shared.config import data_root
+        from shared.data import find_copy
+
+        find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
     counts = train_runs(runs, args, deadline, runs_dir)
     size = save(args, runs, runs_dir)
     finished = sum(is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
@@ -392,19 +412,25 @@ def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
     return done
 
 
-def copy_columns(table, scale: str, copy: Copy):
-    """The table cut to its columns on the copy's dataset (FedGKD's tables mix datasets)."""
+def copy_part(table, scale: str, copy: Copy):
+    """The table cut to its part on the copy's dataset: the settings with any run on it, the
+    methods with every run on it (FedGKD's tables give datasets columns or rows)."""
     from shared.experiments import expand
 
-    keep = [i for i, column in enumerate(table.columns)
-            if all(c.config.dataset.name == copy.dataset for c in expand(table, scale) if c.column is column)]
-    return dataclasses.replace(table, columns=[table.columns[i] for i in keep],
-                               reported={row: [values[i] for i in keep] for row, values in table.reported.items()})
+    cells = expand(table, scale)
+    on_copy = lambda cell: cell.config.dataset.name == copy.dataset
+    keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
+    columns = [table.columns[i] for i in keep]
+    rows = [r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))]
+    labels = {r.label for r in rows}
+    return dataclasses.replace(table, rows=rows, columns=columns, reported={
+        row: [values[i] for i in keep] for row, values in table.reported.items() if row in labels})
 
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
-    """The table cut to what is finished: the longest run of its seeds for which some methods
-    have every setting, and those methods; None when no method has one. Returns (table, note)."""
+    """The table cut to what is finished: the methods with every setting finished at seed 0,
+    and as many further seeds as all of them have; (None, "") when no method has one.
+    Returns (table, the note that marks it partial, empty when it is whole)."""
     from shared.experiments import expand, scale_seeds
 
     cells = expand(table, scale, runtime)
@@ -412,7 +438,7 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     seeds, rows = [], []
     for seed in scale_seeds(table, scale):
         complete = [r for r in table.rows if r.implemented and all((r.label, s) not in missing for s in [*seeds, seed])]
-        if not complete:
+        if not complete or len(complete) < len(rows):  # another seed never costs a method
             break
         seeds, rows = [*seeds, seed], complete
     if not rows:
@@ -446,13 +472,13 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
         return None
     table = get_table(*parts)
     runtime = {"dataset": {"copy": copy.sha256}} if copy else {}
-    table, note = finished_part(copy_columns(table, scale, copy) if copy else table, scale, runtime, shipped / "runs")
+    table, note = finished_part(copy_part(table, scale, copy) if copy else table, scale, runtime, shipped / "runs")
     if table is None:
         return None
-    labels = [f"[{label}]" for label in (copy.label if copy else "", note) if label]
-    if labels:
-        table = dataclasses.replace(table, name=f"{table.name} {' '.join(labels)}", caption=f"{table.caption} {' '.join(labels)}",
-                                    notes=" ".join([table.notes, *labels]).strip())
+    labels = " ".join(f"[{label}]" for label in (copy.label if copy else "", note) if label)
+    if labels:  # the caption says it in words; the name (LaTeX label, figure titles) in ASCII
+        table = dataclasses.replace(table, name=f"{table.name}-{copy.slug}" if copy else table.name,
+                                    caption=f"{table.caption} {labels}")
     out = table_dir(shipped, parts[0], parts[1], scale, copy)
     build_table(table, scale, shipped / "runs", out, runtime)
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
@@ -602,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
-    except (CampaignError, ArchiveError, ConfigError, OSError, subprocess.CalledProcessError) as exc:
+    except (CampaignError, ArchiveError, ConfigError, DataError, OSError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

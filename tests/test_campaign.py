@@ -5,6 +5,7 @@ budget in the middle of a run; `train` again from the state file in a second che
 next GPU slot); `import` into the first; the table built from shipped runs, partial and then
 whole; the workflow scheduling no run; the resumed run equal to an uninterrupted one.
 """
+import io
 import json
 import shutil
 import subprocess
@@ -16,15 +17,19 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import yaml
 from PIL import Image
 
 from shared import campaign, trainer
-from shared.campaign import Copy, main, read_state
+from shared.campaign import Copy, build_shipped_table, main, read_state, write_listing
 from shared.catalog import DataError
 from shared.config import ConfigError, run_id
 from shared.config_loading import load_config
+from shared.dotted import deep_merge
 from shared.data import CIFAR, file_digest, load_dataset
+from shared.experiments import expand, get_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "papers/fedcad/table4"
@@ -90,6 +95,10 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
     assert members[f"progress/{progress[0]}/metrics.jsonl"].count(b"\n") == 2
     assert not any(m.endswith("model.pt") for m in members)
 
+    capsys.readouterr()
+    assert main(["status", TARGET, "--state", str(state), "--root", str(tmp_path / "elsewhere")]) == 0
+    assert capsys.readouterr().out.startswith(f"{TARGET}: 4 finished, 1 in progress, 3 missing;")
+
     # the laptop imports slot 1: seed 0 of every method, a partial table
     assert main(["import", str(state), "--root", str(first)]) == 0
     table = first / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
@@ -113,10 +122,9 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
 
     # the run stopped mid-way, resumed in the other checkout, equals an uninterrupted one
     resumed = json.loads((second / "results" / "runs" / progress[0] / "metrics.json").read_text())
-    cfg = load_config(None, {**{k: v for k, v in
-                                json.loads(json.dumps(__import__("yaml").safe_load(
-                                    (second / "results" / "runs" / progress[0] / "config.yaml").read_text()))).items()
-                                if k != "run_id"}, "trainer": {"device": "cpu", "progress": False}})
+    written = yaml.safe_load((second / "results" / "runs" / progress[0] / "config.yaml").read_text())
+    written.pop("run_id")
+    cfg = load_config(None, deep_merge(written, {"trainer": {"device": "cpu", "progress": False}}))
     assert run_id(cfg) == progress[0]
     straight = trainer.run(cfg, tmp_path / "straight")
     for key in ("global_acc", "global_loss", "local_acc", "final_acc", "per_class_acc"):
@@ -132,7 +140,7 @@ def test_a_damaged_state_file_is_refused_in_one_line(tmp_path, capsys):
     with tarfile.open(state, "w") as tar:
         for member, data in members:
             data = data.replace(b"completed", b"COMPLETED") if member.name.endswith("metrics.json") else data
-            tar.addfile(member, __import__("io").BytesIO(data))
+            tar.addfile(member, io.BytesIO(data))
     capsys.readouterr()
     assert main(["import", str(state), "--root", str(root)]) == 2
     err = capsys.readouterr().err
@@ -148,7 +156,7 @@ def write_copy(path: Path, classes) -> Path:
             for name in classes:
                 for i in range(2):
                     image = Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
-                    buffer = __import__("io").BytesIO()
+                    buffer = io.BytesIO()
                     image.save(buffer, format="PNG")
                     archive.writestr(f"{split}/{name}/{i:04d}.png", buffer.getvalue())
     return path
@@ -167,6 +175,11 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     assert len(dataset.train) == 20 and dataset.train.y.tolist()[:4] == [0, 0, 1, 1]
     assert Copy("cifar10", sha, "JPEG").label == f"CIFAR-10, JPEG copy sha256 {sha[:7]}…"
 
+    bundle = tmp_path / "carry"
+    assert main(["bundle", "papers/fedcad/table4", "--copy", f"cifar10={copies / 'renamed.zip'}", "--no-wheels",
+                 "-o", str(bundle)]) == 0
+    assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
+
     with pytest.raises(DataError, match="no file with that SHA-256"):
         load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": "0" * 64}, "data_root": str(tmp_path / "data")}))
     other = file_digest(write_copy(copies / "other.zip", [f"c{i}" for i in range(10)]), "sha256")
@@ -176,3 +189,48 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
         load_config(None, {"dataset": {"name": "cifar100", "copy": sha}})
     with pytest.raises(ConfigError, match="must be a SHA-256"):
         load_config(None, {"dataset": {"name": "cifar10", "copy": "dfaab4e"}})
+
+
+def test_sigterm_stops_training_as_the_budget_does_and_writes_the_state(tmp_path):
+    """A slot's `timeout` (or a scheduler) may still kill a round that overran: the state
+    file then keeps the finished runs and the last checkpoint."""
+    root, state = checkout(tmp_path / "project"), tmp_path / "state.tar.gz"
+    proc = subprocess.Popen([sys.executable, "-m", "shared.campaign", "train", TARGET, "--scale", "smoke", "--device", "cpu",
+                             "--minutes", "10", "--state", str(state), "--root", str(root)],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waited = 0.0
+    while not list((root / "results" / "runs").glob("*/checkpoint.pt")) and waited < 120:
+        time.sleep(0.05)
+        waited += 0.05
+    proc.terminate()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopped by SIGTERM" in err
+    members = read_state(state)[1]
+    assert any(m.startswith(("progress/", "finished/")) for m in members)
+
+
+def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(tmp_path):
+    """FedCAD Table 4 on the JPEG copy with seed 0 of three of its four methods shipped (stood
+    in for by a metrics.json, all a table reads): its own folder, the label and the partial
+    mark in every caption, the missing method left out."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    for cell in expand(get_table("fedcad", "table4"), "paper", {"dataset": {"copy": copy.sha256}}):
+        if cell.seed == 0 and cell.row.label != "FedCAD":
+            (shipped / "runs" / cell.run_id).mkdir(parents=True, exist_ok=True)
+            (shipped / "runs" / cell.run_id / "metrics.json").write_text(json.dumps(
+                {"status": "completed", "run_id": cell.run_id, "final_acc": 60.0, "best_acc": 61.0, "eval_rounds": [1, 2],
+                 "global_acc": [50.0, 60.0], "local_acc": [40.0, 45.0], "wall_time_s": 10.0, "device": "cuda:0"}))
+    out = build_shipped_table(TARGET, "paper", copy, shipped)
+    assert out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedcad" / "table4"
+    label, partial = "CIFAR-10, JPEG copy sha256 dfaab4e", "partial: 3 of 4 methods, seeds [0] of [0, 1, 2]"
+    for name in ("table.tex", "comparison.md", "comparison.html"):
+        text = (out / name).read_text()
+        assert label in text and partial in text, name
+    assert "FedCAD" not in set(pd.read_csv(out / "table.csv").row)
+    assert "cifar10-jpeg-copy-dfaab4e" in (out / "table.tex").read_text()  # its LaTeX label
+    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
+    assert provenance["data"].startswith(label) and provenance["partial"] == partial
+    write_listing(shipped)
+    assert "tables/cifar10-jpeg-copy-dfaab4e/fedcad/table4" in (shipped / "README.md").read_text()
