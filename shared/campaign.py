@@ -368,7 +368,8 @@ def status(args) -> int:
 
     state_defaults(args)
     state = read_state(args.state)[1] if args.state and (args.state.is_file() or part_paths(args.state)) else {}
-    speed = {model: m["samples_per_s"] for model, m in measured_throughput("cuda", args.root / RUNS_DIR).items()}
+    speed = {model: m["samples_per_s"] for runs_dir in (args.root / SHIPPED / "runs", args.root / RUNS_DIR)
+             for model, m in measured_throughput("cuda", runs_dir).items()}  # this machine's runs win
     def tally(targets: list[str]) -> tuple[Counter, int]:
         runs, skipped = campaign_runs(targets, args.scale, args.copy_spec)
         line = Counter()
@@ -504,6 +505,14 @@ def write_listing(shipped: Path) -> Path:
     return shipped / "README.md"
 
 
+def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[str]:
+    """The state's targets, and the tables shipped before on the same data and scale (a run
+    one of them shares may have come with this state)."""
+    folder = table_dir(shipped, "*", "*", manifest["scale"], copy).parent.parent
+    before = [f"papers/{p.parent.name}/{p.name}" for p in sorted(folder.glob("*/table*")) if p.is_dir()]
+    return list(dict.fromkeys([*manifest["targets"], *before]))
+
+
 def import_state(args) -> int:
     manifest, members = read_state(args.file)
     shipped = args.root / SHIPPED
@@ -511,7 +520,7 @@ def import_state(args) -> int:
     shipping = ship(members, shipped / "runs")
     progress = {k: v for k, v in members.items() if k.startswith("progress/")}
     restored = restore(progress, args.root / RUNS_DIR, shipped / "runs")
-    tables = [build_shipped_table(t, manifest["scale"], copy, shipped) for t in manifest["targets"]]
+    tables = [build_shipped_table(t, manifest["scale"], copy, shipped) for t in affected_tables(manifest, copy, shipped)]
     write_listing(shipped)
     kept = f" ({len(shipping['kept'])} shipped already, left as they were)" if shipping["kept"] else ""
     print(f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "

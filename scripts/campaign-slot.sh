@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One slot of the campaign on an offline GPU machine (README: Campaign), e.g. a device-tool call:
+#
+#     scripts/campaign-slot.sh 9 papers/fedssd/table2 papers/fedgkd/table5 ...
+#
+# trains for MINUTES (whole minutes) from $CARRY/state.tar.gz (default CARRY=.carry), the data
+# under $CARRY/data (`python -m shared.campaign bundle ... -o .carry`), PyYAML installed from
+# $CARRY/wheels where the machine lacks it; then copies the state file (or its parts) into $OUT
+# if set. `timeout` ends a round that overruns the budget; campaign writes the state on its SIGTERM.
+set -euo pipefail
+minutes=$1
+shift
+carry=${CARRY:-.carry}
+python=${PYTHON:-python}
+if ! "$python" -c "import yaml" 2>/dev/null; then
+    "$python" -m pip install -q --no-index --find-links "$carry/wheels" --target "$carry/site" pyyaml
+fi
+if [ -d "$carry/site" ]; then
+    export PYTHONPATH="$carry/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+status=0
+timeout $((minutes * 60 + 30)) "$python" -m shared.campaign train "$@" --minutes "$minutes" \
+    --data-root "$carry/data" --state "$carry/state.tar.gz" || status=$?
+if [ -n "${OUT:-}" ]; then
+    cp "$carry"/state.tar.gz* "$OUT"/
+fi
+exit "$status"
