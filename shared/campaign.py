@@ -142,7 +142,8 @@ def with_runtime(cfg: RunConfig, device: str, data_root: str | None) -> RunConfi
 
     runtime = {"trainer": {"device": device}, **({"data_root": data_root} if data_root else {})}
     resolved = load_config(None, deep_merge(identity(cfg), runtime))
-    assert run_id(resolved) == run_id(cfg)
+    if run_id(resolved) != run_id(cfg):  # a runtime key that is part of the id would retrain finished runs
+        raise CampaignError(f"--device {device} or --data-root {data_root} changes run {run_id(cfg)}'s id")
     return resolved
 
 
@@ -296,24 +297,31 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
                 else cfg.federation.rounds
             if rounds > before:
                 measured[cfg.model.name] = (time.time() - started) / (rounds - before)
-        save(args, runs, runs_dir)
+        save(args, runs_dir)
     return counts
 
 
-def save(args, runs: dict[str, RunConfig], runs_dir: Path) -> int:
-    about = {"targets": args.targets, "scale": args.scale,
+def save(args, runs_dir: Path) -> int:
+    """The state file: the runs of its earlier targets and of this command's."""
+    runs, _ = campaign_runs(args.state_targets, args.scale, args.copy_spec)
+    about = {"targets": args.state_targets, "scale": args.scale,
              "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None}
     return write_state(args.state, state_members(list(runs), runs_dir), about, args.part_mib)
 
 
 def state_defaults(args) -> None:
-    """--scale and --copy from an existing state file where the command line leaves them out."""
+    """--scale and --copy from an existing state file where the command line leaves them out
+    (one state holds runs of one scale and one data); its targets and the command's."""
     manifest = read_state(args.state)[0] if args.state and (args.state.is_file() or part_paths(args.state)) else {}
+    if args.scale and manifest.get("scale", args.scale) != args.scale:
+        raise CampaignError(f"--scale {args.scale}: the state file {args.state} holds runs at scale {manifest['scale']}")
     args.scale = args.scale or manifest.get("scale") or "paper"
+    args.state_targets = list(dict.fromkeys([*manifest.get("targets", []), *args.targets]))
     given = parse_copy(args.copy)
     stored = Copy(**{**manifest["copy"], "path": None}) if manifest.get("copy") else None
-    if given and stored and given.sha256 != stored.sha256:
-        raise CampaignError(f"--copy {args.copy} is not the copy the state file {args.state} trained on ({stored.label})")
+    if manifest and given and (stored is None or given.sha256 != stored.sha256):
+        raise CampaignError(f"--copy {args.copy}: the state file {args.state} holds runs on "
+                            f"{stored.label if stored else 'the official data'}")
     args.copy_spec = given or stored
 
 
@@ -345,7 +353,7 @@ def train(args) -> int:
 
         find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
     counts = train_runs(runs, args, deadline, runs_dir)
-    size = save(args, runs, runs_dir)
+    size = save(args, runs_dir)
     finished = sum(is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
     print(f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
           f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "

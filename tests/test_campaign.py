@@ -23,7 +23,7 @@ import yaml
 from PIL import Image
 
 from shared import campaign, trainer
-from shared.campaign import Copy, build_shipped_table, main, read_state, write_listing
+from shared.campaign import Copy, build_shipped_table, main, read_state, write_listing, write_state
 from shared.catalog import DataError
 from shared.config import ConfigError, run_id
 from shared.config_loading import load_config
@@ -234,3 +234,22 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
     assert provenance["data"].startswith(label) and provenance["partial"] == partial
     write_listing(shipped)
     assert "tables/cifar10-jpeg-copy-dfaab4e/fedcad/table4" in (shipped / "README.md").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "papers/fedcad/table9", "--minutes", "1", "--state", "{state}"], "fedcad has no table 'table9'"),
+    (["train", TARGET, "--scale", "paper", "--minutes", "1", "--state", "{state}"], "holds runs at scale smoke"),
+    (["train", TARGET, "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{state}"], "holds runs on the official data"),
+    (["train", TARGET, "--copy", "cifar10=absent.zip", "--minutes", "1", "--state", "{fresh}"], "absent.zip is not a file"),
+    (["train", "papers/fedssd/table2", "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{fresh}",
+      "--data-root", "{tmp}"], "no file with that SHA-256"),
+    (["import", "{fresh}"], "does not exist"),
+])
+def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, argv, message):
+    state = tmp_path / "state.tar.gz"
+    write_state(state, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
+    names = {"state": str(state), "fresh": str(tmp_path / "fresh.tar.gz"), "tmp": str(tmp_path)}
+    assert main([arg.format(**names) for arg in argv] + ["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "results" / "runs").exists()
