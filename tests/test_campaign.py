@@ -23,13 +23,14 @@ import yaml
 from PIL import Image
 
 from shared import campaign, trainer
-from shared.campaign import Copy, build_shipped_table, main, read_state, write_listing, write_state
+from shared.campaign import Copy, build_shipped_figure, build_shipped_table, main, read_state, write_listing, write_state
 from shared.catalog import DataError
 from shared.config import ConfigError, run_id
 from shared.config_loading import load_config
 from shared.dotted import deep_merge
 from shared.data import CIFAR, file_digest, load_dataset
 from shared.experiments import expand, get_table
+from shared.figures import get_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "papers/fedcad/table4"
@@ -210,6 +211,14 @@ def test_sigterm_stops_training_as_the_budget_does_and_writes_the_state(tmp_path
     assert any(m.startswith(("progress/", "finished/")) for m in members)
 
 
+def finish_for_table(runs_dir: Path, rid: str, final_acc: float) -> None:
+    """A finished run as far as a table or a figure reads it: its metrics.json."""
+    (runs_dir / rid).mkdir(parents=True, exist_ok=True)
+    (runs_dir / rid / "metrics.json").write_text(json.dumps(
+        {"status": "completed", "run_id": rid, "final_acc": final_acc, "best_acc": final_acc, "eval_rounds": [1, 2],
+         "global_acc": [50.0, final_acc], "local_acc": [40.0, 45.0], "wall_time_s": 10.0, "device": "cuda:0"}))
+
+
 def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(tmp_path):
     """FedCAD Table 4 on the JPEG copy with seed 0 of three of its four methods shipped (stood
     in for by a metrics.json, all a table reads): its own folder, the label and the partial
@@ -218,10 +227,7 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
     copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
     for cell in expand(get_table("fedcad", "table4"), "paper", {"dataset": {"copy": copy.sha256}}):
         if cell.seed == 0 and cell.row.label != "FedCAD":
-            (shipped / "runs" / cell.run_id).mkdir(parents=True, exist_ok=True)
-            (shipped / "runs" / cell.run_id / "metrics.json").write_text(json.dumps(
-                {"status": "completed", "run_id": cell.run_id, "final_acc": 60.0, "best_acc": 61.0, "eval_rounds": [1, 2],
-                 "global_acc": [50.0, 60.0], "local_acc": [40.0, 45.0], "wall_time_s": 10.0, "device": "cuda:0"}))
+            finish_for_table(shipped / "runs", cell.run_id, 60.0)
     out = build_shipped_table(TARGET, "paper", copy, shipped)
     assert out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedcad" / "table4"
     label, partial = "CIFAR-10, JPEG copy sha256 dfaab4e", "partial: 3 of 4 methods, seeds [0] of [0, 1, 2]"
@@ -253,3 +259,19 @@ def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, argv
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_labelled(tmp_path):
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    cells = get_figure("fedssd", "fig9").cells("paper", {"dataset": {"copy": copy.sha256}})
+    for i, cell in enumerate(cells):
+        if i:  # the first run comes last
+            finish_for_table(shipped / "runs", cell.run_id, 60.0 + i % 7)
+    assert build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped) is None
+    finish_for_table(shipped / "runs", cells[0].run_id, 60.0)
+    out = build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped)
+    assert out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedssd" / "fig9" and (out / "figure.png").is_file()
+    assert "CIFAR-10, JPEG copy sha256 dfaab4e" in yaml.safe_load((out / "provenance.yaml").read_text())["caption"]
+    write_listing(shipped)
+    assert "fedssd/fig9/figure.png" in (shipped / "README.md").read_text()
