@@ -625,6 +625,8 @@ def bundle(args) -> int:
         (out / "data" / place).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, out / "data" / place)
     names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
+    if args.state and not (args.state.is_file() or part_paths(args.state)):
+        save(args, args.root / RUNS_DIR)  # a first state: the slot's `train` then needs no --copy or --scale
     for part in ([args.state] if args.state and args.state.is_file() else part_paths(args.state) if args.state else []):
         if not (out / part.name).exists() or not (out / part.name).samefile(part):  # -o .carry beside .carry/state
             shutil.copy2(part, out / part.name)
@@ -665,6 +667,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--state", type=Path)
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")
+    b.add_argument("--part-mib", type=float, default=PART_MIB, help=argparse.SUPPRESS)
     return parser
 
 

@@ -178,8 +178,10 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
 
     bundle = tmp_path / "carry"
     assert main(["bundle", "papers/fedcad/table4", "--copy", f"cifar10={copies / 'renamed.zip'}", "--no-wheels",
-                 "-o", str(bundle)]) == 0
+                 "-o", str(bundle), "--state", str(bundle / "state.tar.gz"), "--root", str(tmp_path)]) == 0
     assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
+    manifest = read_state(bundle / "state.tar.gz")[0]  # a first state: the slot needs no --copy
+    assert manifest["copy"]["sha256"] == sha and manifest["targets"] == ["papers/fedcad/table4"]
 
     with pytest.raises(DataError, match="no file with that SHA-256"):
         load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": "0" * 64}, "data_root": str(tmp_path / "data")}))
