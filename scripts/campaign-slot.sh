@@ -6,7 +6,8 @@
 # trains for MINUTES (whole minutes) from $CARRY/state.tar.gz (default CARRY=.carry), the data
 # under $CARRY/data (`python -m shared.campaign bundle ... -o .carry`), PyYAML installed from
 # $CARRY/wheels where the machine lacks it; then copies the state file (or its parts) into $OUT
-# if set. `timeout` ends a round that overruns the budget; campaign writes the state on its SIGTERM.
+# if set. `timeout` ends a round that overruns the budget: campaign stops on its SIGTERM as
+# on its own budget, state written, exit status 0 (a campaign still running 20 s later is killed).
 set -euo pipefail
 minutes=$1
 shift
@@ -19,7 +20,7 @@ if [ -d "$carry/site" ]; then
     export PYTHONPATH="$carry/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 status=0
-timeout $((minutes * 60 + 30)) "$python" -m shared.campaign train "$@" --minutes "$minutes" \
+timeout --preserve-status -k 20 $((minutes * 60 + 30)) "$python" -m shared.campaign train "$@" --minutes "$minutes" \
     --data-root "$carry/data" --state "$carry/state.tar.gz" || status=$?
 if [ -n "${OUT:-}" ]; then
     cp "$carry"/state.tar.gz* "$OUT"/
