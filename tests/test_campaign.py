@@ -133,9 +133,10 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
 
 
 def test_a_damaged_state_file_is_refused_in_one_line(tmp_path, capsys):
-    root = checkout(tmp_path / "project")
-    state = tmp_path / "state.tar"
-    assert train(root, state, 10) == 0
+    root, state, rid = tmp_path / "project", tmp_path / "state.tar", "0123456789abcdef"
+    write_state(state, [(f"finished/{rid}/{name}", b'{"status": "completed"}', 0.0) for name in ("config.yaml", "metrics.json")],
+                {"targets": [TARGET], "scale": "smoke", "copy": None})
+    assert read_state(state)[1][f"finished/{rid}/metrics.json"] == b'{"status": "completed"}'
     with tarfile.open(state) as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar]
     with tarfile.open(state, "w") as tar:
