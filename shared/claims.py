@@ -62,8 +62,9 @@ def term_mean_var(term: Term, values: Values) -> tuple[float, float]:
     """Mean over seeds (a sum of cells' means) and its seeds' variance (the cells' variances
     added; NaN where a cell has one seed)."""
     means = [sign * float(np.mean(list(values[(r, c)].values()))) for sign, r, c in term]
-    variances = [float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
-                 for _, r, c in term]
+    with np.errstate(invalid="ignore"):  # a target never reached (inf) has no spread: NaN
+        variances = [float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
+                     for _, r, c in term]
     return sum(means), sum(variances)
 
 

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
+
 from shared.papers import paper_methods, paper_names
 from tests.test_workflow import project, snakemake  # noqa: F401  (the fixture: a copy of the project)
 
@@ -63,3 +65,35 @@ def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa
         for path in sorted(folder.rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()
         folder.rmdir()
+
+
+# Cells where a paper's own marks, averages, text or other tables contradict its printed number
+# (issue 24): each is marked in the comparison, and the table keeps what the paper printed.
+KNOWN_INCONSISTENCIES = {
+    ("fedcsd", "table1"): {("MOON", "CIFAR-100 β=0.5"): 98.49, ("MOON", "CIFAR-100 β=0.01"): 59.78,
+                           ("FedProto", "FEMNIST β=0.05"): 71.16, ("FedCSD", "CIFAR-100 β=5"): 71.53},
+    ("fedcsd", "table2"): {("MOON", "A"): 53.10},
+    ("fedcad", "table1"): {("FedCAD", "CIFAR10 T(65%)"): 22},
+    ("fedcad", "table4"): {("FedAvg", "E=10"): 70.81, ("FedLSD", "E=10"): 72.05},
+    ("fedssd", "table3"): {("SSD", "α=0.01"): 73.47},
+    ("fedgkd", "table3"): {("FedGKD-VOTE", "CIFAR-10 α=0.1"): 72.99, ("FedGKD-VOTE", "CIFAR-10 α=0.5"): 77.44},
+    ("fedgkd", "table8"): {("M=5", "α=0.1"): 72.41, ("M=5", "α=0.5"): 77.44},
+}
+
+
+def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
+    from shared.experiments import get_table
+    from shared.tables import comparison, comparison_markdown, summarize_cells
+
+    for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
+        table = get_table(paper, name)
+        marked = {(i.row, i.column) for i in table.inconsistencies}
+        assert marked == set(cells), (paper, name)
+        labels = [c.label for c in table.columns]
+        for (row, column), printed in cells.items():
+            assert table.reported[row][labels.index(column)].mean == printed, (paper, name, row, column)
+        comp = comparison(table, summarize_cells(table, pd.DataFrame(
+            columns=["row", "column", "seed", "run_id", "status", "value"])), "paper")
+        assert set(comp[comp.paper_note != ""].set_index(["row", "column"]).index) == set(cells)
+        text = comparison_markdown(table, comp, "paper")
+        assert text.count("§") == 2 * len(cells)  # on the number and before its note
