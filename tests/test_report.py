@@ -22,7 +22,7 @@ from shared.figures import get_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
-TARGETS = ("papers/fedcad/table2", "papers/fedcad/fig4")
+TARGETS = ("papers/fedcad/table2", "papers/fedcad/fig4", "papers/fedcad/claims", "results/smoke/shared_runs")
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.browser,
 
 
 def ignore(directory, names):
-    return [n for n in names if n == "__pycache__" or (Path(directory, n).is_dir() and n.startswith(("table", "fig")))]
+    return [n for n in names if n == "__pycache__" or (Path(directory, n).is_dir() and n.startswith(("table", "fig", "claims")))]
 
 
 def write_runs(project):
@@ -111,6 +111,13 @@ def test_report_files_labels_and_captions(report):
     assert {"comparison.html", "table.csv", "table.tex", "provenance.yaml"} <= set(table)
     assert len({json.dumps(r["labels"], sort_keys=True) for r in table.values()}) == len(table)
     assert table["comparison.html"]["mime_type"] == "text/html"  # shown inline
+    # the claims first: the report orders a table's files by their labels, and the paper's entries by name
+    assert min(table, key=lambda name: json.dumps(table[name]["labels"], sort_keys=True)) == "claims.html"
+    claims = {Path(p).name: r for p, r in results.items() if "/fedcad/claims/" in p}
+    assert "FedCAD: the paper's claims on our runs" in claims["claims.html"]["caption"]
+    assert "smoke" in claims["claims.html"]["caption"]
+    shared = next(r for p, r in results.items() if p.endswith("shared_runs/shared.html"))
+    assert "One experiment, several papers" in shared["caption"]
     assert "The top-1 test accuracy with different levels of data heterogeneity" in table["table.csv"]["caption"]
     figure = {Path(p).name: r for p, r in results.items() if "/fedcad/fig4/" in p}
     caption = figure["figure.png"]["caption"]
@@ -123,6 +130,7 @@ def test_front_page(report):
     assert "Distilling from the global model: FedCAD, FedSSD, FedCSD, FedGKD, reproduced" in text
     assert "Scale of this build: smoke" in text and "Not a paper result" in text
     assert "How to read the marks" in text
+    assert text.index("Claims first") < text.index("What is here")
     for mark in ("bold", "underlined", "†", "suspect", "n/i", "✓", "✗", "Kendall τ"):
         assert mark in text, mark
 
