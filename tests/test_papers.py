@@ -97,3 +97,25 @@ def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
         assert set(comp[comp.paper_note != ""].set_index(["row", "column"]).index) == set(cells)
         text = comparison_markdown(table, comp, "paper")
         assert text.count("§") == 2 * len(cells)  # on the number and before its note
+
+
+def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the_default():
+    import numpy as np
+
+    from shared.config import ConfigError, PartitionConfig
+    from shared.partition import writers
+
+    groups = np.repeat(np.arange(50), 3)  # 50 writers, 3 samples each
+    chosen = [writers(groups, PartitionConfig(kind="writers", clients=5, writers=20), np.random.default_rng(s))
+              for s in (0, 0, 1)]
+    used = [set(groups[np.concatenate(parts)]) for parts in chosen]
+    assert len(used[0]) == 20 and used[0] == used[1] and used[0] != used[2]
+    assert all(len(part) == 4 * 3 for part in chosen[0])  # 4 writers per client, all their samples
+    everyone = writers(groups, PartitionConfig(kind="writers", clients=5), np.random.default_rng(0))
+    assert sorted(np.concatenate(everyone)) == list(range(150))
+    try:
+        writers(groups, PartitionConfig(kind="writers", clients=5, writers=51), np.random.default_rng(0))
+    except ConfigError as exc:
+        assert str(exc) == "partition.writers=51 exceeds the 50 writers of the training data"
+    else:
+        raise AssertionError("more writers than the data holds must be refused")
