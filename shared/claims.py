@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shared.experiments import cell_overrides
 from shared.papers import paper_tables_module
 
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "held within noise", "not held", "not yet measured"
@@ -107,7 +108,7 @@ class Best(Claim):
         return list(self.columns) if self.columns else [c.label for c in table.columns]
 
     def rivals(self, table) -> list[str]:
-        return list(self.against) if self.against else [r for r in table.reported if r not in self.rows]
+        return list(self.against) if self.against is not None else [r for r in table.reported if r not in self.rows]
 
     def needed(self, table) -> list[Cell]:
         return [(r, c) for c in self.column_labels(table) for r in (*self.rows, *self.rivals(table))]
@@ -182,8 +183,9 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
         noises.append(math.sqrt((var_b + var_w) / 2) if not math.isnan(var_b + var_w) else math.nan)
     closest = int(np.argmin(leads))
     seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
-    held_seeds = sum(all(lead(term_per_seed(c.better, values)[s], term_per_seed(c.worse, values)[s],
-                              c.higher_is_better) >= c.min_margin for c in comparisons) for s in seeds)
+    sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
+    held_seeds = sum(all(lead(better[s], worse[s], c.higher_is_better) >= c.min_margin for better, worse, c in sides)
+                     for s in seeds)
     failing = [(-x, n) for x, n in zip(leads, noises) if x < 0]
     if not failing:
         verdict = HELD
@@ -332,9 +334,13 @@ def claims_html(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
             + "\n".join(parts) + "</body></html>\n")
 
 
-def data_label(cells) -> str:
-    """The datasets the runs train on (synthetic stand-ins at the smoke scale)."""
-    return ", ".join(sorted({c.config.dataset.name for c in cells})) or "none"
+def data_label(table, cells) -> str:
+    """The datasets the runs train on, and the paper's dataset each stands in for where a
+    reduced scale replaced it ("synthetic (stand-in for cifar10)")."""
+    pairs = {(c.config.dataset.name, cell_overrides(table, c.row, c.column, c.seed).get("dataset", {}).get(
+        "name", c.config.dataset.name)) for c in cells}
+    names = [ours if ours == paper else f"{ours} (stand-in for {paper})" for ours, paper in sorted(pairs)]
+    return ", ".join(names) or "none"
 
 
 def write_claims(df: pd.DataFrame, title: str, scale: str, data: str, out: Path) -> None:

@@ -650,7 +650,7 @@ def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | P
     comp.to_csv(out / "comparison.csv", index=False)
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale, merged), sort_keys=False))
     write_claims(verdicts(table, runs), f"{table.paper} {table.name}: the paper's claims on our runs", scale,
-                 data_label(cells), out)
+                 data_label(table, cells), out)
     if table.curves and cells:
         draw("curves", cells, runs_dir, out / "curves", f"{table.paper} {table.name} learning curves (scale: {scale})")
 
@@ -685,12 +685,12 @@ def build_paper_claims(paper: str, scale: str, runs_dir: str | Path, out_dir: st
     whose cells have no finished run yet is not yet measured)."""
     runs_dir, out = Path(runs_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frames, cells = [], []
+    frames, datasets = [], []
     for table in paper_tables(paper).values():
         expanded = expand(table, scale, runtime)
         finished = [c for c in expanded if (runs_dir / c.run_id / "metrics.json").exists()]
         frames.append(verdicts(table, collect(table, finished, runs_dir) if finished else pd.DataFrame(
             columns=["row", "column", "seed", "status", "value"])))
-        cells += expanded
+        datasets += data_label(table, expanded).split(", ")
     write_claims(pd.concat(frames, ignore_index=True), f"{paper}: the paper's claims on our runs", scale,
-                 data_label(cells), out)
+                 ", ".join(sorted(set(datasets))), out)

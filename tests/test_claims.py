@@ -111,7 +111,7 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     verdicts = pd.read_csv(tmp_path / "out" / "claims.csv")
     assert verdicts.set_index("group").verdict.to_dict() == {"a": HELD, "b": HELD}
-    assert set(verdicts.scale) == {"paper"} and set(verdicts.data) == {"synthetic"}
+    assert set(verdicts.scale) == {"paper"} and set(verdicts.data) == {"synthetic"}  # the table's own data
     assert verdicts.set_index("group").loc["b", "seeds_held"] == "2/2"  # seed 0 of FedProx at b diverged
     text = (tmp_path / "out" / "claims.md").read_text()
     assert "Scale: **paper**. Data: synthetic." in text and "held in 2 of 2 groups" in text
