@@ -32,12 +32,15 @@ NEW_PAPER = {
                 return self.params.scale * F.cross_entropy(model(x), y)
     ''',
     "tables.py": '''
+        from shared.claims import Best
         from shared.experiments import MOON_CIFAR10, Column, Reported, Row, Table
 
         TABLES = [Table(
             paper="newpaper", name="table1", caption="FedHalf against FedAvg", base=MOON_CIFAR10,
             rows=[Row("FedAvg", {"name": "fedavg"}), Row("FedHalf", {"name": "fedhalf"})],
-            columns=[Column("δ=0.5", {})], reported={"FedHalf": [Reported(70.0)]}, seeds=(0, 1))]
+            columns=[Column("δ=0.5", {})], reported={"FedHalf": [Reported(70.0)], "FedAvg": [Reported(69.0)]},
+            seeds=(0, 1))]
+        CLAIMS = [Best("table1", "FedHalf beats FedAvg.", "its abstract", rows=("FedHalf",))]
     ''',
 }
 
@@ -61,6 +64,7 @@ def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa
             dry = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
             assert dry.returncode == 0, dry.stderr + dry.stdout
             assert "run 4" in " ".join(dry.stdout.split()), dry.stdout  # 2 methods x 1 setting x 2 seeds
+        assert "claims 1" in " ".join(dry.stdout.split()), dry.stdout  # the paper's target sums up its claims
     finally:
         for path in sorted(folder.rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()
@@ -83,7 +87,7 @@ KNOWN_INCONSISTENCIES = {
 
 def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
     from shared.experiments import get_table
-    from shared.tables import comparison, comparison_markdown, summarize_cells
+    from shared.tables import comparison, comparison_html, comparison_markdown, summarize_cells
 
     for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
         table = get_table(paper, name)
@@ -97,6 +101,9 @@ def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
         assert set(comp[comp.paper_note != ""].set_index(["row", "column"]).index) == set(cells)
         text = comparison_markdown(table, comp, "paper")
         assert text.count("§") == 2 * len(cells)  # on the number and before its note
+        assert comparison_html(table, comp, "paper").count("§") == 2 * len(cells)
+    moon = get_table("fedcsd", "table1").inconsistencies[0]
+    assert (moon.row, moon.column, moon.implied) == ("MOON", "CIFAR-100 β=0.5", 67.10)  # printed 98.49, marked
 
 
 def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the_default():

@@ -85,17 +85,10 @@ rule search:
         build_search(get_search(wildcards.paper, wildcards.search), SCALE, "results/runs", output[0], RUNTIME)
 
 
-def finished_runs(tables):
-    """The metrics.json of the tables' runs that have finished: a summary of what is measured so
-    far, which never asks for a run to be trained (the rest is "not yet measured")."""
-    paths = {f"{RUNS_DIR}/{c.run_id}/metrics.json" for t in tables for c in expand(t, SCALE, RUNTIME)}
-    return sorted(p for p in paths if Path(p).exists())
-
-
 rule claims:
-    """A paper's claims on the runs finished so far: claims.md, claims.csv, claims.html."""
+    """Every claim of a paper on its built tables' runs: claims.md, claims.csv, claims.html."""
     input:
-        lambda w: finished_runs(paper_tables(w.paper).values()),
+        lambda w: [target_path(w.paper, name) for name in paper_tables(w.paper)],
     output:
         report(
             directory(OUT + "/{paper}/claims"),
@@ -113,8 +106,16 @@ rule claims:
         build_paper_claims(wildcards.paper, SCALE, RUNS_DIR, output[0], RUNTIME)
 
 
+def finished_runs(tables):
+    """The metrics.json of the tables' runs that have finished: a listing of what is measured so
+    far, which never asks for a run to be trained."""
+    paths = {f"{RUNS_DIR}/{c.run_id}/metrics.json" for t in tables for c in expand(t, SCALE, RUNTIME)}
+    return sorted(p for p in paths if Path(p).exists())
+
+
 rule shared_runs:
-    """Runs that tables of several papers need: each paper's number beside ours (shared.md/.csv/.html)."""
+    """Runs that tables of several papers need, each paper's number beside ours (shared.md/.csv/.html),
+    from the runs finished so far (build it after the tables it should show)."""
     input:
         lambda w: finished_runs(all_tables()),
     output:
