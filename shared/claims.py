@@ -252,7 +252,15 @@ def paper_claims(paper: str) -> list[Claim]:
 
 
 def table_claims(table) -> list[Claim]:
-    return [c for c in paper_claims(table.paper) if c.table == table.name]
+    """The paper's claims about `table`; a claim naming a row or column the table lacks is refused."""
+    claims = [c for c in paper_claims(table.paper) if c.table == table.name]
+    cells = {(r.label, c.label) for r in table.rows for c in table.columns}
+    for claim in claims:
+        unknown = [cell for cell in claim.needed(table) if cell not in cells]
+        if unknown:
+            raise ValueError(f"{table.paper}/{table.name}: the claim {claim.statement!r} names cells the table "
+                             f"lacks: {unknown}")
+    return claims
 
 
 def verdicts(table, runs: pd.DataFrame) -> pd.DataFrame:

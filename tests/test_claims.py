@@ -65,6 +65,17 @@ def test_verdicts_per_column_and_per_seed_on_generated_runs():
     assert by.loc["missing", "verdict"] == NOT_MEASURED and by.loc["missing", "missing"] == "Rival @ missing"
 
 
+def test_a_claimed_margin_must_be_cleared():
+    table = grid_table()
+    values = run_values(table, seeds_frame({("Ours", "clear"): [60.2, 60.6], ("Rival", "clear"): [60.0, 60.0]}))
+    by_half = Best("tablegen", "Ours by more than 0.5", "t", rows=("Ours",), columns=("clear",), min_margin=0.5)
+    result = evaluate(table, [by_half], values)
+    # ahead by 0.4 on the means: 0.1 short of the claimed 0.5, inside the pooled std of 0.2
+    assert result.verdict.tolist() == [WITHIN_NOISE] and result.shortfall[0] == pytest.approx(0.1)
+    assert result.noise[0] == pytest.approx(0.2)
+    assert result.seeds_held[0] == "1/2"  # seed 1 clears it (0.6), seed 0 does not (0.2)
+
+
 def test_a_single_seed_has_no_spread_so_a_miss_is_never_within_noise():
     table = grid_table()
     runs = seeds_frame({("Ours", "close"): [60.0], ("Rival", "close"): [60.1]})
@@ -125,6 +136,14 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
     summary = pd.read_csv(tmp_path / "summary" / "claims.csv").set_index("group")
     assert summary.verdict.to_dict() == {"a": NOT_MEASURED, "b": HELD}
     assert summary.loc["a", "missing"] == "FedAvg @ a"
+
+
+def test_a_claim_naming_a_cell_the_table_lacks_is_refused(monkeypatch):
+    table = grid_table()
+    typo = Best("tablegen", "Ours beats Rivals.", "t", rows=("Ours",), against=("Rivals",))
+    monkeypatch.setattr(shared.claims, "paper_claims", lambda paper: [typo])
+    with pytest.raises(ValueError, match=r"names cells the table lacks: \[\('Rivals', 'clear'\)"):
+        shared.claims.table_claims(table)
 
 
 def test_an_inconsistency_must_name_a_reported_cell():
