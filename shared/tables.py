@@ -1,5 +1,6 @@
 """Finished runs -> a paper's table: table.csv, table.tex, comparison.csv/.md/.html/.png,
-provenance.yaml and, where the paper shows them, learning curves (curves.pdf/.png).
+claims.csv/.md/.html (shared/claims.py), provenance.yaml and, where the paper shows them,
+learning curves (curves.pdf/.png).
 
 Reporting only: what a cell reports comes from shared/metrics.py and the provenance header
 from shared/provenance.py; nothing here imports the training loop."""
@@ -478,7 +479,9 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
               "methods with both numbers."]
     if warning:
         lines += ["", f"**{warning}**"]
-    lines += [f"- {INCONSISTENT.strip()} {row} at {column}: {note}" for row, column, note in inconsistency_notes(table)]
+    if table.inconsistencies:
+        lines += ["", *(f"- {INCONSISTENT.strip()} {row} at {column}: {note}"
+                        for row, column, note in inconsistency_notes(table))]
     if table.notes:
         lines += ["", f"Notes: {table.notes}"]
     return "\n".join(lines) + "\n"
