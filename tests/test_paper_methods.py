@@ -278,3 +278,26 @@ def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):
     rates = [r["mask_filter_rate"] for r in rows]
     assert len(rates) == 4 and all(0 < r < 1 for r in rates)
     assert rates[-1] < rates[0]  # the mask filters less as the teacher improves (Fig. 5)
+
+
+def test_the_readings_benchmark_trains_fedavg_and_both_fedssd_readings(tmp_path, monkeypatch):
+    """benchmarks/fedssd_readings.py on a generated image folder (70 images a class: FedSSD's
+    server takes 64 of each), one round of one epoch: a curve per reading, written as JSON."""
+    import numpy as np
+    from PIL import Image
+
+    from benchmarks import fedssd_readings
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 70), ("test", 5)):
+        for c in range(10):
+            (tmp_path / "imgs" / split / f"c{c}").mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+                    tmp_path / "imgs" / split / f"c{c}" / f"{i}.png")
+    monkeypatch.setenv("FEDREPRO_DATA", str(tmp_path / "root"))
+    out = tmp_path / "bench" / "readings.json"
+    fedssd_readings.main([str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--out", str(out)])
+    curves = json.loads(out.read_text())["curves"]
+    assert list(curves) == ["FedAvg", "FedSSD, M^2 (the paper's text)", "FedSSD, M (mask_weight=m)"]
+    assert all(len(c["global_acc"]) == 1 for c in curves.values())
