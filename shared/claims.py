@@ -181,7 +181,7 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
         (better, var_b), (worse, var_w) = term_mean_var(c.better, values), term_mean_var(c.worse, values)
         leads.append(lead(better, worse, c.higher_is_better) - c.min_margin)
         noises.append(math.sqrt((var_b + var_w) / 2) if not math.isnan(var_b + var_w) else math.nan)
-    closest = int(np.argmin(leads))
+    decisive = int(np.argmin(leads))  # the closest rival where it holds, the furthest ahead where not
     seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
     sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
     held_seeds = sum(all(lead(better[s], worse[s], c.higher_is_better) >= c.min_margin for better, worse, c in sides)
@@ -193,9 +193,9 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
         verdict = WITHIN_NOISE
     else:
         verdict = NOT_HELD
-    return dict(verdict=verdict, margin=leads[closest] + comparisons[closest].min_margin if not failing else math.nan,
+    return dict(verdict=verdict, margin=leads[decisive] + comparisons[decisive].min_margin if not failing else math.nan,
                 shortfall=max(miss for miss, _ in failing) if failing else math.nan,
-                noise=noises[closest], closest=comparisons[closest].label, seeds_held=f"{held_seeds}/{len(seeds)}",
+                noise=noises[decisive], decisive=comparisons[decisive].label, seeds_held=f"{held_seeds}/{len(seeds)}",
                 missing="")
 
 
@@ -207,7 +207,7 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
             records.append(dict(claim=number, statement=claim.statement, source=claim.source,
                                 table=claim.table, group=group, **group_verdict(comparisons, values)))
     columns = ["claim", "statement", "source", "table", "group", "verdict", "margin", "shortfall", "noise",
-               "closest", "seeds_held", "missing"]
+               "decisive", "seeds_held", "missing"]
     return pd.DataFrame.from_records(records, columns=columns)
 
 
@@ -285,8 +285,8 @@ def detail(r) -> str:
         return f"missing: {r.missing}"
     noise = "-" if pd.isna(r.noise) else f"{r.noise:.2f}"
     if r.verdict == HELD:
-        return f"margin {r.margin:+.2f} (closest: {r.closest}; noise {noise})"
-    return f"short by {r.shortfall:.2f} (closest: {r.closest}; noise {noise})"
+        return f"margin {r.margin:+.2f} (closest: {r.decisive}; noise {noise})"
+    return f"short by {r.shortfall:.2f} (furthest behind: {r.decisive}; noise {noise})"
 
 
 def scale_line(scale: str, data: str) -> str:
@@ -296,8 +296,10 @@ def scale_line(scale: str, data: str) -> str:
 
 
 def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
-    lines = [f"# {title}", "", scale_line(scale, data), "",
-             f"Verdicts on our runs, per group: held, {NOISE_TEST}; not held; not yet measured. "
+    lines = [f"# {title}", "", scale_line(scale, data), "", "Verdicts on our runs, per group (a column, or a trend):",
+             "", "- held: every comparison holds on the means over seeds (margin: the smallest lead);",
+             f"- {NOISE_TEST};", "- not held: a comparison misses by more (short by: the largest miss);",
+             "- not yet measured: a cell has no completed run (the missing cells are named).", "",
              "Seeds held: the seeds on which every comparison of the group holds.", ""]
     for (table, number), rows in df.groupby(["table", "claim"], sort=False):
         first = rows.iloc[0]

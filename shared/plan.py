@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from shared.catalog import DATASETS, DatasetInfo
+from shared.claims import data_label
 from shared.config import ConfigError, RunConfig, run_id
 from shared.experiments import Cell, all_tables, expand, paper_searches, paper_tables
 from shared.metrics import cell_value
@@ -187,7 +188,7 @@ def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", run
             metric = table.metric_for(col)
             note = next((i.note for i in table.inconsistencies if (i.row, i.column) == (row, column)), "")
             records.append(dict(
-                experiment=experiment, method=cells[0].config.method["name"], dataset=cells[0].config.dataset.name,
+                experiment=experiment, method=cells[0].config.method["name"], dataset=data_label(table, cells),
                 paper=paper, table=name, row=row, column=column, metric=metric.label,
                 paper_number="-" if reported is None or reported.mean is None else
                 f"{reported.mean:g}" + ("" if reported.std is None else f" ± {reported.std:g}") + (" §" if note else ""),

@@ -79,4 +79,4 @@ def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, t
     plan.write_shared_runs("smoke", tmp_path, tmp_path / "out")
     assert "One experiment, several papers (scale: smoke)" in (tmp_path / "out" / "shared.html").read_text()
     plan.main(["--shared", "--scale", "smoke"])
-    assert "## fedavg on synthetic" in capsys.readouterr().out
+    assert "## fedavg on synthetic (stand-in for cifar10)" in capsys.readouterr().out
