@@ -213,7 +213,7 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
 
 def run_values(table, runs: pd.DataFrame) -> Values:
     """Our completed runs' values per cell and seed (shared.tables.collect's rows). A rounds
-    count never reached is +inf (worse than any count); a cell whose reference row (FedSSD's T)
+    count never reached is +inf (worse than any count); a cell whose reference row (rounds to another row's accuracy)
     has no completed run is not measured."""
     values: Values = {}
     columns = {c.label: c for c in table.columns}
