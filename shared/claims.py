@@ -213,8 +213,8 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
 
 def run_values(table, runs: pd.DataFrame) -> Values:
     """Our completed runs' values per cell and seed (shared.tables.collect's rows). A rounds
-    count never reached is +inf (worse than any count); a cell whose reference row (rounds to another row's accuracy)
-    has no completed run is not measured."""
+    count never reached is +inf (worse than any count); a count of rounds to another row's
+    accuracy whose reference row has no completed run is not measured."""
     values: Values = {}
     columns = {c.label: c for c in table.columns}
     done = runs[runs.status == "completed"] if len(runs) else runs
