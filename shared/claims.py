@@ -5,7 +5,8 @@ as one of the types below. Every claim reduces, per group (a column, or a whole 
 comparisons "this quantity is better than that one", each quantity a cell or a signed sum of
 cells (a gap between two rows). A group's verdict on our runs:
 
-- held: every comparison holds on the means over seeds; `margin` is the smallest lead;
+- held: every comparison holds on the means over seeds, strictly (a tie is no lead); `margin`
+  is the smallest lead;
 - held within noise: some comparison fails, each failing one by no more than the pooled
   standard deviation of its two sides over seeds (NOISE_TEST);
 - not held: some comparison fails by more; `shortfall` is the largest miss;
@@ -184,9 +185,9 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
     decisive = int(np.argmin(leads))  # the closest rival where it holds, the furthest ahead where not
     seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
     sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
-    held_seeds = sum(all(lead(better[s], worse[s], c.higher_is_better) >= c.min_margin for better, worse, c in sides)
+    held_seeds = sum(all(lead(better[s], worse[s], c.higher_is_better) > c.min_margin for better, worse, c in sides)
                      for s in seeds)
-    failing = [(-x, n) for x, n in zip(leads, noises) if x < 0]
+    failing = [(-x, n) for x, n in zip(leads, noises) if x <= 0]  # a tie is no lead
     if not failing:
         verdict = HELD
     elif all(miss <= noise for miss, noise in failing):  # NaN noise (one seed) is never within
@@ -286,7 +287,8 @@ def detail(r) -> str:
     noise = "-" if pd.isna(r.noise) else f"{r.noise:.2f}"
     if r.verdict == HELD:
         return f"margin {r.margin:+.2f} (closest: {r.decisive}; noise {noise})"
-    return f"short by {r.shortfall:.2f} (furthest behind: {r.decisive}; noise {noise})"
+    short = "a target never reached" if math.isinf(r.shortfall) else f"{r.shortfall:.2f}"
+    return f"short by {short} (furthest behind: {r.decisive}; noise {noise})"
 
 
 def scale_line(scale: str, data: str) -> str:
@@ -297,7 +299,7 @@ def scale_line(scale: str, data: str) -> str:
 
 def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
     lines = [f"# {title}", "", scale_line(scale, data), "", "Verdicts on our runs, per group (a column, or a trend):",
-             "", "- held: every comparison holds on the means over seeds (margin: the smallest lead);",
+             "", "- held: every comparison holds on the means over seeds, strictly (margin: the smallest lead);",
              f"- {NOISE_TEST};", "- not held: a comparison misses by more (short by: the largest miss);",
              "- not yet measured: a cell has no completed run (the missing cells are named).", "",
              "Seeds held: the seeds on which every comparison of the group holds.", ""]

@@ -76,6 +76,16 @@ def test_a_claimed_margin_must_be_cleared():
     assert result.seeds_held[0] == "1/2"  # seed 1 clears it (0.6), seed 0 does not (0.2)
 
 
+def test_a_tie_is_no_lead():
+    """Two identical runs (a method equal to FedAvg) do not make a claim of beating it hold."""
+    table = grid_table()
+    values = run_values(table, seeds_frame({("Ours", "clear"): [50.0, 52.0], ("Rival", "clear"): [50.0, 52.0],
+                                            ("Ours", "close"): [50.0], ("Rival", "close"): [50.0]}))
+    result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear", "close"))], values)
+    assert result.verdict.tolist() == [WITHIN_NOISE, NOT_HELD]  # a spread to be within; one seed has none
+    assert result.seeds_held.tolist() == ["0/2", "0/1"]
+
+
 def test_a_single_seed_has_no_spread_so_a_miss_is_never_within_noise():
     table = grid_table()
     runs = seeds_frame({("Ours", "close"): [60.0], ("Rival", "close"): [60.1]})
