@@ -187,7 +187,7 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
     sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
     held_seeds = sum(all(lead(better[s], worse[s], c.higher_is_better) > c.min_margin for better, worse, c in sides)
                      for s in seeds)
-    failing = [(-x, n) for x, n in zip(leads, noises) if x <= 0]  # a tie is no lead
+    failing = [(0.0 - x, n) for x, n in zip(leads, noises) if x <= 0]  # a tie is no lead (0.0 - 0.0 is +0.0)
     if not failing:
         verdict = HELD
     elif all(miss <= noise for miss, noise in failing):  # NaN noise (one seed) is never within
