@@ -85,6 +85,13 @@ rule search:
         build_search(get_search(wildcards.paper, wildcards.search), SCALE, "results/runs", output[0], RUNTIME)
 
 
+def build_and_log(log, build, *args, out_dir, **kwargs):
+    """`build` (the claims summary, the shared-runs page), then what it wrote into the job's log."""
+    build(*args, out_dir=out_dir, **kwargs)
+    written = ", ".join(sorted(p.name for p in Path(out_dir).iterdir()))
+    Path(log).write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {build.__name__} at scale={SCALE} -> {out_dir}: {written}\n")
+
+
 rule claims:
     """Every claim of a paper on its built tables' runs: claims.md, claims.csv, claims.html."""
     input:
@@ -101,9 +108,11 @@ rule claims:
         ),
     wildcard_constraints:
         paper="[^/]+",
+    log:
+        LOGS + "/claims/{paper}.log",
     localrule: True
     run:
-        build_paper_claims(wildcards.paper, SCALE, RUNS_DIR, output[0], RUNTIME)
+        build_and_log(log[0], build_paper_claims, wildcards.paper, SCALE, RUNS_DIR, out_dir=output[0], runtime=RUNTIME)
 
 
 def finished_runs(tables):
@@ -127,6 +136,8 @@ rule shared_runs:
             labels=lambda w: {"shows": {"shared.html": "one experiment, several papers (shared.html)",
                                         "shared.csv": "as CSV (shared.csv)"}.get(w.file, w.file)},
         ),
+    log:
+        LOGS + "/shared_runs.log",
     localrule: True
     run:
-        write_shared_runs(SCALE, RUNS_DIR, output[0], RUNTIME)
+        build_and_log(log[0], write_shared_runs, SCALE, RUNS_DIR, out_dir=output[0], runtime=RUNTIME)
