@@ -49,7 +49,7 @@ if SCALE != "paper":
     # Under a reduced scale a paper-scale name is an alias of that scale's output, so the
     # commands of the README keep working: `--config scale=smoke -- papers/fedssd/table2`.
     for _paper in paper_names():
-        for _name in [*paper_tables(_paper), *paper_figures(_paper), *paper_searches(_paper)]:
+        for _name in [*paper_tables(_paper), *paper_figures(_paper), *paper_searches(_paper), "claims"]:
 
             rule:
                 name:

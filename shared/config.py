@@ -111,6 +111,8 @@ class PartitionConfig:
     # kind=domains: every domain keeps only its first share x (the smallest domain's training
     # size) samples, FedBN's equal-size domains (its fed_office.py: 0.5); None keeps them all
     domain_share: Annotated[float, Range(0, 1, low_open=True)] | None = None
+    # kind=writers: a seeded choice of this many writers (a paper's "about 2,000"); None: every writer
+    writers: Count | None = None
 
 
 @dataclass

@@ -37,6 +37,19 @@ class Reported:
     std: float | None = None
 
 
+@dataclass(frozen=True)
+class Inconsistency:
+    """A printed number the paper contradicts elsewhere (its own marks, averages, text or other
+    tables). The table keeps the printed number; the comparison marks the cell with `note`;
+    `implied` is what the other evidence gives, where it gives a number (claims are checked on
+    the paper's numbers with it)."""
+
+    row: str
+    column: str
+    note: str
+    implied: float | None = None
+
+
 @dataclass
 class Row:
     """A method with the hyperparameters the paper states for it (per column where they vary)."""
@@ -130,6 +143,7 @@ class Table:
     curves: bool = False  # the paper shows learning curves for this table's settings
     methods_as_columns: bool = False  # table.tex transposed, as FedGKD prints its tables
     notes: str = ""  # what differs from the paper's protocol, printed under the table
+    inconsistencies: list[Inconsistency] = field(default_factory=list)  # printed cells the paper contradicts
 
     def metric_for(self, column: Column) -> Metric:
         return column.metric or self.metric
@@ -141,6 +155,10 @@ class Table:
                 raise ValueError(f"{self.paper}/{self.name}: reported numbers for unknown row {row!r}")
             if len(values) != len(labels):
                 raise ValueError(f"{self.paper}/{self.name}: row {row!r} reports {len(values)} numbers for {len(labels)} columns")
+        for mark in self.inconsistencies:
+            if mark.row not in self.reported or mark.column not in labels:
+                raise ValueError(f"{self.paper}/{self.name}: an inconsistency names a cell the paper does not "
+                                 f"report: {mark.row!r} at {mark.column!r}")
         for row in self.rows:
             unknown = set(row.per_column) - set(labels)
             if unknown:

@@ -197,8 +197,13 @@ def dirichlet_balanced(labels: np.ndarray, num_classes: int, cfg: PartitionConfi
 
 def writers(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) -> list[np.ndarray]:
     """NIID-Bench's "real" FEMNIST partition: permute the writers, split them into `clients`
-    groups of (nearly) equal count, and give each client every sample of its writers."""
+    groups of (nearly) equal count, and give each client every sample of its writers. With
+    `writers`, only a seeded choice of that many writers takes part (a paper's "about 2,000")."""
     ids = np.unique(groups)
+    if cfg.writers is not None:
+        if cfg.writers > len(ids):
+            raise ConfigError(f"partition.writers={cfg.writers} exceeds the {len(ids)} writers of the training data")
+        ids = np.sort(rng.choice(ids, cfg.writers, replace=False))
     if cfg.clients > len(ids):
         raise ConfigError(f"partition.clients={cfg.clients} exceeds the {len(ids)} writers of the training data")
     return [np.flatnonzero(np.isin(groups, chunk)) for chunk in np.array_split(rng.permutation(ids), cfg.clients)]

@@ -4,6 +4,7 @@ process, and an estimate of GPU-hours, with a total.
     python -m shared.plan fedssd table2 [--scale paper]
     python -m shared.plan fedssd            # every table, figure and search of the paper
     python -m shared.plan fedssd --device cpu   # hours on this machine's CPU, from CPU measurements
+    python -m shared.plan --shared [--out DIR]  # runs that tables of several papers need, their numbers beside ours
 
 The estimate is samples processed / throughput (a forward pass for testing counts a third of a
 training sample), per model. The throughput is measured where this machine has measurements,
@@ -19,13 +20,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import html
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
+
 from shared.catalog import DATASETS, DatasetInfo
-from shared.config import ConfigError, RunConfig
-from shared.experiments import Cell, expand, paper_searches, paper_tables
+from shared.claims import data_label
+from shared.config import ConfigError, RunConfig, run_id
+from shared.experiments import Cell, all_tables, expand, paper_searches, paper_tables
+from shared.metrics import cell_value
 
 THROUGHPUT = {"fedavg_cnn": 20_000, "resnet8": 12_000, "resnet50": 1_500, "resnet50_gn": 1_200,
               "alexnet_bn": 3_000, "distilbert": 400}  # training samples per second (assumed)
@@ -136,17 +143,112 @@ def measured_throughput(device: str = "cuda", runs_dir: str | Path = "results/ru
     return found
 
 
+# --- one experiment, several papers ---------------------------------------------------------
+
+def experiment_id(cell: Cell) -> str:
+    """The run id of a cell's config at seed 0: the same experiment whatever the seed."""
+    return run_id(replace(cell.config, seed=0))
+
+
+def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
+    """Our mean ± std over the finished seeds, for the metrics a run gives alone (a count of rounds
+    to another row's accuracy needs that row: '-')."""
+    values = []
+    for cell in cells:
+        path = runs_dir / cell.run_id / "metrics.json"
+        if metric.kind != "rounds_to_row" and path.exists():
+            metrics = json.loads(path.read_text())
+            if metrics.get("status") == "completed":
+                values.append(cell_value(metric, metrics, None))
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    std = float(pd.Series(values).std(ddof=0))
+    return f"{sum(values) / len(values):.2f} ± {std:.2f} ({len(values)} seeds)"
+
+
+def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", runtime: dict | None = None) -> pd.DataFrame:
+    """Every experiment (one resolved config, any seed) that tables of more than one paper need:
+    one row per table cell using it, with the paper's number and ours."""
+    uses: dict[str, list] = {}
+    for table in all_tables():
+        for cell in expand(table, scale, runtime):
+            uses.setdefault(experiment_id(cell), []).append((table, cell))
+    records = []
+    for experiment, used in uses.items():
+        if len({table.paper for table, _ in used}) < 2:
+            continue
+        by_cell: dict[tuple, list[Cell]] = {}
+        for table, cell in used:
+            by_cell.setdefault((table.paper, table.name, cell.row.label, cell.column.label), []).append(cell)
+        for (paper, name, row, column), cells in by_cell.items():
+            table = next(t for t, _ in used if (t.paper, t.name) == (paper, name))
+            col = next(c for c in table.columns if c.label == column)
+            reported = table.reported.get(row, [None] * len(table.columns))[table.columns.index(col)]
+            metric = table.metric_for(col)
+            note = next((i.note for i in table.inconsistencies if (i.row, i.column) == (row, column)), "")
+            records.append(dict(
+                experiment=experiment, method=cells[0].config.method["name"], dataset=data_label(table, cells),
+                paper=paper, table=name, row=row, column=column, metric=metric.label,
+                paper_number="-" if reported is None or reported.mean is None else
+                f"{reported.mean:g}" + ("" if reported.std is None else f" ± {reported.std:g}") + (" §" if note else ""),
+                paper_note=note, ours=ours(cells, metric, Path(runs_dir)), runs=";".join(c.run_id for c in cells), scale=scale))
+    columns = ["experiment", "method", "dataset", "paper", "table", "row", "column", "metric", "paper_number", "paper_note",
+               "ours", "runs", "scale"]
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
+def shared_markdown(df: pd.DataFrame, scale: str) -> str:
+    lines = [f"# One experiment, several papers (scale: {scale})", "",
+             "Each experiment is one resolved config (its runs are shared: trained once); every table cell "
+             "that uses it, with the paper's printed number and ours (mean ± std over our finished seeds).", ""]
+    for experiment, rows in df.groupby("experiment", sort=False):
+        first = rows.iloc[0]
+        lines += [f"## {first.method} on {first.dataset} (experiment {experiment})", "",
+                  "| paper | table | row | column | metric | paper's number | ours |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.paper} | {r.table} | {r.row} | {r.column} | {r.metric} | {r.paper_number} | {r.ours} |"
+                  for r in rows.itertuples()]
+        lines += [f"- § {r.paper} {r.table}, {r.row} at {r.column}: {r.paper_note}" for r in rows.itertuples()
+                  if r.paper_note]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_shared_runs(scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
+    """shared.md, shared.csv and shared.html (for the report)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df = shared_runs(scale, runs_dir, runtime)
+    text = shared_markdown(df, scale)
+    (out / "shared.md").write_text(text)
+    df.to_csv(out / "shared.csv", index=False)
+    table = df.drop(columns=["runs"]).to_html(index=False, border=0, escape=True)
+    (out / "shared.html").write_text(f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
+                                     f"One experiment, several papers</title></head><body><h2>One experiment, several "
+                                     f"papers (scale: {html.escape(scale)})</h2>{table}</body></html>\n")
+
+
 def main(argv=None) -> None:
     from shared.figures import paper_figures
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paper")
+    parser.add_argument("paper", nargs="?")
     parser.add_argument("target", nargs="?", help="tableN, figN or search_* (default: all of the paper's)")
     parser.add_argument("--scale", default="paper")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="the measurements to calibrate from (default cuda: GPU-hours)")
     parser.add_argument("--assumed", action="store_true", help="ignore measurements; use the assumed throughputs")
+    parser.add_argument("--shared", action="store_true",
+                        help="list the runs that tables of several papers need, the papers' numbers beside ours")
+    parser.add_argument("--out", help="with --shared: also write shared.md/.csv/.html into this folder")
     args = parser.parse_args(argv)
+    if args.shared:
+        print(shared_markdown(shared_runs(args.scale), args.scale))
+        if args.out:
+            write_shared_runs(args.scale, "results/runs", args.out)
+        return
+    if not args.paper:
+        parser.error("name a paper, or --shared")
     figures = paper_figures(args.paper)
     targets = {**{n: (lambda t=t: expand(t, args.scale)) for n, t in paper_tables(args.paper).items()},
                **{n: (lambda f=f: f.cells(args.scale)) for n, f in figures.items()},

@@ -1,5 +1,6 @@
 """Finished runs -> a paper's table: table.csv, table.tex, comparison.csv/.md/.html/.png,
-provenance.yaml and, where the paper shows them, learning curves (curves.pdf/.png).
+claims.csv/.md/.html (shared/claims.py), provenance.yaml and, where the paper shows them,
+learning curves (curves.pdf/.png).
 
 Reporting only: what a cell reports comes from shared/metrics.py and the provenance header
 from shared/provenance.py; nothing here imports the training loop."""
@@ -16,7 +17,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from shared.experiments import Cell, Search, Table, expand, load_metrics, scale_seeds
+from shared.claims import data_label, verdicts, write_claims
+from shared.experiments import Cell, Search, Table, expand, load_metrics, paper_tables, scale_seeds
 from shared.figures import announce, draw, pyplot, same_runs
 from shared.metrics import cell_value
 from shared.provenance import commits_of, provenance_header
@@ -392,6 +394,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
     ties): each one's rank in ours and in the paper's (1 = best), and Kendall's tau-b between
     the two orders (`kendall_tau`, `rank_pairs` methods; NaN below two)."""
     rows = []
+    notes = {(i.row, i.column): i.note for i in table.inconsistencies}
     for row in table.rows:
         reported = table.reported.get(row.label, [None] * len(table.columns))
         for column, paper in zip(table.columns, reported):
@@ -403,7 +406,8 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
             rows.append(dict(row=row.label, column=column.label, ours_mean=s["mean"], ours_std=s["std"], n=s.n,
                              paper_mean=paper_mean, paper_std=paper_std, diff=diff,
                              within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
-                             failed=s.failed, suspect=s.get("suspect", 0), status=s.status))
+                             failed=s.failed, suspect=s.get("suspect", 0), status=s.status,
+                             paper_note=notes.get((row.label, column.label), "")))
     comp = pd.DataFrame.from_records(rows)
     comp["rank_ours"] = comp["rank_paper"] = comp["kendall_tau"] = math.nan
     comp["rank_pairs"] = 0
@@ -434,6 +438,15 @@ def tau_text(tau: float, pairs: int) -> str:
     return "-" if math.isnan(tau) else f"{tau:+.2f} ({pairs} methods)"
 
 
+# The mark on a paper's printed number that the paper contradicts elsewhere (the note says how)
+INCONSISTENT = " §"
+
+
+def inconsistency_notes(table: Table) -> list[tuple[str, str, str]]:
+    """(row, column, note) of each printed cell the paper contradicts, for under the comparison."""
+    return [(i.row, i.column, f"the paper's printed number; {i.note}") for i in table.inconsistencies]
+
+
 def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
     """`warning`: settings that are the same runs at this scale (shared.figures.same_runs_warning)."""
     metrics = sorted({table.metric_for(c).label for c in table.columns})
@@ -452,7 +465,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             ours += f" ({c.failed} failed)" if c.failed and c.status != NOT_IMPLEMENTED else ""
             ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
             paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
-                        2 if not math.isnan(c.paper_std) else 1, places)
+                        2 if not math.isnan(c.paper_std) else 1, places) + (INCONSISTENT if c.paper_note else "")
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
             diff = "" if math.isnan(c["diff"]) else f" ({c['diff']:+.{places}f})"
             cells.append(f"{ours} / {paper}{diff}{flag}")
@@ -466,6 +479,9 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
               "methods with both numbers."]
     if warning:
         lines += ["", f"**{warning}**"]
+    if table.inconsistencies:
+        lines += ["", *(f"- {INCONSISTENT.strip()} {row} at {column}: {note}"
+                        for row, column, note in inconsistency_notes(table))]
     if table.notes:
         lines += ["", f"Notes: {table.notes}"]
     return "\n".join(lines) + "\n"
@@ -497,7 +513,7 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
                 ours += f" ({c.failed} failed)" if c.failed else ""
                 ours += f" ({c.suspect} suspect)" if c.suspect else ""
             paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
-                        2 if not math.isnan(c.paper_std) else 1, places)
+                        2 if not math.isnan(c.paper_std) else 1, places) + (INCONSISTENT if c.paper_note else "")
             diff = "" if math.isnan(c["diff"]) else f"{c['diff']:+.{places}f}"
             flag = {True: f'<span style="color:{GREEN};font-weight:bold" title="within two standard deviations">✓</span>',
                     False: f'<span style="color:{RED};font-weight:bold" title="outside two standard deviations">✗</span>'
@@ -521,6 +537,8 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
               "between ours and the paper's in that column (tau-b, -1 to +1).</p>")
     if warning:
         legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'
+    legend += "".join(f'<p style="font-size:12px;color:#57606a">{INCONSISTENT.strip()} {e(row)} at {e(column)}: '
+                      f"{e(note)}</p>" for row, column, note in inconsistency_notes(table))
     if table.notes:
         legend += f'<p style="font-size:12px;color:#57606a">Notes: {e(table.notes)}</p>'
     return "\n".join([
@@ -634,6 +652,8 @@ def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | P
     comp.insert(0, "scale", scale)
     comp.to_csv(out / "comparison.csv", index=False)
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale, merged), sort_keys=False))
+    write_claims(verdicts(table, runs), f"{table.paper} {table.name}: the paper's claims on our runs", scale,
+                 data_label(table, cells), out)
     if table.curves and cells:
         draw("curves", cells, runs_dir, out / "curves", f"{table.paper} {table.name} learning curves (scale: {scale})")
 
@@ -660,3 +680,20 @@ def build_search(search: Search, scale: str, runs_dir: str | Path, out_dir: str 
         {"search": f"{search.paper}/{search.name}", "method": search.row, "grid": search.grid, "best": best},
         sort_keys=False, allow_unicode=True))
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(grid, runs, scale), sort_keys=False))
+
+
+def build_paper_claims(paper: str, scale: str, runs_dir: str | Path, out_dir: str | Path,
+                       runtime: dict | None = None) -> None:
+    """claims.md / .csv / .html: every claim of `paper` on the runs finished so far (a claim
+    whose cells have no finished run yet is not yet measured)."""
+    runs_dir, out = Path(runs_dir), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    frames, datasets = [], []
+    for table in paper_tables(paper).values():
+        expanded = expand(table, scale, runtime)
+        finished = [c for c in expanded if (runs_dir / c.run_id / "metrics.json").exists()]
+        frames.append(verdicts(table, collect(table, finished, runs_dir) if finished else pd.DataFrame(
+            columns=["row", "column", "seed", "status", "value"])))
+        datasets += data_label(table, expanded).split(", ")
+    write_claims(pd.concat(frames, ignore_index=True), f"{paper}: the paper's claims on our runs", scale,
+                 ", ".join(sorted(set(datasets))), out)

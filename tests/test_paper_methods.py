@@ -85,6 +85,26 @@ def test_fedssd_loss_by_hand(tiny_cfg):
     assert loss.item() == pytest.approx(CE + (m[0] * 2 - m[0] * 1) ** 2)
 
 
+def test_fedssd_mask_weight_m_weights_the_squared_difference_by_m_not_m_squared(tiny_cfg):
+    method = make("fedssd", m_max=0.5, loss="mse", mask_weight="m")
+    method.params.loss = "ssd"
+    method.teacher = linear_net([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]]).eval()  # z_g = [2, 0, 0], z = [1, 0, 0]
+    method.m_class = torch.tensor([0.8, 0.5, 0.0], dtype=torch.float64)
+    m_sample = 1 - math.sqrt(1 - softmax([2, 0, 0])[0])
+    m0 = 0.5 * max(0.0, 0.8 * m_sample - 0.1)
+    assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + m0 * (2 - 1) ** 2)
+
+
+def test_fedssd_mask_weight_stays_out_of_the_run_id_while_unset():
+    from shared.config import identity, run_id
+    from shared.config_loading import load_config
+
+    paper = load_config(None, ["method=fedssd", "aux.per_class=64"])
+    assert "mask_weight" not in str(identity(paper))
+    assert run_id(paper) == "5251700813d2c418"  # tests/test_config.py's known id
+    assert run_id(load_config(None, ["method=fedssd", "aux.per_class=64", "method.mask_weight=m"])) != run_id(paper)
+
+
 def test_fedssd_class_reduction_mean_divides_by_k():
     method = make("fedssd", m_max=0.1, loss="mse", class_reduction="mean")
     method.teacher = linear_net([[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]]).eval()  # z_g = [2, 0, 0], z = [1, 0, 0]
@@ -258,3 +278,26 @@ def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):
     rates = [r["mask_filter_rate"] for r in rows]
     assert len(rates) == 4 and all(0 < r < 1 for r in rates)
     assert rates[-1] < rates[0]  # the mask filters less as the teacher improves (Fig. 5)
+
+
+def test_the_readings_benchmark_trains_fedavg_and_both_fedssd_readings(tmp_path, monkeypatch):
+    """benchmarks/fedssd_readings.py on a generated image folder (70 images a class: FedSSD's
+    server takes 64 of each), one round of one epoch: a curve per reading, written as JSON."""
+    import numpy as np
+    from PIL import Image
+
+    from benchmarks import fedssd_readings
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 70), ("test", 5)):
+        for c in range(10):
+            (tmp_path / "imgs" / split / f"c{c}").mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+                    tmp_path / "imgs" / split / f"c{c}" / f"{i}.png")
+    monkeypatch.setenv("FEDREPRO_DATA", str(tmp_path / "root"))
+    out = tmp_path / "bench" / "readings.json"
+    fedssd_readings.main([str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--out", str(out)])
+    curves = json.loads(out.read_text())["curves"]
+    assert list(curves) == ["FedAvg", "FedSSD, M^2 (the paper's text)", "FedSSD, M (mask_weight=m)"]
+    assert all(len(c["global_acc"]) == 1 for c in curves.values())

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
+
 from shared.papers import paper_methods, paper_names
 from tests.test_workflow import project, snakemake  # noqa: F401  (the fixture: a copy of the project)
 
@@ -30,12 +32,15 @@ NEW_PAPER = {
                 return self.params.scale * F.cross_entropy(model(x), y)
     ''',
     "tables.py": '''
+        from shared.claims import Best
         from shared.experiments import MOON_CIFAR10, Column, Reported, Row, Table
 
         TABLES = [Table(
             paper="newpaper", name="table1", caption="FedHalf against FedAvg", base=MOON_CIFAR10,
             rows=[Row("FedAvg", {"name": "fedavg"}), Row("FedHalf", {"name": "fedhalf"})],
-            columns=[Column("δ=0.5", {})], reported={"FedHalf": [Reported(70.0)]}, seeds=(0, 1))]
+            columns=[Column("δ=0.5", {})], reported={"FedHalf": [Reported(70.0)], "FedAvg": [Reported(69.0)]},
+            seeds=(0, 1))]
+        CLAIMS = [Best("table1", "FedHalf beats FedAvg.", "its abstract", rows=("FedHalf",))]
     ''',
 }
 
@@ -59,7 +64,65 @@ def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa
             dry = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
             assert dry.returncode == 0, dry.stderr + dry.stdout
             assert "run 4" in " ".join(dry.stdout.split()), dry.stdout  # 2 methods x 1 setting x 2 seeds
+        assert "claims 1" in " ".join(dry.stdout.split()), dry.stdout  # the paper's target sums up its claims
     finally:
         for path in sorted(folder.rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()
         folder.rmdir()
+
+
+# Cells where a paper's own marks, averages, text or other tables contradict its printed number
+# (issue 24): each is marked in the comparison, and the table keeps what the paper printed.
+KNOWN_INCONSISTENCIES = {
+    ("fedcsd", "table1"): {("MOON", "CIFAR-100 β=0.5"): 98.49, ("MOON", "CIFAR-100 β=0.01"): 59.78,
+                           ("FedProto", "FEMNIST β=0.05"): 71.16, ("FedCSD", "CIFAR-100 β=5"): 71.53},
+    ("fedcsd", "table2"): {("MOON", "A"): 53.10},
+    ("fedcad", "table1"): {("FedCAD", "CIFAR10 T(65%)"): 22},
+    ("fedcad", "table4"): {("FedAvg", "E=10"): 70.81, ("FedLSD", "E=10"): 72.05},
+    ("fedssd", "table3"): {("SSD", "α=0.01"): 73.47},
+    ("fedgkd", "table3"): {("FedGKD-VOTE", "CIFAR-10 α=0.1"): 72.99, ("FedGKD-VOTE", "CIFAR-10 α=0.5"): 77.44},
+    ("fedgkd", "table8"): {("M=5", "α=0.1"): 72.41, ("M=5", "α=0.5"): 77.44},
+}
+
+
+def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
+    from shared.experiments import get_table
+    from shared.tables import comparison, comparison_html, comparison_markdown, summarize_cells
+
+    for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
+        table = get_table(paper, name)
+        marked = {(i.row, i.column) for i in table.inconsistencies}
+        assert marked == set(cells), (paper, name)
+        labels = [c.label for c in table.columns]
+        for (row, column), printed in cells.items():
+            assert table.reported[row][labels.index(column)].mean == printed, (paper, name, row, column)
+        comp = comparison(table, summarize_cells(table, pd.DataFrame(
+            columns=["row", "column", "seed", "run_id", "status", "value"])), "paper")
+        assert set(comp[comp.paper_note != ""].set_index(["row", "column"]).index) == set(cells)
+        text = comparison_markdown(table, comp, "paper")
+        assert text.count("§") == 2 * len(cells)  # on the number and before its note
+        assert comparison_html(table, comp, "paper").count("§") == 2 * len(cells)
+    moon = get_table("fedcsd", "table1").inconsistencies[0]
+    assert (moon.row, moon.column, moon.implied) == ("MOON", "CIFAR-100 β=0.5", 67.10)  # printed 98.49, marked
+
+
+def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the_default():
+    import numpy as np
+
+    from shared.config import ConfigError, PartitionConfig
+    from shared.partition import writers
+
+    groups = np.repeat(np.arange(50), 3)  # 50 writers, 3 samples each
+    chosen = [writers(groups, PartitionConfig(kind="writers", clients=5, writers=20), np.random.default_rng(s))
+              for s in (0, 0, 1)]
+    used = [set(groups[np.concatenate(parts)]) for parts in chosen]
+    assert len(used[0]) == 20 and used[0] == used[1] and used[0] != used[2]
+    assert all(len(part) == 4 * 3 for part in chosen[0])  # 4 writers per client, all their samples
+    everyone = writers(groups, PartitionConfig(kind="writers", clients=5), np.random.default_rng(0))
+    assert sorted(np.concatenate(everyone)) == list(range(150))
+    try:
+        writers(groups, PartitionConfig(kind="writers", clients=5, writers=51), np.random.default_rng(0))
+    except ConfigError as exc:
+        assert str(exc) == "partition.writers=51 exceeds the 50 writers of the training data"
+    else:
+        raise AssertionError("more writers than the data holds must be refused")

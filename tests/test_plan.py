@@ -60,3 +60,23 @@ def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monke
     measured = plan.measured_throughput("cuda")
     assert measured["resnet8"]["samples_per_s"] == 90_000.0 and "speed benchmark" in measured["resnet8"]["source"]
     assert plan.measured_throughput("cpu") == {}
+
+
+def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, tmp_path):
+    """FedAvg on CIFAR-10 under Dir(0.5): one experiment for FedCAD's and FedSSD's tables."""
+    fedavg = next(c for c in expand(get_table("fedssd", "table2"), "smoke")
+                  if c.row.label == "FedAvg" and c.column.label == "δ=0.5" and c.seed == 0)
+    (tmp_path / fedavg.run_id).mkdir()
+    (tmp_path / fedavg.run_id / "metrics.json").write_text(json.dumps(
+        {"status": "completed", "final_acc": 42.5, "eval_rounds": [1, 2, 3], "global_acc": [20.0, 30.0, 42.5]}))
+    df = plan.shared_runs("smoke", tmp_path)
+    rows = df[df.experiment == plan.experiment_id(fedavg)].set_index(["paper", "table", "column"])
+    assert rows.loc[("fedssd", "table2", "δ=0.5"), "paper_number"] == "70.49 ± 0.23"
+    assert rows.loc[("fedcad", "table2", "δ=0.5"), "paper_number"] == "71.29"
+    assert rows.loc[("fedcad", "table4", "E=10"), "paper_number"] == "70.81 §"  # contradicted by Tables 1 and 2
+    assert rows.loc[("fedssd", "table2", "δ=0.5"), "ours"] == "42.50 ± 0.00 (1 seeds)"
+    assert df.groupby("experiment").paper.nunique().min() >= 2  # only experiments of several papers
+    plan.write_shared_runs("smoke", tmp_path, tmp_path / "out")
+    assert "One experiment, several papers (scale: smoke)" in (tmp_path / "out" / "shared.html").read_text()
+    plan.main(["--shared", "--scale", "smoke"])
+    assert "## fedavg on synthetic (stand-in for cifar10)" in capsys.readouterr().out

@@ -10,6 +10,11 @@ A[k1, k2] = P(predict k2 | true class k1), and
 
 and each client minimises  CE(z, y) + mean_batch || M(x) * z_g(x) - M(x) * z(x) ||^2.
 
+As written, M sits inside the square: the squared difference is weighted by M^2 <= M_max^2
+(at most 1e-4 at M_max = 0.01), which leaves FedSSD within noise of FedAvg on real CIFAR-10
+(benchmarks/README.md). `mask_weight=m` is a reading that is NOT the paper's text: it weights
+the squared difference by M, sum_k M[k] (z_g[k] - z[k])^2. Unset (the default) is the paper's.
+
 Table III's variants replace the selective term by a constant-weight one (`loss=kl`:
 alpha * KL(p_g || p); `loss=mse`: alpha * ||z_g - z||^2), with alpha = `m_max`.
 No official code exists; the ambiguities are listed in papers/fedssd/README.md.
@@ -59,6 +64,9 @@ class FedSSD(GlobalTeacher):
         # ||.||^2 sums the squared logit differences over classes (the paper's norm); "mean"
         # divides by K, as torch's MSELoss would (a K-times smaller distillation weight)
         class_reduction: Literal["sum", "mean"] = "sum"
+        # None: the paper's ||M z_g - M z||^2 (weight M^2); "m": M (z_g - z)^2, not the paper's
+        # text. None rather than a named default keeps the key out of run ids while unset.
+        mask_weight: Literal["m"] | None = None
 
     @classmethod
     def check_config(cls, params, cfg):
@@ -82,4 +90,6 @@ class FedSSD(GlobalTeacher):
         if p.loss == "mse":
             return F.cross_entropy(z, y) + p.m_max * reduce((z_g - z) ** 2).mean()
         mask = selective_mask(self.m_class, sample_credibility(z_g, y), p.m_max, p.threshold)
+        if p.mask_weight == "m":
+            return F.cross_entropy(z, y) + reduce(mask * (z_g - z) ** 2).mean()
         return F.cross_entropy(z, y) + reduce((mask * z_g - mask * z) ** 2).mean()

@@ -77,8 +77,8 @@ def table_inputs(wildcards):
 
 
 def paper_targets(paper):
-    """Every table and figure a paper module defines, where they land at this scale."""
-    return [target_path(paper, name) for name in [*paper_tables(paper), *paper_figures(paper)]]
+    """Every table and figure a paper module defines, and its claims, where they land at this scale."""
+    return [target_path(paper, name) for name in [*paper_tables(paper), *paper_figures(paper), "claims"]]
 
 
 def search_targets(paper):
