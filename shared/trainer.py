@@ -34,6 +34,7 @@ from shared.partition import save_count_matrix
 from shared.provenance import environment
 from shared.run_directory import RunDirectory, write_json
 from shared.seeding import GLOBAL_RNG, derive_seed
+from shared.tensorboard_log import tensorboard_log
 
 
 def resolve_device(name: str) -> torch.device:
@@ -120,6 +121,7 @@ def run(cfg: RunConfig, out_dir: str | Path) -> dict:
 def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
     setup = set_up(cfg, out)
     history, elapsed = resume(setup, out)
+    live = tensorboard_log(cfg, out.path)
     status = "completed"
     for round in range(len(history), cfg.federation.rounds):
         started = time.perf_counter()
@@ -141,9 +143,11 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
         out.save_round(history, {"global": setup.global_model.state_dict(), "method": setup.method.state_dict(),
                                  "elapsed": elapsed})
         report_progress(cfg, out, record)
+        live.write(record)
         if not math.isfinite(record.get("global_loss", 0.0)):
             status = f"diverged: global model loss is {record['global_loss']} after round {round + 1}"
             break
+    live.close()
     summary = summarize(history, cfg, judge(status, history, setup.federation.num_classes), elapsed, {
         "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),

@@ -1,14 +1,13 @@
-from shared.figures import build_figure, get_figure
-from shared.tables import build_search, build_table
+# The builders (`build` in common.smk) log what they did and rebuild the run index results/index.csv.
 
 
 rule table:
     """A paper's table: table.csv, table.tex, comparison.csv/.md, provenance.yaml (+ curves)."""
     input:
-        table_inputs,
+        target_inputs("table"),
     output:
         report(
-            directory(OUT + "/{paper}/{table}"),
+            directory(f"{OUT}/{{paper}}/{{table}}"),
             # the comparison opens in the report (HTML), the rest is labelled for download
             patterns=[r"{file,comparison\.html|comparison\.png|curves\.png|table\.csv|table\.tex|provenance\.yaml}"],
             caption="../report/table.rst",
@@ -26,27 +25,19 @@ rule table:
         paper="[^/]+",
         table="table[0-9A-Za-z]+",
     log:
-        LOGS + "/tables/{paper}-{table}.log",
+        f"{LOGS}/tables/{{paper}}-{{table}}.log",
     localrule: True
     run:
-        build_table(get_table(wildcards.paper, wildcards.table), SCALE, "results/runs", output[0], RUNTIME)
-
-
-def figure_inputs(wildcards):
-    try:
-        figure = get_figure(wildcards.paper, wildcards.figure)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-    return [f"results/runs/{c.run_id}/metrics.json" for c in figure.cells(SCALE, RUNTIME)]
+        build("table", wildcards.paper, wildcards.table, output[0], log[0])
 
 
 rule figure:
     """A paper's figure drawn from one of its tables' runs: figure.pdf, figure.png, provenance.yaml."""
     input:
-        figure_inputs,
+        target_inputs("figure"),
     output:
         report(
-            directory(OUT + "/{paper}/{figure}"),
+            directory(f"{OUT}/{{paper}}/{{figure}}"),
             patterns=[r"{file,figure\.png|figure\.pdf|figure\.csv|provenance\.yaml}"],
             caption="../report/figure.rst",
             category="{paper}",
@@ -61,23 +52,23 @@ rule figure:
         paper="[^/]+",
         figure="fig[0-9A-Za-z]+",
     log:
-        LOGS + "/figures/{paper}-{figure}.log",
+        f"{LOGS}/figures/{{paper}}-{{figure}}.log",
     localrule: True
     run:
-        build_figure(get_figure(wildcards.paper, wildcards.figure), SCALE, "results/runs", output[0], RUNTIME)
+        build("figure", wildcards.paper, wildcards.figure, output[0], log[0])
 
 
 rule search:
     """A hyperparameter search: search.csv, best.yaml (the best point per setting), provenance.yaml."""
     input:
-        search_inputs,
+        target_inputs("search"),
     output:
-        directory(OUT + "/{paper}/{search}"),
+        directory(f"{OUT}/{{paper}}/{{search}}"),
     wildcard_constraints:
         paper="[^/]+",
         search="search_[0-9A-Za-z_]+",
     log:
-        LOGS + "/searches/{paper}-{search}.log",
+        f"{LOGS}/searches/{{paper}}-{{search}}.log",
     localrule: True
     run:
-        build_search(get_search(wildcards.paper, wildcards.search), SCALE, "results/runs", output[0], RUNTIME)
+        build("search", wildcards.paper, wildcards.search, output[0], log[0])
