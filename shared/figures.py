@@ -361,7 +361,9 @@ def note_coinciding(ax, series: dict[str, pd.DataFrame]) -> None:
     """Say in the panel which curves coincide, so that a hidden one is not taken for missing."""
     groups = coinciding(series)
     if groups:
-        ax.text(0.02, 0.98, "\n".join("same curve: " + " = ".join(g) for g in groups), transform=ax.transAxes,
+        # wrapped to stay inside a 3.4-inch panel (layout would shrink the axes to make room)
+        text = "\n".join(textwrap.fill("same curve: " + " = ".join(g), 40) for g in groups)
+        ax.text(0.02, 0.98, text, transform=ax.transAxes,
                 ha="left", va="top", fontsize=7, color=WARNING_COLOUR,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
 

@@ -274,7 +274,7 @@ def test_curves_that_coincide_are_named_in_their_panel(tmp_path):
     cells = expand(table, "paper")
     write_runs(cells, tmp_path / "runs")
     fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", "Curves")
-    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    notes = [t.get_text().replace("\n", " ") for ax in fig.axes for t in ax.texts]
     assert notes.count("same curve: FedAvg = my variant") == 2  # global and local accuracy
 
 
