@@ -113,7 +113,7 @@ def list_targets(log):
             lines.append(f"    papers/{paper}/{name}" + (f" ({count})" if count else ""))
     lines.append("e.g. snakemake --cores 2 --config scale=smoke device=cpu -- papers/fedssd/table2")
     print("\n".join(lines))
-    write_atomically(Path(log), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write (which imports torch)
 
 
 # --- what a table, figure or search job did: its log, and the run index --------------------
