@@ -22,7 +22,7 @@ SCALE = config["scale"]
 RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
            "trainer": {"device": config["device"], "clients_per_step": config.get("clients_per_step", 1),
                        "client_threads": config.get("client_threads", 1),
-                       **({"tensorboard": True} if config.get("tensorboard") else {})}}
+                       **({"tensorboard": True} if str(config.get("tensorboard")).lower() == "true" else {})}}
 RUNTIME_ARGS = " ".join(shlex.quote(f"{key}={value}") for key, value in [
     ("data_root", RUNTIME["data_root"]), *((f"trainer.{k}", v) for k, v in RUNTIME["trainer"].items())])
 
