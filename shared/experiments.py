@@ -162,7 +162,7 @@ SMOKE_WRITERS_PER_CLIENT = 5  # FEMNIST's writers: about 2,000 over 10 clients i
 # Tiny-ImageNet's 200 classes then cost what CIFAR-100's 100 do. The test set is kept at 500
 # because every round tests the global model and each local model on all of it; 500 rather than
 # 100 (CIFAR-10's 10 classes) so that accuracy moves in steps of 0.2% and a method that changes
-# a few predictions (FedSSD's small distillation weight) does not print FedAvg's number.
+# a few predictions (a small distillation weight) does not print FedAvg's number.
 SMOKE_TRAIN_PER_CLASS, SMOKE_TEST_PER_CLASS, SMOKE_MAX_TRAIN, SMOKE_MAX_TEST = 20, 50, 2000, 500
 # About 100 samples per client: batch size 16 gave 14 steps a round, too few for the global model
 # to leave chance in 3 rounds at the papers' learning rates; 8 doubles the steps for about a

@@ -311,7 +311,7 @@ def footnote(table: Table, used: set, scale: str) -> str:
 # with narrower column gaps where it is wider than the text), spans both columns (table*) where it
 # is more than a tenth wider than a column, and turns onto a landscape page (rotating's
 # sidewaystable*, across both columns where there are two) where the text is too narrow to hold
-# it at MIN_SCALE of its size (FedGKD's wide tables in a one-column article); what is still wider
+# it at MIN_SCALE of its size (a table of many methods in a one-column article); what is still wider
 # is scaled down to the line.
 MIN_SCALE = 0.8
 LAYOUT = r"""\ifdefined\fedreprobox\else\newsavebox{\fedreprobox}\fi
