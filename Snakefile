@@ -22,34 +22,23 @@ include: "workflow/rules/runs.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/papers.smk"
 
-# Table, figure and search jobs log what they did and rebuild the run index results/index.csv
-# (`logged` in workflow/rules/common.smk wraps the builders the rules in tables.smk call).
-build_table, build_figure, build_search = logged(build_table), logged(build_figure), logged(build_search)
-
-
 rule all:
     """The default target. A paper's targets cost up to thousands of GPU-hours at paper scale,
     so nothing is built without naming what: this lists every target, where it lands at this
     scale and how many runs it needs (`python -m shared.plan PAPER` estimates GPU-hours)."""
     default_target: True
     localrule: True
+    log:
+        f"{LOGS}/targets.txt",
     run:
-        lines = [f"Nothing is built without a target. Targets at scale={SCALE} (runs), landing in {OUT}/<paper>/<target>/:"]
-        for _p in paper_names():
-            names = [*paper_tables(_p), *paper_figures(_p), *paper_searches(_p)]
-            lines.append(f"  {_p} (every table and figure), {_p}_searches, or one of:")
-            for _n in names:
-                count = len({c.run_id for paper, name, c in CELLS if paper == _p and name == _n})
-                lines.append(f"    papers/{_p}/{_n}" + (f" ({count})" if count else ""))
-        lines.append("e.g. snakemake --cores 2 --config scale=smoke device=cpu -- papers/fedssd/table2")
-        print("\n".join(lines))
+        list_targets(log[0])
 
 
 if SCALE != "paper":
     # Under a reduced scale a paper-scale name is an alias of that scale's output, so the
     # commands of the README keep working: `--config scale=smoke -- papers/fedssd/table2`.
-    for _paper in paper_names():
-        for _name in [*paper_tables(_paper), *paper_figures(_paper), *paper_searches(_paper), "claims"]:
+    for _paper in EXPANSION.papers():
+        for _name in [*EXPANSION.names(_paper), "claims"]:
 
             rule:
                 name:

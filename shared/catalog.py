@@ -105,6 +105,12 @@ def has_writers(cfg: RunConfig) -> bool:
     return dataset_info(d.name).writers or (d.name == "synthetic" and d.synthetic.writers > 0)
 
 
+def num_classes(cfg: RunConfig) -> int | None:
+    """The classes a run tells apart (None: an image folder's, known once it loads)."""
+    d = cfg.dataset
+    return d.synthetic.num_classes if d.name == "synthetic" else dataset_info(d.name).classes
+
+
 def domains(cfg: RunConfig) -> tuple[str, ...]:
     d = cfg.dataset
     return tuple(d.synthetic.domains) if d.name == "synthetic" else dataset_info(d.name).domains

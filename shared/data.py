@@ -356,7 +356,10 @@ def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
 
 def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     """Seeded images whose class is learnable: each class is a smooth random template, and a
-    sample is its template plus pixel noise. Deterministic for a given config.
+    sample is its template plus pixel noise. Deterministic for a given config. A template is a
+    4x4 pattern of dark and bright cells per channel, blown up: classes differ by full contrast
+    over about half their area, so that a few SGD steps separate them (the smoke scale's 3
+    rounds; uniform grey levels left its global models at chance).
 
     `synthetic.domains=[names]` gives every sample (train and test) one of these domains, each
     shifting the brightness of the channels its own way (Office-Caltech-10's feature skew);
@@ -366,7 +369,7 @@ def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     if s.text_length:
         return synthetic_text(name, s)
     g = torch.Generator().manual_seed(12345)
-    coarse = torch.rand(s.num_classes, s.channels, 4, 4, generator=g)
+    coarse = (torch.rand(s.num_classes, s.channels, 4, 4, generator=g) > 0.5).float()
     templates = torch.nn.functional.interpolate(coarse, size=(s.image_size, s.image_size),
                                                 mode="bilinear", align_corners=False)
     shifts = (torch.rand(len(s.domains), s.channels, 1, 1, generator=g) - 0.5) * 0.5 if s.domains else None

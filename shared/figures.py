@@ -148,6 +148,21 @@ def integer_ticks(axis) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
+def round_step(count: int, most: int = 12) -> int:
+    """A tick every 1, 2, 5, 10, 20, 25, 50, 100, ... items, so that at most `most` show."""
+    steps = (step * 10 ** power for power in itertools.count() for step in (1, 2, 2.5, 5))
+    return next(int(step) for step in steps if step == int(step) and count / step <= most)
+
+
+def index_ticks(ax, rows: int, columns: int) -> None:
+    """A heatmap's rows and columns numbered from 0 at round steps (0, 20, 40, ... of 200
+    classes), at the centres of their cells."""
+    for count, set_ticks in ((columns, ax.set_xticks), (rows, ax.set_yticks)):
+        positions = np.arange(0, count, round_step(count))
+        set_ticks(positions + 0.5, [str(p) for p in positions])
+    ax.tick_params(axis="y", labelrotation=0)
+
+
 def mark_every(points: int) -> int:
     """A marker every few points on long curves (100 rounds), on every point on short ones."""
     return max(1, points // 10)
@@ -187,12 +202,28 @@ def setting_title(cell: Cell, table: Table | None = None) -> str:
         classes = DATASETS[name].classes if name in DATASETS else None
     dataset = DATASET_NAMES.get(name, name) + (f" ({classes} classes)" if classes else "")
     part = cfg.partition
-    partition = {"dirichlet": f"Dir({part.beta:g})", "iid": "IID", "classes": f"{part.k} classes per client",
+    partition = {"dirichlet": f"Dir({part.beta:g})", "dirichlet_balanced": f"balanced Dir({part.beta:g})",
+                 "iid": "IID", "classes": f"{part.k} classes per client",
                  "writers": "split by writer", "domains": "one domain per client"}.get(part.kind, part.kind)
     text = f"{dataset}, {partition}, {part.clients} clients"
     if cfg.federation.participation < 1:
         text += f", C={cfg.federation.participation:g}"
     return text
+
+
+def setting_titles(cells: list[Cell], table: Table | None = None) -> dict[str, str]:
+    """Column label -> the title of its panels: `setting_title`, and where two settings read
+    the same (they differ in something the title leaves out) the setting's own label after it."""
+    first = {c.column.label: c for c in reversed(cells)}
+    titles = {label: setting_title(first[label], table) for label in dict.fromkeys(c.column.label for c in cells)}
+    repeated = {t for t in titles.values() if list(titles.values()).count(t) > 1}
+    return {label: f"{title}; {label}" if title in repeated else title for label, title in titles.items()}
+
+
+def panel_title(text: str, panel_width: float, fontsize: float = 9) -> str:
+    """`text` in lines as wide as a panel (`panel_width` inches; about 0.6 em a character)."""
+    return "\n".join(textwrap.fill(line, max(24, int(panel_width * 72 / (0.6 * fontsize))))
+                     for line in text.splitlines())
 
 
 def swept_key(cells: list[Cell], table: Table | None) -> str | None:
@@ -262,7 +293,7 @@ def finish(fig, out_stem: Path, title: str, warning: str | None = None, legend: 
     """Title (the paper's caption and the scale) and the warning above the panels, the legend
     below them, then save. The figure grows by the room these take."""
     width, height = fig.get_size_inches()
-    chars = max(40, int(width * 13))
+    chars = max(40, int(width * 11))  # characters of 10.5 pt bold that fit the width
     heading, _, rest = title.partition("\n")
     heading_lines = textwrap.wrap(heading, chars) or [""]
     rest_lines = [line for part in rest.splitlines() for line in textwrap.wrap(part, int(chars * 1.1))]
@@ -317,6 +348,26 @@ def line_with_band(ax, stats: pd.DataFrame, label: str, look: dict) -> None:
                     linewidth=0)
 
 
+def coinciding(series: dict[str, pd.DataFrame]) -> list[list[str]]:
+    """Groups of two or more labels whose curves are the very same numbers (a method that
+    equals FedAvg at a reduced scale): drawn on top of each other, only the last would show."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for label, stats in series.items():
+        groups[stats.to_json()].append(label)
+    return [labels for labels in groups.values() if len(labels) > 1]
+
+
+def note_coinciding(ax, series: dict[str, pd.DataFrame]) -> None:
+    """Say in the panel which curves coincide, so that a hidden one is not taken for missing."""
+    groups = coinciding(series)
+    if groups:
+        # wrapped to stay inside a 3.4-inch panel (layout would shrink the axes to make room)
+        text = "\n".join(textwrap.fill("same curve: " + " = ".join(g), 40) for g in groups)
+        ax.text(0.02, 0.98, text, transform=ax.transAxes,
+                ha="left", va="top", fontsize=7, color=WARNING_COLOUR,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+
+
 # --- the kinds of figure ---------------------------------------------------------------------
 
 CURVE_METRICS = (("global_acc", "global test accuracy (%)"), ("local_acc", "local average accuracy (%)"))
@@ -331,19 +382,21 @@ def plot_curves(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, t
     settings = list(dict.fromkeys(c.column.label for c in cells))
     methods = list(dict.fromkeys(c.row.label for c in cells))
     looks = series_styles(methods)
-    first = {c.column.label: c for c in reversed(cells)}
+    titles = setting_titles(cells, table)
     fig, axes = plt.subplots(2, len(settings), figsize=(3.4 * len(settings), 5.4), squeeze=False)
     for j, setting in enumerate(settings):
         for i, (key, label) in enumerate(CURVE_METRICS):
             ax = axes[i][j]
+            drawn = {}
             for method in methods:
                 runs = [(m["eval_rounds"], m.get(key) or []) for c, m in done
                         if c.column.label == setting and c.row.label == method]
                 stats = mean_std_by_round(runs)
                 if len(stats):
                     line_with_band(ax, stats, method, looks[method])
-            ax.set_title(f"{textwrap.fill(setting_title(first[setting], table), 48)}\n{label.replace(' (%)', '')}",
-                         fontsize=9)
+                    drawn[method] = stats
+            note_coinciding(ax, drawn)
+            ax.set_title(panel_title(f"{titles[setting]}\n{label.replace(' (%)', '')}", 3.4), fontsize=9)
             ax.set_xlabel("communication round")
             ax.set_ylabel(label)
             integer_ticks(ax.xaxis)
@@ -360,18 +413,26 @@ def plot_partitions(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
     import seaborn as sns
 
     plt = pyplot()
+    titles = setting_titles(cells, table)
     fig, axes = plt.subplots(1, len(cells), figsize=(3.9 * len(cells), 3.6), squeeze=False)
     for ax, c in zip(axes[0], cells):
         counts = pd.read_csv(runs_dir / c.run_id / "partition.csv", index_col="client").to_numpy()
         sns.heatmap(counts.T, ax=ax, cmap="Blues", cbar=True, cbar_kws={"label": "training samples"},
                     annot=counts.size <= 200, fmt="d", annot_kws={"size": 5})
-        ax.set_title(f"{textwrap.fill(setting_title(c, table), 48)}\nsamples per client and class", fontsize=9)
+        index_ticks(ax, rows=counts.shape[1], columns=counts.shape[0])
+        ax.set_title(panel_title(f"{titles[c.column.label]}\nsamples per client and class", 3.9), fontsize=9)
         ax.set_xlabel("client")
         ax.set_ylabel("class")
     warning = announce(same_runs(cells), out_stem, scale)
     finish(fig, out_stem, title, warning)
     plt.close(fig)
     return fig
+
+
+def sweep_title(panel: tuple[str, str]) -> str:
+    """A sweep panel's title: its metric against the parameter it varies."""
+    name, metric = panel
+    return f"{metric} against {name}"
 
 
 def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table,
@@ -411,7 +472,7 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
         described = SWEPT.get(swept, swept) if swept else None
         ax.set_xlabel(f"{described} {name}" + (f" ({swept})" if swept else "") if described else name)
         ax.set_ylabel(metric.axis_label)
-        ax.set_title(f"{metric.label} against {name}", fontsize=9)
+        ax.set_title(sweep_title(key), fontsize=9)
         if not metric.higher_is_better:
             integer_ticks(ax.yaxis)
     warning = announce(merged_settings("sweep", cells, table), out_stem, scale)

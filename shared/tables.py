@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from shared.catalog import num_classes
 from shared.claims import data_label, verdicts, write_claims
-from shared.experiments import Cell, Search, Table, expand, load_metrics, paper_tables, scale_seeds
+from shared.experiments import Cell, Metric, Search, Table, expand, load_metrics, paper_tables, scale_seeds
 from shared.figures import announce, draw, pyplot, same_runs
 from shared.metrics import cell_value
 from shared.provenance import commits_of, provenance_header
@@ -28,11 +29,24 @@ FAILED = "failed"
 SUSPECT = "suspect"  # a run status starting with this: it finished, but its numbers are not trusted
 NOT_IMPLEMENTED = "not implemented"
 # What a document needs to \input a table.tex (also written at its top).
-LATEX_PACKAGES = ("booktabs", "graphicx")
+LATEX_PACKAGES = ("booktabs", "graphicx", "rotating")
 
 
 def is_suspect(status: str) -> bool:
     return str(status).startswith(SUSPECT)
+
+
+# A cell whose mean accuracy is within this of chance (100 / classes %) is marked "at chance": its
+# models have not learnt (yet), so its place among the methods says nothing of them. The same
+# margin as the trainer's suspect-at-chance judgement of a long run (shared/trainer.py `judge`).
+CHANCE_MARGIN = 0.5
+ACCURACY_KINDS = ("final_acc", "best_acc", "acc_at", "domain_acc", "domain_avg")
+
+
+def chance_level(metric: Metric, cell: Cell) -> float:
+    """The value guessing scores on the cell's metric; NaN where that has no meaning (rounds)."""
+    classes = num_classes(cell.config)
+    return 100 / classes if metric.kind in ACCURACY_KINDS and classes else math.nan
 
 
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
@@ -50,7 +64,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
         m = metrics[c.run_id]
         value = cell_value(table.metric_for(c.column), m, reference_final.get(c.column.label)) if ok(c) else math.nan
         records.append(dict(row=c.row.label, column=c.column.label, seed=c.seed, run_id=c.run_id,
-                            status=m["status"], value=value, wall_time_s=m.get("wall_time_s", 0.0),
+                            status=m["status"], value=value, chance=chance_level(table.metric_for(c.column), c), wall_time_s=m.get("wall_time_s", 0.0),
                             device=m.get("device", ""), device_name=m.get("device_name", ""),
                             environment=m.get("environment")))
     return pd.DataFrame.from_records(records)
@@ -60,7 +74,8 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
     """Mean, std (ddof=0, as FL papers report it over seeds), seed count and runs per cell, in
     the paper's row and column order; methods not implemented yet appear with no runs. Only
     completed runs enter the mean; `failed` counts the runs that failed or diverged, `suspect`
-    those flagged suspect. A cell's status: ok, failed, suspect, no value or not implemented."""
+    those flagged suspect. A cell's status: ok, failed, suspect, no value or not implemented;
+    `at_chance`: its mean accuracy is chance (within CHANCE_MARGIN)."""
     rows = []
     for row in table.rows:
         for column in table.columns:
@@ -76,8 +91,10 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
                 status = SUSPECT
             else:
                 status = "ok" if len(good) else "no value"
+            chance = sel["chance"].iloc[0] if len(sel) else math.nan
             rows.append(dict(
                 row=row.label, column=column.label,
+                at_chance=bool(len(good) and good.mean() <= chance + CHANCE_MARGIN),
                 mean=good.mean() if len(good) else math.nan,
                 std=good.std(ddof=0) if len(good) else math.nan,
                 n=len(good), failed=failed, suspect=suspect, status=status,
@@ -261,6 +278,9 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
     if s.suspect:
         text += r"$^\ddagger$"
         used.add("ddagger")
+    if s.at_chance:
+        text += r"$^\circ$"
+        used.add("chance")
     mark = marks.get((row.label, column.label))
     if mark:
         used.add("marks")
@@ -280,6 +300,7 @@ def footnote(table: Table, used: set, scale: str) -> str:
         "ddagger": r"$^\ddagger$: some seeds were flagged suspect and are left out of the mean.",
         "all failed": r"\textit{failed}: no seed completed (each failed, diverged or was flagged suspect).",
         "all suspect": r"\textit{suspect}: every seed was flagged suspect.",
+        "chance": r"$^\circ$: at chance (100/classes \%): these models have not learnt (yet).",
     }
     text = " ".join(note for key, note in notes.items() if key in used)
     if table.notes:
@@ -290,13 +311,19 @@ def footnote(table: Table, used: set, scale: str) -> str:
 # The layout is chosen by LaTeX when the table is typeset, so that the same table.tex fits a
 # one-column article and a two-column (IEEE) page: the tabular is set in \small (in \footnotesize
 # with narrower column gaps where it is wider than the text), spans both columns (table*) where it
-# is more than a tenth wider than a column, and is scaled down to the line where it is still wider.
+# is more than a tenth wider than a column, and turns onto a landscape page (rotating's
+# sidewaystable*, across both columns where there are two) where the text is too narrow to hold
+# it at MIN_SCALE of its size (a table of many methods in a one-column article); what is still wider
+# is scaled down to the line.
+MIN_SCALE = 0.8
 LAYOUT = r"""\ifdefined\fedreprobox\else\newsavebox{\fedreprobox}\fi
 \sbox{\fedreprobox}{\small\fedreprotabular}%
 \ifdim\wd\fedreprobox>\textwidth
   \sbox{\fedreprobox}{\footnotesize\setlength{\tabcolsep}{4pt}\fedreprotabular}%
 \fi
-\ifdim\wd\fedreprobox>1.1\columnwidth\def\fedreprofloat{table*}\else\def\fedreprofloat{table}\fi"""
+\ifdim\wd\fedreprobox>1.1\columnwidth\def\fedreprofloat{table*}\else\def\fedreprofloat{table}\fi
+\ifdim\wd\fedreprobox>LANDSCAPE_ABOVE\textwidth\def\fedreprofloat{sidewaystable*}\fi""".replace(
+    "LANDSCAPE_ABOVE", f"{1 / MIN_SCALE:g}")
 FIT = r"""\ifdim\wd\fedreprobox>\linewidth
   \typeout{table.tex: a tabular of \the\wd\fedreprobox\space scaled to the line, \the\linewidth}%
   \resizebox{\linewidth}{!}{\usebox{\fedreprobox}}%
@@ -407,7 +434,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                              paper_mean=paper_mean, paper_std=paper_std, diff=diff,
                              within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
                              failed=s.failed, suspect=s.get("suspect", 0), status=s.status,
-                             paper_note=notes.get((row.label, column.label), "")))
+                             at_chance=bool(s.get("at_chance", False)), paper_note=notes.get((row.label, column.label), "")))
     comp = pd.DataFrame.from_records(rows)
     comp["rank_ours"] = comp["rank_paper"] = comp["kendall_tau"] = math.nan
     comp["rank_pairs"] = 0
@@ -464,6 +491,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             ours = "n/i" if c.status == NOT_IMPLEMENTED else fmt(c.ours_mean, c.ours_std, c.n, places)
             ours += f" ({c.failed} failed)" if c.failed and c.status != NOT_IMPLEMENTED else ""
             ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
+            ours += " (at chance)" if c.at_chance else ""
             paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
                         2 if not math.isnan(c.paper_std) else 1, places) + (INCONSISTENT if c.paper_note else "")
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
@@ -474,7 +502,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
     lines.append("| *Kendall τ* | " + " | ".join(tau_text(*agreement[c.label]) for c in table.columns) + " |")
     lines += ["", "Each cell: ours / paper (difference). ✓: within two standard deviations; "
               "✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or diverged, "
-              "(k suspect): k seeds flagged suspect, the mean is over the others. Kendall τ: rank agreement "
+              "(k suspect): k seeds flagged suspect, the mean is over the others; (at chance): the mean "
+              "accuracy is chance, 100/classes %. Kendall τ: rank agreement "
               "(tau-b, -1 to +1) between our order of the methods and the paper's in that column, over the "
               "methods with both numbers."]
     if warning:
@@ -512,6 +541,7 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
                 ours = fmt(c.ours_mean, c.ours_std, c.n, places)
                 ours += f" ({c.failed} failed)" if c.failed else ""
                 ours += f" ({c.suspect} suspect)" if c.suspect else ""
+                ours += " (at chance)" if c.at_chance else ""
             paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
                         2 if not math.isnan(c.paper_std) else 1, places) + (INCONSISTENT if c.paper_note else "")
             diff = "" if math.isnan(c["diff"]) else f"{c['diff']:+.{places}f}"
@@ -533,7 +563,8 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
               f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
               f'<span style="color:{GREEN}">✓</span> within two standard deviations or '
               f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
-              "(k failed) / (k suspect): seeds left out of the mean. Kendall τ: rank agreement of the methods "
+              "(k failed) / (k suspect): seeds left out of the mean; (at chance): the mean accuracy is "
+              "chance, 100/classes %. Kendall τ: rank agreement of the methods "
               "between ours and the paper's in that column (tau-b, -1 to +1).</p>")
     if warning:
         legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'

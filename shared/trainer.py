@@ -16,6 +16,7 @@ import math
 import platform
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from shared.partition import save_count_matrix
 from shared.provenance import environment
 from shared.run_directory import RunDirectory, write_json
 from shared.seeding import GLOBAL_RNG, derive_seed
+from shared.tensorboard_log import tensorboard_log
 
 
 def resolve_device(name: str) -> torch.device:
@@ -128,30 +130,32 @@ def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = Non
     setup = set_up(cfg, out)
     history, elapsed = resume(setup, out)
     status = "completed"
-    for round in range(len(history), cfg.federation.rounds):
-        started = time.perf_counter()
-        with GLOBAL_RNG:
-            torch.manual_seed(derive_seed(cfg.seed, round))  # for any randomness of the method's own
-        sampled = sample_clients(cfg, round)
-        setup.method.prepare_round(round, setup.global_model)
-        try:
-            results = setup.clients.train([setup.federation.clients[c] for c in sampled], setup.global_model, round,
-                                          test_local=evaluates(cfg, round) and cfg.eval.local)
-        except Diverged as exc:
-            status = f"diverged: {exc}"
-            break
-        setup.method.aggregate(setup.global_model, [r.update for r in results])
-        record = evaluate_round(setup, cfg, round, sampled, results)
-        record["seconds"] = time.perf_counter() - started
-        elapsed += record["seconds"]
-        history.append(record)
-        out.save_round(history, {"global": setup.global_model.state_dict(), "method": setup.method.state_dict(),
-                                 "elapsed": elapsed})
-        report_progress(cfg, out, record)
-        if not math.isfinite(record.get("global_loss", 0.0)):
-            status = f"diverged: global model loss is {record['global_loss']} after round {round + 1}"
-            break
-        stop_before_deadline(deadline, round + 1, cfg.federation.rounds, record["seconds"])
+    with closing(tensorboard_log(cfg, out.path)) as live:  # closed however the loop ends
+        for round in range(len(history), cfg.federation.rounds):
+            started = time.perf_counter()
+            with GLOBAL_RNG:
+                torch.manual_seed(derive_seed(cfg.seed, round))  # for any randomness of the method's own
+            sampled = sample_clients(cfg, round)
+            setup.method.prepare_round(round, setup.global_model)
+            try:
+                results = setup.clients.train([setup.federation.clients[c] for c in sampled], setup.global_model, round,
+                                              test_local=evaluates(cfg, round) and cfg.eval.local)
+            except Diverged as exc:
+                status = f"diverged: {exc}"
+                break
+            setup.method.aggregate(setup.global_model, [r.update for r in results])
+            record = evaluate_round(setup, cfg, round, sampled, results)
+            record["seconds"] = time.perf_counter() - started
+            elapsed += record["seconds"]
+            history.append(record)
+            out.save_round(history, {"global": setup.global_model.state_dict(), "method": setup.method.state_dict(),
+                                     "elapsed": elapsed})
+            report_progress(cfg, out, record)
+            live.write(record)
+            if not math.isfinite(record.get("global_loss", 0.0)):
+                status = f"diverged: global model loss is {record['global_loss']} after round {round + 1}"
+                break
+            stop_before_deadline(deadline, round + 1, cfg.federation.rounds, record["seconds"])
     summary = summarize(history, cfg, judge(status, history, setup.federation.num_classes), elapsed, {
         "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),

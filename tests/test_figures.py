@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 import yaml
 
+from shared.dotted import flatten
 from shared.experiments import Column, Metric, Row, Table, expand
-from shared.figures import (METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
+from shared.figures import (DATASET_NAMES, METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
+                            paper_figures, paper_overrides, setting_titles, sweep_panel, sweep_title,
                             series_styles)
+from shared.papers import paper_names
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
 ROWS = [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
@@ -151,7 +154,7 @@ def test_warning_where_a_reduced_scale_makes_the_points_the_same_runs(tmp_path, 
     write_runs(cells, tmp_path / "runs")
     fig = draw("sweep", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "smoke"), table=table,
                scale="smoke")
-    texts = " ".join(t.get_text() for t in fig.texts)
+    texts = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)  # as read, whatever the wrapping
     assert "Warning: at scale smoke, E=1, E=5, E=10 are the same runs" in texts
     assert "same runs" in capsys.readouterr().err
 
@@ -208,3 +211,83 @@ def test_papers_figures_are_titled_with_their_caption(paper):
     for figure in paper_figures(paper).values():
         title = figure_title(figure, "smoke")
         assert figure.caption in title and "Scale: smoke" in title and "Fig." in title
+
+
+# How a panel title names a setting that differs between a figure's panels (others, such as the
+# model a dataset brings along, need not be named).
+NAMED = {"dataset.name": lambda v: DATASET_NAMES.get(v, v), "partition.beta": lambda v: f"Dir({v:g})",
+         "federation.participation": lambda v: f"C={v:g}", "partition.clients": lambda v: f"{v} clients",
+         "partition.k": lambda v: f"{v} classes per client"}
+
+
+def panel_titles(figure):
+    """A declared figure's panel titles at smoke scale, as its kind titles them."""
+    cells, table = figure.cells("smoke"), figure.source
+    if figure.kind in ("curves", "partitions"):
+        return setting_titles(cells, table), cells
+    if figure.kind == "sweep":
+        return {key: sweep_title(key) for key in dict.fromkeys(map(sweep_panel(table), cells))}, cells
+    return {}, cells  # one panel (round_metric), or a paper's own drawing (custom)
+
+
+DECLARED = [f for paper in paper_names() for f in paper_figures(paper).values()]
+
+
+@pytest.mark.parametrize("figure", DECLARED, ids=[f"{f.paper}-{f.name}" for f in DECLARED])
+def test_every_declared_figures_panels_are_told_apart_by_their_titles(figure):
+    titles, cells = panel_titles(figure)
+    assert len(set(titles.values())) == len(titles), f"{figure.paper}/{figure.name}: {titles}"
+    if figure.kind not in ("curves", "partitions"):
+        return
+    settings = {c.column.label: flatten(paper_overrides(c, figure.source)) for c in cells}
+    for key, name in NAMED.items():
+        values = {label: s.get(key) for label, s in settings.items()}
+        if len(set(map(repr, values.values()))) > 1:  # the setting varies between panels: each names it
+            for label, value in values.items():  # None: the default, which the title may leave unsaid
+                assert value is None or name(value) in titles[label], f"{figure.paper}/{figure.name}: {titles[label]!r} lacks {key}={value}"
+
+
+def test_titles_of_settings_that_read_the_same_add_the_settings_label():
+    table = make_table([Column("seed-split A", {"partition": {"beta": 0.5}, "local": {"lr": 0.1}}),
+                        Column("seed-split B", {"partition": {"beta": 0.5}, "local": {"lr": 0.01}})])
+    titles = setting_titles(expand(table, "paper"), table)
+    assert titles["seed-split A"].endswith("; seed-split A") and titles["seed-split B"].endswith("; seed-split B")
+
+
+def test_heatmap_ticks_at_round_steps(tmp_path):
+    """200 classes tick at 0, 20, 40, ... (not at seaborn's 0, 11, 22, ...), 10 at every class."""
+    table = make_table([Column("many", {"dataset": {"synthetic": {"num_classes": 200}}}),
+                        Column("few", {"partition": {"beta": 0.5}})])
+    cells = [c for c in expand(table, "paper") if c.row.label == "FedAvg" and c.seed == 0]
+    for cell in cells:
+        write_runs([cell], tmp_path / "runs", classes=cell.config.dataset.synthetic.num_classes)
+    fig = draw("partitions", cells, tmp_path / "runs", tmp_path / "figure", "Partitions")
+    many, few = [ax for ax in fig.axes if ax.get_ylabel() == "class"]
+    assert [t.get_text() for t in many.get_yticklabels()] == [str(k) for k in range(0, 200, 20)]
+    assert [t.get_text() for t in few.get_yticklabels()] == [str(k) for k in range(10)]
+    assert all("\n" not in ax.get_title().split("\n")[0] for ax in (many, few))
+
+
+def test_curves_that_coincide_are_named_in_their_panel(tmp_path):
+    """FedAvg and "my variant" (also FedAvg) are the same runs: the panel says they coincide."""
+    table = make_table([Column("δ=0.5", {"partition": {"beta": 0.5}})])
+    cells = expand(table, "paper")
+    write_runs(cells, tmp_path / "runs")
+    fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", "Curves")
+    notes = [t.get_text().replace("\n", " ") for ax in fig.axes for t in ax.texts]
+    assert notes.count("same curve: FedAvg = my variant") == 2  # global and local accuracy
+
+
+def test_fedcad_fig1_heatmaps_fill_their_canvas(tmp_path, monkeypatch):
+    """The long title wraps to the heatmaps' width instead of widening the PNG (it was 2,383 px
+    for 7 inches of heatmaps)."""
+    from PIL import Image
+
+    from papers.fedcad import forgetting
+
+    figure = paper_figures("fedcad")["fig1"]
+    monkeypatch.setattr(forgetting, "probe", lambda *args, **kwargs: forgetting.REPORTED)  # no training here
+    forgetting.draw_per_class(figure.cells("smoke"), tmp_path, tmp_path / "figure", figure_title(figure, "smoke"),
+                              table=figure.source)
+    width, _ = Image.open(tmp_path / "figure.png").size
+    assert width <= 7 * 150 * 1.1  # the figure's 7 inches at 150 dpi, give or take the labels

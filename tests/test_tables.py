@@ -298,3 +298,32 @@ def test_a_table_from_several_commits_says_so_in_its_provenance(tmp_path):
     build_table(table, "paper", tmp_path / "same", tmp_path / "out2")
     provenance = yaml.safe_load((tmp_path / "out2" / "provenance.yaml").read_text())
     assert provenance["mixed_commits"] is False and provenance["run_commits"] == ["unknown"]
+
+
+def test_cells_at_chance_are_marked_in_the_table_and_comparison(tmp_path):
+    """Synthetic data has 10 classes: 10% is chance; 10.4% is within the margin, 11% is not."""
+    table = make_table()
+    curves = {**CURVES, ("FedAvg", "a"): [[10, 10, 10], [10, 10, 10.4], [10, 10, 10.6]],
+              ("FedProx", "a"): [[10, 10, 11], [10, 10, 11], [10, 10, 11]]}
+    write_runs(table, tmp_path / "runs", curves)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "a"), "at_chance"]
+    assert not cells.loc[("FedProx", "a"), "at_chance"] and not cells.loc[("FedAvg", "b"), "at_chance"]
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert tex.count(r"$^\circ$") == 2  # the cell and its footnote
+    assert "at chance" in tex
+    markdown = (tmp_path / "out" / "comparison.md").read_text()
+    fedavg = next(line for line in markdown.splitlines() if line.startswith("| FedAvg"))
+    fedprox = next(line for line in markdown.splitlines() if line.startswith("| FedProx"))
+    assert fedavg.count("(at chance)") == 1 and "(at chance)" not in fedprox
+    assert "(at chance)" in (tmp_path / "out" / "comparison.html").read_text()
+    comparison = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index(["row", "column"])
+    assert comparison.loc[("FedAvg", "a"), "at_chance"]
+
+
+def test_rounds_are_never_at_chance(tmp_path):
+    table = make_table(Metric("rounds_to", target=5.0))
+    write_runs(table, tmp_path / "runs", {k: [[10, 10, 10]] * 3 for k in CURVES})
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    assert not pd.read_csv(tmp_path / "out" / "table.csv")["at_chance"].any()

@@ -332,3 +332,50 @@ def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_proj
     shutil.rmtree(project / ".snakemake")
     dry = snakemake(project, "-n", *args, env=env)
     assert job_counts(dry.stdout) == expected, dry.stdout[-3000:]
+
+
+# --- start-up and lint (issue 26) -------------------------------------------------------------
+
+RUNTIME = {"data_root": "data", "trainer": {"device": "cpu", "clients_per_step": 1, "client_threads": 1}}
+
+
+def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, monkeypatch):
+    from shared import expansion as module
+
+    first = module.expansion("smoke", RUNTIME, tmp_path)
+    assert (tmp_path / "smoke.pickle").exists()
+    table = get_table("fedssd", "table2")
+    assert first.target_runs("fedssd", "table", "table2") == list(dict.fromkeys(c.run_id for c in expand(table, "smoke")))
+
+    def must_not_expand(*args):
+        raise AssertionError("expanded again although the code and settings are the same")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "expand_all", must_not_expand)
+        again = module.expansion("smoke", RUNTIME, tmp_path)
+    assert again.runs.keys() == first.runs.keys() and again.grid_runs == first.grid_runs
+    calls = []
+    monkeypatch.setattr(module, "expand_all", lambda scale, runtime: calls.append(runtime) or first)
+    module.expansion("smoke", {**RUNTIME, "data_root": "elsewhere"}, tmp_path)  # another setting
+    monkeypatch.setattr(module, "source_digest", lambda: "edited code")
+    module.expansion("smoke", RUNTIME, tmp_path)  # another source
+    assert len(calls) == 2
+    with pytest.raises(module.ConfigError, match="fedssd has no table 'table99'"):
+        first.target_runs("fedssd", "table", "table99")
+
+
+def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
+    code = ("import sys; from shared.expansion import expansion; "
+            f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
+            "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))")
+    fill, cached = (subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+                    for _ in range(2))
+    assert fill.returncode == 0 and cached.returncode == 0, fill.stderr + cached.stderr
+    assert fill.stdout.split()[0] == cached.stdout.split()[0]
+    assert cached.stdout.split()[1:] == ["False", "False"]
+
+
+def test_lint_is_clean(project):
+    proc = snakemake(project, "--lint")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Congratulations" in proc.stdout + proc.stderr

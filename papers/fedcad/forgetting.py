@@ -73,7 +73,7 @@ def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str
     """Ours above, the paper's numbers below, as the student abstract prints them."""
     import seaborn as sns
 
-    from shared.figures import pyplot, save
+    from shared.figures import finish, pyplot
 
     plt = pyplot()
 
@@ -82,10 +82,8 @@ def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str
     fig, axes = plt.subplots(2, 1, figsize=(7, 6.5))
     for ax, frame, name in ((axes[0], ours, "ours"), (axes[1], REPORTED, "paper (student abstract, Fig. 2)")):
         sns.heatmap(frame, ax=ax, annot=True, fmt=".2f", cmap="Blues", vmin=0, vmax=1, cbar=False,
-                    annot_kws={"size": 7})
+                    annot_kws={"size": 8})
         ax.set_title(name)
         ax.set_xlabel("class")
-    fig.suptitle(title)
-    fig.tight_layout()
-    save(fig, out_stem)
+    finish(fig, out_stem, title)  # the title wrapped to the heatmaps' width: they fill the canvas
     plt.close(fig)

@@ -7,34 +7,29 @@ import shlex
 import sys
 import time
 import traceback
-from functools import wraps
 from pathlib import Path
 
-import pandas as pd
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from shared.config import ConfigError, identity
-from shared.experiments import all_tables, expand, get_search, get_table, paper_searches, paper_tables
-from shared.figures import paper_figures
-from shared.papers import paper_names
-from shared.run import workflow_grids
-from shared.run_directory import write_atomically
+from shared.expansion import expansion
 
 SCALE = config["scale"]
-PYTHON = sys.executable  # the environment Snakemake runs in trains too (a venv need not be activated)
 
 # Keys that do not change a run's result. They reach a run job on its command line, read from
-# --config when the job starts, and never its params, inputs or rule code: switching any of them
+# --config when the job starts, and never its params, inputs or its rule's code: switching any of them
 # on a finished table is "Nothing to be done" (tests/test_workflow.py).
 RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
            "trainer": {"device": config["device"], "clients_per_step": config.get("clients_per_step", 1),
-                       "client_threads": config.get("client_threads", 1)}}
+                       "client_threads": config.get("client_threads", 1),
+                       **({"tensorboard": True} if str(config.get("tensorboard")).lower() == "true" else {})}}
 RUNTIME_ARGS = " ".join(shlex.quote(f"{key}={value}") for key, value in [
     ("data_root", RUNTIME["data_root"]), *((f"trainer.{k}", v) for k, v in RUNTIME["trainer"].items())])
 
 # Where outputs land. The paper scale's at papers/<paper>/<target>/ (`snakemake papers/fedssd/table2`);
 # a reduced scale's at results/<scale>/<paper>/<target>/, so that a smoke or small table is never
 # found where the paper-scale one belongs (with or without Snakemake's metadata). Under
-# --config scale=smoke the paper-scale names are aliases of the reduced outputs (below), so
+# --config scale=smoke the paper-scale names are aliases of the reduced outputs (Snakefile), so
 # `snakemake --config scale=smoke -- papers/fedssd/table2` builds results/smoke/fedssd/table2/.
 OUT = "papers" if SCALE == "paper" else f"results/{SCALE}"
 RUNS_DIR = "results/runs"
@@ -42,14 +37,23 @@ LOGS = f"results/logs/{SCALE}"  # of the table, figure and search jobs (a run's 
 INDEX = "results/index.csv"
 
 # Every run any table, figure or search needs at this scale, by run id: a run two of them
-# share is one job. CELLS keeps where each run is used (for the run index).
-CELLS = [(paper, name, cell) for paper, name, grid in workflow_grids() for cell in expand(grid, SCALE, RUNTIME)]
-RUNS = {cell.run_id: cell.config for _, _, cell in CELLS}
+# share is one job. Read from results/.expansion/<scale>.pickle where the code and settings
+# that decide it are unchanged (shared/expansion.py), so that a process starts in about a second.
+EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion")
+RUNS = EXPANSION.runs
+
+
+def write_atomically(path, write):
+    """shared.run_directory's atomic write, imported when a file is written: that module
+    imports torch, which a start that writes nothing never needs."""
+    from shared.run_directory import write_atomically as write_then_rename
+
+    write_then_rename(Path(path), write)
 
 
 def write_if_changed(path, text):
     if not Path(path).exists() or Path(path).read_text() != text:
-        write_atomically(Path(path), lambda tmp: tmp.write_text(text))
+        write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
 # The runs' configs (without the runtime keys) for the run jobs to read: a job names its runs by
@@ -58,40 +62,58 @@ def write_if_changed(path, text):
 CONFIGS = f"results/.configs/{SCALE}.json"
 write_if_changed(CONFIGS, json.dumps({rid: identity(cfg) for rid, cfg in sorted(RUNS.items())}, sort_keys=True))
 
+# A run job's command, composed once: the environment's interpreter (the conda environment's
+# `python` under --software-deployment-method conda, else the one Snakemake runs in: a venv
+# need not be activated), the scale and the runtime keys as they are when the job starts.
+# It is no rerun trigger (profiles/default leaves out `code`), so none of these retrains a run.
+PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
+RUN_COMMAND = (
+    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.run --scale {SCALE} --configs {CONFIGS}"
+    f" --runs {{output}} --attempt {{resources.run_attempt}} --attempts {config['retries'] + 1} --gpu auto"
+    f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
+ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml
+
 
 def target_path(paper, name):
     """Where target `name` (tableN, figN, search_*) of `paper` lands at this scale."""
     return f"{OUT}/{paper}/{name}"
 
 
-def run_dirs(table):
-    return [f"{RUNS_DIR}/{cell.run_id}" for cell in expand(table, SCALE, RUNTIME)]
+def target_inputs(kind):
+    """The input function of a table, figure or search: its runs' metrics.json."""
 
+    def inputs(wildcards):
+        try:
+            runs = EXPANSION.target_runs(wildcards.paper, kind, getattr(wildcards, kind))
+        except ConfigError as exc:  # shown by Snakemake before any job starts
+            raise ValueError(str(exc)) from None
+        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs]
 
-def table_inputs(wildcards):
-    try:
-        table = get_table(wildcards.paper, wildcards.table)
-    except ConfigError as exc:  # shown by Snakemake before any job starts
-        raise ValueError(str(exc)) from None
-    return [f"{d}/metrics.json" for d in run_dirs(table)]
+    return inputs
 
 
 def paper_targets(paper):
     """Every table and figure a paper module defines, and its claims, where they land at this scale."""
-    return [target_path(paper, name) for name in [*paper_tables(paper), *paper_figures(paper), "claims"]]
+    return [target_path(paper, name) for name in [*EXPANSION.names(paper, "table", "figure"), "claims"]]
 
 
 def search_targets(paper):
     """Every hyperparameter search a paper describes (not part of regenerating its tables)."""
-    return [target_path(paper, name) for name in paper_searches(paper)]
+    return [target_path(paper, name) for name in EXPANSION.names(paper, "search")]
 
 
-def search_inputs(wildcards):
-    try:
-        search = get_search(wildcards.paper, wildcards.search)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-    return [f"{d}/metrics.json" for d in run_dirs(search.as_table())]
+def list_targets(log):
+    """What `snakemake` with no target prints (and writes to `log`): every target, where it lands
+    at this scale and how many runs it needs."""
+    lines = [f"Nothing is built without a target. Targets at scale={SCALE} (runs), landing in {OUT}/<paper>/<target>/:"]
+    for paper in EXPANSION.papers():
+        lines.append(f"  {paper} (every table and figure), {paper}_searches, or one of:")
+        for name in EXPANSION.names(paper):
+            count = len({g.run_id for g in EXPANSION.grid_runs if g.paper == paper and g.target == name})
+            lines.append(f"    papers/{paper}/{name}" + (f" ({count})" if count else ""))
+    lines.append("e.g. snakemake --cores 2 --config scale=smoke device=cpu -- papers/fedssd/table2")
+    print("\n".join(lines))
+    Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write (which imports torch)
 
 
 # --- what a table, figure or search job did: its log, and the run index --------------------
@@ -118,14 +140,16 @@ def write_index(path=INDEX):
     if Path(path).exists():
         with open(path, newline="") as f:
             rows = [r for r in csv.DictReader(f) if r.get("scale") != SCALE]
-    for paper, name, cell in CELLS:
-        if not Path(RUNS_DIR, cell.run_id).exists():
+    for run in EXPANSION.grid_runs:
+        if not Path(RUNS_DIR, run.run_id).exists():
             continue
-        status, final = run_status(cell.run_id)
-        rows.append({"run_id": cell.run_id, "paper": paper, "table": name, "method": cell.row.method["name"],
-                     "row": cell.row.label, "column": cell.column.label, "seed": cell.seed, "scale": SCALE,
+        status, final = run_status(run.run_id)
+        rows.append({"run_id": run.run_id, "paper": run.paper, "table": run.target, "method": run.method,
+                     "row": run.row, "column": run.column, "seed": run.seed, "scale": SCALE,
                      "status": status, "final_acc": "" if final is None else final})
     rows.sort(key=lambda r: (r["scale"], r["paper"], r["table"], r["row"], r["column"], str(r["seed"])))
+    import pandas as pd  # here: a workflow that builds no table never needs it
+
     write_atomically(Path(path), lambda tmp: pd.DataFrame(rows, columns=INDEX_FIELDS).to_csv(tmp, index=False))
     return len(rows)
 
@@ -146,40 +170,54 @@ class Tee:
             stream.flush()
 
 
-def logged(build):
-    """build_table / build_figure / build_search, writing what they did to the job's log
-    (results/logs/<scale>/<kind>s/<paper>-<name>.log): the target, the scale, each run's status, the
-    files written, the seconds taken, and a traceback if it raised; then the run index is
-    rebuilt."""
-    kind = build.__name__.removeprefix("build_")
+def build(kind, paper, name, out_dir, log):
+    """Build target `name` (a table, figure or search) of `paper` into `out_dir`, writing what
+    it did to `log`: the target, the scale, each run's status, the files written, the seconds
+    taken, and a traceback if it raised; then rebuild the run index."""
+    from shared.experiments import get_search, get_table  # here: the builders import torch and
+    from shared.figures import build_figure, get_figure  # matplotlib, which a process that
+    from shared.tables import build_search, build_table  # only plans or trains never needs
 
-    @wraps(build)
-    def run(target, scale, runs_dir, out_dir, *args, **kwargs):
-        log = Path(LOGS, {"search": "searches"}.get(kind, f"{kind}s"), f"{target.paper}-{target.name}.log")
-        log.parent.mkdir(parents=True, exist_ok=True)
-        started = time.time()
-        if hasattr(target, "cells"):  # a figure
-            cells = target.cells(scale, RUNTIME)
-        else:  # a table, or a search's grid
-            cells = expand(target.as_table() if hasattr(target, "as_table") else target, scale, RUNTIME)
-        ids = list(dict.fromkeys(c.run_id for c in cells))
-        statuses = {rid: run_status(rid)[0] for rid in ids}
-        counts = Counter(status.split(":")[0] for status in statuses.values())
-        with open(log, "w") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind} {target.paper}/{target.name} at scale={scale} "
-                    f"-> {out_dir}\n")
-            f.write(f"runs: {len(ids)} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})\n")
-            for rid, status in statuses.items():
-                if status != "completed":
-                    f.write(f"  {rid}: {status}\n")
-            try:  # what the build says on stderr (a reduced scale's warnings) goes to the log too
-                with contextlib.redirect_stderr(Tee(sys.stderr, f)):
-                    build(target, scale, runs_dir, out_dir, *args, **kwargs)
-            except Exception:
-                f.write(traceback.format_exc())
-                raise
-            written = sorted(str(p.relative_to(out_dir)) for p in Path(out_dir).rglob("*") if p.is_file())
-            f.write(f"wrote {len(written)} files in {time.time() - started:.1f} s: {', '.join(written)}\n")
-            f.write(f"run index {INDEX}: {write_index()} runs\n")
+    builder, getter = {"table": (build_table, get_table), "figure": (build_figure, get_figure),
+                       "search": (build_search, get_search)}[kind]
+    started = time.time()
+    ids = EXPANSION.target_runs(paper, kind, name)
+    statuses = {rid: run_status(rid)[0] for rid in ids}
+    counts = Counter(status.split(":")[0] for status in statuses.values())
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind} {paper}/{name} at scale={SCALE} -> {out_dir}\n")
+        f.write(f"runs: {len(ids)} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})\n")
+        for rid, status in statuses.items():
+            if status != "completed":
+                f.write(f"  {rid}: {status}\n")
+        try:  # what the build says on stderr (a reduced scale's warnings) goes to the log too
+            with contextlib.redirect_stderr(Tee(sys.stderr, f)):
+                builder(getter(paper, name), SCALE, RUNS_DIR, out_dir, RUNTIME)
+        except Exception:
+            f.write(traceback.format_exc())
+            raise
+        written = sorted(str(p.relative_to(out_dir)) for p in Path(out_dir).rglob("*") if p.is_file())
+        f.write(f"wrote {len(written)} files in {time.time() - started:.1f} s: {', '.join(written)}\n")
+        f.write(f"run index {INDEX}: {write_index()} runs\n")
 
-    return run
+
+def finished_table_runs(wildcards):
+    """The metrics.json of the tables' runs that have finished: a listing of what is measured so
+    far, which never asks for a run to be trained."""
+    paths = {f"{RUNS_DIR}/{rid}/metrics.json" for paper in EXPANSION.papers()
+             for name in EXPANSION.names(paper, "table") for rid in EXPANSION.target_runs(paper, "table", name)}
+    return sorted(p for p in paths if Path(p).exists())
+
+
+def build_summary(kind, out_dir, log, *args):
+    """Build a summary over built tables (`claims` of a paper, or `shared_runs` across papers)
+    into `out_dir`, then say in the job's log what it wrote."""
+    from shared.plan import write_shared_runs  # here: the builders import torch and pandas
+    from shared.tables import build_paper_claims
+
+    builder = {"claims": build_paper_claims, "shared_runs": write_shared_runs}[kind]
+    builder(*args, SCALE, RUNS_DIR, out_dir=out_dir, runtime=RUNTIME)
+    written = ", ".join(sorted(p.name for p in Path(out_dir).iterdir()))
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind} at scale={SCALE} -> {out_dir}: {written}\n")

@@ -3,7 +3,7 @@
 #   snakemake <paper>_searches    every hyperparameter search it describes (best.yaml per search)
 
 
-for _paper in paper_names():
+for _paper in EXPANSION.papers():
 
     rule:
         name:

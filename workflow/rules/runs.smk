@@ -87,6 +87,8 @@ def define_run_rule(name, output, log, benchmark, members, constraints=None):
         wildcard_constraints:
             **(constraints or {}),
         retries: RETRIES
+        conda:
+            ENVIRONMENT
         threads: 1 if SCALE == "smoke" else 4
         resources:
             gpu=0 if config["device"] == "cpu" else 1,  # no GPU is asked of SLURM under device=cpu
@@ -94,11 +96,7 @@ def define_run_rule(name, output, log, benchmark, members, constraints=None):
             runtime=lambda wildcards, attempt: sum(minutes(RUNS[rid], attempt) for rid in members(wildcards)),
             run_attempt=lambda wildcards, attempt: attempt,
         shell:
-            "OMP_NUM_THREADS={threads} {PYTHON:q} -m shared.run --scale {SCALE} --configs {CONFIGS} --runs {output}"
-            " --attempt {resources.run_attempt} --attempts {ATTEMPTS} --gpu auto {RUNTIME_ARGS} > {log} 2>&1"
-
-
-ATTEMPTS = RETRIES + 1
+            RUN_COMMAND
 
 
 def known_run(wildcards):

@@ -1,15 +1,13 @@
-from shared.figures import build_figure, get_figure
-from shared.plan import write_shared_runs
-from shared.tables import build_paper_claims, build_search, build_table
+# The builders (`build` in common.smk) log what they did and rebuild the run index results/index.csv.
 
 
 rule table:
     """A paper's table: table.csv, table.tex, comparison.csv/.md, claims.csv/.md, provenance.yaml (+ curves)."""
     input:
-        table_inputs,
+        target_inputs("table"),
     output:
         report(
-            directory(OUT + "/{paper}/{table}"),
+            directory(f"{OUT}/{{paper}}/{{table}}"),
             # the comparison opens in the report (HTML), the rest is labelled for download
             patterns=[r"{file,claims\.html|comparison\.html|comparison\.png|curves\.png|table\.csv|table\.tex|provenance\.yaml}"],
             caption="../report/table.rst",
@@ -28,27 +26,19 @@ rule table:
         paper="[^/]+",
         table="table[0-9A-Za-z]+",
     log:
-        LOGS + "/tables/{paper}-{table}.log",
+        f"{LOGS}/tables/{{paper}}-{{table}}.log",
     localrule: True
     run:
-        build_table(get_table(wildcards.paper, wildcards.table), SCALE, "results/runs", output[0], RUNTIME)
-
-
-def figure_inputs(wildcards):
-    try:
-        figure = get_figure(wildcards.paper, wildcards.figure)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-    return [f"results/runs/{c.run_id}/metrics.json" for c in figure.cells(SCALE, RUNTIME)]
+        build("table", wildcards.paper, wildcards.table, output[0], log[0])
 
 
 rule figure:
     """A paper's figure drawn from one of its tables' runs: figure.pdf, figure.png, provenance.yaml."""
     input:
-        figure_inputs,
+        target_inputs("figure"),
     output:
         report(
-            directory(OUT + "/{paper}/{figure}"),
+            directory(f"{OUT}/{{paper}}/{{figure}}"),
             patterns=[r"{file,figure\.png|figure\.pdf|figure\.csv|provenance\.yaml}"],
             caption="../report/figure.rst",
             category="{paper}",
@@ -63,42 +53,35 @@ rule figure:
         paper="[^/]+",
         figure="fig[0-9A-Za-z]+",
     log:
-        LOGS + "/figures/{paper}-{figure}.log",
+        f"{LOGS}/figures/{{paper}}-{{figure}}.log",
     localrule: True
     run:
-        build_figure(get_figure(wildcards.paper, wildcards.figure), SCALE, "results/runs", output[0], RUNTIME)
+        build("figure", wildcards.paper, wildcards.figure, output[0], log[0])
 
 
 rule search:
     """A hyperparameter search: search.csv, best.yaml (the best point per setting), provenance.yaml."""
     input:
-        search_inputs,
+        target_inputs("search"),
     output:
-        directory(OUT + "/{paper}/{search}"),
+        directory(f"{OUT}/{{paper}}/{{search}}"),
     wildcard_constraints:
         paper="[^/]+",
         search="search_[0-9A-Za-z_]+",
     log:
-        LOGS + "/searches/{paper}-{search}.log",
+        f"{LOGS}/searches/{{paper}}-{{search}}.log",
     localrule: True
     run:
-        build_search(get_search(wildcards.paper, wildcards.search), SCALE, "results/runs", output[0], RUNTIME)
-
-
-def build_and_log(log, build, *args, out_dir, **kwargs):
-    """`build` (the claims summary, the shared-runs page), then what it wrote into the job's log."""
-    build(*args, out_dir=out_dir, **kwargs)
-    written = ", ".join(sorted(p.name for p in Path(out_dir).iterdir()))
-    Path(log).write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {build.__name__} at scale={SCALE} -> {out_dir}: {written}\n")
+        build("search", wildcards.paper, wildcards.search, output[0], log[0])
 
 
 rule claims:
     """Every claim of a paper on its built tables' runs: claims.md, claims.csv, claims.html."""
     input:
-        lambda w: [target_path(w.paper, name) for name in paper_tables(w.paper)],
+        lambda w: [target_path(w.paper, name) for name in EXPANSION.names(w.paper, "table")],
     output:
         report(
-            directory(OUT + "/{paper}/claims"),
+            directory(f"{OUT}/{{paper}}/claims"),
             patterns=[r"{file,claims\.html|claims\.csv}"],
             caption="../report/claims.rst",
             category="{paper}",
@@ -109,27 +92,20 @@ rule claims:
     wildcard_constraints:
         paper="[^/]+",
     log:
-        LOGS + "/claims/{paper}.log",
+        f"{LOGS}/claims/{{paper}}.log",
     localrule: True
     run:
-        build_and_log(log[0], build_paper_claims, wildcards.paper, SCALE, RUNS_DIR, out_dir=output[0], runtime=RUNTIME)
-
-
-def finished_runs(tables):
-    """The metrics.json of the tables' runs that have finished: a listing of what is measured so
-    far, which never asks for a run to be trained."""
-    paths = {f"{RUNS_DIR}/{c.run_id}/metrics.json" for t in tables for c in expand(t, SCALE, RUNTIME)}
-    return sorted(p for p in paths if Path(p).exists())
+        build_summary("claims", output[0], log[0], wildcards.paper)
 
 
 rule shared_runs:
     """Runs that tables of several papers need, each paper's number beside ours (shared.md/.csv/.html),
     from the runs finished so far (build it after the tables it should show)."""
     input:
-        lambda w: finished_runs(all_tables()),
+        finished_table_runs,
     output:
         report(
-            directory(OUT + "/shared_runs"),
+            directory(f"{OUT}/shared_runs"),
             patterns=[r"{file,shared\.html|shared\.csv}"],
             caption="../report/shared.rst",
             category="across papers",
@@ -137,7 +113,7 @@ rule shared_runs:
                                         "shared.csv": "as CSV (shared.csv)"}.get(w.file, w.file)},
         ),
     log:
-        LOGS + "/shared_runs.log",
+        f"{LOGS}/shared_runs.log",
     localrule: True
     run:
-        build_and_log(log[0], write_shared_runs, SCALE, RUNS_DIR, out_dir=output[0], runtime=RUNTIME)
+        build_summary("shared_runs", output[0], log[0])

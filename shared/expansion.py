@@ -1,0 +1,121 @@
+"""Every target of the workflow (each paper's tables, figures and searches) expanded into its
+runs at a scale, cached on disk.
+
+Every Snakemake process needs this before it can define a rule: the main one, and on SLURM
+every job's. Expanding all the papers' tables resolves thousands of configs and imports torch
+(seconds); reading the cache takes milliseconds and imports neither torch nor a paper. The
+cache is keyed by everything that decides the expansion: the source of shared/ and papers/,
+the scale and the runtime keys. A changed file or setting expands again and rewrites it
+(atomically: concurrent processes read the old cache or the new one).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config import ConfigError, RunConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("shared", "papers")  # the code that declares tables and resolves configs
+KINDS = ("table", "figure", "search")
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One run of a table's (or a figure's or search's own) grid: where it is used."""
+
+    paper: str
+    target: str
+    run_id: str
+    method: str
+    row: str
+    column: str
+    seed: int
+
+
+@dataclass
+class Expansion:
+    runs: dict[str, RunConfig]  # every run any target needs, by id (a run two targets share is one)
+    grid_runs: list[GridRun]  # the runs of every grid, where each is used (the run index)
+    targets: dict[str, dict[str, dict[str, list[str]]]]  # paper -> kind -> target name -> run ids
+
+    def papers(self) -> list[str]:
+        return list(self.targets)
+
+    def names(self, paper: str, *kinds: str) -> list[str]:
+        """The paper's targets of these kinds (default: all), tables first."""
+        return [name for kind in kinds or KINDS for name in self.targets[paper][kind]]
+
+    def target_runs(self, paper: str, kind: str, name: str) -> list[str]:
+        """The run ids of target `name`; an unknown paper or name raises the ConfigError that
+        reading the paper's module raises."""
+        runs = self.targets.get(paper, {}).get(kind, {}).get(name)
+        if runs is None:
+            from shared.experiments import declared_one
+
+            declared_one(paper, {"table": "TABLES", "figure": "FIGURES", "search": "SEARCHES"}[kind], kind, name)
+            raise ConfigError(f"{paper}/{name} is not known to the workflow")
+        return runs
+
+
+def source_digest() -> str:
+    """A hash of every Python file under shared/ and papers/ (names and contents)."""
+    digest = hashlib.sha256()
+    for folder in SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(scale: str, runtime: dict) -> str:
+    settings = json.dumps({"scale": scale, "runtime": runtime}, sort_keys=True, default=str)
+    return hashlib.sha256(f"{source_digest()}\n{settings}".encode()).hexdigest()
+
+
+def expand_all(scale: str, runtime: dict) -> Expansion:
+    """What the cache holds, computed: every grid's runs and every target's run ids."""
+    from shared.experiments import expand, paper_searches, paper_tables
+    from shared.figures import paper_figures
+    from shared.papers import paper_names
+    from shared.run import workflow_grids
+
+    runs, grid_runs = {}, []
+    for paper, name, grid in workflow_grids():
+        for cell in expand(grid, scale, runtime):
+            runs[cell.run_id] = cell.config
+            grid_runs.append(GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label,
+                                     cell.column.label, cell.seed))
+    ids = lambda cells: list(dict.fromkeys(c.run_id for c in cells))
+    targets = {paper: {
+        "table": {name: ids(expand(t, scale, runtime)) for name, t in paper_tables(paper).items()},
+        "figure": {name: ids(f.cells(scale, runtime)) for name, f in paper_figures(paper).items()},
+        "search": {name: ids(expand(s.as_table(), scale, runtime)) for name, s in paper_searches(paper).items()},
+    } for paper in paper_names()}
+    return Expansion(runs, grid_runs, targets)
+
+
+def expansion(scale: str, runtime: dict, cache_dir: str | Path) -> Expansion:
+    """The workflow's expansion at `scale`, from `cache_dir`/<scale>.pickle where that was
+    written by the same code and settings, else computed and written there."""
+    path = Path(cache_dir) / f"{scale}.pickle"
+    key = cache_key(scale, runtime)
+    try:
+        with open(path, "rb") as f:
+            cached_key, cached = pickle.load(f)
+        if cached_key == key:
+            return cached
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
+        pass  # absent, or written by code that no longer reads it: expand again
+    found = expand_all(scale, runtime)
+    from shared.run_directory import write_atomically  # imports torch, which expanding has loaded
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            pickle.dump((key, found), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    write_atomically(path, write)
+    return found
