@@ -33,7 +33,7 @@ from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
 from shared.run_directory import RunDirectory, write_json
-from shared.seeding import GLOBAL_RNG, derive_seed
+from shared.seeding import GLOBAL_RNG, derive_seed, set_numerics
 
 
 def resolve_device(name: str) -> torch.device:
@@ -72,8 +72,7 @@ class Setup:
 
 def set_up(cfg: RunConfig, out: RunDirectory) -> Setup:
     device = resolve_device(cfg.trainer.device)
-    if device.type == "cuda":  # cuDNN picks the fastest algorithm per shape (float rounding only)
-        torch.backends.cudnn.benchmark = True
+    set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device)
     save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
     with GLOBAL_RNG:
