@@ -52,6 +52,14 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def select_device(device: torch.device) -> None:
+    """Make `cuda:i` the process's current CUDA device before anything opens a CUDA context:
+    otherwise a context opens on GPU 0, and whatever takes the current device (a new stream, a
+    graph's memory pool, synchronize, memory statistics) works on GPU 0."""
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+
+
 def sample_clients(cfg: RunConfig, round: int) -> list[int]:
     n = cfg.partition.clients
     m = max(1, math.ceil(cfg.federation.participation * n - 1e-9))
@@ -72,6 +80,7 @@ class Setup:
 
 def set_up(cfg: RunConfig, out: RunDirectory) -> Setup:
     device = resolve_device(cfg.trainer.device)
+    select_device(device)
     set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device)
     save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
