@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shared.client_state import persist, prune, restore
 from shared.client_training import ClientResult, client_trainer
 from shared.config import RunConfig, check, run_id
 from shared.evaluation import evaluate
@@ -32,7 +33,7 @@ from shared.metrics import rounds_to_target
 from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
-from shared.run_directory import RunDirectory, write_json
+from shared.run_directory import RunDirectory, prune_client_states, write_json
 from shared.seeding import GLOBAL_RNG, derive_seed, set_numerics
 
 
@@ -146,8 +147,9 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
         record["seconds"] = time.perf_counter() - started
         elapsed += record["seconds"]
         history.append(record)
-        out.save_round(history, {"global": setup.global_model.state_dict(), "method": setup.method.state_dict(),
-                                 "elapsed": elapsed})
+        method_state = persist(setup.method.state_dict(), out.path, round)
+        out.save_round(history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": elapsed})
+        prune(method_state, out.path)
         report_progress(cfg, out, record)
         if not math.isfinite(record.get("global_loss", 0.0)):
             status = f"diverged: global model loss is {record['global_loss']} after round {round + 1}"
@@ -157,6 +159,7 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
         "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
     out.finish(summary, setup.global_model.state_dict())
+    prune_client_states(out.path, keep=set())
     return summary
 
 
@@ -167,7 +170,7 @@ def resume(setup: Setup, out: RunDirectory) -> tuple[list[dict], float]:
     if state is None:
         return [], 0.0
     setup.global_model.load_state_dict(state["global"])
-    setup.method.load_state_dict(state["method"])
+    setup.method.load_state_dict(restore(state["method"], out.path))
     return state["history"], state["elapsed"]
 
 
