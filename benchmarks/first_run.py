@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -87,14 +88,22 @@ def write_environment(out: Path) -> dict:
 
 
 def run_logged(command: list[str], log: Path, timeout: float) -> int | None:
-    """Run `command` with its output in `log`; its exit code, None when it ran out of time."""
+    """Run `command` with its output in `log`; its exit code, None when it ran out of time. At
+    the limit it gets ^C (SIGINT) first, on which pytest still writes its report of the tests it
+    ran, and is killed only if it has not ended 30 s later."""
     with open(log, "w") as handle:
+        proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(), cwd=REPO)
         try:
-            return subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(),
-                                  cwd=REPO, timeout=timeout).returncode
+            return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            handle.write(f"\nstopped after {timeout:.0f} s (the first run's time budget)\n")
-            return None
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        handle.write(f"\nstopped after {timeout:.0f} s (the first run's time budget)\n")
+        return None
 
 
 def junit_counts(xml: Path) -> dict:
@@ -112,6 +121,7 @@ def gpu_tests(out: Path, timeout: float) -> dict:
         return {"step": "gpu tests", "ok": False, "detail": f"no report (exit {code}); see gpu-tests.log"}
     c = junit_counts(xml)
     passed = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
+    # exit 5: no test collected at all
     return {"step": "gpu tests", "ok": code == 0 or (code == 5 and not c["failures"] + c["errors"]),
             "detail": f"{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped"
                       + ("" if code is not None else " (stopped at its time limit)")}
@@ -192,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     clock, cuda = Clock(args.minutes), torch.cuda.is_available()
     overrides = data_overrides(args.data, cuda)
     results = [guarded("environment", lambda: write_environment(out))]
-    # the tests get half of the budget, the benchmark most of what is left, the profile the rest
-    results.append(guarded("gpu tests", lambda: gpu_tests(out, clock.left() / 2)))
+    # the tests get 60% of the budget, the benchmark most of what is left, the profile the rest
+    results.append(guarded("gpu tests", lambda: gpu_tests(out, 0.6 * clock.left())))
     results.append(guarded("speed", lambda: speed(out, overrides, cuda, max(30.0, clock.left() - 60))))
     results.append(guarded("profile", lambda: profile(out, overrides, cuda)))
     table = summary_table(results)

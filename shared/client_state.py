@@ -60,9 +60,6 @@ class ClientStates:
         self.tensors[client] = each(value, to_host)
         self.files.pop(client, None)  # changed: written again at the next checkpoint
 
-    def get(self, client: int, default=None):
-        return self.tensors.get(client, default)
-
     def on(self, client: int, device: torch.device) -> Tensors:
         return each(self.tensors[client], lambda t: t.to(device, non_blocking=True))
 

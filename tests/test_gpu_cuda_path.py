@@ -31,6 +31,14 @@ def weights(out: Path) -> dict:
     return torch.load(out / "model.pt", map_location="cpu")
 
 
+def set_up(cfg, folder: Path) -> trainer.Setup:
+    """A run's setup (data, model, method, the way its clients train) without training it."""
+    from shared.run_directory import RunDirectory
+
+    folder.mkdir(parents=True)
+    return trainer.set_up(cfg, RunDirectory(folder, cfg))
+
+
 def bitwise_equal(a: dict, b: dict) -> bool:
     return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -133,10 +141,8 @@ def test_runs_with_each_augmentation_train_on_cuda(tmp_path, augmentation):
 # --- CUDA graphs and compile -----------------------------------------------------------------------
 
 def test_the_batched_step_is_captured_once_per_round_and_replayed(tmp_path):
-    from shared.run_directory import RunDirectory
-
     cfg = make_cfg(tmp_path, "trainer.clients_per_step=4")
-    setup = trainer.set_up(cfg, RunDirectory(tmp_path / "run", cfg))
+    setup = set_up(cfg, tmp_path / "run")
     batched = setup.clients.clients
     clients = [setup.federation.clients[c] for c in trainer.sample_clients(cfg, 0)]
     setup.clients.train(clients, setup.global_model, 0, test_local=False)
@@ -219,11 +225,9 @@ def test_gpu_memory_does_not_grow_over_rounds(tmp_path, monkeypatch, case):
 
 @pytest.mark.parametrize("method, key", [("moon", "previous"), ("fedcurv", "u"), ("scaffold", "c_client")])
 def test_per_client_state_stays_in_pinned_host_memory(tmp_path, method, key):
-    from shared.run_directory import RunDirectory
-
     extra = ["model.projection_dim=32"] if method == "moon" else []
     cfg = make_cfg(tmp_path, f"method={method}", *extra)
-    setup = trainer.set_up(cfg, RunDirectory(tmp_path / "run", cfg))
+    setup = set_up(cfg, tmp_path / "run")
     clients = [setup.federation.clients[c] for c in trainer.sample_clients(cfg, 0)]
     setup.method.prepare_round(0, setup.global_model)
     results = setup.clients.train(clients, setup.global_model, 0, test_local=False)
