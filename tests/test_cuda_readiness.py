@@ -212,18 +212,6 @@ def test_snakemake_is_an_extra_and_nothing_run_or_tested_needs_tqdm():
     assert "snakemake" in (REPO / "requirements-workflow.txt").read_text()
 
 
-def test_without_pyyaml_installed_the_vendored_copy_reads_configs():
-    """python -S: no site-packages, so no PyYAML (nor torch): what a site's CUDA Python without
-    PyYAML sees of it."""
-    code = ("import shared, yaml; from shared.config_loading import load_config; "
-            "print(yaml.__file__); print(load_config(None, ['local.lr=0.5', 'eval.target_acc=[60, 70]']).eval.target_acc)")
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=REPO)
-    if proc.returncode and "No module named" in proc.stderr and "yaml" not in proc.stderr:
-        pytest.skip(f"shared.config_loading needs a package outside the standard library: {proc.stderr.splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [str(REPO / "vendor" / "yaml" / "__init__.py"), "[60.0, 70.0]"]
-
-
 def test_the_first_run_rehearses_on_a_cpu_into_one_folder(tmp_path):
     out = tmp_path / "first"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.first_run", "--out", str(out), "--minutes", "2"],
@@ -239,3 +227,27 @@ def test_the_first_run_rehearses_on_a_cpu_into_one_folder(tmp_path):
     assert speed["variants"] and all(v["seconds_per_round"] > 0 for v in speed["variants"].values())
     assert json.loads((out / "fedssd-trace.json").read_text())["traceEvents"]
     assert "| profile | ok |" in proc.stdout
+
+
+def test_gpu_tests_collect_and_runs_go_without_snakemake_pyyaml_tqdm_or_transformers(tmp_path):
+    """The GPU machines' Python: this one's packages less those (python -S, its site-packages
+    linked in one by one), the checkout on PYTHONPATH."""
+    import site
+
+    bare = tmp_path / "site-packages"
+    bare.mkdir()
+    absent = ("snakemake", "yaml", "_yaml", "pyyaml", "tqdm", "transformers")
+    for entry in Path(site.getsitepackages()[0]).iterdir():
+        if not entry.name.lower().startswith(absent):
+            (bare / entry.name).symlink_to(entry)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{bare}"}
+    code = ("import importlib.util, sys, pytest; "
+            "assert not any(importlib.util.find_spec(m) for m in ('snakemake', 'tqdm', 'transformers')); "
+            "from shared.config_loading import load_config; import yaml; print(yaml.__file__); "
+            "print(load_config(None, ['eval.target_acc=[60, 70]']).eval.target_acc); "
+            "sys.exit(pytest.main(['-m', 'gpu', '--collect-only', '-q', '-p', 'no:cacheprovider', 'tests']))")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[:2] == [str(REPO / "vendor" / "yaml" / "__init__.py"), "[60.0, 70.0]"]  # PyYAML's vendored copy
+    assert int(lines[-1].split("/")[0]) >= 50  # gpu tests collected
