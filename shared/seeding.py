@@ -35,13 +35,18 @@ def set_numerics(device: torch.device, deterministic: bool) -> None:
     process share them (shared/multirun.py).
 
     deterministic  use_deterministic_algorithms (an operation without a deterministic kernel
-                   raises instead of summing atomically), cuDNN without benchmarking, whose
-                   choice of algorithm varies with timing; off: cuDNN benchmarks, the fastest
+                   raises instead of summing atomically; new memory is not NaN-filled), cuDNN
+                   without benchmarking, whose choice of algorithm varies with timing; off:
+                   cuDNN benchmarks, the fastest
     TF32           off, always: float32 products in float32, as on the CPU the tests compare
                    with (on Ampere and later cuDNN would use TF32 for convolutions by default,
                    rounding inputs to 10 mantissa bits); bf16 is `trainer.amp`, part of a run's id
     """
     torch.use_deterministic_algorithms(deterministic, warn_only=False)
+    # deterministic mode would also fill every new tensor's memory (each operator's output) with
+    # NaN first, a debugging aid against reading uninitialised memory that costs a write of every
+    # output and changes no result of correct code
+    torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.benchmark = device.type == "cuda" and not deterministic
     torch.backends.cuda.matmul.allow_tf32 = False
