@@ -102,10 +102,20 @@ def test_accuracy(model, loader, device) -> float:
     return 100 * correct / total
 
 
+def pytorch_defaults() -> None:
+    """How the codes the reference stands for compute: PyTorch's defaults (nondeterministic
+    kernels allowed, no cuDNN benchmarking, TF32 in cuDNN's convolutions, not in matmuls),
+    whatever a run of ours in this process set before (shared.seeding.set_numerics)."""
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic = torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
+
+
 def run_reference(cfg: RunConfig, rounds: int | None = None) -> dict:
     """Train `rounds` rounds (default: the config's) the reference way; per-round seconds,
     samples trained and accuracies."""
     device = resolve_device(cfg.trainer.device)
+    pytorch_defaults()
     federation = build_federation(cfg, device)  # the partition, the method's server-side data
     dataset = federation.dataset
     train_images = federation.train_x.cpu().permute(0, 2, 3, 1).numpy()  # HWC uint8, as torchvision keeps CIFAR

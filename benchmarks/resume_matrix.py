@@ -41,10 +41,10 @@ def killed_at_round(round: int):
     its checkpoint holds rounds 1..round."""
     real = client_training.train_client
 
-    def train_client(method, client, model, cfg, r):
+    def train_client(method, client, model, cfg, r, *rest):
         if r == round:
             raise Killed
-        return real(method, client, model, cfg, r)
+        return real(method, client, model, cfg, r, *rest)
 
     return mock.patch.object(client_training, "train_client", train_client)
 

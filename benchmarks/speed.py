@@ -1,7 +1,7 @@
 """Our trainer against the reference loop (benchmarks/reference.py), in one process, on the same
 config and seed: seconds per round, training samples per second, the ratio, final accuracies.
 
-    python -m benchmarks.speed CONFIG [key=value ...] [--rounds N] [--reference-rounds N]
+    python -m benchmarks.speed CONFIG [key=value ...] [--rounds N] [--reference-rounds N] [--minutes M]
                                [--variants NAME ...] [--repeats N] [--peak-tflops X] [--out FILE]
 
 CONFIG is one of CONFIGS: the papers' defaults (`fedssd`, `fedssd-noteacher`, `fedgkd`,
@@ -20,7 +20,10 @@ run's numbers beyond rounding (`trainer.amp` is part of its id); its accuracy sh
 agree within seed noise. On CUDA with --peak-tflops (or a GPU in PEAK_BF16_TFLOPS) the script also
 measures the local steps alone: achieved TFLOP/s and the fraction of the bf16 peak.
 
-Prints a table and writes JSON (default benchmarks/results/<config>-<device>.json).
+Rounds default to 5 (fewer where the config has fewer). The JSON (default
+benchmarks/results/<config>-<device>.json) is rewritten after every variant, so a benchmark cut
+off by a job's time limit keeps what it measured; `--minutes M` starts no variant after M
+minutes and lists the ones left out. Ends with a table.
 """
 from __future__ import annotations
 
@@ -134,12 +137,14 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     from shared.federation import build_federation
     from shared.seeding import client_generator
     from shared.methods import build_method
-    from shared.client_training import train_client
+    from shared.client_training import compile_for_full_batches, train_client
     from shared.models import model_for
+    from shared.seeding import set_numerics
 
     cfg = copy.deepcopy(cfg)
     cfg.local.epochs = 1
     device = resolve_device(cfg.trainer.device)
+    set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device)
     torch.manual_seed(cfg.seed)
     model = model_for(cfg, federation).to(device)
@@ -156,12 +161,11 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     flops_per_sample = counter.get_total_flops() / len(y)
     model.zero_grad(set_to_none=True)
 
-    if cfg.trainer.compile:
-        model.compile(mode="reduce-overhead" if device.type == "cuda" and cfg.trainer.cuda_graphs else None)
-    train_client(method, client, model, cfg, 0)  # warm-up: compilation, cuDNN's algorithm search
+    compiled = compile_for_full_batches(model, device, cfg.trainer.cuda_graphs) if cfg.trainer.compile else None
+    train_client(method, client, model, cfg, 0, compiled)  # warm-up: compilation, cuDNN's algorithm search
     torch.cuda.synchronize(device)
     started = time.perf_counter()
-    update = train_client(method, client, model, cfg, 1)
+    update = train_client(method, client, model, cfg, 1, compiled)
     torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
     samples = epoch_samples(client.num_samples, cfg.local.batch_size)
@@ -179,81 +183,116 @@ def hardware(device: torch.device) -> str:
     return f"{model}, {torch.get_num_threads()} threads"
 
 
-def main(argv: list[str] | None = None) -> int:
+DEFAULT_ROUNDS = 5  # enough for a steady s/round after the first (warm-up) round
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", choices=sorted(CONFIGS))
     parser.add_argument("overrides", nargs="*", help="key=value, applied to every variant")
-    parser.add_argument("--rounds", type=int, help="rounds of our trainer (default: the config's)")
+    parser.add_argument("--rounds", type=int,
+                        help=f"rounds of our trainer (default: {DEFAULT_ROUNDS}, or the config's if fewer)")
     parser.add_argument("--reference-rounds", type=int, help="rounds of the reference (default: --rounds)")
     parser.add_argument("--variants", nargs="*", help="a subset of the config's variants")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run the variants this many times, alternating; report each one's median s/round")
+    parser.add_argument("--minutes", type=float,
+                        help="time budget: no variant starts once it is spent (one that started runs to its end); "
+                             "the JSON lists the variants left out")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, for the local-step utilisation")
-    parser.add_argument("--out", help="JSON file (default: benchmarks/results/<config>-<device>.json)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", help="JSON file (default: benchmarks/results/<config>-<device>.json), "
+                                      "rewritten after every variant")
+    return parser.parse_args(argv)
 
+
+def medians(repeats: dict[str, list[dict]]) -> dict[str, dict]:
+    """Each variant's repeat nearest its median s/round, and, with a reference, the ratios."""
+    results = {}
+    for variant, runs in repeats.items():
+        if not runs:
+            continue
+        per_round = [r["seconds_per_round"] for r in runs]
+        results[variant] = {**min(runs, key=lambda r: abs(r["seconds_per_round"] - statistics.median(per_round))),
+                            "seconds_per_round": statistics.median(per_round), "seconds_per_round_repeats": per_round}
+    if "reference" in results:
+        reference = results["reference"]
+        for result in results.values():
+            result["speedup_vs_reference"] = reference["seconds_per_round"] / result["seconds_per_round"]
+            result["speedup_per_repeat"] = [a / b for a, b in zip(reference["seconds_per_round_repeats"],
+                                                                   result["seconds_per_round_repeats"])]
+            result["accuracy_comparable"] = result["rounds"] == reference["rounds"]
+    return results
+
+
+def write_report(report: dict, out: Path) -> None:
+    """Atomically, so that a benchmark killed at its time limit leaves the last whole report."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(tmp, out)
+
+
+def print_table(report: dict, rounds: int, repeats: int) -> None:
+    print(f"\n{report['config']} on {report['hardware']} (torch {torch.__version__}), {rounds} rounds, "
+          f"median of {repeats} repeat(s)\n")
+    print("| variant | s / round | samples / s | x reference | x reference per repeat | final acc (%) |")
+    print("|---|---|---|---|---|---|")
+    for variant, r in report["variants"].items():
+        ratio = f"{r['speedup_vs_reference']:.2f}" if "speedup_vs_reference" in r else "-"
+        per_repeat = ", ".join(f"{x:.2f}" for x in r.get("speedup_per_repeat", [])) or "-"
+        acc = f"{r['final_acc']:.2f}" + ("" if r.get("accuracy_comparable", True) else f" ({r['rounds']} rounds)")
+        print(f"| {variant} | {r['seconds_per_round']:.2f} | {r['samples_per_s']:.0f} | {ratio} | {per_repeat} | {acc} |")
+    for variant in report["skipped"]:
+        print(f"| {variant} | not run: time budget spent | | | | |")
+    for variant, s in report["local_steps"].items():
+        fraction = f", {100 * s['fraction_of_bf16_peak']:.0f}% of the bf16 peak" if s["fraction_of_bf16_peak"] else ""
+        print(f"local steps, {variant}: {s['tflops']:.1f} TFLOP/s{fraction}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
     base, variants = CONFIGS[args.config]
     variants = args.variants or variants
     configs = {v: variant_config(base, args.overrides, v) for v in variants}
     first = next(iter(configs.values()))
     device = resolve_device(first.trainer.device)
-    rounds = args.rounds or first.federation.rounds
+    rounds = args.rounds or min(DEFAULT_ROUNDS, first.federation.rounds)
+    out = Path(args.out or f"benchmarks/results/{args.config}-{device.type}.json")
+    budget_spent = lambda: args.minutes is not None and time.perf_counter() - started > 60 * args.minutes  # noqa: E731
+    report = {"config": args.config, "model": first.model.name, "overrides": args.overrides, "rounds": rounds,
+              "variants": {}, "skipped": [], "local_steps": {}, "minutes": args.minutes,
+              "hardware": hardware(device), "device": str(device), "torch": torch.__version__,
+              "command": " ".join([*(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ),
+                                   "python -m benchmarks.speed", *(argv if argv is not None else sys.argv[1:])])}
     # On a shared machine the speed drifts over minutes; repeats alternate the variants, so that
     # each variant's median and each repeat's ratios see the same conditions.
     repeats: dict[str, list[dict]] = {v: [] for v in configs}
     for _ in range(args.repeats):
         for variant, cfg in configs.items():
-            started = time.perf_counter()
+            if budget_spent():
+                break
+            variant_started = time.perf_counter()
             if variant == "reference":
                 result = run_reference(cfg, args.reference_rounds or rounds)
             else:
                 result = run_ours(cfg, rounds)
             repeats[variant].append(summarise(result))
             print(f"{variant}: {repeats[variant][-1]['seconds_per_round']:.2f} s/round, final acc {result['final_acc']:.2f} "
-                  f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    results = {}
-    for variant, runs in repeats.items():
-        per_round = [r["seconds_per_round"] for r in runs]
-        results[variant] = {**min(runs, key=lambda r: abs(r["seconds_per_round"] - statistics.median(per_round))),
-                            "seconds_per_round": statistics.median(per_round), "seconds_per_round_repeats": per_round}
-
-    if "reference" in results:
-        reference = results["reference"]
-        for variant, result in results.items():
-            result["speedup_vs_reference"] = reference["seconds_per_round"] / result["seconds_per_round"]
-            result["speedup_per_repeat"] = [a / b for a, b in zip(reference["seconds_per_round_repeats"],
-                                                                   result["seconds_per_round_repeats"])]
-            result["accuracy_comparable"] = result["rounds"] == reference["rounds"]
+                  f"({time.perf_counter() - variant_started:.0f} s)", file=sys.stderr, flush=True)
+            report.update(variants=medians(repeats), skipped=[v for v in configs if not repeats[v]])
+            write_report(report, out)
 
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items()
                                      if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
-    local_steps = {}
     if device.type == "cuda":
-        for variant in [v for v in variants if v in ("fp32", "bf16", "bf16-compile")]:
-            local_steps[variant] = local_step_throughput(configs[variant], peak)
-
-    report = {"config": args.config, "model": first.model.name, "overrides": args.overrides, "variants": results,
-              "local_steps": local_steps,
-              "hardware": hardware(device), "device": str(device), "torch": torch.__version__,
-              "command": " ".join([*(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ),
-                                   "python -m benchmarks.speed", *(argv if argv is not None else sys.argv[1:])])}
-    out = Path(args.out or f"benchmarks/results/{args.config}-{device.type}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-
-    print(f"\n{args.config} on {report['hardware']} (torch {torch.__version__}), {rounds} rounds, "
-          f"median of {args.repeats} repeat(s)\n")
-    print("| variant | s / round | samples / s | x reference | x reference per repeat | final acc (%) |")
-    print("|---|---|---|---|---|---|")
-    for variant, r in results.items():
-        ratio = f"{r['speedup_vs_reference']:.2f}" if "speedup_vs_reference" in r else "-"
-        per_repeat = ", ".join(f"{x:.2f}" for x in r.get("speedup_per_repeat", [])) or "-"
-        acc = f"{r['final_acc']:.2f}" + ("" if r.get("accuracy_comparable", True) else f" ({r['rounds']} rounds)")
-        print(f"| {variant} | {r['seconds_per_round']:.2f} | {r['samples_per_s']:.0f} | {ratio} | {per_repeat} | {acc} |")
-    for variant, s in local_steps.items():
-        fraction = f", {100 * s['fraction_of_bf16_peak']:.0f}% of the bf16 peak" if s["fraction_of_bf16_peak"] else ""
-        print(f"local steps, {variant}: {s['tflops']:.1f} TFLOP/s{fraction}")
+        for variant in [v for v in variants if v in ("fp32", "bf16", "bf16-compile") and not budget_spent()]:
+            report["local_steps"][variant] = local_step_throughput(configs[variant], peak)
+            write_report(report, out)
+    report.update(variants=medians(repeats), skipped=[v for v in configs if not repeats[v]])
+    write_report(report, out)
+    print_table(report, rounds, args.repeats)
     print(f"\nwritten to {out}")
     return 0
 

@@ -1,0 +1,1 @@
+"""The core of the package (README: Layout)."""

@@ -67,9 +67,27 @@ def check_finite(state: dict[str, torch.Tensor], client: int, round: int) -> Non
         raise Diverged(f"client {client} diverged in round {round + 1} (non-finite weights)")
 
 
-def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int) -> ClientUpdate:
+def compile_for_full_batches(model: Net, device: torch.device, cuda_graphs: bool) -> torch.nn.Module:
+    """`trainer.compile`: torch.compile of the local model, for full training batches only. A
+    compiled model records a graph (on CUDA with graphs, a capture and its memory) per input
+    shape; clients' last batches have about as many sizes as there are clients, and the test
+    set's last batch one more, so only the one shape of a full batch goes through it
+    (dynamic=False: no symbolic shapes), and last batches and evaluation run the same weights
+    eagerly (`step_model`)."""
+    mode = "reduce-overhead" if device.type == "cuda" and cuda_graphs else None  # CUDA graphs pay for many small kernels
+    return torch.compile(model, mode=mode, dynamic=False)
+
+
+def step_model(model: Net, compiled: torch.nn.Module | None, batch: int, batch_size: int) -> torch.nn.Module:
+    """The module a training step of `batch` samples runs: the compiled one for a full batch."""
+    return compiled if compiled is not None and batch == batch_size else model
+
+
+def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int,
+                 compiled: torch.nn.Module | None = None) -> ClientUpdate:
     """Local training of one client from the model's current (global) weights: the per-batch
-    local step of every method, `local.epochs` epochs of the method's `local_loss`."""
+    local step of every method, `local.epochs` epochs of the method's `local_loss`; `compiled`:
+    the model compiled for full batches (`compile_for_full_batches`)."""
     loc = cfg.local
     model.train()
     optimizer = local_optimizer(model, loc)
@@ -79,7 +97,7 @@ def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, rou
     for _ in range(loc.epochs):
         for x, y in client.batches(loc.batch_size, generator):
             with autocast(cfg, client.index.device):
-                loss = method.local_loss(model, x, y, client)
+                loss = method.local_loss(step_model(model, compiled, len(y), loc.batch_size), x, y, client)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if loc.grad_clip:
@@ -97,12 +115,15 @@ def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, rou
 class OneAfterAnother:
     """Each client trains from the global weights on one local model, in the order sampled."""
 
-    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig):
+    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig,
+                 compiled: torch.nn.Module | None = None):
         self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
+        self.compiled = compiled  # `model` compiled for full batches (trainer.compile)
 
     def train_one(self, client: Client, model: Net, global_state: dict, round: int, test_local: bool) -> ClientResult:
         model.load_state_dict(global_state)
-        update = train_client(self.method, client, model, self.cfg, round)
+        compiled = self.compiled if model is self.model else None
+        update = train_client(self.method, client, model, self.cfg, round, compiled)
         acc = evaluate(model, self.federation.test, self.federation, self.cfg)["acc"] if test_local else None
         return ClientResult(update, acc)
 
@@ -203,7 +224,5 @@ def client_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunC
             if why is None:
                 return way(method, model, federation, cfg, min(wanted, sampled))
             print(f"note: trainer.{key}={wanted} does not apply: {why}; clients train one after another", file=sys.stderr)
-    if t.compile:
-        # CUDA graphs (reduce-overhead) pay where a step is many small kernels
-        model.compile(mode="reduce-overhead" if federation.device.type == "cuda" and t.cuda_graphs else None)
-    return OneAfterAnother(method, model, federation, cfg)
+    compiled = compile_for_full_batches(model, federation.device, t.cuda_graphs) if t.compile else None
+    return OneAfterAnother(method, model, federation, cfg, compiled)

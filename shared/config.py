@@ -173,6 +173,10 @@ class TrainerConfig:
     client_threads: Count = 1
     compile: bool = False  # torch.compile the local model (clients trained one after another)
     cuda_graphs: bool = True  # on CUDA: replay the batched step, or the compiled model, as CUDA graphs
+    # deterministic kernels (torch.use_deterministic_algorithms, cuDNN without benchmarking): on
+    # CUDA the same seed then gives the same numbers, and a resumed run the uninterrupted run's
+    # (README, Performance); false trades that for cuDNN's fastest, atomics-summing kernels
+    deterministic: bool = True
     tensorboard: bool = False  # also write each round's metrics as TensorBoard events (shared/tensorboard_log.py)
 
 
@@ -196,7 +200,7 @@ class RunConfig:
 # same samples' gradients with the same arithmetic, in another order and kernels (the batched
 # trainer's test shows the weights agree to float rounding), much as another GPU would.
 RUNTIME_KEYS = ("data_root", "trainer.device", "trainer.progress", "trainer.clients_per_step", "trainer.client_threads",
-                "trainer.compile", "trainer.cuda_graphs", "trainer.tensorboard")
+                "trainer.compile", "trainer.cuda_graphs", "trainer.deterministic", "trainer.tensorboard")
 
 DATA_ROOT_ENV = "FEDREPRO_DATA"
 

@@ -152,6 +152,31 @@ class ResNet50(nn.Module):
         return F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1)
 
 
+class AdaptiveAvgPool(nn.Module):
+    """nn.AdaptiveAvgPool2d as two products with averaging matrices: the same windows and means
+    (PyTorch's: rows floor(i H / h) to ceil((i + 1) H / h)), but a backward pass that CUDA
+    computes deterministically (AdaptiveAvgPool2d's sums atomically, and raises under
+    torch.use_deterministic_algorithms)."""
+
+    def __init__(self, size: tuple[int, int]):
+        super().__init__()
+        self.size = size
+
+    @staticmethod
+    def averaging(length: int, out: int, like: torch.Tensor) -> torch.Tensor:
+        """(out, length): row i averages input positions floor(i L / out) .. ceil((i + 1) L / out) - 1."""
+        matrix = torch.zeros(out, length, dtype=like.dtype, device=like.device)
+        for i in range(out):
+            start, stop = (i * length) // out, -(-((i + 1) * length) // out)
+            matrix[i, start:stop] = 1.0 / (stop - start)
+        return matrix
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.averaging(x.shape[-2], self.size[0], x)
+        cols = self.averaging(x.shape[-1], self.size[1], x)
+        return rows @ x @ cols.T
+
+
 class AlexNetBN(nn.Module):
     """FedBN's AlexNet with BatchNorm after every layer (Office-Caltech-10, 256x256 inputs)."""
 
@@ -165,7 +190,7 @@ class AlexNetBN(nn.Module):
             *conv(in_channels, 64, 11, 4, 2), nn.MaxPool2d(3, 2),
             *conv(64, 192, 5, 1, 2), nn.MaxPool2d(3, 2),
             *conv(192, 384, 3, 1, 1), *conv(384, 256, 3, 1, 1), *conv(256, 256, 3, 1, 1), nn.MaxPool2d(3, 2),
-            nn.AdaptiveAvgPool2d((6, 6)),
+            AdaptiveAvgPool((6, 6)),
         )
         self.fc = nn.Sequential(
             nn.Linear(256 * 6 * 6, 4096), nn.BatchNorm1d(4096), nn.ReLU(inplace=True),

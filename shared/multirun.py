@@ -10,9 +10,12 @@ for each other. Each run writes exactly what it writes alone (results/runs/<id>/
 Threads share torch's global random generator, so runs go side by side only where nothing draws
 from it outside the lock `shared.seeding.GLOBAL_RNG` (around the initial weights and the
 per-round reseed): every run's method has the capability `no_global_rng` (shared/fedavg.py,
-checked in shared/client_training.py), and nothing is compiled (torch.compile
-is not thread-safe). Otherwise, and on the CPU, whose cores one run already uses, the runs go
-one after another in this process.
+checked in shared/client_training.py), nothing is compiled (torch.compile is not thread-safe),
+no run captures CUDA graphs (the batched step of `trainer.clients_per_step` does: a capture
+forbids the device-wide synchronisations and `empty_cache` that other threads may make meanwhile,
+and the stream pool hands the same streams out again after 32), and all runs ask for the same
+`trainer.deterministic` (a process-wide switch). Otherwise, and on the CPU, whose cores one run
+already uses, the runs go one after another in this process, with a one-line note saying why.
 """
 from __future__ import annotations
 
@@ -36,6 +39,11 @@ def side_by_side_reason(configs: list[RunConfig], device: torch.device) -> str |
             return f"{reason}: it may draw from torch's global random generator"
         if cfg.trainer.compile:
             return "trainer.compile (torch.compile is not thread-safe)"
+        if cfg.trainer.clients_per_step > 1 and cfg.trainer.cuda_graphs:
+            return (f"trainer.clients_per_step={cfg.trainer.clients_per_step} captures CUDA graphs, which other "
+                    f"threads' work may break (trainer.cuda_graphs=false lets such runs go side by side)")
+    if len({cfg.trainer.deterministic for cfg in configs}) > 1:
+        return "the runs differ in trainer.deterministic, which is one switch for the whole process"
     return None
 
 

@@ -5,6 +5,7 @@ it is already imported (a run) or importable (`environment(torch=True)`), so tha
 build or `python -m shared.plan` does not pay for importing it."""
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -87,11 +88,25 @@ def cuda_versions(import_torch: bool = False) -> dict:
     return {"cuda": cuda, "cudnn": cudnn, "gpu_driver": gpu_driver()}
 
 
+def numerics() -> dict | None:
+    """How torch computes in this process (shared.seeding.set_numerics sets it): deterministic
+    kernels, cuDNN's benchmarking, TF32, cuBLAS's workspace; None when torch is not loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
+
+
 def environment(torch: bool = True) -> dict:
     """Everything a run or an output records about where it was made:
 
     {"git_commit", "git_dirty", "python", "platform", "hostname", "packages": {name: version},
-     "cuda", "cudnn", "gpu_driver"}
+     "cuda", "cudnn", "gpu_driver", "numerics"}
 
     With `torch=True` (a run's metrics.json) torch is imported if it is not yet; with
     `torch=False` its versions are read only if something imported it already."""
@@ -104,6 +119,7 @@ def environment(torch: bool = True) -> dict:
         "hostname": platform.node(),
         "packages": package_versions(),
         **cuda_versions(import_torch=torch),
+        "numerics": numerics(),
     }
 
 

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from shared.multirun import run_all
-    from shared.trainer import resolve_device
+    from shared.trainer import resolve_device, select_device
 
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
     if ns.gpu:  # one GPU for the process, whatever the number of runs
@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         device = resolve_device(cfgs[0].trainer.device)
     except ConfigError as exc:
         return input_error(exc)
+    select_device(device)  # before any CUDA context: a job given cuda:i never touches GPU 0
     jobs = [lambda cfg=cfg, out=out: train(cfg, out, record_failure, restore=bool(ns.runs), attempt=ns.attempt)
             for cfg, out in zip(cfgs, outs)]
     return max(run_all(cfgs, jobs, device))

@@ -64,6 +64,26 @@ def load_tensors(path: Path, device: torch.device | str = "cpu"):
     return torch.load(path, map_location=device, weights_only=True)
 
 
+CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/client_state.py)
+
+
+def client_state_path(run_path: Path, name: str) -> Path:
+    return Path(run_path) / CLIENT_STATE / name
+
+
+def prune_client_states(run_path: Path, keep: set[str]) -> None:
+    """Remove the per-client state files not in `keep` (and a kill's temporary files); with
+    nothing to keep (a finished run), the folder too."""
+    folder = Path(run_path) / CLIENT_STATE
+    if not folder.is_dir():
+        return
+    for file in folder.iterdir():
+        if file.name not in keep:
+            file.unlink(missing_ok=True)
+    if not keep:
+        folder.rmdir()
+
+
 class RunDirectory:
     def __init__(self, path: str | Path, cfg: RunConfig):
         self.path = Path(path)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shared.client_state import persist, prune, restore
 from shared.client_training import ClientResult, client_trainer
 from shared.config import RunConfig, check, run_id
 from shared.evaluation import evaluate
@@ -33,8 +34,8 @@ from shared.metrics import rounds_to_target
 from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
-from shared.run_directory import RunDirectory, write_json
-from shared.seeding import GLOBAL_RNG, derive_seed
+from shared.run_directory import RunDirectory, prune_client_states, write_json
+from shared.seeding import GLOBAL_RNG, derive_seed, set_numerics
 from shared.tensorboard_log import tensorboard_log
 
 
@@ -52,6 +53,14 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "mps":
         check(torch.backends.mps.is_available(), f"trainer.device={name}: this machine has no MPS device; use auto or cpu")
     return device
+
+
+def select_device(device: torch.device) -> None:
+    """Make `cuda:i` the process's current CUDA device before anything opens a CUDA context:
+    otherwise a context opens on GPU 0, and whatever takes the current device (a new stream, a
+    graph's memory pool, synchronize, memory statistics) works on GPU 0."""
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
 
 
 def sample_clients(cfg: RunConfig, round: int) -> list[int]:
@@ -74,8 +83,8 @@ class Setup:
 
 def set_up(cfg: RunConfig, out: RunDirectory) -> Setup:
     device = resolve_device(cfg.trainer.device)
-    if device.type == "cuda":  # cuDNN picks the fastest algorithm per shape (float rounding only)
-        torch.backends.cudnn.benchmark = True
+    select_device(device)
+    set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device)
     save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
     with GLOBAL_RNG:
@@ -148,8 +157,9 @@ def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = Non
             record["seconds"] = time.perf_counter() - started
             elapsed += record["seconds"]
             history.append(record)
-            out.save_round(history, {"global": setup.global_model.state_dict(), "method": setup.method.state_dict(),
-                                     "elapsed": elapsed})
+            method_state = persist(setup.method.state_dict(), out.path, round)
+            out.save_round(history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": elapsed})
+            prune(method_state, out.path)
             report_progress(cfg, out, record)
             live.write(record)
             if not math.isfinite(record.get("global_loss", 0.0)):
@@ -161,6 +171,7 @@ def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = Non
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
         "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
     out.finish(summary, setup.global_model.state_dict())
+    prune_client_states(out.path, keep=set())
     return summary
 
 
@@ -177,7 +188,7 @@ def resume(setup: Setup, out: RunDirectory) -> tuple[list[dict], float]:
     if state is None:
         return [], 0.0
     setup.global_model.load_state_dict(state["global"])
-    setup.method.load_state_dict(state["method"])
+    setup.method.load_state_dict(restore(state["method"], out.path))
     return state["history"], state["elapsed"]
 
 

@@ -99,10 +99,10 @@ def test_moon_contrastive_term():
 def test_fedcurv_penalty_uses_the_other_clients_sums():
     method = make("fedcurv", lam=0.5)
     zeros = [torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)]
-    method.u = {0: [torch.ones(3, 2, dtype=torch.float64), zeros[1]],
-                1: [torch.full((3, 2), 2.0, dtype=torch.float64), zeros[1]]}
-    method.v = {0: [torch.ones(3, 2, dtype=torch.float64), zeros[1]],
-                1: [torch.full((3, 2), 3.0, dtype=torch.float64), zeros[1]]}
+    method.u[0] = [torch.ones(3, 2, dtype=torch.float64), zeros[1]]
+    method.u[1] = [torch.full((3, 2), 2.0, dtype=torch.float64), zeros[1]]
+    method.v[0] = [torch.ones(3, 2, dtype=torch.float64), zeros[1]]
+    method.v[1] = [torch.full((3, 2), 3.0, dtype=torch.float64), zeros[1]]
     method.prepare_round(0, None)
     method.start_client(CLIENT, None)  # client 0 sees only client 1's (u, v): P = 2, Q = 3
     loss = method.local_loss(linear_net(W), X, Y, CLIENT)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.baselines.fedlsd import FedLSD
+from shared.class_sums import count_by_class, sum_by_class
 from shared.config import Positive, Probability, check
 from shared.fedavg import predict
 
@@ -30,8 +31,7 @@ def class_wise_weights(p: torch.Tensor, y: torch.Tensor, beta: float, gamma: flo
     num_classes = p.shape[1]
     p_true = p.gather(1, y[:, None]).squeeze(1)
     phi = p_true - (1 - p_true)  # p_y - sum of the others
-    expected_phi = torch.zeros(num_classes, device=p.device).index_add_(0, y, phi)
-    expected_phi /= torch.bincount(y, minlength=num_classes).clamp(min=1)
+    expected_phi = sum_by_class(phi, y, num_classes) / count_by_class(y, num_classes).clamp(min=1)
     return (gamma - beta) / 2 * expected_phi + (gamma + beta) / 2
 
 

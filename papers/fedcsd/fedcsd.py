@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.baselines.class_stats import average_per_class, class_means
+from shared.class_sums import count_by_class, sum_by_class
 from shared.config import NonNegative, Positive, Probability
 from shared.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
 from shared.seeding import derive_seed
@@ -62,8 +63,8 @@ def own_prototypes(teacher, client, batch_size: int, num_classes: int, generator
     counts = torch.zeros(num_classes, device=client.index.device)
     for x, y in client.batches(batch_size, generator):
         if len(y) == batch_size:
-            sums.index_add_(0, y, teacher(x).float())
-            counts += torch.bincount(y, minlength=num_classes)
+            sums += sum_by_class(teacher(x).float(), y, num_classes)
+            counts += count_by_class(y, num_classes)
     return sums / counts.clamp(min=1)[:, None]
 
 

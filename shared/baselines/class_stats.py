@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from shared.class_sums import count_by_class, sum_by_class
 from shared.fedavg import Capabilities, FedAvg
 
 
@@ -18,8 +19,8 @@ def class_means(model, client, batch_size: int, num_classes: int, embed) -> tupl
         e = embed(model, x).float()
         if sums is None:
             sums = torch.zeros(num_classes, e.shape[1], device=e.device)
-        sums.index_add_(0, y, e)
-        counts += torch.bincount(y, minlength=num_classes)
+        sums += sum_by_class(e, y, num_classes)
+        counts += count_by_class(y, num_classes)
     model.train(was_training)
     return sums / counts.clamp(min=1)[:, None], counts
 

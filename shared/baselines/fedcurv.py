@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from shared.client_state import ClientStates
 from shared.config import Count, NonNegative
 from shared.fedavg import Capabilities, FedAvg
 
@@ -27,20 +28,20 @@ class FedCurv(FedAvg):
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
-        self.u: dict[int, list[torch.Tensor]] = {}  # client -> diagonal Fisher per parameter
-        self.v: dict[int, list[torch.Tensor]] = {}  # client -> Fisher * its weights
+        self.u = ClientStates("u")  # client -> diagonal Fisher per parameter, on the host
+        self.v = ClientStates("v")  # client -> Fisher * its weights, on the host
 
     def prepare_round(self, round, global_model):
-        clients = list(self.u)
-        self.u_sum = [sum(ts) for ts in zip(*(self.u[c] for c in clients))] if clients else None
-        self.v_sum = [sum(ts) for ts in zip(*(self.v[c] for c in clients))] if clients else None
+        device = self.federation.device
+        self.u_sum, self.v_sum = summed(self.u, device), summed(self.v, device)
 
     def start_client(self, client, model):
         if self.u_sum is None:
             self.P = self.Q = None
         elif client.id in self.u:
-            self.P = [s - own for s, own in zip(self.u_sum, self.u[client.id])]
-            self.Q = [s - own for s, own in zip(self.v_sum, self.v[client.id])]
+            device = self.federation.device
+            self.P = [s - own for s, own in zip(self.u_sum, self.u.on(client.id, device))]
+            self.Q = [s - own for s, own in zip(self.v_sum, self.v.on(client.id, device))]
         else:
             self.P, self.Q = self.u_sum, self.v_sum
 
@@ -60,7 +61,17 @@ class FedCurv(FedAvg):
         return {"u": self.u, "v": self.v}
 
     def load_state_dict(self, state):
-        self.u, self.v = state["u"], state["v"]
+        self.u, self.v = ClientStates.from_saved("u", state["u"]), ClientStates.from_saved("v", state["v"])
+
+
+def summed(states: ClientStates, device: torch.device) -> list[torch.Tensor] | None:
+    """Per parameter, the sum over clients (in the order they first trained) of their tensors,
+    on `device`; a client's tensors move there one client at a time."""
+    total = None
+    for client in states:
+        tensors = states.on(client, device)
+        total = tensors if total is None else [s + t for s, t in zip(total, tensors)]
+    return total
 
 
 def diagonal_fisher(model, client, batch_size: int, samples: int) -> list[torch.Tensor]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from shared.client_state import ClientStates
 from shared.config import NonNegative, Positive
 from shared.fedavg import Capabilities, FedAvg, frozen_copy
 
@@ -26,7 +27,7 @@ class MOON(FedAvg):
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
-        self.previous: dict[int, dict[str, torch.Tensor]] = {}  # client -> its last local model
+        self.previous = ClientStates("previous")  # client -> its last local model, on the host
 
     def prepare_round(self, round, global_model):
         self.global_model = frozen_copy(global_model)
@@ -35,7 +36,7 @@ class MOON(FedAvg):
     def start_client(self, client, model):
         self.has_previous = client.id in self.previous
         if self.has_previous:
-            self.previous_model.load_state_dict(self.previous[client.id])
+            self.previous_model.load_state_dict(self.previous.on(client.id, client.index.device))
 
     def local_loss(self, model, x, y, client):
         q = model.features(x)
@@ -56,4 +57,4 @@ class MOON(FedAvg):
         return {"previous": self.previous}
 
     def load_state_dict(self, state):
-        self.previous = state["previous"]
+        self.previous = ClientStates.from_saved("previous", state["previous"])

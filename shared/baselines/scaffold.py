@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.baselines.fednova import normaliser
+from shared.client_state import ClientStates
 from shared.fedavg import Capabilities, FedAvg
 
 
@@ -31,23 +32,28 @@ class SCAFFOLD(FedAvg):
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
         self.c: list[torch.Tensor] | None = None  # server control variate, per parameter
-        self.c_client: dict[int, list[torch.Tensor]] = {}
+        self.c_client = ClientStates("c_client")  # client -> its control variate c_i, on the host
 
     def prepare_round(self, round, global_model):
         if self.c is None:
             self.c = [torch.zeros_like(p) for p in global_model.parameters()]
         self.global_params = [p.detach().clone() for p in global_model.parameters()]
 
+    def own_control_variate(self, client) -> list[torch.Tensor]:
+        """c_i on the server's device (zero before the client's first round)."""
+        if client.id in self.c_client:
+            return self.c_client.on(client.id, self.c[0].device)
+        return [torch.zeros_like(c) for c in self.c]
+
     def start_client(self, client, model):
-        c_i = self.c_client.get(client.id) or [torch.zeros_like(c) for c in self.c]
-        self.correction = [c - ci for c, ci in zip(self.c, c_i)]
+        self.correction = [c - ci for c, ci in zip(self.c, self.own_control_variate(client))]
 
     def local_loss(self, model, x, y, client):
         linear = sum((w * corr).sum() for w, corr in zip(model.parameters(), self.correction))
         return F.cross_entropy(model(x), y) + linear
 
     def finish_client(self, client, model, update):
-        c_i = self.c_client.get(client.id) or [torch.zeros_like(c) for c in self.c]
+        c_i = self.own_control_variate(client)
         scale = 1.0 / (normaliser(update.num_steps, self.cfg.local.momentum) * self.cfg.local.lr)
         new_c_i = [ci - c + (wg - w.detach()) * scale
                    for ci, c, wg, w in zip(c_i, self.c, self.global_params, model.parameters())]
@@ -64,4 +70,4 @@ class SCAFFOLD(FedAvg):
         return {"c": self.c, "c_client": self.c_client}
 
     def load_state_dict(self, state):
-        self.c, self.c_client = state["c"], state["c_client"]
+        self.c, self.c_client = state["c"], ClientStates.from_saved("c_client", state["c_client"])
