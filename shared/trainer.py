@@ -106,12 +106,13 @@ def evaluates(cfg: RunConfig, round: int) -> bool:
     return (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
 
 
-def run(cfg: RunConfig, out_dir: str | Path) -> dict:
-    """Run one config to completion (or continue it from its checkpoint); returns metrics.json."""
+def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False) -> dict:
+    """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
+    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim)."""
     out = RunDirectory(out_dir, cfg)
     out.lock()
     try:
-        finished = out.claim()
+        finished = out.claim(restore)
         return finished if finished is not None else train_rounds(cfg, out)
     finally:
         out.unlock()
@@ -155,12 +156,7 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
 def resume(setup: Setup, out: RunDirectory) -> tuple[list[dict], float]:
     """The history and time so far, with the model and method state restored, from the last
     checkpoint (none: a fresh start)."""
-    state = out.load_checkpoint(setup.device)
-    if state is None:
-        return [], 0.0
-    setup.global_model.load_state_dict(state["global"])
-    setup.method.load_state_dict(state["method"])
-    return state["history"], state["elapsed"]
+    return out.resume(setup.global_model, setup.method, setup.device)
 
 
 def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:
