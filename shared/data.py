@@ -29,6 +29,7 @@ import torch
 
 from shared.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
 from shared.config import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
+from shared.run_directory import save_tensors
 
 
 @dataclass
@@ -70,14 +71,6 @@ class Dataset:
 
 # --- caching ------------------------------------------------------------------------------
 
-def atomic_save(obj, path: Path) -> None:
-    """torch.save through a temporary file, so a crash never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def cached(cache: Path, build: Callable[[], dict]) -> dict:
     """The arrays of `cache`, built (and saved) first where it is absent, unreadable or does not
     hold a dataset's arrays; a cache is derived data, so a bad one is rebuilt, never trusted."""
@@ -92,7 +85,7 @@ def cached(cache: Path, build: Callable[[], dict]) -> dict:
         print(f"[data] cache {cache} {problem}; rebuilding it", file=sys.stderr)
     started = time.perf_counter()
     arrays = build()
-    atomic_save(arrays, cache)
+    save_tensors(arrays, cache)  # atomically; a full disk is an OSError that says so
     # what a first run pays once: the job's log says so
     print(f"[data] built {cache} ({cache.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
     return arrays

@@ -40,7 +40,7 @@ import yaml
 
 from shared.config import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
 
-KEPT = ".metrics.json.kept"
+KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/run.py `train`)
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
 RUN_FILE = re.compile(r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
