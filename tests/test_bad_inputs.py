@@ -1,6 +1,8 @@
 """Bad inputs stop before any data is loaded or model built, with one line that names the key
 and what it may be. Ranges are declared with each field (shared.config.Range), checks across
-keys with each registry and method (`check_config`)."""
+keys with each registry and method (`check_config`). Files and command lines (--json,
+--configs, --out) are checked as they are read; what only the data tells (an empty client,
+one class, images too small to augment) is one line once it has loaded, before training."""
 import os
 import re
 

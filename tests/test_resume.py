@@ -178,7 +178,7 @@ def test_a_summary_with_fields_of_the_wrong_type_is_set_aside_and_the_run_redone
     cfg = tiny_cfg()
     first = trainer.run(cfg, tmp_path / "run")
     if isinstance(summary, dict):
-        summary = {**first, **summary} if "run_id" in summary else {**first, **summary}
+        summary = {**first, **summary}
     (tmp_path / "run" / "metrics.json").write_text(json.dumps(summary))
     capsys.readouterr()
     again = trainer.run(cfg, tmp_path / "run")
@@ -209,12 +209,18 @@ def test_a_recorded_failure_is_moved_aside_not_deleted_when_tried_again(tiny_cfg
     from shared.trainer import record_failure
 
     out = tmp_path / "run"
-    trainer.RunDirectory(out, cfg).path.mkdir()
+    out.mkdir()
     record_failure(cfg, out, RuntimeError("a bug"))
     recorded = (out / "metrics.json").read_text()
     assert trainer.run(cfg, out)["status"] == "completed"
     (aside,) = out.glob("metrics.json.failed-*")
     assert aside.read_text() == recorded and "records a failure" in capsys.readouterr().err
+
+
+def tiny_args(tmp_path):
+    from tests.conftest import TINY
+
+    return [*TINY, f"data_root={tmp_path / 'data'}"]
 
 
 @pytest.mark.parametrize("status", ["suspect: final accuracy 10.00% is chance (10.00%)", "failed: RuntimeError: a bug"])
@@ -228,15 +234,9 @@ def test_another_configs_out_leaves_a_finished_or_failed_run_as_it_is(status, ti
     (out / "metrics.json").write_text(json.dumps({**summary, "status": status}))
     (out / "failure.json").write_text("{}")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert main([*TINY_ARGS(tmp_path), "seed=1", "--out", str(out), "--record-failure"]) == 2
+    assert main([*tiny_args(tmp_path), "seed=1", "--out", str(out), "--record-failure"]) == 2
     assert "another config than this one" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-
-
-def TINY_ARGS(tmp_path):
-    from tests.conftest import TINY
-
-    return [*TINY, f"data_root={tmp_path / 'data'}"]
 
 
 def test_a_suspect_run_is_a_result_and_is_not_trained_again(tiny_cfg, tmp_path):
@@ -263,7 +263,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_pat
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "shared.run", *TINY_ARGS(tmp_path), "--out", str(tmp_path / "run"), "--record-failure"]
+    command = [sys.executable, "-m", "shared.run", *tiny_args(tmp_path), "--out", str(tmp_path / "run"), "--record-failure"]
     limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
     full = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit)
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
