@@ -19,7 +19,7 @@ pack it with --models.
 may not lie in a run directory.
 
 `unpack` checks the whole archive first (every member's SHA-256 and size against the manifest,
-each member streamed and at most MAX_MEMBER_BYTES; no absolute paths, `..`, links or members
+each member streamed and at most its size limit (MAX_*_BYTES); no absolute paths, `..`, links or members
 the manifest does not list; each run's identity: the run id in its metrics.json and the hash of
 its config.yaml are its directory's name) and only then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
@@ -61,7 +61,8 @@ RUN_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "metrics.json")
 MODEL_FILE = "model.pt"
 # An unpacked member's size limit: a ResNet-50's model.pt is about 100 MB, a run's other files
 # are far smaller; a bigger member is a damaged or hostile archive (a decompression bomb).
-MAX_MEMBER_BYTES = 2 * 1024**3
+MAX_MODEL_BYTES = 2 * 1024**3
+MAX_MEMBER_BYTES = 256 * 1024**2  # partition.csv, metrics.jsonl
 SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
 MAX_SMALL_BYTES = 64 * 1024**2
 CHUNK = 1024**2
@@ -263,7 +264,8 @@ def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, sink=None) -> tup
     given; a run's small files are returned too (to check its identity). A member over its size
     limit is refused before it is read."""
     name = PurePosixPath(member.name).name
-    limit = MAX_SMALL_BYTES if name in SMALL_FILES or member.name == MANIFEST else MAX_MEMBER_BYTES
+    small = name in SMALL_FILES or member.name == MANIFEST
+    limit = MAX_SMALL_BYTES if small else MAX_MODEL_BYTES if name == MODEL_FILE else MAX_MEMBER_BYTES
     if member.size > limit:
         raise ArchiveError(f"member {member.name!r} is {megabytes(member.size)}, over the limit of {megabytes(limit)}")
     digest, size, kept = hashlib.sha256(), 0, []
@@ -275,9 +277,9 @@ def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, sink=None) -> tup
         digest.update(chunk)
         if sink is not None:
             sink.write(chunk)
-        if limit == MAX_SMALL_BYTES:
+        if small:
             kept.append(chunk)
-    return digest.hexdigest(), size, b"".join(kept) if limit == MAX_SMALL_BYTES else None
+    return digest.hexdigest(), size, b"".join(kept) if small else None
 
 
 def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]], dict[str, bytes]]:
