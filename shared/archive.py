@@ -24,7 +24,9 @@ the manifest does not list; each run's identity: the run id in its metrics.json 
 its config.yaml are its directory's name) and only then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
 lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
-file goes. A run already finished there is left as it is. Each run's metrics.json is written
+file goes. A run already finished there (a result: completed, diverged or suspect) is left as
+it is; a recorded failure or a damaged metrics.json there is replaced by the archive's run, the
+old file moved aside (metrics.json.replaced-<time>). Each run's metrics.json is written
 last, so an interrupted unpack leaves unfinished runs, which the workflow reruns, never a run
 that looks finished and is not. After unpacking, `snakemake -n TARGET` schedules only the
 runs the archive did not hold.
@@ -157,6 +159,19 @@ def run_state(run_dir: Path) -> str:
     if (run_dir / "metrics.json").is_file():
         return "finished"
     return "unfinished" if run_dir.is_dir() else "absent"
+
+
+def holds_result(run_dir: Path) -> bool:
+    """Whether unpacking leaves this run as it is: its metrics.json is readable and records a
+    result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
+    the archive's run, and moved aside first (`commit`)."""
+    from shared.run_directory import is_final, summary_problem
+
+    try:
+        summary = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return summary_problem(summary) is None and is_final(summary["status"])
 
 
 def run_status(metrics: bytes) -> str:
@@ -399,6 +414,10 @@ def commit(staged: dict[Path, Path]) -> None:
     removes it on finishing."""
     last = [dest for dest in staged if dest.name == "metrics.json"]
     for dest in [d for d in staged if d.name != "metrics.json"] + last:
+        if dest.name == "metrics.json" and dest.exists():  # a recorded failure or a damaged file: kept
+            aside = dest.with_name(f"metrics.json.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(dest, aside)
+            print(f"note: {dest} held no result; moved to {aside.name}", file=sys.stderr)
         os.replace(staged[dest], dest)
     for dest in last:
         (dest.parent / "checkpoint.pt").unlink(missing_ok=True)
@@ -452,11 +471,11 @@ def unpack(archive: Path, into: Path) -> dict:
     members = {e["path"]: (e["sha256"], e["size"]) for e in manifest["members"]}
     run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in members})
     with ExitStack() as locks:
-        candidates = [rid for rid in run_ids if run_state(runs_dir / rid) != "finished"]
+        candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
         check_space(runs_dir, sum(size for path, (_, size) in members.items()
                                   if MEMBER.fullmatch(path).group(1) in candidates))
         claim_runs(runs_dir, candidates, locks)
-        written = [rid for rid in candidates if run_state(runs_dir / rid) != "finished"]  # as the locks hold it
+        written = [rid for rid in candidates if not holds_result(runs_dir / rid)]  # as the locks hold it
         kept = sorted(set(run_ids) - set(written))
         differing = [rid for rid in kept if f"runs/{rid}/metrics.json" in members
                      and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]]

@@ -44,7 +44,7 @@ KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/r
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
 RUN_FILE = re.compile(r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
-                      r"|metrics\.json\.kept|rerun)(\.(corrupt|failed)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)")
+                      r"|metrics\.json\.kept|rerun)(\.(corrupt|failed|replaced)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)")
 # errors that mean the disk (or the quota, or the file size limit) is full: freeing space is the fix
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 

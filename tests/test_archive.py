@@ -96,7 +96,8 @@ def test_a_finished_run_already_there_is_left_as_it_is_and_an_unfinished_one_com
     into = tmp_path / "project"
     kept, completed = into / "results" / "runs" / ids[0], into / "results" / "runs" / ids[1]
     kept.mkdir(parents=True)
-    (kept / "metrics.json").write_text('{"status": "completed", "note": "computed here"}')
+    here = json.dumps({"status": "completed", "run_id": ids[0], "note": "computed here"})
+    (kept / "metrics.json").write_text(here)
     completed.mkdir()
     (completed / "checkpoint.pt").write_bytes(b"round 2 of 3")
     capsys.readouterr()
@@ -104,7 +105,7 @@ def test_a_finished_run_already_there_is_left_as_it_is_and_an_unfinished_one_com
     assert main(["unpack", str(archive), "--into", str(into)]) == 0
     out = capsys.readouterr().out
     assert "unpacked 1 runs" in out and "1 already finished there, left as they were (1 of them differ" in out
-    assert files_under(kept) == {"metrics.json": b'{"status": "completed", "note": "computed here"}'}
+    assert files_under(kept) == {"metrics.json": here.encode()}
     assert (completed / "metrics.json").read_bytes() == (root / "results" / "runs" / ids[1] / "metrics.json").read_bytes()
     assert not (completed / "checkpoint.pt").exists()  # superseded by the finished run
     assert not list(into.rglob(".*unpack*"))  # no temporary files left
@@ -326,3 +327,18 @@ def test_a_manifest_without_targets_is_one_line_before_anything_is_written(tmp_p
             tar.addfile(info, io.BytesIO(content))
     assert "is not a fedrepro-runs/1 manifest" in unpack_error(capsys, archive, tmp_path / "into")
     assert not (tmp_path / "into").exists()
+
+
+def test_a_recorded_failure_there_is_replaced_by_the_archives_run_and_kept_aside(source, tmp_path, capsys):
+    root, ids = source
+    archive = tmp_path / "runs.tar"
+    assert pack(root, archive) == 0
+    failed = tmp_path / "into" / "results" / "runs" / ids[0]
+    failed.mkdir(parents=True)
+    record = json.dumps({"status": "failed: RuntimeError: out of memory", "run_id": ids[0], "final_acc": None})
+    (failed / "metrics.json").write_text(record)
+    assert main(["unpack", str(archive), "--into", str(tmp_path / "into")]) == 0
+    assert "unpacked 2 runs" in capsys.readouterr().out
+    assert (failed / "metrics.json").read_bytes() == (root / "results" / "runs" / ids[0] / "metrics.json").read_bytes()
+    (aside,) = failed.glob("metrics.json.replaced-*")
+    assert aside.read_text() == record
