@@ -1,7 +1,7 @@
 """Finished runs in one file, to move them between machines (a GPU cluster and a laptop, a
 colleague's checkout, a paper's supplementary material) without rerunning anything.
 
-    python -m shared.archive pack TARGET... -o FILE [--models] [--scale smoke|small|paper]
+    python -m shared.archive pack TARGET... -o FILE [--force] [--models] [--scale smoke|small|paper]
                                            [--config scale=smoke ...]
     python -m shared.archive unpack FILE [--into DIR]
 
@@ -15,29 +15,44 @@ config.yaml, partition.csv and, with --models, model.pt. Runs not finished are l
 manifest as missing; their checkpoints are never packed. FedCAD's fig1 reads a run's model.pt:
 pack it with --models.
 
-`unpack` checks the whole archive first (every member's SHA-256 and size against the manifest;
-no absolute paths, `..`, links or members the manifest does not list) and only then writes,
-into DIR/results/runs/ (DIR defaults to the current directory, the project root the workflow
-runs in). A run already finished there is left as it is. Each run's metrics.json is written
+`pack` never replaces a file: an existing FILE is refused unless --force is given, and FILE
+may not lie in a run directory.
+
+`unpack` checks the whole archive first (every member's SHA-256 and size against the manifest,
+each member streamed and at most its size limit (MAX_*_BYTES); no absolute paths, `..`, links or members
+the manifest does not list; each run's identity: the run id in its metrics.json and the hash of
+its config.yaml are its directory's name) and only then writes, into DIR/results/runs/ (DIR
+defaults to the current directory, the project root the workflow runs in), holding each run's
+lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
+file goes. A run already finished there (a result: completed, diverged or suspect) is left as
+it is; a recorded failure or a damaged metrics.json there is replaced by the archive's run, the
+old file moved aside (metrics.json.replaced-<time>). Each run's metrics.json is written
 last, so an interrupted unpack leaves unfinished runs, which the workflow reruns, never a run
 that looks finished and is not. After unpacking, `snakemake -n TARGET` schedules only the
 runs the archive did not hold.
 
-Errors (unknown target, a damaged or unsafe archive) print one line and exit with code 2.
+Errors (unknown target, a damaged, unsafe or foreign archive, a destination that is taken)
+print one line and exit with code 2, before anything is written.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import io
 import json
 import os
 import re
+import shutil
 import sys
 import tarfile
 import time
+import zlib
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
+
+import yaml
 
 FORMAT = "fedrepro-runs/1"
 MANIFEST = "manifest.json"
@@ -46,6 +61,13 @@ RUNS_DIR = Path("results") / "runs"
 # finished for the workflow, is written last on unpacking.
 RUN_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "metrics.json")
 MODEL_FILE = "model.pt"
+# An unpacked member's size limit: a ResNet-50's model.pt is about 100 MB, a run's other files
+# are far smaller; a bigger member is a damaged or hostile archive (a decompression bomb).
+MAX_MODEL_BYTES = 2 * 1024**3
+MAX_MEMBER_BYTES = 256 * 1024**2  # partition.csv, metrics.jsonl
+SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
+MAX_SMALL_BYTES = 64 * 1024**2
+CHUNK = 1024**2
 RUN_ID = re.compile(r"[0-9a-f]{16}")
 MEMBER = re.compile(rf"runs/({RUN_ID.pattern})/({'|'.join(re.escape(f) for f in (*RUN_FILES, MODEL_FILE))})")
 # The workflow's --config keys (workflow/schemas/config.schema.yaml); only scale changes run ids.
@@ -139,6 +161,19 @@ def run_state(run_dir: Path) -> str:
     return "unfinished" if run_dir.is_dir() else "absent"
 
 
+def holds_result(run_dir: Path) -> bool:
+    """Whether unpacking leaves this run as it is: its metrics.json is readable and records a
+    result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
+    the archive's run, and moved aside first (`commit`)."""
+    from shared.run_directory import is_final, summary_problem
+
+    try:
+        summary = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return summary_problem(summary) is None and is_final(summary["status"])
+
+
 def run_status(metrics: bytes) -> str:
     try:
         return str(json.loads(metrics).get("status", "unknown"))
@@ -188,9 +223,20 @@ def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> No
     tar.addfile(info, io.BytesIO(data))
 
 
-def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool = False) -> dict:
+def check_destination(out: Path, runs_dir: Path, force: bool) -> None:
+    """An archive replaces no file unless asked (--force), and never a run's file."""
+    if out.resolve().is_relative_to(runs_dir.resolve()):
+        raise ArchiveError(f"-o {out} lies in {runs_dir}, which holds the runs' own files; write the archive elsewhere")
+    if out.is_dir():
+        raise ArchiveError(f"-o {out} is a directory; name the archive's file")
+    if out.exists() and not force:
+        raise ArchiveError(f"-o {out} exists; pass --force to replace it, or choose another name")
+
+
+def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool = False, force: bool = False) -> dict:
     """Write the archive of the targets' finished runs; returns its manifest. The manifest is
     the archive's last member (its checksums are of the members before it)."""
+    check_destination(out, runs_dir, force)
     started = time.perf_counter()
     run_ids = needed_runs(targets, scale)
     files, packed, missing = collect(run_ids, runs_dir, models)
@@ -228,10 +274,34 @@ def check_member(member: tarfile.TarInfo) -> None:
         raise ArchiveError(f"member {name!r} is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)")
 
 
-def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
+def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, sink=None) -> tuple[str, int, bytes | None]:
+    """A member's SHA-256 and size, read in chunks (never whole into memory) into `sink` if
+    given; a run's small files are returned too (to check its identity). A member over its size
+    limit is refused before it is read."""
+    name = PurePosixPath(member.name).name
+    small = name in SMALL_FILES or member.name == MANIFEST
+    limit = MAX_SMALL_BYTES if small else MAX_MODEL_BYTES if name == MODEL_FILE else MAX_MEMBER_BYTES
+    if member.size > limit:
+        raise ArchiveError(f"member {member.name!r} is {megabytes(member.size)}, over the limit of {megabytes(limit)}")
+    digest, size, kept = hashlib.sha256(), 0, []
+    source = tar.extractfile(member)
+    while chunk := source.read(CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise ArchiveError(f"member {member.name!r} is over the limit of {megabytes(limit)}")
+        digest.update(chunk)
+        if sink is not None:
+            sink.write(chunk)
+        if small:
+            kept.append(chunk)
+    return digest.hexdigest(), size, b"".join(kept) if small else None
+
+
+def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]], dict[str, bytes]]:
     """One pass over the archive, writing nothing: every member checked, its SHA-256 and size,
-    and the manifest."""
+    the manifest, and each run's config.yaml and metrics.json."""
     digests: dict[str, tuple[str, int]] = {}
+    small: dict[str, bytes] = {}
     manifest = None
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -239,35 +309,58 @@ def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
                 check_member(member)
                 if member.name in digests or (member.name == MANIFEST and manifest is not None):
                     raise ArchiveError(f"member {member.name!r} appears twice")
-                data = tar.extractfile(member).read()
+                digest, size, data = read_member(tar, member)
                 if member.name == MANIFEST:
                     manifest = parse_manifest(data)
-                else:
-                    digests[member.name] = (sha256(data), len(data))
-    except (tarfile.TarError, OSError, EOFError) as exc:
+                    continue
+                digests[member.name] = (digest, size)
+                if data is not None:
+                    small[member.name] = data
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise ArchiveError(f"cannot read {archive}: {exc}") from None
     if manifest is None:
         raise ArchiveError(f"{archive} has no {MANIFEST}; it was not written by python -m shared.archive pack")
-    return manifest, digests
+    return manifest, digests, small
 
 
 def parse_manifest(data: bytes) -> dict:
-    """The manifest, if it has the shape `verify` relies on (a hand-made one may not)."""
+    """The manifest, if it has every key unpack reads, of its type (a hand-made one may not)."""
     try:
         manifest = json.loads(data)
-        valid = manifest["format"] == FORMAT and all(
-            isinstance(e["path"], str) and isinstance(e["sha256"], str) and isinstance(e["size"], int)
-            for e in manifest["members"])
+        valid = (manifest["format"] == FORMAT and isinstance(manifest["scale"], str)
+                 and isinstance(manifest["targets"], list) and all(isinstance(t, str) for t in manifest["targets"])
+                 and isinstance(manifest["members"], list) and all(
+                     isinstance(e["path"], str) and isinstance(e["sha256"], str) and isinstance(e["size"], int)
+                     for e in manifest["members"]))
     except (ValueError, KeyError, TypeError):
         valid = False
     if not valid:
-        raise ArchiveError(f"{MANIFEST} is not a {FORMAT} manifest")
+        raise ArchiveError(f"{MANIFEST} is not a {FORMAT} manifest (format, targets, scale and members, each "
+                           f"of its type)")
     return manifest
+
+
+def check_identity(run: str, small: dict[str, bytes]) -> None:
+    """A run's files are the run its directory names: metrics.json says so, and its config.yaml
+    hashes to it (a file moved from another run, or edited, would be installed as finished)."""
+    from shared.config import ConfigError, RunConfig, from_dict, run_id
+
+    metrics, config = small.get(f"runs/{run}/metrics.json"), small.get(f"runs/{run}/config.yaml")
+    try:
+        recorded = json.loads(metrics)["run_id"] if metrics is not None else run
+        values = yaml.safe_load(config) if config is not None else None
+        hashed = run_id(from_dict(RunConfig, {k: v for k, v in values.items() if k != "run_id"})) if values else run
+        named = values.get("run_id", run) if values else run
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, ConfigError):
+        raise ArchiveError(f"run {run}: its metrics.json or config.yaml cannot be read; the archive is damaged") from None
+    if not recorded == hashed == named == run:
+        raise ArchiveError(f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
+                           f"hashes to {hashed}); the archive is not what pack wrote")
 
 
 def verify(archive: Path) -> dict:
     """The manifest, once every member matches it and it lists nothing the archive lacks."""
-    manifest, digests = scan(archive)
+    manifest, digests, small = scan(archive)
     listed = {}
     for entry in manifest["members"]:
         if not MEMBER.fullmatch(entry["path"]):
@@ -282,13 +375,15 @@ def verify(archive: Path) -> dict:
     absent = sorted(set(listed) - set(digests))
     if absent:
         raise ArchiveError(f"the manifest lists {absent[0]!r}, which the archive lacks ({len(absent)} such)")
+    for run in sorted({MEMBER.fullmatch(name).group(1) for name in digests}):
+        check_identity(run, small)
     return manifest
 
 
 # --- unpack: writing ------------------------------------------------------------------------
 
-def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir: Path, skip: set[str]) -> dict:
-    """Second pass: each member of a run not in `skip` into a temporary file beside its
+def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir: Path, runs: set[str]) -> dict:
+    """Second pass: each member of the runs `runs`, streamed into a temporary file beside its
     destination, checked again as written (the archive could change between passes);
     returns destination -> temporary file. On any error the temporary files are removed."""
     staged: dict[Path, Path] = {}
@@ -296,21 +391,19 @@ def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir:
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 match = MEMBER.fullmatch(member.name)
-                if not match or match.group(1) in skip:
+                if not match or match.group(1) not in runs:
                     continue
-                data = tar.extractfile(member).read()
-                if (sha256(data), len(data)) != expected.get(member.name):
-                    raise ArchiveError(f"member {member.name!r} changed while it was being unpacked")
                 dest = runs_dir / match.group(1) / match.group(2)
-                dest.parent.mkdir(parents=True, exist_ok=True)
                 tmp = dest.with_name(f".{dest.name}.unpack-{os.getpid()}")
                 staged[dest] = tmp
-                tmp.write_bytes(data)
+                tmp.unlink(missing_ok=True)  # a killed unpack's (a link is removed, never followed)
+                with open(tmp, "xb") as sink:  # x: never through a link planted at this name
+                    digest, size, _ = read_member(tar, member, sink)
+                if (digest, size) != expected.get(member.name):
+                    raise ArchiveError(f"member {member.name!r} changed while it was being unpacked")
     except BaseException:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
-            if not any(tmp.parent.iterdir()):  # a run directory made for this unpack
-                tmp.parent.rmdir()
         raise
     return staged
 
@@ -321,9 +414,53 @@ def commit(staged: dict[Path, Path]) -> None:
     removes it on finishing."""
     last = [dest for dest in staged if dest.name == "metrics.json"]
     for dest in [d for d in staged if d.name != "metrics.json"] + last:
+        if dest.name == "metrics.json" and dest.exists():  # a recorded failure or a damaged file: kept
+            aside = dest.with_name(f"metrics.json.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(dest, aside)
+            print(f"note: {dest} held no result; moved to {aside.name}", file=sys.stderr)
         os.replace(staged[dest], dest)
     for dest in last:
         (dest.parent / "checkpoint.pt").unlink(missing_ok=True)
+
+
+def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
+    """Each run's directory, made if need be and locked as a trainer locks it (released when
+    `stack` closes); refused, before anything is written, where a link stands in for a run's
+    directory or file, where another process trains the run, or where the directory holds
+    another run. Every run is checked before the first directory is made."""
+    for rid in run_ids:
+        check_run_destination(runs_dir / rid, rid)
+    for rid in run_ids:
+        run_dir = runs_dir / rid
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = stack.enter_context(open(run_dir / ".lock", "a+"))
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ArchiveError(f"run {rid} is being trained in {run_dir} (its lock is held); unpack again once it "
+                               f"has finished or stopped") from None
+
+
+def check_run_destination(run_dir: Path, rid: str) -> None:
+    """Where run `rid` is unpacked: no link, no file, no other run's directory."""
+    links = [p for p in (run_dir, *(run_dir / f for f in (*RUN_FILES, MODEL_FILE, "checkpoint.pt"))) if p.is_symlink()]
+    if links:
+        raise ArchiveError(f"{links[0]} is a symbolic link; unpack writes runs' files only into real directories")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ArchiveError(f"{run_dir} is a file, where run {rid}'s directory goes")
+    config = run_dir / "config.yaml"
+    if config.is_file() and f"run_id: {rid}" not in config.read_text(errors="replace"):
+        raise ArchiveError(f"{run_dir} holds another run's config.yaml; move it away to unpack run {rid}")
+
+
+def check_space(runs_dir: Path, needed: int) -> None:
+    """Refuse an unpack the disk cannot hold, before writing (with 5% to spare)."""
+    existing = runs_dir
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if needed * 1.05 > free:
+        raise ArchiveError(f"unpacking needs {megabytes(needed)}, and {existing} has {megabytes(free)} free; free space first")
 
 
 def unpack(archive: Path, into: Path) -> dict:
@@ -333,14 +470,20 @@ def unpack(archive: Path, into: Path) -> dict:
     runs_dir = into / RUNS_DIR
     members = {e["path"]: (e["sha256"], e["size"]) for e in manifest["members"]}
     run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in members})
-    kept = [rid for rid in run_ids if run_state(runs_dir / rid) == "finished"]
-    differing = [rid for rid in kept if f"runs/{rid}/metrics.json" in members
-                 and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]]
-    staged = write_members(archive, members, runs_dir, set(kept))
-    commit(staged)
-    return {"manifest": manifest, "runs_dir": runs_dir, "written": sorted(set(run_ids) - set(kept)),
+    with ExitStack() as locks:
+        candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
+        check_space(runs_dir, sum(size for path, (_, size) in members.items()
+                                  if MEMBER.fullmatch(path).group(1) in candidates))
+        claim_runs(runs_dir, candidates, locks)
+        written = [rid for rid in candidates if not holds_result(runs_dir / rid)]  # as the locks hold it
+        kept = sorted(set(run_ids) - set(written))
+        differing = [rid for rid in kept if f"runs/{rid}/metrics.json" in members
+                     and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]]
+        staged = write_members(archive, members, runs_dir, set(written))
+        commit(staged)
+    return {"manifest": manifest, "runs_dir": runs_dir, "written": written,
             "kept": kept, "differing": differing, "files": len(staged),
-            "bytes": sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) not in kept)}
+            "bytes": sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) in written)}
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -373,6 +516,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", choices=["paper", "small", "smoke"], help="the workflow's scale (default: paper)")
     p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
                    help="the workflow's --config items (scale=...); end them with -- before targets")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists (never a run's file)")
     p.add_argument("--root", type=Path, default=Path("."), help="the project whose results/runs/ to read (default: .)")
     u = commands.add_parser("unpack", help="verify an archive, then add its runs to a project")
     u.add_argument("archive", type=Path)
@@ -386,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "pack":
             scale = workflow_config(args.config, args.scale)
-            manifest = pack(args.targets, scale, args.output, args.root / RUNS_DIR, args.models)
+            manifest = pack(args.targets, scale, args.output, args.root / RUNS_DIR, args.models, args.force)
             runs, size = manifest["runs"], sum(m["size"] for m in manifest["members"])
             print(f"packed {runs['packed']} of {runs['needed']} runs needed by {' '.join(args.targets)} at scale={scale} "
                   f"({runs['missing']} missing, listed in its manifest) into {args.output}: "

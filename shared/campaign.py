@@ -281,7 +281,7 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
             break
         started, before = time.time(), max(rounds_done(runs_dir / rid), 0)
         try:
-            trainer.run(with_runtime(cfg, args.device, args.data_root), runs_dir / rid, deadline)
+            trainer.run(with_runtime(cfg, args.device, args.data_root), runs_dir / rid, deadline=deadline)
             counts["finished"] += 1
         except trainer.OutOfTime as exc:
             counts["stopped"] += 1

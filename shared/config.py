@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +26,20 @@ from shared.dotted import flatten, nested
 
 class ConfigError(ValueError):
     """A configuration that cannot run; raised before any data is loaded or model trained."""
+
+
+def excerpt(value: Any) -> str:
+    """A short repr of a value for an error message: a huge or deeply nested value (a YAML
+    alias bomb) is cut, so that the message stays one short line."""
+    return _EXCERPT.repr(value)
+
+
+_EXCERPT = reprlib.Repr()
+_EXCERPT.maxlevel, _EXCERPT.maxstring, _EXCERPT.maxother, _EXCERPT.maxlong = 2, 40, 40, 40
+_EXCERPT.maxdict = _EXCERPT.maxlist = _EXCERPT.maxtuple = _EXCERPT.maxset = 4
+
+
+INT64 = (-2**63, 2**63 - 1)  # what numpy, torch and JSON readers elsewhere take as an integer
 
 
 def check(ok: bool, message: str) -> None:
@@ -49,10 +64,15 @@ class Range:
         return math.isfinite(value) and above and below
 
     def __str__(self) -> str:
+        low, high = bound(self.low), bound(self.high)
         if math.isinf(self.high):
-            return f"must be {'>' if self.low_open else '>='} {self.low:g}"
-        return (f"must lie in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
-                f"{')' if self.high_open else ']'}")
+            return f"must be {'>' if self.low_open else '>='} {low}"
+        return f"must lie in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+def bound(value: float) -> str:
+    """A range's bound as written: exact for integers (a seed's 2**63 - 1), short otherwise."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 Positive = Annotated[float, Range(0, low_open=True)]
@@ -65,10 +85,11 @@ NonNegativeInt = Annotated[int, Range(0)]
 @dataclass
 class SyntheticConfig:
     num_classes: Annotated[int, Range(2)] = 10
-    train_per_class: Count = 200
-    test_per_class: Count = 50
-    image_size: Count = 32
-    channels: Count = 3
+    # bounded, so that a slip (image_size=100000) is refused here rather than by the memory
+    train_per_class: Annotated[int, Range(1, 100_000)] = 200
+    test_per_class: Annotated[int, Range(1, 100_000)] = 50
+    image_size: Annotated[int, Range(1, 1024)] = 32
+    channels: Annotated[int, Range(1, 16)] = 3
     noise: NonNegative = 0.6  # pixel noise relative to the class signal; higher is harder
     domains: list[str] = field(default_factory=list)  # names of domains that shift the images (partition.kind=domains)
     writers: NonNegativeInt = 0  # > 0: each training sample gets one of this many writers (partition.kind=writers)
@@ -182,7 +203,7 @@ class TrainerConfig:
 
 @dataclass
 class RunConfig:
-    seed: NonNegativeInt = 0
+    seed: Annotated[int, Range(0, INT64[1])] = 0  # torch.manual_seed and numpy take any 64-bit seed
     data_root: str | None = None  # default: $FEDREPRO_DATA or ./data
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
@@ -215,7 +236,7 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     """Check (and gently convert) a YAML value against a dataclass field's type and range."""
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {excerpt(value)}")
         return from_dict(annotation, value, where)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -228,8 +249,8 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
                 raise ConfigError(f"{where}={value!r} {valid}")
         return value
     if origin is typing.Literal:
-        if value not in args:
-            raise ConfigError(f"{where}={value!r} is unknown; valid: {sorted(args)}")
+        if not isinstance(value, str) or value not in args:
+            raise ConfigError(f"{where}={excerpt(value)} is unknown; valid: {sorted(args)}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -242,31 +263,41 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
         return [coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {excerpt(value)}")
         return dict(value)
     if annotation is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, got {excerpt(value)}")
     if isinstance(value, str) and annotation in (int, float):
         try:  # YAML 1.1 reads `1e-3` (no dot) as a string
             value = float(value)
         except ValueError:
             pass
     if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return coerce_int(value, where)
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond any float
+                raise ConfigError(f"{where}={excerpt(value)} must be a finite number") from None
+        raise ConfigError(f"{where}: expected a number, got {excerpt(value)}")
     if annotation is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise ConfigError(f"{where}: expected a string, got {excerpt(value)}")
+    return value
+
+
+def coerce_int(value: Any, where: str) -> int:
+    """An integer that fits in 64 bits (a longer one overflows numpy and torch far from here)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{where}: expected an integer, got {excerpt(value)}")
+    if not INT64[0] <= value <= INT64[1]:
+        raise ConfigError(f"{where}={excerpt(value)} does not fit in a 64-bit integer")
     return value
 
 
@@ -280,9 +311,9 @@ def field_types(cls: type) -> dict[str, Any]:
 def from_dict(cls: type, values: dict, where: str = "") -> Any:
     """A dataclass from a mapping, every value checked; `where` is the mapping's dotted key."""
     known = field_types(cls)
-    unknown = sorted(set(values) - set(known))
+    unknown = sorted(str(key) for key in set(values) - set(known))
     if unknown:
-        raise ConfigError(f"{where or 'config'}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+        raise ConfigError(f"{where or 'config'}: unknown key(s) {excerpt(unknown)}; valid keys: {sorted(known)}")
     kwargs = {name: coerce(v, known[name], f"{where}.{name}" if where else name) for name, v in values.items()}
     return cls(**kwargs)
 

@@ -9,12 +9,13 @@ module the sections that belong to the loop itself.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import yaml
 
 from shared.catalog import validate_dataset
-from shared.config import ConfigError, RunConfig, check, from_dict, to_dict
+from shared.config import ConfigError, RunConfig, check, excerpt, from_dict, to_dict
 from shared.dotted import deep_merge, nested
 from shared.methods import method_class, read_params, validate_method
 from shared.models import validate_model
@@ -27,12 +28,12 @@ SHORTHANDS = {"method": "method.name", "model": "model.name", "dataset": "datase
 def parse_override(text: str) -> dict:
     """`a.b=3` -> {"a": {"b": 3}}; values are parsed as YAML (numbers, true, null, [1, 2])."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r} is not of the form key=value")
+        raise ConfigError(f"override {excerpt(text)} is not of the form key=value")
     key, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: the value is not valid YAML ({exc.problem})") from None
+        raise ConfigError(f"override {excerpt(text)}: the value is not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if key in SHORTHANDS and isinstance(value, str):
         key = SHORTHANDS[key]
     return nested({key: value})
@@ -40,7 +41,10 @@ def parse_override(text: str) -> dict:
 
 def read_yaml(path: str | Path) -> dict:
     try:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                          f"save it as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -60,11 +64,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
     else:
         for text in overrides or []:
             values = deep_merge(values, parse_override(text))
-    if isinstance(values.get("method"), str):
-        values["method"] = {"name": values["method"]}
-    if "method" in values and "name" not in values["method"]:
-        values["method"] = {"name": "fedavg", **values["method"]}
-    return resolve(from_dict(RunConfig, values))
+    return resolve(from_dict(RunConfig, with_method_name(values)))
+
+
+def with_method_name(values: dict) -> dict:
+    """`method: fedprox` as {"name": "fedprox"}, and a method section without a name as FedAvg's;
+    a section that is neither a name nor a mapping, or a name that is not a string, is refused."""
+    method = values.get("method", {"name": "fedavg"})
+    if isinstance(method, str):
+        method = {"name": method}
+    if not isinstance(method, dict):
+        raise ConfigError(f"method: expected a method name or a mapping, got {excerpt(method)}")
+    method = {"name": "fedavg", **method}
+    check(isinstance(method["name"], str), f"method.name: expected a string, got {excerpt(method['name'])}")
+    return {**values, "method": method}
 
 
 def resolve(cfg: RunConfig) -> RunConfig:
@@ -85,10 +98,13 @@ def validate(cfg: RunConfig) -> None:
     validate_method(cfg)
 
 
+# torch's device strings, less the indices a CPU or an MPS machine lacks (it has one of each)
+DEVICE = re.compile(r"auto|cpu(:0)?|mps(:0)?|cuda(:[0-9]{1,4})?")
+
+
 def validate_loop(cfg: RunConfig) -> None:
     """What the loop's sections need beyond their fields' own ranges (checked as they are read)."""
     t = cfg.trainer
-    check(t.device == "auto" or t.device.split(":")[0] in ("cpu", "cuda", "mps"),
-          f"trainer.device={t.device!r}: use auto, cpu, cuda or cuda:N")
+    check(DEVICE.fullmatch(t.device) is not None, f"trainer.device={excerpt(t.device)}: use auto, cpu, cuda or cuda:N")
     check(t.client_threads == 1 or (t.clients_per_step == 1 and not t.compile),
           "trainer.client_threads > 1 goes with neither trainer.clients_per_step > 1 nor trainer.compile")

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import pickle
+import sys
 import tarfile
 import time
 import urllib.error
@@ -29,6 +30,7 @@ import torch
 
 from shared.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
 from shared.config import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
+from shared.run_directory import save_tensors
 
 
 @dataclass
@@ -70,26 +72,46 @@ class Dataset:
 
 # --- caching ------------------------------------------------------------------------------
 
-def atomic_save(obj, path: Path) -> None:
-    """torch.save through a temporary file, so a crash never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def cached(cache: Path, build: Callable[[], dict]) -> dict:
+    """The arrays of `cache`, built (and saved) first where it is absent, unreadable or does not
+    hold a dataset's arrays; a cache is derived data, so a bad one is rebuilt, never trusted."""
     if cache.exists():
         try:
-            return torch.load(cache, weights_only=True)
-        except Exception as exc:  # a corrupt cache is rebuilt, never trusted
-            print(f"[data] cache {cache} unreadable ({exc}); rebuilding")
+            arrays = torch.load(cache, weights_only=True)
+            problem = cache_problem(arrays)
+        except Exception as exc:
+            problem = f"unreadable ({type(exc).__name__})"
+        if problem is None:
+            return arrays
+        print(f"[data] cache {cache} {problem}; rebuilding it", file=sys.stderr)
     started = time.perf_counter()
     arrays = build()
-    atomic_save(arrays, cache)
+    save_tensors(arrays, cache)  # atomically; a full disk is an OSError that says so
     # what a first run pays once: the job's log says so
     print(f"[data] built {cache} ({cache.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
     return arrays
+
+
+def cache_problem(arrays) -> str | None:
+    """Why a loaded cache is not a dataset's arrays (None: it is): the keys, each split's
+    samples and labels of one length, int64 labels that index `classes`, one sample shape."""
+    keys = ("train_x", "train_y", "test_x", "test_y", "classes")
+    if not isinstance(arrays, dict) or not all(k in arrays for k in keys):
+        return f"lacks some of the keys {', '.join(keys)}"
+    classes = arrays["classes"]
+    if not isinstance(classes, (list, tuple)) or not all(isinstance(c, str) for c in classes):
+        return "holds no list of class names"
+    for split in ("train", "test"):
+        x, y, group = arrays[f"{split}_x"], arrays[f"{split}_y"], arrays.get(f"{split}_group")
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or y.dtype != torch.int64 or y.dim() != 1:
+            return f"holds no {split} tensors (int64 labels)"
+        if len(x) != len(y) or group is not None and (not isinstance(group, torch.Tensor) or len(group) != len(y)):
+            return f"holds {split} samples, labels or groups of different lengths"
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
+            return f"holds {split} labels outside the {len(classes)} classes"
+    if arrays["train_x"].shape[1:] != arrays["test_x"].shape[1:]:
+        return "holds train and test samples of different shapes"
+    return None
 
 
 def dataset_from_arrays(name: str, arrays: dict, mean, std, augment: bool, **options) -> Dataset:
@@ -430,4 +452,18 @@ def load_dataset(cfg: RunConfig) -> Dataset:
     if cfg.dataset.augmentation is not None:
         recipe = AUGMENTATIONS[cfg.dataset.augmentation]
         dataset.crop_pad, dataset.pad_mode, dataset.max_rotation = recipe.crop_pad, recipe.pad_mode, recipe.max_rotation
+    check_loaded(dataset)
     return dataset
+
+
+def check_loaded(dataset: Dataset) -> None:
+    """What only the loaded data tells (an image folder's classes and image size): a classifier
+    needs two classes with training samples, and reflection padding an image wider than it."""
+    present = len(torch.unique(dataset.train.y)) if len(dataset.train) else 0
+    if dataset.num_classes < 2 or present < 2:
+        raise DataError(f"dataset {dataset.name} has {present} class(es) with training samples "
+                        f"({dataset.num_classes} named); a classifier needs at least two")
+    side = dataset.train.x.shape[-1]
+    if dataset.text is None and dataset.augment and dataset.pad_mode == "reflect" and dataset.crop_pad >= side:
+        raise DataError(f"dataset {dataset.name}'s {side}x{side} images cannot be padded by {dataset.crop_pad} pixels "
+                        f"by reflection for augmentation; set dataset.augment=false or use larger images")

@@ -285,6 +285,17 @@ def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: 
                 f"{len(labels)} training samples; valid min_size: [0, {len(labels) // cfg.clients}]")
     if cfg.kind == "classes" and not 1 <= cfg.k <= num_classes:
         raise ConfigError(f"partition.k={cfg.k} must lie in [1, {num_classes}] (the number of classes)")
+    parts = draw(labels, num_classes, cfg, seed, groups)
+    empty = [client for client, part in enumerate(parts) if len(part) == 0]
+    if empty:  # an empty client would train on nothing, and a round of empty clients would fail
+        raise ConfigError(f"partition.kind={cfg.kind} leaves {len(empty)} of {cfg.clients} clients without samples "
+                          f"(client {empty[0]}{', ...' if len(empty) > 1 else ''}); use fewer clients"
+                          + (", a larger partition.beta or partition.min_size" if "dirichlet" in cfg.kind else ""))
+    return parts
+
+
+def draw(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int, groups: np.ndarray | None) -> list[np.ndarray]:
+    """Each client's indices, by the kind's own rule (parameters already checked)."""
     if cfg.kind == "dirichlet_balanced":  # the FedDF code's conf.random_state
         return dirichlet_balanced(labels, num_classes, cfg, np.random.RandomState(seed))
     if cfg.rng == "niid_bench":  # np.random.seed(seed); random.seed(seed), as NIID-Bench's main

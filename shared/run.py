@@ -35,11 +35,11 @@ from pathlib import Path
 
 import yaml
 
-from shared.config import ConfigError, run_id, to_dict
+from shared.config import ConfigError, excerpt, run_id, to_dict
 from shared.config_loading import load_config
 from shared.dotted import flatten
 from shared.catalog import DataError
-from shared.run_directory import write_json
+from shared.run_directory import KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error, write_json
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -81,9 +81,20 @@ def resolve_configs(ns: argparse.Namespace) -> tuple[list, list[str]]:
         return workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs), outs
     if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
         raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
-    cfgs = [load_config(files[0] if files else None, [*as_overrides(json.loads(j) if j else {}), *overrides])
+    cfgs = [load_config(files[0] if files else None, [*as_overrides(parse_json(j, "--json")), *overrides])
             for j in jsons]
     return cfgs, outs
+
+
+def parse_json(text: str | None, where: str) -> dict:
+    """A JSON mapping given on the command line or in a file; anything else is one line."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError as exc:
+        raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a JSON mapping, got {excerpt(value)}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     from shared.trainer import resolve_device, select_device
 
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
+    try:  # every output directory, before any data loads
+        for out in outs:
+            check_output(out)
+    except ConfigError as exc:
+        return input_error(exc)
     if ns.gpu:  # one GPU for the process, whatever the number of runs
         device = claim_gpu(outs[0])
         for cfg in cfgs:
@@ -126,45 +142,25 @@ def input_error(exc: Exception) -> int:
     return 2
 
 
-KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (see `train`)
-FINAL = ("completed", "diverged")  # statuses that are results: neither retried nor re-trained
-
-
-def is_final(status: str | None) -> bool:
-    return bool(status) and status.split(":")[0] in FINAL
-
-
-def read_summary(path: Path) -> dict | None:
-    """A metrics.json as a dict; None when it is absent or cannot be read."""
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
 def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: int = 1) -> int:
     """One run to completion; prints its summary line and returns the exit code (module
     docstring). A finished run keeps a copy of its metrics.json: when Snakemake deletes a
     failed job's outputs although its run finished (a sibling of a group job failed; SLURM,
     which enforces time limits every 30 s or so, killed the job just after the run ended), the
-    workflow's retry (`restore`) puts them back instead of training the run again."""
-    from shared.trainer import record_failure as record, run
+    workflow's retry (`restore`) puts them back instead of training the run again. Every
+    change to the directory happens in `run`, holding its lock, once it is known to be this
+    run's (shared/run_directory.py)."""
+    from shared.trainer import run
 
-    out_dir = Path(out)
-    metrics, kept = out_dir / "metrics.json", out_dir / KEPT
     rid = run_id(cfg)
-    status = (read_summary(metrics) or {}).get("status")  # unreadable: the run directory sets it aside
-    if status is not None and not is_final(status):
-        metrics.unlink()  # a recorded failure is tried again
-    if restore and not metrics.exists():
-        summary = read_summary(kept) or {}
-        if summary.get("run_id") == rid and is_final(summary.get("status")):
-            write_json(summary, metrics)
-            print(json.dumps({"out": out, "restored": KEPT, "status": summary["status"]}), flush=True)
-            return 0
     try:
-        summary = run(cfg, out)
+        summary = run(cfg, out, restore)
+    except RunDirectoryError as exc:  # not this run's directory, or another writer's: nothing is written to it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk: one line, no failure recorded (the next attempt resumes)
+        print(f"error: run {rid}: {write_error(exc)}", file=sys.stderr)
+        return 1
     except Exception as exc:
         if isinstance(exc, (ConfigError, DataError)):
             print(f"error: {exc}", file=sys.stderr)
@@ -173,17 +169,43 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
         if not record_failure:
             print(f"run {rid} failed (attempt {attempt}); no metrics.json, so that the job is retried", file=sys.stderr)
             return 2 if isinstance(exc, (ConfigError, DataError)) else 1
-        summary = record(cfg, out, exc)
-        failure = {"run_id": rid, "status": summary["status"], "attempt": attempt,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "error": traceback.format_exc()}
-        write_json(failure, out_dir / "failure.json")
-        print(f"run {rid} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
-              file=sys.stderr)
-    if is_final(summary["status"]):
-        write_json(summary, kept)
+        summary = record(cfg, out, exc, attempt)
+        if summary is None:
+            return 1
+    if is_final(summary["status"]) and "restored" not in summary:
+        write_json(summary, Path(out) / KEPT)
     keep = ("status", "final_acc", "best_acc", "rounds_to_target", "wall_time_s")
-    print(json.dumps({"out": out, **{k: summary.get(k) for k in keep}}), flush=True)
+    line = {"out": out, **{k: summary.get(k) for k in keep}}
+    if "restored" in summary:
+        line["restored"] = summary["restored"]
+    print(json.dumps(line), flush=True)
     return 0
+
+
+def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
+    """Record a failure in metrics.json and failure.json, holding the run's lock (None: another
+    process took it meanwhile, and nothing is written)."""
+    from shared.trainer import record_failure
+
+    directory = RunDirectory(out, cfg)
+    try:
+        directory.lock()
+    except RunDirectoryError as locked:
+        print(f"error: the failure is not recorded: {locked}", file=sys.stderr)
+        return None
+    try:
+        summary = record_failure(cfg, out, exc)
+        failure = {"run_id": directory.run_id, "status": summary["status"], "attempt": attempt,
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "error": traceback.format_exc()}
+        write_json(failure, directory.path / "failure.json")
+    except OSError as full:
+        print(f"error: the failure is not recorded: {write_error(full)}", file=sys.stderr)
+        return None
+    finally:
+        directory.unlock()
+    print(f"run {directory.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
+          file=sys.stderr)
+    return summary
 
 
 def workflow_grids() -> list[tuple[str, str, object]]:
@@ -217,8 +239,12 @@ def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], confi
         raise ConfigError(f"--runs takes only runtime overrides ({', '.join(RUNTIME_KEYS)}), got {sorted(names - set(RUNTIME_KEYS))}")
     found = {}
     if configs and Path(configs).exists():
-        written = json.loads(Path(configs).read_text())
-        found = {rid: written[rid] for rid in run_ids if rid in written}
+        try:
+            text = Path(configs).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--configs {configs}: cannot read it ({excerpt(str(exc))})") from None
+        written = parse_json(text, f"--configs {configs}")
+        found = {rid: written[rid] for rid in run_ids if isinstance(written.get(rid), dict)}
     if len(found) < len(run_ids):
         for _, _, cell in workflow_cells(scale):
             if cell.run_id in run_ids:

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shared.client_state import persist, prune, restore
+from shared.client_state import persist, prune
+from shared.client_state import restore as restore_client_states
 from shared.client_training import ClientResult, client_trainer
 from shared.config import RunConfig, check, run_id
 from shared.evaluation import evaluate
@@ -123,13 +124,14 @@ class OutOfTime(Exception):
     continues from that checkpoint."""
 
 
-def run(cfg: RunConfig, out_dir: str | Path, deadline: float | None = None) -> dict:
+def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False, deadline: float | None = None) -> dict:
     """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
-    `deadline` (time.time()): stop between rounds rather than pass it (OutOfTime)."""
+    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim); `deadline`
+    (time.time()): stop between rounds rather than pass it (OutOfTime)."""
     out = RunDirectory(out_dir, cfg)
     out.lock()
     try:
-        finished = out.claim()
+        finished = out.claim(restore)
         return finished if finished is not None else train_rounds(cfg, out, deadline)
     finally:
         out.unlock()
@@ -184,12 +186,8 @@ def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_s
 def resume(setup: Setup, out: RunDirectory) -> tuple[list[dict], float]:
     """The history and time so far, with the model and method state restored, from the last
     checkpoint (none: a fresh start)."""
-    state = out.load_checkpoint(setup.device)
-    if state is None:
-        return [], 0.0
-    setup.global_model.load_state_dict(state["global"])
-    setup.method.load_state_dict(restore(state["method"], out.path))
-    return state["history"], state["elapsed"]
+    return out.resume(setup.global_model, setup.method, setup.device,
+                      method_state=lambda persisted: restore_client_states(persisted, out.path))
 
 
 def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:

@@ -82,7 +82,8 @@ def test_round_trip_gives_identical_bytes_of_finished_runs_only(source, tmp_path
     assert main(["unpack", str(archive), "--into", str(into)]) == 0
     line = capsys.readouterr().out
     assert line.startswith(f"unpacked 2 runs ({len(manifest['members'])} files") and line.count("\n") == 1
-    unpacked = files_under(into / "results" / "runs")
+    unpacked = {name: data for name, data in files_under(into / "results" / "runs").items()
+                if not name.endswith("/.lock")}  # each run's lock, held while it was written
     original = {name: data for name, data in files_under(root / "results" / "runs").items()
                 if name.split("/")[0] in ids[:2] and name.split("/")[1] in names}
     assert unpacked == original  # the same files, byte for byte; nothing of the unfinished run
@@ -95,7 +96,8 @@ def test_a_finished_run_already_there_is_left_as_it_is_and_an_unfinished_one_com
     into = tmp_path / "project"
     kept, completed = into / "results" / "runs" / ids[0], into / "results" / "runs" / ids[1]
     kept.mkdir(parents=True)
-    (kept / "metrics.json").write_text('{"status": "completed", "note": "computed here"}')
+    here = json.dumps({"status": "completed", "run_id": ids[0], "note": "computed here"})
+    (kept / "metrics.json").write_text(here)
     completed.mkdir()
     (completed / "checkpoint.pt").write_bytes(b"round 2 of 3")
     capsys.readouterr()
@@ -103,7 +105,7 @@ def test_a_finished_run_already_there_is_left_as_it_is_and_an_unfinished_one_com
     assert main(["unpack", str(archive), "--into", str(into)]) == 0
     out = capsys.readouterr().out
     assert "unpacked 1 runs" in out and "1 already finished there, left as they were (1 of them differ" in out
-    assert files_under(kept) == {"metrics.json": b'{"status": "completed", "note": "computed here"}'}
+    assert files_under(kept) == {"metrics.json": here.encode()}
     assert (completed / "metrics.json").read_bytes() == (root / "results" / "runs" / ids[1] / "metrics.json").read_bytes()
     assert not (completed / "checkpoint.pt").exists()  # superseded by the finished run
     assert not list(into.rglob(".*unpack*"))  # no temporary files left
@@ -237,3 +239,106 @@ def test_after_unpacking_the_workflow_schedules_only_the_missing_runs(tmp_path):
     assert main(["unpack", str(tmp_path / "all.tar.gz"), "--into", str(project)]) == 0
     jobs = dry_run_jobs(project)
     assert "run" not in jobs and jobs["table"] == 1, jobs
+
+
+# --- nothing finished is replaced; an archive's runs are what their directories say --------
+
+def test_pack_replaces_no_file_unless_forced_and_never_a_runs_file(source, tmp_path, capsys):
+    root, ids = source
+    metrics = root / "results" / "runs" / ids[0] / "metrics.json"
+    before = metrics.read_bytes()
+    assert pack(root, metrics) == 2 and metrics.read_bytes() == before
+    assert pack(root, metrics, "--force") == 2 and metrics.read_bytes() == before
+    assert "holds the runs' own files" in capsys.readouterr().err
+    existing = tmp_path / "mine.tar"
+    existing.write_text("a file of mine")
+    assert pack(root, existing) == 2 and existing.read_text() == "a file of mine"
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert pack(root, existing, "--force") == 0 and read_manifest(existing)["runs"]["packed"] == 2
+
+
+def unpack_error(capsys, archive, into) -> str:
+    assert main(["unpack", str(archive), "--into", str(into)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_run_whose_files_name_another_run_is_refused(source, tmp_path, capsys):
+    root, ids = source
+    archive, tampered = tmp_path / "runs.tar", tmp_path / "moved.tar"
+    assert pack(root, archive) == 0
+    other = json.loads((root / "results" / "runs" / ids[1] / "metrics.json").read_text())
+    moved = json.dumps({**other, "run_id": ids[0]}).encode()  # run 1's result under run 0's name
+    entries, listed = [], []
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            if member.name != MANIFEST:
+                data = tar.extractfile(member).read()
+                data = moved if member.name == f"runs/{ids[0]}/metrics.json" else data
+                data = (root / "results" / "runs" / ids[1] / "config.yaml").read_bytes() \
+                    if member.name == f"runs/{ids[0]}/config.yaml" else data
+                entries.append((member.name, data, tarfile.REGTYPE))
+                listed.append((member.name, data))
+    err = unpack_error(capsys, crafted(tampered, entries, listed), tmp_path / "into")
+    assert f"run {ids[0]}: its files belong to another run" in err
+    assert not (tmp_path / "into").exists()
+
+
+def test_unpack_refuses_a_link_a_training_run_and_a_bomb_before_writing(source, tmp_path, capsys, monkeypatch):
+    import fcntl
+
+    import shared.archive
+
+    root, ids = source
+    archive = tmp_path / "runs.tar"
+    assert pack(root, archive) == 0
+    into = tmp_path / "into"
+    runs = into / "results" / "runs"
+    runs.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (runs / ids[0]).symlink_to(elsewhere)
+    assert "is a symbolic link" in unpack_error(capsys, archive, into)
+    assert list(elsewhere.iterdir()) == []
+    (runs / ids[0]).unlink()
+
+    (runs / ids[1]).mkdir()
+    (runs / ids[1] / "checkpoint.pt").write_bytes(b"a live run's")
+    with open(runs / ids[1] / ".lock", "a+") as held:  # as the trainer holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert f"run {ids[1]} is being trained" in unpack_error(capsys, archive, into)
+    assert sorted(p.name for p in (runs / ids[1]).iterdir()) == [".lock", "checkpoint.pt"]
+    assert not (runs / ids[0]).exists()
+
+    monkeypatch.setattr(shared.archive, "MAX_MEMBER_BYTES", 100)  # every archive's partition.csv is over it
+    assert "over the limit of" in unpack_error(capsys, archive, tmp_path / "bombed")
+    assert not (tmp_path / "bombed").exists()
+
+
+def test_a_manifest_without_targets_is_one_line_before_anything_is_written(tmp_path, capsys):
+    data = b"{}"
+    archive = tmp_path / "no-targets.tar"
+    manifest = {"format": "fedrepro-runs/1", "scale": "smoke", "members": [{"path": GOOD, "sha256": sha(data), "size": 2}]}
+    with tarfile.open(archive, "w") as tar:
+        for name, content in [(GOOD, data), (MANIFEST, json.dumps(manifest).encode())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    assert "is not a fedrepro-runs/1 manifest" in unpack_error(capsys, archive, tmp_path / "into")
+    assert not (tmp_path / "into").exists()
+
+
+def test_a_recorded_failure_there_is_replaced_by_the_archives_run_and_kept_aside(source, tmp_path, capsys):
+    root, ids = source
+    archive = tmp_path / "runs.tar"
+    assert pack(root, archive) == 0
+    failed = tmp_path / "into" / "results" / "runs" / ids[0]
+    failed.mkdir(parents=True)
+    record = json.dumps({"status": "failed: RuntimeError: out of memory", "run_id": ids[0], "final_acc": None})
+    (failed / "metrics.json").write_text(record)
+    assert main(["unpack", str(archive), "--into", str(tmp_path / "into")]) == 0
+    assert "unpacked 2 runs" in capsys.readouterr().out
+    assert (failed / "metrics.json").read_bytes() == (root / "results" / "runs" / ids[0] / "metrics.json").read_bytes()
+    (aside,) = failed.glob("metrics.json.replaced-*")
+    assert aside.read_text() == record

@@ -1,6 +1,11 @@
 """Bad inputs stop before any data is loaded or model built, with one line that names the key
 and what it may be. Ranges are declared with each field (shared.config.Range), checks across
-keys with each registry and method (`check_config`)."""
+keys with each registry and method (`check_config`). Files and command lines (--json,
+--configs, --out) are checked as they are read; what only the data tells (an empty client,
+one class, images too small to augment) is one line once it has loaded, before training."""
+import os
+import re
+
 import pytest
 import torch
 
@@ -13,7 +18,7 @@ AUX = "aux.per_class=8"
 # (overrides, the message it gives): each is a user's plausible mistake
 BAD_CONFIGS = [
     # the federated loop's own sections
-    (["seed=-1"], r"^seed=-1 must be >= 0$"),
+    (["seed=-1"], r"^seed=-1 must lie in \[0, 9223372036854775807\]$"),
     (["federation.rounds=0"], r"^federation.rounds=0 must be >= 1$"),
     (["federation.participation=0"], r"^federation.participation=0.0 must lie in \(0, 1\]$"),
     (["federation.participation=1.5"], r"^federation.participation=1.5 must lie in \(0, 1\]$"),
@@ -74,6 +79,50 @@ BAD_CONFIGS = [
     (["method=fedntd", "method.tau=-1"], r"^method.tau=-1.0 must be > 0 \(method.name=fedntd\)$"),
     (["method=fedlsd", "method.alpha=2"], r"^method.alpha=2.0 must lie in \[0, 1\] \(method.name=fedlsd\)$"),
     (["method=scaffold", "local.optimizer=adam"], r"^method scaffold models local SGD steps; it needs local.optimizer=sgd$"),
+    # integers that would overflow numpy or torch far from here, and numbers beyond any float
+    (["seed=9223372036854775808"], r"^seed=9223372036854775808 does not fit in a 64-bit integer$"),
+    (["seed=18446744073709551616"], r"^seed=18446744073709551616 does not fit in a 64-bit integer$"),
+    (["seed=99999999999999999999999999999999999999999999999999"], r"^seed=9999.*9999 does not fit in a 64-bit integer$"),
+    (["local.epochs=1e30"], r"^local.epochs=1000000000000000019884624838656 does not fit in a 64-bit integer$"),
+    (["local.batch_size=100000000000000000000"], r"^local.batch_size=100000000000000000000 does not fit in a 64-bit"),
+    (["partition.clients=-99999999999999999999"], r"^partition.clients=-99999999999999999999 does not fit in a 64-bit"),
+    ([f"local.lr={10**400}"], r"^local.lr=1000.*000 must be a finite number$"),
+    (["dataset.synthetic.image_size=100000"], r"^dataset.synthetic.image_size=100000 must lie in \[1, 1024\]$"),
+    (["dataset.synthetic.train_per_class=1e11"], r"^dataset.synthetic.train_per_class=100000000000 must lie in \[1, 100000\]$"),
+    (["dataset.synthetic.channels=0"], r"^dataset.synthetic.channels=0 must lie in \[1, 16\]$"),
+    (["eval.every=-1"], r"^eval.every=-1 must be >= 1$"),
+    (["partition.min_size=-1"], r"^partition.min_size=-1 must be >= 0$"),
+    # whole sections, and values, of the wrong type
+    (["local=3"], r"^local: expected a mapping, got 3$"),
+    (["federation=[1, 2]"], r"^federation: expected a mapping, got \[1, 2\]$"),
+    (["trainer=null"], r"^trainer: expected a mapping, got None$"),
+    (["dataset.synthetic=fast"], r"^dataset.synthetic: expected a mapping, got 'fast'$"),
+    (["method=null"], r"^method: expected a method name or a mapping, got None$"),
+    (["method=[fedavg, fedprox]"], r"^method: expected a method name or a mapping, got \['fedavg', 'fedprox'\]$"),
+    (["method=3"], r"^method: expected a method name or a mapping, got 3$"),
+    (["method.name=null"], r"^method.name: expected a string, got None$"),
+    (["method.name=[fedprox]"], r"^method.name: expected a string, got \['fedprox'\]$"),
+    (["method=fedprox", "method.mu=[1]"], r"^method.mu: expected a number, got \[1\] \(method.name=fedprox\)$"),
+    (["local.lr=abc"], r"^local.lr: expected a number, got 'abc'$"),
+    (["local.momentum=0.5x"], r"^local.momentum: expected a number, got '0.5x'$"),
+    (["federation.rounds=true"], r"^federation.rounds: expected an integer, got True$"),
+    (["federation.rounds=2.5"], r"^federation.rounds: expected an integer, got 2.5$"),
+    (["dataset.name=3"], r"^dataset.name: expected a string, got 3$"),
+    (["dataset.path=[a, b]"], r"^dataset.path: expected a string, got \['a', 'b'\]$"),
+    (["dataset.synthetic.domains=3"], r"^dataset.synthetic.domains\[0\]: expected a string, got 3$"),
+    (["eval.target_acc={a: 1}"], r"^eval.target_acc\[0\]: expected a number, got \{'a': 1\}$"),
+    (["eval.local=yes please"], r"^eval.local: expected true or false, got 'yes please'$"),
+    (["federation.weighting=[samples]"], r"^federation.weighting=\['samples'\] is unknown; valid: \['samples', 'uniform'\]$"),
+    (["aux.source=3"], r"^aux.source=3 is unknown; valid: \['holdout', 'train_head'\]$"),
+    (["local.optimizer=" + "x" * 5000], r"^local.optimizer='x{10,20}\.\.\.x{10,20}' is unknown; valid: \['adam', 'sgd'\]$"),
+    (["federaton.rounds=3"], r"^config: unknown key\(s\) \['federaton'\]; valid keys: "),
+    # device strings torch would refuse, or indices a CPU or MPS machine lacks
+    (["trainer.device=cuda:x"], r"^trainer.device='cuda:x': use auto, cpu, cuda or cuda:N$"),
+    (["trainer.device=cuda:-1"], r"^trainer.device='cuda:-1': use auto, cpu, cuda or cuda:N$"),
+    (["trainer.device=cpu:1"], r"^trainer.device='cpu:1': use auto, cpu, cuda or cuda:N$"),
+    (["trainer.device=mps:2"], r"^trainer.device='mps:2': use auto, cpu, cuda or cuda:N$"),
+    (["trainer.device=cuda:0:1"], r"^trainer.device='cuda:0:1': use auto, cpu, cuda or cuda:N$"),
+    (["trainer.device=CUDA"], r"^trainer.device='CUDA': use auto, cpu, cuda or cuda:N$"),
 ]
 
 
@@ -113,4 +162,108 @@ def test_a_gpu_this_machine_lacks(tmp_path, capsys):
     """Refused before the data (here: nothing under data_root, which a load would try to fetch)."""
     err = cli_error(capsys, ["dataset=cifar10", f"data_root={tmp_path}", "trainer.device=cuda:1", "--out", str(tmp_path / "r")])
     assert "trainer.device=cuda:1: this machine has no CUDA device; use trainer.device=auto or cpu" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- files and command lines: each stops before any data loads, in one line ----------------
+
+# 9**9 leaves in a few hundred bytes: printed whole, the message would never end
+ALIAS_BOMB = "local:\n  epochs:\n  - &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"  - &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+
+
+def write(tmp_path, name, data: bytes | str):
+    path = tmp_path / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return str(path)
+
+
+# (argv made from tmp_path, what the line says)
+BAD_COMMAND_LINES = {
+    "config file not UTF-8": (lambda t: [write(t, "run.yaml", b"federation:\n  rounds: 3 # \xe9t\xe9\n")],
+                              "run.yaml: not UTF-8 text (byte 0xe9 at offset 26); save it as UTF-8"),
+    "config file a list": (lambda t: [write(t, "run.yaml", "- 1\n- 2\n")], "run.yaml: expected a mapping at the top level"),
+    "config section of the wrong type": (lambda t: [write(t, "run.yaml", "local: 3\n")], "local: expected a mapping, got 3"),
+    "config method a list": (lambda t: [write(t, "run.yaml", "method: [fedavg]\n")],
+                             "method: expected a method name or a mapping, got ['fedavg']"),
+    "YAML alias bomb": (lambda t: [write(t, "run.yaml", ALIAS_BOMB)], "local.epochs: expected an integer, got [["),
+    "--json not JSON": (lambda t: ["--json", "{federation: 3}"], "--json: not valid JSON (Expecting property name"),
+    "--json a list": (lambda t: ["--json", "[1, 2]"], "--json: expected a JSON mapping, got [1, 2]"),
+    "--json a string": (lambda t: ["--json", '"fedavg"'], "--json: expected a JSON mapping, got 'fedavg'"),
+    "--json a wrong section": (lambda t: ["--json", '{"local": 3}'], "local: expected a mapping, got 3"),
+    "--configs not JSON": (lambda t: ["--runs", "results/runs/0123456789abcdef", "--configs", write(t, "c.json", "{x")],
+                           "c.json: not valid JSON"),
+    "--configs not UTF-8": (lambda t: ["--runs", "results/runs/0123456789abcdef", "--configs", write(t, "c.json", b"\xff")],
+                            "c.json: cannot read it"),
+    "--configs a list": (lambda t: ["--runs", "results/runs/0123456789abcdef", "--configs", write(t, "c.json", "[]")],
+                         "c.json: expected a JSON mapping, got []"),
+    "--out a file": (lambda t: ["dataset=synthetic", "--out", write(t, "taken", "a file")], "taken is a file, not a directory"),
+    "--out below a file": (lambda t: ["dataset=synthetic", "--out", write(t, "taken", "a file") + "/run"],
+                           "taken is a file, so no directory can be made below it"),
+    "override not YAML": (lambda t: ["local.epochs=[3"], "override 'local.epochs=[3': the value is not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_COMMAND_LINES))
+def test_a_bad_file_or_command_line_is_one_line(case, tmp_path, capsys, monkeypatch):
+    argv, message = BAD_COMMAND_LINES[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDREPRO_DATA", str(tmp_path / "data"))  # where a load would fetch to
+    err = cli_error(capsys, argv(tmp_path))
+    assert message in err and len(err) < 400, err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_an_unwritable_out_is_one_line(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        assert "locked is not writable" in cli_error(capsys, ["dataset=synthetic", "--out", str(locked / "run")])
+    finally:
+        locked.chmod(0o755)
+
+
+# --- what only the data tells: one line once it has loaded, before training ----------------
+
+TINY = ["dataset=synthetic", "dataset.synthetic.train_per_class=20", "dataset.synthetic.test_per_class=5",
+        "federation.rounds=1", "local.epochs=1", "trainer.device=cpu", "trainer.progress=false"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["partition.clients=40", "partition.beta=0.01", "partition.min_size=0"],
+     r"partition.kind=dirichlet leaves \d+ of 40 clients without samples \(client \d+, ...\); use fewer clients, "
+     r"a larger partition.beta or partition.min_size"),
+    (["partition=iid", "partition.clients=500"], r"partition.clients=500 must lie in \[1, 200\]"),
+    (["model=resnet8", "dataset.synthetic.image_size=3", "dataset.augment=true"],
+     r"3x3 images cannot be padded by 4 pixels by reflection for augmentation; set dataset.augment=false"),
+], ids=["empty clients", "more clients than samples", "tiny images augmented"])
+def test_what_the_data_refuses_is_one_line_and_no_result(overrides, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*TINY, *overrides, f"data_root={tmp_path}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.search(message, err[0]) and err[0].startswith("error: ") and "Traceback" not in "".join(err), err
+    assert not (out / "metrics.json").exists()
+
+
+def test_a_dataset_of_one_class_is_refused(tmp_path, capsys):
+    from PIL import Image
+
+    for split in ("train", "test"):
+        (tmp_path / "imgs" / split / "cat").mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (16, 16), (i * 40, 0, 0)).save(tmp_path / "imgs" / split / "cat" / f"{i}.png")
+    out = tmp_path / "run"
+    assert main(["dataset=imagefolder", f"dataset.path={tmp_path / 'imgs'}", "partition.clients=2", "federation.rounds=1",
+                 "trainer.device=cpu", f"data_root={tmp_path}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "error: dataset imagefolder has 1 class(es) with training samples (1 named); a classifier needs at least two" in err
+    assert not (out / "metrics.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_a_cpu_index_the_machine_lacks(tmp_path, capsys):
+    err = cli_error(capsys, ["dataset=cifar10", f"data_root={tmp_path}", "trainer.device=cpu:3", "--out", str(tmp_path / "r")])
+    assert "trainer.device='cpu:3': use auto, cpu, cuda or cuda:N" in err
     assert list(tmp_path.iterdir()) == []

@@ -168,3 +168,24 @@ def test_data_costs_times_download_conversion_and_a_later_load(fake_cifar_server
     rebuilt = json.loads(out.read_text())["datasets"]["cifar10"]
     assert not rebuilt["cached_before"] and rebuilt["downloaded"] == []
     assert main(["nonexistent", "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("damage", [
+    lambda arrays: arrays.pop("train_y"),
+    lambda arrays: arrays.update(train_y=arrays["train_y"][:-1]),
+    lambda arrays: arrays.update(test_y=arrays["test_y"] + 100),
+    lambda arrays: arrays.update(train_x=arrays["train_x"][:, :, :5]),
+    lambda arrays: arrays.update(classes="airplane"),
+], ids=["a key missing", "labels short", "labels beyond the classes", "images of another shape", "classes not a list"])
+def test_a_cache_that_loads_but_is_wrong_is_rebuilt(damage, fake_cifar_server, tmp_path, capsys):
+    root = tmp_path / "root"
+    first = load_dataset(cifar_cfg(root))
+    cache = root / "cache" / "cifar10.pt"
+    arrays = torch.load(cache, weights_only=True)
+    damage(arrays)
+    torch.save(arrays, cache)
+    capsys.readouterr()
+    again = load_dataset(cifar_cfg(root))
+    assert torch.equal(again.train.x, first.train.x) and torch.equal(again.test.y, first.test.y)
+    (line,) = [l for l in capsys.readouterr().err.splitlines() if "cifar10.pt" in l]
+    assert line.endswith("; rebuilding it")

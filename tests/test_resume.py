@@ -131,3 +131,145 @@ def test_kill_9_mid_run_then_the_same_command_resumes_bit_identically(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "round 1/5" not in again.stderr and "round 5/5" in again.stderr  # resumed, not restarted
     assert history(tmp_path / "resumed") == history(tmp_path / "straight")
+
+
+# --- states a crash, a full disk or a tampered file can leave: each set aside and redone ---------
+
+def checkpoint_with(cfg, tmp_path, kill_in_round, change):
+    """A run killed after round 1 whose checkpoint `change` then damaged."""
+    kill_in_round(cfg, tmp_path / "run", 1)
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(state, path)
+
+
+def first_tensor(state):
+    name = next(iter(state["global"]))
+    state["global"][name] = torch.zeros(3, 1, 7)
+
+
+@pytest.mark.parametrize("change", [
+    first_tensor,
+    lambda state: state["global"].clear(),
+    lambda state: state.update(history=[{"round": 5, "train_loss": 1.0}]),
+    lambda state: state.update(history="not a list"),
+    lambda state: state.update(elapsed="soon"),
+    lambda state: state.pop("method"),
+], ids=["wrongly shaped tensor", "no model tensors", "history of another round", "history not a list",
+        "elapsed of the wrong type", "no method state"])
+def test_a_checkpoint_that_does_not_fit_is_set_aside_and_the_run_redone(change, tiny_cfg, tmp_path, kill_in_round, capsys):
+    cfg = tiny_cfg("federation.rounds=3")
+    trainer.run(cfg, tmp_path / "straight")
+    checkpoint_with(cfg, tmp_path, kill_in_round, change)
+    capsys.readouterr()
+    assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint.pt" in err and "moved to checkpoint.pt.corrupt-" in err, err
+    assert len(list((tmp_path / "run").glob("checkpoint.pt.corrupt-*"))) == 1
+    assert history(tmp_path / "run") == history(tmp_path / "straight")  # started again, the same run
+
+
+@pytest.mark.parametrize("summary", [
+    {"status": 3}, {"status": "completed", "run_id": None}, {"status": "completed", "final_acc": "high"},
+    {"status": "completed", "global_acc": 7}, [1, 2], "completed",
+], ids=["status a number", "run id null", "accuracy a string", "curve a number", "a list", "a string"])
+def test_a_summary_with_fields_of_the_wrong_type_is_set_aside_and_the_run_redone(summary, tiny_cfg, tmp_path, capsys):
+    cfg = tiny_cfg()
+    first = trainer.run(cfg, tmp_path / "run")
+    if isinstance(summary, dict):
+        summary = {**first, **summary}
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    again = trainer.run(cfg, tmp_path / "run")
+    assert again["status"] == "completed" and again["global_acc"] == first["global_acc"]
+    assert "is not a run's summary" in capsys.readouterr().err
+    assert len(list((tmp_path / "run").glob("metrics.json.corrupt-*"))) == 1
+
+
+def test_a_config_yaml_that_is_not_utf8_is_set_aside_and_the_run_goes_on(tiny_cfg, tmp_path, kill_in_round, capsys):
+    cfg = interrupted(tiny_cfg, tmp_path, kill_in_round)
+    (tmp_path / "run" / "config.yaml").write_bytes(b"run_id: \xff\xfe\n")
+    assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
+    assert "config.yaml is unreadable" in capsys.readouterr().err
+    assert list((tmp_path / "run").glob("config.yaml.corrupt-*"))
+    assert f"run_id: {trainer.run_id(cfg)}" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_another_runs_summary_in_a_runs_directory_is_set_aside(tiny_cfg, tmp_path, capsys):
+    cfg = tiny_cfg()
+    first = trainer.run(cfg, tmp_path / "run")
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps({**first, "run_id": "0123456789abcdef"}))
+    assert trainer.run(cfg, tmp_path / "run")["run_id"] == first["run_id"]
+    assert "belongs to run '0123456789abcdef'" in capsys.readouterr().err
+
+
+def test_a_recorded_failure_is_moved_aside_not_deleted_when_tried_again(tiny_cfg, tmp_path, capsys):
+    cfg = tiny_cfg()
+    from shared.trainer import record_failure
+
+    out = tmp_path / "run"
+    out.mkdir()
+    record_failure(cfg, out, RuntimeError("a bug"))
+    recorded = (out / "metrics.json").read_text()
+    assert trainer.run(cfg, out)["status"] == "completed"
+    (aside,) = out.glob("metrics.json.failed-*")
+    assert aside.read_text() == recorded and "records a failure" in capsys.readouterr().err
+
+
+def tiny_args(tmp_path):
+    from tests.conftest import TINY
+
+    return [*TINY, f"data_root={tmp_path / 'data'}"]
+
+
+@pytest.mark.parametrize("status", ["suspect: final accuracy 10.00% is chance (10.00%)", "failed: RuntimeError: a bug"])
+def test_another_configs_out_leaves_a_finished_or_failed_run_as_it_is(status, tiny_cfg, tmp_path, capsys):
+    """The directory's identity is known before anything in it changes: a suspect run (a
+    result, with no kept copy) or a recorded failure stay byte for byte."""
+    from shared.run import main
+
+    out = tmp_path / "run"
+    summary = trainer.run(tiny_cfg(), out)
+    (out / "metrics.json").write_text(json.dumps({**summary, "status": status}))
+    (out / "failure.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main([*tiny_args(tmp_path), "seed=1", "--out", str(out), "--record-failure"]) == 2
+    assert "another config than this one" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_suspect_run_is_a_result_and_is_not_trained_again(tiny_cfg, tmp_path):
+    out = tmp_path / "run"
+    summary = trainer.run(tiny_cfg(), out)
+    (out / "metrics.json").write_text(json.dumps({**summary, "status": "suspect: planted"}))
+    assert trainer.run(tiny_cfg(), out)["status"] == "suspect: planted"
+
+
+def test_an_out_of_user_files_is_refused_and_nothing_in_it_touched(tiny_cfg, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    (home / ".draft.123.tmp").write_text("also mine")
+    with pytest.raises(RunDirectoryError, match="is not a run directory"):
+        trainer.run(tiny_cfg(), home)
+    assert sorted(p.name for p in home.iterdir()) == [".draft.123.tmp", "notes.txt"]
+
+
+def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk: the checkpoint's write fails (EFBIG, as ENOSPC
+    would); the job says so in one line, records no failure, and the same command finishes."""
+    import resource
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "shared.run", *tiny_args(tmp_path), "--out", str(tmp_path / "run"), "--record-failure"]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+    full = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit)
+    assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
+    (line,) = [l for l in full.stderr.splitlines() if l.startswith("error: ")]
+    assert "no space left" in line and "run the same command again" in line
+    assert not (tmp_path / "run" / "metrics.json").exists() and not list((tmp_path / "run").glob(".*.tmp"))
+    freed = subprocess.run(command, capture_output=True, text=True)
+    assert freed.returncode == 0, freed.stderr
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "completed"

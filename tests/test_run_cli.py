@@ -77,3 +77,19 @@ def test_a_single_run_job_killed_after_its_run_finished_restores_it(project):
     proc = run(root, *job, "--attempt", "2", "--attempts", "3")
     assert proc.returncode == 0 and '"restored"' in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert metrics.read_text() == before
+
+
+def test_a_truncated_result_is_set_aside_and_put_back_from_its_kept_copy(project):
+    """A metrics.json cut short (a full disk, a copy interrupted) is moved aside, not deleted,
+    and the job's retry puts the finished run back instead of training it again."""
+    root, ids = project
+    job = ["--runs", f"results/runs/{ids['FedAvg']}"]
+    assert run(root, *job, "--attempt", "1", "--attempts", "3").returncode == 0
+    metrics = root / "results" / "runs" / ids["FedAvg"] / "metrics.json"
+    before = metrics.read_text()
+    metrics.write_text(before[:40])
+    proc = run(root, *job, "--attempt", "2", "--attempts", "3")
+    assert proc.returncode == 0 and '"restored"' in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "is unreadable" in proc.stderr and metrics.read_text() == before
+    (aside,) = metrics.parent.glob("metrics.json.corrupt-*")
+    assert aside.read_text() == before[:40]

@@ -334,6 +334,42 @@ def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_proj
     assert job_counts(dry.stdout) == expected, dry.stdout[-3000:]
 
 
+def test_runs_that_disappear_or_change_under_a_built_table_are_scheduled(tmp_path):
+    """A built table is out of date once a run it cites is deleted (the README's way to train a
+    run again) or its metrics.json changes; a truncated or tampered metrics.json is said in one
+    line at planning time, even by a dry run, and its run trained again."""
+    project = make_project(tmp_path / "project", check_paper=True)
+    args = ["--cores", "2", "--config", "scale=smoke", "device=cpu", "--", "papers/wfcheck/table2"]
+    proc = snakemake(project, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [project / "results" / "runs" / rid for rid in paper_runs("wfcheck", "table2", project)]
+    table = {"table": 1, "papers/wfcheck/table2": 1}
+
+    metrics = runs[0] / "metrics.json"
+    changed = {**json.loads(metrics.read_text()), "wall_time_s": 1.0}  # a content Snakemake has no checksum of
+    metrics.write_text(json.dumps(changed))
+    assert job_counts(snakemake(project, "-n", *args).stdout) == table
+
+    shutil.rmtree(runs[1])
+    for extra in ([], ["--rerun-triggers", "mtime"]):
+        dry = snakemake(project, "-n", *extra, *args)
+        assert job_counts(dry.stdout) == {"run": 1, **table}, dry.stdout[-3000:]
+
+    (runs[2] / "metrics.json").write_text('{"status": "compl')  # a truncated write beside a failure
+    (runs[2] / "failure.json").write_text("{}")
+    (runs[3] / "metrics.json").write_text('{"status": 3}')  # tampered, no failure.json
+    dry = snakemake(project, "-n", *args)
+    assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr[-3000:]
+    assert job_counts(dry.stdout) == {"run": 3, **table}, dry.stdout[-3000:]
+    assert f"warning: results/runs/{runs[2].name}/metrics.json is unreadable (JSONDecodeError)" in dry.stderr
+    assert f"warning: results/runs/{runs[3].name}/metrics.json is not a run's summary" in dry.stderr
+
+    proc = snakemake(project, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert all(json.loads((run / "metrics.json").read_text())["status"] == "completed" for run in runs)
+    assert job_counts(snakemake(project, "-n", *args).stdout) == {}
+
+
 # --- start-up and lint (issue 26) -------------------------------------------------------------
 
 RUNTIME = {"data_root": "data", "trainer": {"device": "cpu", "clients_per_step": 1, "client_threads": 1}}

@@ -122,8 +122,11 @@ def run_status(run_id):
     """A run's status and final accuracy as its directory shows them."""
     path = Path(RUNS_DIR, run_id, "metrics.json")
     if path.exists():
-        metrics = json.loads(path.read_text())
-        return metrics.get("status", "unknown"), metrics.get("final_acc")
+        try:  # a damaged file (its run is scheduled again: runs.smk) must not fail the table's job
+            metrics = json.loads(path.read_text())
+            return str(metrics.get("status", "unknown")), metrics.get("final_acc")
+        except (ValueError, AttributeError):
+            return "unreadable metrics.json", None
     if Path(RUNS_DIR, run_id, "checkpoint.pt").exists():
         return "incomplete", None
     return "missing", None

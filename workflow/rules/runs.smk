@@ -8,6 +8,7 @@ import math
 
 from shared.campaign import restore_shipped
 from shared.plan import gpu_hours
+from shared.run_directory import is_final, summary_problem
 
 # Shipped runs (results/shipped/runs/, tracked; shared/campaign.py) are finished runs: copied
 # into the runs folder before the DAG is built, so their jobs are never scheduled.
@@ -47,26 +48,82 @@ def seed_groups(runs, size):
     return groups
 
 
+def summary_state(metrics, rid):
+    """What a run's metrics.json says at planning time: "final", "failed", "missing", or a
+    problem (unreadable, not a summary, another run's) that shared.run deals with."""
+    try:
+        summary = json.loads(metrics.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as exc:
+        return f"is unreadable ({type(exc).__name__})"
+    if problem := summary_problem(summary):
+        return f"is not a run's summary ({problem})"
+    if summary["run_id"] != rid:
+        return "belongs to another run"
+    return "final" if is_final(summary["status"]) else "failed"
+
+
 def failure_inputs(members):
     """failure.json of the runs whose last attempt raised, as inputs, so that the next
     invocation runs them again: while a run's metrics.json records the failure, its failure.json
     is made newer than it (Snakemake touches a job's outputs when it ends), which reruns it
     under any rerun triggers, with or without metadata; once the run completes, its
-    failure.json stays an older input, which triggers nothing."""
+    failure.json stays an older input, which triggers nothing. A metrics.json that cannot be
+    read (a truncated file, a tampered one) is said in one line and reruns its run the same
+    way, through failure.json or, where there is none, a `.rerun` marker (Snakemake removes a
+    job's outputs before it runs; shared.run, run by hand, moves such a file aside)."""
 
     def inputs(wildcards):
         found = []
         for rid in members(wildcards):
-            failure, metrics = Path(RUNS_DIR, rid, "failure.json"), Path(RUNS_DIR, rid, "metrics.json")
-            if not failure.exists():
+            run_dir = Path(RUNS_DIR, rid)
+            metrics = run_dir / "metrics.json"
+            state = summary_state(metrics, rid)
+            damaged = state not in ("final", "failed", "missing")
+            if damaged:
+                print(f"warning: {metrics} {state}; the run is trained again",
+                      file=sys.stderr)
+            trigger = run_dir / "failure.json"
+            if not trigger.exists():
+                trigger = run_dir / ".rerun"
+                if damaged:
+                    trigger.touch()
+            if not trigger.exists():
                 continue
-            found.append(str(failure))
-            if metrics.exists() and json.loads(metrics.read_text()).get("status", "").startswith("failed"):
+            found.append(str(trigger))
+            if damaged or state == "failed":
                 later = max(time.time(), metrics.stat().st_mtime + 1)
-                os.utime(failure, (later, later))
+                os.utime(trigger, (later, later))
         return found
 
     return inputs
+
+
+def mark_stale_targets():
+    """A built table, figure or search whose runs have gone (a run directory deleted to train
+    it again) is made older than its inputs, so that Snakemake rebuilds it after training them
+    (it does not rerun a job for an input that is missing alone). Where every run it cites is
+    gone there is no input to be older than: one line says to delete it."""
+    cited = {(paper, name): set(EXPANSION.target_runs(paper, kind, name))
+             for paper in EXPANSION.papers() for kind in ("table", "figure", "search")
+             for name in EXPANSION.names(paper, kind)}
+    for (paper, name), run_ids in cited.items():
+        target = Path(target_path(paper, name))
+        if not target.is_dir():
+            continue
+        gone = [rid for rid in run_ids if not Path(RUNS_DIR, rid, "metrics.json").exists()]
+        if not gone:
+            continue
+        if len(gone) == len(run_ids):
+            print(f"warning: {target} cites {len(gone)} runs, none of which exists any more; delete {target} "
+                  f"to train them and build it again", file=sys.stderr)
+            continue
+        stamp = target / ".snakemake_timestamp"
+        os.utime(stamp if stamp.exists() else target, (1, 1))  # 0 would read as "no time" to Snakemake
+
+
+mark_stale_targets()
 
 
 def define_run_rule(name, output, log, benchmark, members, constraints=None):
