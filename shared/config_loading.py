@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import yaml
 
 from shared.catalog import validate_dataset
 from shared.config import ConfigError, RunConfig, check, excerpt, from_dict, to_dict
-from shared.dotted import deep_merge, nested
+from shared.dotted import deep_merge, flatten, nested
 from shared.methods import method_class, read_params, validate_method
 from shared.models import validate_model
 from shared.partition import validate_partition
@@ -64,7 +66,46 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
     else:
         for text in overrides or []:
             values = deep_merge(values, parse_override(text))
-    return resolve(from_dict(RunConfig, with_method_name(values)))
+    cfg = resolve(from_dict(RunConfig, with_method_name(values)))
+    refuse_idle_keys(values, cfg)
+    return cfg
+
+
+class IdleUnless(NamedTuple):
+    """`key` has an effect only where `governing` (as resolved: defaults and what a method
+    implies count) satisfies `applies`, described in words by `said`."""
+
+    key: str
+    governing: str
+    applies: Callable[[Any], bool]
+    said: str
+
+
+# The keys a user may set that another setting makes meaningless: each read in one place only
+# (shared/partition.py, shared/client_training.py, shared/federation.py), which these mirror.
+IDLE_KEYS = (
+    IdleUnless("partition.beta", "partition.kind", lambda kind: kind in ("dirichlet", "dirichlet_balanced"),
+               "partition.kind=dirichlet or dirichlet_balanced"),
+    IdleUnless("partition.min_size", "partition.kind", lambda kind: kind == "dirichlet", "partition.kind=dirichlet"),
+    IdleUnless("partition.k", "partition.kind", lambda kind: kind == "classes", "partition.kind=classes"),
+    IdleUnless("partition.writers", "partition.kind", lambda kind: kind == "writers", "partition.kind=writers"),
+    IdleUnless("local.momentum", "local.optimizer", lambda optimizer: optimizer == "sgd", "local.optimizer=sgd"),
+    IdleUnless("aux.source", "aux.per_class", lambda per_class: per_class > 0, "aux.per_class > 0"),
+)
+
+
+def refuse_idle_keys(given: dict, cfg: RunConfig) -> None:
+    """A key given (in a config file, --json, key=value or a table) with a value of its own that
+    another setting makes meaningless: one line naming both, so that nobody believes a run used
+    a value it ignored. A key given at its default value changes nothing and passes: a resolved
+    config read back (a run's config.yaml, a table's shared protocol) names every key."""
+    resolved, defaults = flatten(to_dict(cfg)), flatten(to_dict(RunConfig()))
+    given_keys = set(flatten(given))
+    for rule in IDLE_KEYS:
+        value, governing = resolved[rule.key], resolved[rule.governing]
+        check(rule.key not in given_keys or value == defaults[rule.key] or rule.applies(governing),
+              f"{rule.key}={value} has no effect with {rule.governing}={governing} "
+              f"(it applies with {rule.said}); remove it")
 
 
 def with_method_name(values: dict) -> dict:

@@ -123,6 +123,21 @@ BAD_CONFIGS = [
     (["trainer.device=mps:2"], r"^trainer.device='mps:2': use auto, cpu, cuda or cuda:N$"),
     (["trainer.device=cuda:0:1"], r"^trainer.device='cuda:0:1': use auto, cpu, cuda or cuda:N$"),
     (["trainer.device=CUDA"], r"^trainer.device='CUDA': use auto, cpu, cuda or cuda:N$"),
+    # a key that another setting makes meaningless (shared.config_loading.IDLE_KEYS)
+    (["partition=iid", "partition.beta=0.1"], r"^partition.beta=0.1 has no effect with partition.kind=iid "
+     r"\(it applies with partition.kind=dirichlet or dirichlet_balanced\); remove it$"),
+    (["partition=classes", "partition.beta=0.1"], r"^partition.beta=0.1 has no effect with partition.kind=classes "),
+    (["partition=iid", "partition.k=3"], r"^partition.k=3 has no effect with partition.kind=iid \(it applies with "
+     r"partition.kind=classes\); remove it$"),
+    (["partition.k=3"], r"^partition.k=3 has no effect with partition.kind=dirichlet "),
+    (["partition=classes", "partition.min_size=5"], r"^partition.min_size=5 has no effect with partition.kind=classes "
+     r"\(it applies with partition.kind=dirichlet\); remove it$"),
+    (["partition.writers=100"], r"^partition.writers=100 has no effect with partition.kind=dirichlet "
+     r"\(it applies with partition.kind=writers\); remove it$"),
+    (["local.optimizer=adam", "local.momentum=0.5"], r"^local.momentum=0.5 has no effect with local.optimizer=adam "
+     r"\(it applies with local.optimizer=sgd\); remove it$"),
+    (["aux.source=holdout"], r"^aux.source=holdout has no effect with aux.per_class=0 \(it applies with "
+     r"aux.per_class > 0\); remove it$"),
 ]
 
 
@@ -131,6 +146,36 @@ def test_a_bad_config_is_one_line_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message) as raised:
         load_config(None, overrides)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["partition=iid", "partition.beta=0.5"],  # at its default: the same run as without it
+    ["partition=iid", "partition.writers=null"],
+    ["partition=classes", "partition.k=3"],
+    ["partition=dirichlet_balanced", "partition.beta=0.1"],
+    ["local.optimizer=adam", "local.momentum=0.9"],
+    ["aux.per_class=8", "aux.source=holdout"],
+], ids=" ".join)
+def test_a_key_that_has_an_effect_or_sits_at_its_default_passes(overrides):
+    load_config(None, overrides)
+
+
+def test_a_resolved_config_read_back_passes():
+    """A run's config.yaml names every key, those another key makes idle too (at their defaults)."""
+    from shared.config import identity, run_id
+
+    cfg = load_config(None, ["partition=iid", "local.optimizer=adam"])
+    assert run_id(load_config(None, identity(cfg))) == run_id(cfg)
+
+
+def test_every_grid_expands_at_every_scale():
+    """No table, figure or search sets a key that another of its settings makes idle (nor any
+    other bad value): every cell of every grid loads, at each scale."""
+    from shared.experiments import SCALES
+    from shared.run import workflow_cells
+
+    for scale in SCALES:
+        assert workflow_cells(scale), scale
 
 
 def cli_error(capsys, argv) -> str:
@@ -201,6 +246,10 @@ BAD_COMMAND_LINES = {
     "--out below a file": (lambda t: ["dataset=synthetic", "--out", write(t, "taken", "a file") + "/run"],
                            "taken is a file, so no directory can be made below it"),
     "override not YAML": (lambda t: ["local.epochs=[3"], "override 'local.epochs=[3': the value is not valid YAML"),
+    "config file with an idle key": (lambda t: [write(t, "run.yaml", "partition:\n  kind: iid\n  beta: 0.1\n")],
+                                     "partition.beta=0.1 has no effect with partition.kind=iid"),
+    "--json with an idle key": (lambda t: ["--json", '{"local": {"optimizer": "adam", "momentum": 0}}'],
+                                "local.momentum=0.0 has no effect with local.optimizer=adam"),
 }
 
 
