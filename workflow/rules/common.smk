@@ -97,6 +97,15 @@ def paper_targets(paper):
     return [target_path(paper, name) for name in [*EXPANSION.names(paper, "table", "figure"), "claims"]]
 
 
+def paper_caption(kind, paper, name):
+    """The paper's own caption of a table or figure, for the report (workflow/report/*.rst);
+    imported when the report is written, since a start that plans or trains never needs it."""
+    from shared.experiments import get_table
+    from shared.figures import get_figure
+
+    return {"table": get_table, "figure": get_figure}[kind](paper, name).caption
+
+
 def search_targets(paper):
     """Every hyperparameter search a paper describes (not part of regenerating its tables)."""
     return [target_path(paper, name) for name in EXPANSION.names(paper, "search")]
