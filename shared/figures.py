@@ -429,10 +429,20 @@ def plot_partitions(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
     return fig
 
 
-def sweep_title(panel: tuple[str, str]) -> str:
-    """A sweep panel's title: its metric against the parameter it varies."""
-    name, metric = panel
-    return f"{metric} against {name}"
+def swept_setting(cells: list[Cell], table: Table, name: str) -> str:
+    """The setting a sweep panel varies, in words and by the paper's symbol (`name`, "μ" of
+    "μ=0.1"): "loss weight μ"; the symbol alone where no config key, or several, vary."""
+    swept = swept_key(cells, table)
+    return f"{SWEPT.get(swept, swept)} {name}" if swept else name
+
+
+def sweep_titles(cells: list[Cell], table: Table) -> dict[tuple[str, str], str]:
+    """Each sweep panel's title: its metric against the setting it varies, so that panels of
+    one figure (FedCSD Fig. 3's μ and τ) are told apart and each says what it sweeps."""
+    panel = sweep_panel(table)
+    panels = dict.fromkeys(panel(c) for c in cells)
+    return {key: f"{key[1]} against {swept_setting([c for c in cells if panel(c) == key], table, key[0])}"
+            for key in panels}
 
 
 def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table,
@@ -444,7 +454,8 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
     point = lambda c: c.column.label.partition("=")[2] if "=" in c.column.label else c.column.label
     panel = sweep_panel(table)
     done = completed(cells, runs_dir)
-    panels = list(dict.fromkeys(panel(c) for c in cells))
+    titles = sweep_titles(cells, table)
+    panels = list(titles)
     methods = list(dict.fromkeys(c.row.label for c in cells))
     looks = series_styles(methods)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
@@ -468,11 +479,9 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
                         linewidth=1.4, **looks[method])
         ax.set_xticks(range(len(points)), points)
         swept = swept_key(in_panel, table)
-        name = key[0]
-        described = SWEPT.get(swept, swept) if swept else None
-        ax.set_xlabel(f"{described} {name}" + (f" ({swept})" if swept else "") if described else name)
+        ax.set_xlabel(swept_setting(in_panel, table, key[0]) + (f" ({swept})" if swept else ""))
         ax.set_ylabel(metric.axis_label)
-        ax.set_title(sweep_title(key), fontsize=9)
+        ax.set_title(titles[key], fontsize=9)
         if not metric.higher_is_better:
             integer_ticks(ax.yaxis)
     warning = announce(merged_settings("sweep", cells, table), out_stem, scale)

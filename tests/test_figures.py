@@ -10,8 +10,8 @@ import yaml
 from shared.dotted import flatten
 from shared.experiments import Column, Metric, Row, Table, expand
 from shared.figures import (DATASET_NAMES, METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
-                            paper_figures, paper_overrides, setting_titles, sweep_panel, sweep_title,
-                            series_styles)
+                            paper_figures, paper_overrides, setting_titles, sweep_panel, sweep_titles,
+                            series_styles, swept_key, SWEPT)
 from shared.papers import paper_names
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
@@ -133,6 +133,7 @@ def test_sweep_axes_name_the_swept_variable_and_the_metric(tmp_path):
                scale="paper")
     (ax,) = [ax for ax in fig.axes if ax.get_ylabel()]
     assert "local epochs" in ax.get_xlabel() and "E" in ax.get_xlabel() and ax.get_xlabel() != "value"
+    assert ax.get_title() == "final acc against local epochs E"
     assert ax.get_ylabel() == "final global test accuracy (%)"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "5", "10"]
     looks = {}
@@ -226,7 +227,7 @@ def panel_titles(figure):
     if figure.kind in ("curves", "partitions"):
         return setting_titles(cells, table), cells
     if figure.kind == "sweep":
-        return {key: sweep_title(key) for key in dict.fromkeys(map(sweep_panel(table), cells))}, cells
+        return sweep_titles(cells, table), cells
     return {}, cells  # one panel (round_metric), or a paper's own drawing (custom)
 
 
@@ -237,6 +238,11 @@ DECLARED = [f for paper in paper_names() for f in paper_figures(paper).values()]
 def test_every_declared_figures_panels_are_told_apart_by_their_titles(figure):
     titles, cells = panel_titles(figure)
     assert len(set(titles.values())) == len(titles), f"{figure.paper}/{figure.name}: {titles}"
+    if figure.kind == "sweep":  # each panel varies one setting along its x axis: its title names it
+        panel = sweep_panel(figure.source)
+        for key, title in titles.items():
+            swept = swept_key([c for c in cells if panel(c) == key], figure.source)
+            assert swept in SWEPT and f"{SWEPT[swept]} {key[0]}" in title, f"{figure.paper}/{figure.name}: {title!r} lacks {swept}"
     if figure.kind not in ("curves", "partitions"):
         return
     settings = {c.column.label: flatten(paper_overrides(c, figure.source)) for c in cells}
