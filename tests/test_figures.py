@@ -218,7 +218,10 @@ def test_papers_figures_are_titled_with_their_caption(paper):
 # model a dataset brings along, need not be named).
 NAMED = {"dataset.name": lambda v: DATASET_NAMES.get(v, v), "partition.beta": lambda v: f"Dir({v:g})",
          "federation.participation": lambda v: f"C={v:g}", "partition.clients": lambda v: f"{v} clients",
-         "partition.k": lambda v: f"{v} classes per client"}
+         "partition.k": lambda v: f"{v} classes per client",
+         "partition.kind": lambda v: {"dirichlet": "Dir(", "dirichlet_balanced": "balanced Dir(", "iid": "IID",
+                                      "classes": "classes per client", "writers": "split by writer",
+                                      "domains": "one domain per client"}[v]}
 
 
 def panel_titles(figure):
