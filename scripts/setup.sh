@@ -4,6 +4,7 @@
 #   scripts/setup.sh                 # torch, then requirements.txt (run and test) and
 #                                    # requirements-workflow.txt (Snakemake) at the versions of requirements.lock
 #   scripts/setup.sh --text          # also the text extra (transformers, for AG News and SST-5 with DistilBERT)
+#   scripts/setup.sh --tensorboard   # also TensorBoard (trainer.tensorboard=true: live curves)
 #   scripts/setup.sh --no-lock       # the newest versions the ranges of the requirements allow
 #   scripts/setup.sh --system-torch  # keep the machine's own torch (a site's CUDA PyTorch): the venv sees
 #                                    # its packages (--system-site-packages) and no torch is installed
@@ -26,11 +27,12 @@ cd "$(dirname "$0")/.."
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 LOCK_PYTHON=3.11  # the Python requirements.lock was frozen on (its first lines)
-text=0 workflow=1 system_torch=0 dry_run=0
+text=0 tensorboard=0 workflow=1 system_torch=0 dry_run=0
 lock=(-c requirements.lock)
 for arg in "$@"; do
     case "$arg" in
         --text) text=1 ;;
+        --tensorboard) tensorboard=1 ;;
         --no-lock) lock=() ;;
         --system-torch) system_torch=1 ;;
         --no-workflow) workflow=0 ;;
@@ -85,6 +87,9 @@ if [[ $workflow == 1 ]]; then
 fi
 if [[ $text == 1 ]]; then
     pip install --quiet -r requirements-text.txt "${lock[@]}"
+fi
+if [[ $tensorboard == 1 ]]; then
+    pip install --quiet -r requirements-tensorboard.txt "${lock[@]}"
 fi
 python - <<'PY'
 import torch
