@@ -161,6 +161,9 @@ class AdaptiveAvgPool(nn.Module):
     def __init__(self, size: tuple[int, int]):
         super().__init__()
         self.size = size
+        # the matrices by (length, out, dtype, device), built once rather than in every
+        # training step (a model sees one input size, so this holds two of them)
+        self.matrices: dict[tuple, torch.Tensor] = {}
 
     @staticmethod
     def averaging(length: int, out: int, like: torch.Tensor) -> torch.Tensor:
@@ -171,9 +174,15 @@ class AdaptiveAvgPool(nn.Module):
             matrix[i, start:stop] = 1.0 / (stop - start)
         return matrix
 
+    def averaging_for(self, length: int, out: int, like: torch.Tensor) -> torch.Tensor:
+        key = (length, out, like.dtype, like.device)
+        if key not in self.matrices:
+            self.matrices[key] = self.averaging(length, out, like)
+        return self.matrices[key]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = self.averaging(x.shape[-2], self.size[0], x)
-        cols = self.averaging(x.shape[-1], self.size[1], x)
+        rows = self.averaging_for(x.shape[-2], self.size[0], x)
+        cols = self.averaging_for(x.shape[-1], self.size[1], x)
         return rows @ x @ cols.T
 
 
