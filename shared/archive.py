@@ -443,13 +443,15 @@ def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
 
 def check_run_destination(run_dir: Path, rid: str) -> None:
     """Where run `rid` is unpacked: no link, no file, no other run's directory."""
+    from shared.run_directory import recorded_run_id
+
     links = [p for p in (run_dir, *(run_dir / f for f in (*RUN_FILES, MODEL_FILE, "checkpoint.pt"))) if p.is_symlink()]
     if links:
         raise ArchiveError(f"{links[0]} is a symbolic link; unpack writes runs' files only into real directories")
     if run_dir.exists() and not run_dir.is_dir():
         raise ArchiveError(f"{run_dir} is a file, where run {rid}'s directory goes")
     config = run_dir / "config.yaml"
-    if config.is_file() and f"run_id: {rid}" not in config.read_text(errors="replace"):
+    if config.is_file() and recorded_run_id(config) != rid:
         raise ArchiveError(f"{run_dir} holds another run's config.yaml; move it away to unpack run {rid}")
 
 

@@ -39,7 +39,8 @@ from shared.config import ConfigError, excerpt, run_id, to_dict
 from shared.config_loading import load_config
 from shared.dotted import flatten
 from shared.catalog import DataError
-from shared.run_directory import KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error, write_json
+from shared.run_directory import (DISK_FULL, KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error,
+                                  write_json)
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -158,10 +159,10 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
     except RunDirectoryError as exc:  # not this run's directory, or another writer's: nothing is written to it
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # a full disk: one line, no failure recorded (the next attempt resumes)
-        print(f"error: run {rid}: {write_error(exc)}", file=sys.stderr)
-        return 1
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # one line, no failure recorded: the next attempt resumes
+            print(f"error: run {rid}: {write_error(exc)}", file=sys.stderr)
+            return 1
         if isinstance(exc, (ConfigError, DataError)):
             print(f"error: {exc}", file=sys.stderr)
         else:

@@ -44,7 +44,7 @@ KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/r
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
 RUN_FILE = re.compile(r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
-                      r"|metrics\.json\.kept|rerun)(\.(corrupt|failed|replaced)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)")
+                      r"|metrics\.json\.kept|rerun|client_state|tensorboard)(\.(corrupt|failed|replaced)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)")
 # errors that mean the disk (or the quota, or the file size limit) is full: freeing space is the fix
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -274,7 +274,8 @@ class RunDirectory:
         if done is None and restore:
             done = self.restore_kept()
         if done is not None:
-            self.checkpoint.unlink(missing_ok=True)  # a kill between the summary and this removal
+            self.checkpoint.unlink(missing_ok=True)  # a kill between the summary and these removals
+            prune_client_states(self.path, keep=set())
             return done
         write_atomically(self.config, lambda tmp: tmp.write_text(
             yaml.safe_dump({"run_id": self.run_id, **to_dict(self.cfg)}, sort_keys=False)))
@@ -386,6 +387,16 @@ class RunDirectory:
         save_tensors(model_state, self.path / "model.pt")
         write_json(summary, self.summary)
         self.checkpoint.unlink(missing_ok=True)
+        prune_client_states(self.path, keep=set())
+
+
+def recorded_run_id(config: Path) -> str | None:
+    """The run id a run's config.yaml names (None: it cannot be read, or names none)."""
+    try:
+        recorded = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
+        return None
+    return recorded.get("run_id") if isinstance(recorded, dict) else None
 
 
 def checkpoint_problem(state, cfg: RunConfig) -> str | None:

@@ -35,7 +35,7 @@ from shared.metrics import rounds_to_target
 from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
-from shared.run_directory import RunDirectory, prune_client_states, write_json
+from shared.run_directory import RunDirectory, write_json
 from shared.seeding import GLOBAL_RNG, derive_seed, set_numerics
 from shared.tensorboard_log import tensorboard_log
 
@@ -173,7 +173,6 @@ def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = Non
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
         "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
     out.finish(summary, setup.global_model.state_dict())
-    prune_client_states(out.path, keep=set())
     return summary
 
 
