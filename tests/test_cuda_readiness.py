@@ -148,7 +148,7 @@ def test_per_client_state_is_checkpointed_in_its_own_files_and_a_finished_run_ke
     kill_in_round(cfg, tmp_path / "killed", 2)
     checkpoint = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
     named = {file for key in PER_CLIENT[method] for file in checkpoint["method"][key][MANIFEST].values()}
-    assert named == {p.name for p in (tmp_path / "killed" / "client_state").iterdir()}  # nothing else kept
+    assert named and named == {p.name for p in (tmp_path / "killed" / "client_state").iterdir()}  # nothing else kept
     resumed = run(cfg, tmp_path / "killed")
     straight = run(cfg, tmp_path / "straight")
     assert resumed["global_acc"] == straight["global_acc"] and resumed["global_loss"] == straight["global_loss"]
