@@ -1,0 +1,28 @@
+"""Which runs train together: a table row across its settings and seeds, nothing wider."""
+from shared.config import RunConfig
+from shared.experiments import declared, expand
+from shared.run_groups import form_groups, group_key
+
+
+def table_runs(paper: str, name: str, scale: str) -> dict[str, RunConfig]:
+    return {cell.run_id: cell.config for cell in expand(declared(paper, "TABLES")[name], scale)}
+
+
+def test_a_fedssd_table2_row_is_one_group_of_its_settings_and_seeds():
+    runs = table_runs("fedssd", "table2", "paper")
+    groups = form_groups(runs, 15)
+    assert sorted(map(len, groups)) == [15] * 7  # 7 methods x (5 settings x 3 seeds)
+    for group in groups:
+        assert len({runs[rid].method["name"] for rid in group}) == 1
+        assert [runs[rid].seed for rid in group] == sorted(runs[rid].seed for rid in group)
+
+
+def test_largest_splits_a_row_and_groups_never_mix_methods_or_models():
+    runs = table_runs("fedcad", "table2", "smoke")
+    groups = form_groups(runs, 3)
+    assert all(len(g) <= 3 for g in groups)
+    assert sorted(rid for g in groups for rid in g) == sorted(runs)
+    for group in groups:
+        assert len({group_key(runs[rid]) for rid in group}) == 1
+    keys = {group_key(cfg) for cfg in runs.values()}
+    assert len(keys) == len({(cfg.method["name"], cfg.model.name) for cfg in runs.values()})
