@@ -28,6 +28,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from shared.config import Count, NonNegative, Positive, check
 from shared.fedavg import FedAvg, frozen_copy, kl_div, predict, snapshot, weighted_average
@@ -78,8 +79,9 @@ class FedGKD(FedAvg):
         if not self.distil:
             return
         weight = p.gamma / 2 * (p.temperature ** 2 if p.released_code else 1.0)
+        # the teachers in a ModuleList, not a list: the batched step stacks modules, per run
         if p.vote:
-            self.teachers = [self.load(global_model, state) for state in self.buffer]
+            self.teachers = nn.ModuleList(self.load(global_model, state) for state in self.buffer)
             val = self.federation.val
             losses = torch.stack([F.cross_entropy(predict(t, val.x, self.federation.augmenter, self.cfg.eval.batch_size), val.y)
                                   for t in self.teachers])
@@ -87,7 +89,10 @@ class FedGKD(FedAvg):
             self.teacher_weights = (p.vote_lambda * F.softmax(-losses / beta, dim=0)).tolist()
         else:
             average = weighted_average(list(self.buffer), [1.0] * len(self.buffer))
-            self.teachers, self.teacher_weights = [self.load(global_model, average)], [weight]
+            self.teachers, self.teacher_weights = nn.ModuleList([self.load(global_model, average)]), [weight]
+        # what the loss reads: the same numbers in a tensor, which the batched step stacks per run
+        # (VOTE's differ between runs), float64 so that each is exactly the Python number it was
+        self.weights = torch.tensor(self.teacher_weights, dtype=torch.float64, device=self.federation.device)
 
     @staticmethod
     def load(model, state):
@@ -100,14 +105,15 @@ class FedGKD(FedAvg):
         loss = F.cross_entropy(z, y)
         if not self.distil:
             return loss
-        for teacher, weight in zip(self.teachers, self.teacher_weights):
+        for teacher, weight in zip(self.teachers, self.weights):
             with torch.no_grad():
                 z_teacher = teacher(x)
             if self.params.regulariser == "kl":
-                loss = loss + weight * kl_div(z_teacher, z, self.params.temperature)
+                term = kl_div(z_teacher, z, self.params.temperature)
             else:
                 squared = (z_teacher - z) ** 2
-                loss = loss + weight * (squared.mean() if self.params.class_reduction == "mean" else squared.sum(1).mean())
+                term = squared.mean() if self.params.class_reduction == "mean" else squared.sum(1).mean()
+            loss = loss + weight.to(term.dtype) * term  # in the term's precision, as a Python number is
         return loss
 
     def state_dict(self):

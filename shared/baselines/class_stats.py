@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from shared.class_sums import count_by_class, sum_by_class
-from shared.fedavg import Capabilities, FedAvg
+from shared.fedavg import FedAvg
 
 
 @torch.no_grad()
@@ -27,8 +27,8 @@ def class_means(model, client, batch_size: int, num_classes: int, embed) -> tupl
 
 def average_per_class(means: list[torch.Tensor], counts: list[torch.Tensor], weighted: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Average each class's vectors over the clients holding it (uniformly, or by sample count)."""
-    held = torch.stack([(c > 0).float() for c in counts])  # clients x classes
-    w = torch.stack(counts) if weighted else held
+    held = torch.stack([(c > 0).to(means[0].dtype) for c in counts])  # clients x classes
+    w = torch.stack(counts).to(means[0].dtype) if weighted else held
     total = w.sum(0)
     average = torch.einsum("kc,kcd->cd", w, torch.stack(means)) / total.clamp(min=1)[:, None]
     return average, total > 0
@@ -41,9 +41,8 @@ class ClassStatistics(FedAvg):
     `weighted_by_samples`, and uses the statistics in its loss."""
 
     weighted_by_samples = False
-    # the losses index the known classes with boolean masks, which vmap refuses; finish_client
-    # uploads statistics, which the batched step would not compute
-    capabilities = Capabilities(per_sample_loss=False)
+    # FedAvg's capabilities hold: the statistics are the round's, the losses per-sample terms,
+    # and finish_client only uploads (into the update) what the trained model computes
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)

@@ -5,12 +5,15 @@ samples) of the squared batch-mean gradient, and v = u * theta. The server keeps
 latest (u, v). Client i adds lambda * (<P, theta^2> - 2 <Q, theta>), P and Q the sums of the
 other clients' u and v. FedNTD's released code subtracts the client's own terms in place,
 modifying the server's sums (an aliasing bug); here P and Q are fresh tensors each time.
+P and Q are single vectors over all parameters (in parameters_to_vector's order) rather than one
+tensor per parameter: a tensor attribute is what the batched step stacks per client.
 """
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from shared.client_state import ClientStates
 from shared.config import Count, NonNegative
@@ -18,8 +21,9 @@ from shared.fedavg import Capabilities, FedAvg
 
 
 class FedCurv(FedAvg):
-    # each client's Fisher information lives across rounds and enters its loss
-    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+    # each client's Fisher information lives across rounds and enters its loss (per_sample_loss
+    # holds: the penalty is the same for every sample, and P, Q are tensors set in start_client)
+    capabilities = Capabilities(independent_clients=False)
 
     @dataclass
     class Params:
@@ -40,16 +44,16 @@ class FedCurv(FedAvg):
             self.P = self.Q = None
         elif client.id in self.u:
             device = self.federation.device
-            self.P = [s - own for s, own in zip(self.u_sum, self.u.on(client.id, device))]
-            self.Q = [s - own for s, own in zip(self.v_sum, self.v.on(client.id, device))]
+            self.P = self.u_sum - parameters_to_vector(self.u.on(client.id, device))
+            self.Q = self.v_sum - parameters_to_vector(self.v.on(client.id, device))
         else:
             self.P, self.Q = self.u_sum, self.v_sum
 
     def local_loss(self, model, x, y, client):
         loss = F.cross_entropy(model(x), y)
         if self.P is not None:
-            penalty = sum((P * w * w).sum() - 2 * (Q * w).sum() for P, Q, w in zip(self.P, self.Q, model.parameters()))
-            loss = loss + self.params.lam * penalty
+            w = parameters_to_vector(model.parameters())
+            loss = loss + self.params.lam * ((self.P * w * w).sum() - 2 * (self.Q * w).sum())
         return loss
 
     def finish_client(self, client, model, update):
@@ -64,13 +68,13 @@ class FedCurv(FedAvg):
         self.u, self.v = ClientStates.from_saved("u", state["u"]), ClientStates.from_saved("v", state["v"])
 
 
-def summed(states: ClientStates, device: torch.device) -> list[torch.Tensor] | None:
-    """Per parameter, the sum over clients (in the order they first trained) of their tensors,
-    on `device`; a client's tensors move there one client at a time."""
+def summed(states: ClientStates, device: torch.device) -> torch.Tensor | None:
+    """The sum over clients (in the order they first trained) of their tensors, as one vector
+    over all parameters, on `device`; a client's tensors move there one client at a time."""
     total = None
     for client in states:
-        tensors = states.on(client, device)
-        total = tensors if total is None else [s + t for s, t in zip(total, tensors)]
+        vector = parameters_to_vector(states.on(client, device))
+        total = vector if total is None else total + vector
     return total
 
 

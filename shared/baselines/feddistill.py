@@ -3,7 +3,10 @@ on top of FedAvg.
 
 Clients upload their per-class mean logits; the server averages them per class (weighted by the
 clients' sample counts of that class); the local loss is CE + lambda KL(softmax(g[y]) || softmax(z)).
-The weights are averaged as in FedAvg (the "+").
+The weights are averaged as in FedAvg (the "+"). A class that none of the last round's clients
+held has g[y] = 0, a uniform target, and its samples count in the batch mean like any other, as
+in both released codes (FedGen's userFedDistill.py, FedGKD's worker_feddistill.py: zero logits
+for a class never seen); each sample's term is then on its own, which vmap needs.
 """
 from dataclasses import dataclass
 
@@ -29,7 +32,5 @@ class FedDistillPlus(ClassStatistics):
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         if self.class_stats is not None:
-            known = self.known[y]
-            if known.any():
-                loss = loss + self.params.lam * kl_div(self.class_stats[y[known]], logits[known])
+            loss = loss + self.params.lam * kl_div(self.class_stats[y], logits)
         return loss

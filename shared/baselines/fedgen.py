@@ -40,7 +40,9 @@ def diversity_loss(noise: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
 
 
 class FedGen(FedAvg):
-    # the loss draws labels for generated samples from torch's global generator
+    # the loss draws labels and noise for generated samples from torch's global generator (vmap
+    # refuses random draws); drawing from a per-client generator instead would change the draws,
+    # hence every finished run's result, so it stays as it is
     capabilities = Capabilities(per_sample_loss=False, no_global_rng=False)
 
     @dataclass

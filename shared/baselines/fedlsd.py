@@ -15,8 +15,9 @@ from shared.fedavg import Capabilities, GlobalTeacher, kl_per_sample
 
 
 class FedLSD(GlobalTeacher):
-    # the loss reads a_y, set for each client in start_client
-    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+    # the loss reads a_y, a tensor start_client sets for each client (per_sample_loss still
+    # holds: the batched step stacks it per client)
+    capabilities = Capabilities(independent_clients=False)
 
     @dataclass
     class Params:

@@ -9,17 +9,19 @@ import torch
 import torch.nn.functional as F
 
 from shared.config import NonNegative, Positive
-from shared.fedavg import Capabilities, GlobalTeacher, kl_div
+from shared.fedavg import GlobalTeacher, kl_div
 
 
 def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(B, K) -> (B, K-1): each row without its true class."""
-    keep = torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)
-    return logits[keep].view(len(logits), -1)
+    """(B, K) -> (B, K-1): each row without its true class, the others in their order. A gather
+    rather than a boolean index, whose data-dependent shape vmap refuses: column j of the result
+    is class j for j < y and class j + 1 from y on."""
+    columns = torch.arange(logits.shape[1] - 1, device=logits.device)[None, :]
+    return logits.gather(1, columns + (columns >= y[:, None]).long())
 
 
 class FedNTD(GlobalTeacher):
-    capabilities = Capabilities(per_sample_loss=False)  # dropping the true class is a boolean index, which vmap refuses
+    # FedAvg's capabilities hold: per-sample terms; the teacher is the round's
 
     @dataclass
     class Params:

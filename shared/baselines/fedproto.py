@@ -5,6 +5,9 @@ means; the server averages each class's prototypes over the clients that hold th
 itself shares no weights; FedCSD's table compares global models, so the weights are averaged as
 in FedAvg too. Prototypes are computed after local training, in eval mode, on the client's
 unaugmented data (FedProto's code collects them from the last epoch's training batches).
+A sample of a class that none of the last round's clients held adds zero, and the MSE is the mean
+over the whole batch, as in FedProto's code (whose target for it is the feature itself): a mean
+of per-sample terms, written as a 0/1 weight rather than a boolean index, whose shape vmap refuses.
 """
 from dataclasses import dataclass
 
@@ -29,7 +32,6 @@ class FedProto(ClassStatistics):
         f = model.features(x)
         loss = F.cross_entropy(model.classifier(f), y)
         if self.class_stats is not None:
-            known = self.known[y]
-            if known.any():
-                loss = loss + self.params.lam * F.mse_loss(f[known], self.class_stats[y[known]])
+            squared_error = ((f - self.class_stats[y]) ** 2).mean(1)
+            loss = loss + self.params.lam * (self.known[y] * squared_error).mean()
         return loss

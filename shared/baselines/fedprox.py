@@ -4,7 +4,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 
 from shared.config import NonNegative
-from shared.fedavg import FedAvg
+from shared.fedavg import FedAvg, frozen_copy
 
 
 class FedProx(FedAvg):
@@ -15,8 +15,9 @@ class FedProx(FedAvg):
         mu: NonNegative = 0.01
 
     def prepare_round(self, round, global_model):
-        self.global_params = [p.detach().clone() for p in global_model.parameters()]
+        # a module rather than a list of tensors: the batched step stacks a module per run
+        self.global_model = frozen_copy(global_model)
 
     def local_loss(self, model, x, y, client):
-        proximal = sum(((w - w_g) ** 2).sum() for w, w_g in zip(model.parameters(), self.global_params))
+        proximal = sum(((w - w_g) ** 2).sum() for w, w_g in zip(model.parameters(), self.global_model.parameters()))
         return F.cross_entropy(model(x), y) + self.params.mu / 2 * proximal

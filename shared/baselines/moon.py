@@ -4,7 +4,8 @@ CE + mu * l_con with l_con = -log( e^{cos(q, q_g)/tau} / (e^{cos(q, q_g)/tau} + 
 q the representation the classifier sees (the projection head's output when the model has one,
 as FedSSD and FedGKD run it; FedCSD runs MOON without), q_g from the global model and q_prev
 from the client's own previous local model. A client that has not trained before has no
-previous model and trains on CE alone.
+previous model and trains on CE alone: its l_con is weighted by `has_previous` = 0, a tensor
+rather than a branch, so that clients with and without a previous model train in one vmapped step.
 """
 from dataclasses import dataclass
 
@@ -17,8 +18,9 @@ from shared.fedavg import Capabilities, FedAvg, frozen_copy
 
 
 class MOON(FedAvg):
-    # each client's previous local model lives across rounds and enters its loss
-    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+    # each client's previous local model lives across rounds and enters its loss (per_sample_loss
+    # still holds: start_client loads it into a module, which the batched step stacks per client)
+    capabilities = Capabilities(independent_clients=False)
 
     @dataclass
     class Params:
@@ -34,20 +36,22 @@ class MOON(FedAvg):
         self.previous_model = frozen_copy(global_model)  # a buffer that start_client loads
 
     def start_client(self, client, model):
-        self.has_previous = client.id in self.previous
-        if self.has_previous:
+        known = client.id in self.previous
+        self.has_previous = torch.tensor(float(known), device=self.federation.device)
+        if known:
             self.previous_model.load_state_dict(self.previous.on(client.id, client.index.device))
 
     def local_loss(self, model, x, y, client):
         q = model.features(x)
         loss = F.cross_entropy(model.classifier(q), y)
-        if self.has_previous and self.params.mu > 0:
+        if self.params.mu > 0:
             with torch.no_grad():
                 q_global = self.global_model.features(x)
                 q_previous = self.previous_model.features(x)
             similarities = torch.stack([F.cosine_similarity(q, q_global), F.cosine_similarity(q, q_previous)], dim=1)
             positive_first = torch.zeros(len(x), dtype=torch.long, device=x.device)
-            loss = loss + self.params.mu * F.cross_entropy(similarities / self.params.tau, positive_first)
+            l_con = F.cross_entropy(similarities / self.params.tau, positive_first)
+            loss = loss + self.params.mu * self.has_previous * l_con
         return loss
 
     def finish_client(self, client, model, update):

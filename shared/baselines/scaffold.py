@@ -1,7 +1,9 @@
 """SCAFFOLD (Karimireddy et al., ICML'20), option II, global learning rate 1.
 
 Local steps use the corrected gradient g + c - c_i, written here as the loss term <w, c - c_i>
-(whose gradient is exactly c - c_i). After K local steps with learning rate lr:
+(whose gradient is exactly c - c_i; the same for every sample, so it is added to each sample's
+loss). c - c_i is one vector over all parameters (parameters_to_vector's order), a tensor that the
+batched step stacks per client. After K local steps with learning rate lr:
 c_i+ = c_i - c + (w_g - w_i) / (K lr); the server averages the models and sets
 c <- c + |S|/N * mean_i (c_i+ - c_i).
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from shared.baselines.fednova import normaliser
 from shared.client_state import ClientStates
@@ -22,8 +25,9 @@ from shared.fedavg import Capabilities, FedAvg
 
 class SCAFFOLD(FedAvg):
     requires_local_sgd = True  # its arithmetic models plain local SGD steps
-    # each client's control variate lives across rounds and enters its steps
-    capabilities = Capabilities(per_sample_loss=False, independent_clients=False)
+    # each client's control variate lives across rounds and enters its steps (per_sample_loss
+    # holds: start_client sets the correction, a tensor)
+    capabilities = Capabilities(independent_clients=False)
 
     @dataclass
     class Params:
@@ -46,10 +50,10 @@ class SCAFFOLD(FedAvg):
         return [torch.zeros_like(c) for c in self.c]
 
     def start_client(self, client, model):
-        self.correction = [c - ci for c, ci in zip(self.c, self.own_control_variate(client))]
+        self.correction = parameters_to_vector(self.c) - parameters_to_vector(self.own_control_variate(client))
 
     def local_loss(self, model, x, y, client):
-        linear = sum((w * corr).sum() for w, corr in zip(model.parameters(), self.correction))
+        linear = (parameters_to_vector(model.parameters()) * self.correction).sum()
         return F.cross_entropy(model(x), y) + linear
 
     def finish_client(self, client, model, update):
