@@ -58,10 +58,11 @@ class Tally:
 
     @staticmethod
     def count(right: torch.Tensor, label: torch.Tensor, labels: int) -> torch.Tensor:
-        """(models, labels): each model's right answers per label; one bincount for all models
-        (bincount without weights is deterministic on CUDA too)."""
-        per_model = torch.arange(len(right), device=right.device).unsqueeze(1) * labels + label
-        return torch.bincount(per_model[right], minlength=len(right) * labels).view(len(right), labels)
+        """(models, labels): each model's right answers per label, counted by comparing with
+        every label rather than by bincount of the right answers' labels: how many those are
+        the host would have to wait for in every batch."""
+        is_label = label.unsqueeze(1) == torch.arange(labels, device=label.device)  # (batch, labels)
+        return (right.unsqueeze(2) & is_label).sum(1)
 
     def results(self) -> list[dict]:
         n = len(self.split)
