@@ -22,7 +22,7 @@ import torch
 
 from shared.batched import BatchedClients
 from shared.config import RunConfig
-from shared.evaluation import autocast, evaluate
+from shared.evaluation import autocast, evaluate_many
 from shared.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
 from shared.federation import Client, Federation
 from shared.models import Net
@@ -53,6 +53,16 @@ def draws_in_forward(model: Net) -> bool:
 class ClientResult:
     update: ClientUpdate
     local_acc: float | None  # the local model's test accuracy (%), in rounds that test local models
+
+
+def with_local_accuracy(updates: list[ClientUpdate], model: Net, federation: Federation, cfg: RunConfig,
+                        test_local: bool) -> list[ClientResult]:
+    """The round's results; where the round tests local models, with each one's test accuracy,
+    all of them tested in one pass over the test set (`evaluate_many`; `model`: their architecture)."""
+    if not test_local:
+        return [ClientResult(update, None) for update in updates]
+    tested = evaluate_many(model, [update.state for update in updates], federation.test, federation, cfg)
+    return [ClientResult(update, result["acc"]) for update, result in zip(updates, tested)]
 
 
 def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:
@@ -120,16 +130,15 @@ class OneAfterAnother:
         self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
         self.compiled = compiled  # `model` compiled for full batches (trainer.compile)
 
-    def train_one(self, client: Client, model: Net, global_state: dict, round: int, test_local: bool) -> ClientResult:
+    def train_one(self, client: Client, model: Net, global_state: dict, round: int) -> ClientUpdate:
         model.load_state_dict(global_state)
         compiled = self.compiled if model is self.model else None
-        update = train_client(self.method, client, model, self.cfg, round, compiled)
-        acc = evaluate(model, self.federation.test, self.federation, self.cfg)["acc"] if test_local else None
-        return ClientResult(update, acc)
+        return train_client(self.method, client, model, self.cfg, round, compiled)
 
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
         global_state = snapshot(global_model)
-        return [self.train_one(c, self.model, global_state, round, test_local) for c in clients]
+        updates = [self.train_one(c, self.model, global_state, round) for c in clients]
+        return with_local_accuracy(updates, self.model, self.federation, self.cfg, test_local)
 
 
 class InThreads(OneAfterAnother):
@@ -154,20 +163,20 @@ class InThreads(OneAfterAnother):
         global_state = snapshot(global_model)
         cores = torch.get_num_threads()
 
-        def on_a_free_model(client: Client) -> ClientResult:
+        def on_a_free_model(client: Client) -> ClientUpdate:
             torch.set_num_threads(max(1, cores // self.threads))  # this client's share of the cores
             model = self.models.get()
             try:
-                return self.train_one(client, model, global_state, round, test_local)
+                return self.train_one(client, model, global_state, round)
             finally:
                 self.models.put(model)
 
         largest_first = sorted(clients, key=lambda c: -c.num_samples)
         try:
-            results = dict(zip((c.id for c in largest_first), self.pool.map(on_a_free_model, largest_first)))
+            updates = dict(zip((c.id for c in largest_first), self.pool.map(on_a_free_model, largest_first)))
         finally:
             torch.set_num_threads(cores)
-        return [results[c.id] for c in clients]
+        return with_local_accuracy([updates[c.id] for c in clients], self.model, self.federation, self.cfg, test_local)
 
 
 class Batched:
@@ -178,16 +187,11 @@ class Batched:
         self.clients = BatchedClients(method, model, federation, cfg, slots)
 
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
-        results = []
+        updates = []
         slots = self.clients.slots
         for start in range(0, len(clients), slots):
-            for update in self.clients.train(clients[start:start + slots], global_model, round):
-                acc = None
-                if test_local:
-                    self.model.load_state_dict(update.state)
-                    acc = evaluate(self.model, self.federation.test, self.federation, self.cfg)["acc"]
-                results.append(ClientResult(update, acc))
-        return results
+            updates += self.clients.train(clients[start:start + slots], global_model, round)
+        return with_local_accuracy(updates, self.model, self.federation, self.cfg, test_local)
 
 
 def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:
