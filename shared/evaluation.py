@@ -26,6 +26,8 @@ PASS_INPUT_VALUES = 1 << 26
 # a thousand FedAvg-CNNs, two ResNet-50s, one DistilBERT or AlexNet-BN (such models go one at a
 # time, as before: their evaluation is heavy enough that launching kernels is not what costs)
 PASS_STATE_BYTES = 1 << 28
+# Layers whose models evaluate_many takes one at a time on a CPU (models_per_pass)
+ALONE_ON_CPU = (torch.nn.GroupNorm, torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm)
 
 
 def autocast(cfg: RunConfig, device: torch.device):
@@ -103,7 +105,7 @@ def evaluate_many(model: Net, states: list[dict[str, torch.Tensor]], split: Spli
     model.eval()
     results = []
     try:
-        per_pass = models_per_pass(len(states), split, states[0], cfg)
+        per_pass = models_per_pass(model, len(states), split, states[0], cfg)
         for first in range(0, len(states), per_pass):
             results += evaluate_pass(model, states[first:first + per_pass], split, federation, cfg)
     finally:
@@ -111,9 +113,13 @@ def evaluate_many(model: Net, states: list[dict[str, torch.Tensor]], split: Spli
     return results
 
 
-def models_per_pass(models: int, split: Split, state: dict[str, torch.Tensor], cfg: RunConfig) -> int:
+def models_per_pass(model: Net, models: int, split: Split, state: dict[str, torch.Tensor], cfg: RunConfig) -> int:
     """How many models a pass takes: as many as the bounds allow (at least one), spread evenly
-    over the passes that all `models` need."""
+    over the passes that all `models` need. On a CPU a model with normalisation layers goes
+    alone: vmapped, its GroupNorm or BatchNorm and grouped convolutions copy layouts and cost
+    more than the launches they save (ResNet-8: 1.5x slower, benchmarks/README.md)."""
+    if split.y.device.type == "cpu" and any(isinstance(m, ALONE_ON_CPU) for m in model.modules()):
+        return 1
     values_per_sample = split.x[0].numel() if len(split) else 1
     state_bytes = sum(v.numel() * v.element_size() for v in state.values())
     fit = min(PASS_INPUT_VALUES // (min(cfg.eval.batch_size, max(len(split), 1)) * values_per_sample),

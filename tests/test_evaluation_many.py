@@ -71,8 +71,23 @@ def assert_same(got: dict, want: dict) -> None:
             assert got[key] == pytest.approx(want[key], rel=1e-10, abs=1e-10)
 
 
+@pytest.fixture
+def vmapped_on_cpu(monkeypatch):
+    """Models with normalisation layers through the vmapped pass on the CPU too, where
+    evaluate_many would take them one at a time (the path a GPU takes)."""
+    monkeypatch.setattr(evaluation, "ALONE_ON_CPU", ())
+
+
+def test_on_a_cpu_models_with_normalisation_layers_go_one_at_a_time(tiny_cfg):
+    cfg = tiny_cfg(*SMALL)
+    federation = build_federation(cfg, torch.device("cpu"))
+    for name, alone in (("fedavg_cnn", False), ("resnet8", True), ("batchnorm", True)):
+        model = models_of(name, 1, federation.num_classes)[0]
+        assert (models_per_pass(model, 4, federation.test, snapshot(model), cfg) == 1) == alone
+
+
 @pytest.mark.parametrize("name", ["fedavg_cnn", "resnet8", "batchnorm"])
-def test_many_models_in_one_pass_give_each_model_its_own_metrics_in_float64(tiny_cfg, float64, name):
+def test_many_models_in_one_pass_give_each_model_its_own_metrics_in_float64(tiny_cfg, float64, vmapped_on_cpu, name):
     cfg = tiny_cfg(*SMALL)
     federation = build_federation(cfg, torch.device("cpu"))
     models = models_of(name, 3, federation.num_classes)
@@ -87,7 +102,7 @@ def test_many_models_in_one_pass_give_each_model_its_own_metrics_in_float64(tiny
     assert template.training and all(torch.equal(before[k], v) for k, v in template.state_dict().items())
 
 
-def test_models_and_inputs_in_channels_last_layout(tiny_cfg, float64):
+def test_models_and_inputs_in_channels_last_layout(tiny_cfg, float64, vmapped_on_cpu):
     """trainer.channels_last: vmap cannot query that layout; ResNet-8's 1x1 shortcut kernels
     look channels_last even when stacked contiguously."""
     cfg = tiny_cfg(*SMALL, "trainer.channels_last=true")
@@ -116,14 +131,14 @@ def test_passes_keep_models_times_batch_under_the_bound_and_give_the_same_metric
     in_one_pass = evaluate_many(models[0], states, federation.test, federation, cfg)
     one_sample = federation.test.x[0].numel()
     monkeypatch.setattr(evaluation, "PASS_INPUT_VALUES", 2 * cfg.eval.batch_size * one_sample)  # room for 2 models
-    assert models_per_pass(5, federation.test, states[0], cfg) == 2  # 3 passes: 2, 2, 1
+    assert models_per_pass(models[0], 5, federation.test, states[0], cfg) == 2  # 3 passes: 2, 2, 1
     monkeypatch.setattr(evaluation, "PASS_INPUT_VALUES", 3 * cfg.eval.batch_size * one_sample)
-    assert models_per_pass(5, federation.test, states[0], cfg) == 3  # 2 passes: 3, 2
-    assert models_per_pass(6, federation.test, states[0], cfg) == 3
+    assert models_per_pass(models[0], 5, federation.test, states[0], cfg) == 3  # 2 passes: 3, 2
+    assert models_per_pass(models[0], 6, federation.test, states[0], cfg) == 3
     for got, want in zip(evaluate_many(models[0], states, federation.test, federation, cfg), in_one_pass):
         assert_same(got, want)
     monkeypatch.setattr(evaluation, "PASS_STATE_BYTES", 1)  # no room: one model at a time, as evaluate does
-    assert models_per_pass(5, federation.test, states[0], cfg) == 1
+    assert models_per_pass(models[0], 5, federation.test, states[0], cfg) == 1
 
 
 def test_a_pass_dispatches_as_many_operators_for_eight_models_as_for_two(tiny_cfg):
