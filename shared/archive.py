@@ -165,7 +165,7 @@ def holds_result(run_dir: Path) -> bool:
     """Whether unpacking leaves this run as it is: its metrics.json is readable and records a
     result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
     the archive's run, and moved aside first (`commit`)."""
-    from shared.run_directory import is_final, summary_problem
+    from shared.run_files import is_final, summary_problem
 
     try:
         summary = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
@@ -443,7 +443,7 @@ def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
 
 def check_run_destination(run_dir: Path, rid: str) -> None:
     """Where run `rid` is unpacked: no link, no file, no other run's directory."""
-    from shared.run_directory import recorded_run_id
+    from shared.run_files import recorded_run_id
 
     links = [p for p in (run_dir, *(run_dir / f for f in (*RUN_FILES, MODEL_FILE, "checkpoint.pt"))) if p.is_symlink()]
     if links:

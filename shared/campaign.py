@@ -45,7 +45,7 @@ from shared.archive import ArchiveError, sha256, target_cells, write_archive
 from shared.catalog import DataError, copy_label, is_sha256
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.run_directory import write_atomically
+from shared.run_files import write_atomically
 
 STATE_FORMAT = "fedrepro-campaign/1"
 MANIFEST = "manifest.json"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config import ConfigError, RunConfig
+from shared.run_files import write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("shared", "papers")  # the code that declares tables and resolves configs
@@ -111,7 +112,6 @@ def expansion(scale: str, runtime: dict, cache_dir: str | Path) -> Expansion:
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
         pass  # absent, or written by code that no longer reads it: expand again
     found = expand_all(scale, runtime)
-    from shared.run_directory import write_atomically  # imports torch, which expanding has loaded
 
     def write(tmp):
         with open(tmp, "wb") as f:

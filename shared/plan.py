@@ -23,16 +23,18 @@ import csv
 import html
 import json
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from shared.catalog import DATASETS, DatasetInfo
-from shared.claims import data_label
 from shared.config import ConfigError, RunConfig, run_id
 from shared.experiments import Cell, all_tables, expand, paper_searches, paper_tables
 from shared.metrics import cell_value
+
+if TYPE_CHECKING:  # imported where a listing is made: the workflow's start (gpu_hours) never needs pandas
+    import pandas as pd
 
 THROUGHPUT = {"fedavg_cnn": 20_000, "resnet8": 12_000, "resnet50": 1_500, "resnet50_gn": 1_200,
               "alexnet_bn": 3_000, "distilbert": 400}  # training samples per second (assumed)
@@ -163,13 +165,16 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     values = [v for v in values if not math.isnan(v)]
     if not values:
         return "-"
-    std = float(pd.Series(values).std(ddof=0))
-    return f"{sum(values) / len(values):.2f} ± {std:.2f} ({len(values)} seeds)"
+    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f} ({len(values)} seeds)"
 
 
 def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", runtime: dict | None = None) -> pd.DataFrame:
     """Every experiment (one resolved config, any seed) that tables of more than one paper need:
     one row per table cell using it, with the paper's number and ours."""
+    import pandas as pd
+
+    from shared.claims import data_label
+
     uses: dict[str, list] = {}
     for table in all_tables():
         for cell in expand(table, scale, runtime):

@@ -13,6 +13,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from shared.config import ConfigError, identity
 from shared.expansion import expansion
+from shared.run_files import write_atomically
 
 SCALE = config["scale"]
 
@@ -41,14 +42,6 @@ INDEX = "results/index.csv"
 # that decide it are unchanged (shared/expansion.py), so that a process starts in about a second.
 EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion")
 RUNS = EXPANSION.runs
-
-
-def write_atomically(path, write):
-    """shared.run_directory's atomic write, imported when a file is written: that module
-    imports torch, which a start that writes nothing never needs."""
-    from shared.run_directory import write_atomically as write_then_rename
-
-    write_then_rename(Path(path), write)
 
 
 def write_if_changed(path, text):
@@ -122,7 +115,7 @@ def list_targets(log):
             lines.append(f"    papers/{paper}/{name}" + (f" ({count})" if count else ""))
     lines.append("e.g. snakemake --cores 2 --config scale=smoke device=cpu -- papers/fedssd/table2")
     print("\n".join(lines))
-    Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write (which imports torch)
+    Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write
 
 
 # --- what a table, figure or search job did: its log, and the run index --------------------
