@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import io
 import json
 import re
@@ -301,12 +302,18 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
     return counts
 
 
+@functools.lru_cache(maxsize=8)
+def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tuple[str, ...]:
+    """The runs a state file holds, expanded once per process: `train` saves after every run."""
+    return tuple(campaign_runs(list(targets), scale, copy)[0])
+
+
 def save(args, runs_dir: Path) -> int:
     """The state file: the runs of its earlier targets and of this command's."""
-    runs, _ = campaign_runs(args.state_targets, args.scale, args.copy_spec)
+    run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
     about = {"targets": args.state_targets, "scale": args.scale,
              "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None}
-    return write_state(args.state, state_members(list(runs), runs_dir), about, args.part_mib)
+    return write_state(args.state, state_members(run_ids, runs_dir), about, args.part_mib)
 
 
 def state_defaults(args) -> None:

@@ -78,23 +78,24 @@ def cache_key(scale: str, runtime: dict) -> str:
 
 
 def expand_all(scale: str, runtime: dict) -> Expansion:
-    """What the cache holds, computed: every grid's runs and every target's run ids."""
-    from shared.experiments import expand, paper_searches, paper_tables
+    """What the cache holds, computed: every grid's runs and every target's run ids. A table's
+    or a search's runs are its grid's, expanded once; a figure picks its cells from its source."""
+    from shared.experiments import paper_searches, paper_tables
     from shared.figures import paper_figures
     from shared.papers import paper_names
-    from shared.run import workflow_grids
+    from shared.run import workflow_cells
 
-    runs, grid_runs = {}, []
-    for paper, name, grid in workflow_grids():
-        for cell in expand(grid, scale, runtime):
-            runs[cell.run_id] = cell.config
-            grid_runs.append(GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label,
-                                     cell.column.label, cell.seed))
-    ids = lambda cells: list(dict.fromkeys(c.run_id for c in cells))
+    runs, grid_runs, grid_ids = {}, [], {}
+    for paper, name, cell in workflow_cells(scale, runtime):
+        runs[cell.run_id] = cell.config
+        grid_runs.append(GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label,
+                                 cell.column.label, cell.seed))
+        grid_ids.setdefault((paper, name), {})[cell.run_id] = None  # an ordered set
     targets = {paper: {
-        "table": {name: ids(expand(t, scale, runtime)) for name, t in paper_tables(paper).items()},
-        "figure": {name: ids(f.cells(scale, runtime)) for name, f in paper_figures(paper).items()},
-        "search": {name: ids(expand(s.as_table(), scale, runtime)) for name, s in paper_searches(paper).items()},
+        "table": {name: list(grid_ids.get((paper, name), {})) for name in paper_tables(paper)},
+        "figure": {name: list(dict.fromkeys(c.run_id for c in f.cells(scale, runtime)))
+                   for name, f in paper_figures(paper).items()},
+        "search": {name: list(grid_ids.get((paper, name), {})) for name in paper_searches(paper)},
     } for paper in paper_names()}
     return Expansion(runs, grid_runs, targets)
 

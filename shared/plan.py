@@ -221,9 +221,11 @@ def shared_markdown(df: pd.DataFrame, scale: str) -> str:
 
 def write_shared_runs(scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
     """shared.md, shared.csv and shared.html (for the report)."""
-    out = Path(out_dir)
+    write_shared_files(shared_runs(scale, runs_dir, runtime), scale, Path(out_dir))
+
+
+def write_shared_files(df: pd.DataFrame, scale: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    df = shared_runs(scale, runs_dir, runtime)
     text = shared_markdown(df, scale)
     (out / "shared.md").write_text(text)
     df.to_csv(out / "shared.csv", index=False)
@@ -248,9 +250,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", help="with --shared: also write shared.md/.csv/.html into this folder")
     args = parser.parse_args(argv)
     if args.shared:
-        print(shared_markdown(shared_runs(args.scale), args.scale))
+        found = shared_runs(args.scale)
+        print(shared_markdown(found, args.scale))
         if args.out:
-            write_shared_runs(args.scale, "results/runs", args.out)
+            write_shared_files(found, args.scale, Path(args.out))
         return
     if not args.paper:
         parser.error("name a paper, or --shared")

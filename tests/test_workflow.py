@@ -382,6 +382,9 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
     assert (tmp_path / "smoke.pickle").exists()
     table = get_table("fedssd", "table2")
     assert first.target_runs("fedssd", "table", "table2") == list(dict.fromkeys(c.run_id for c in expand(table, "smoke")))
+    search = next(iter(paper_searches("fedssd").values()))  # a table's and a search's runs are their grid's
+    assert first.target_runs("fedssd", "search", search.name) == list(dict.fromkeys(
+        c.run_id for c in expand(search.as_table(), "smoke")))
 
     def must_not_expand(*args):
         raise AssertionError("expanded again although the code and settings are the same")
