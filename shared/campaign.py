@@ -408,9 +408,21 @@ def status(args) -> int:
 
 # --- import: shipped runs and their tables --------------------------------------------------------
 
+def put_finished(run_dir: Path, files: dict[str, bytes]) -> bool:
+    """A finished run's text files into run_dir (metrics.json last: a kill leaves no run that
+    looks finished), its checkpoint there then stale and removed; False, writing nothing,
+    where run_dir holds a finished run already (it is never overwritten)."""
+    if (run_dir / "metrics.json").is_file():
+        return False
+    for file in FINISHED_FILES:
+        if file in files:
+            write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+    (run_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return True
+
+
 def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
-    """The finished runs' text files into shipped_runs/<id>/ (metrics.json last); a run
-    shipped already is left as it is."""
+    """The state's finished runs into shipped_runs/<id>/; a run shipped already is left as it is."""
     done = {"shipped": [], "kept": []}
     by_run: dict[str, dict[str, bytes]] = {}
     for name, content in members.items():
@@ -418,13 +430,7 @@ def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
         if kind == "finished":
             by_run.setdefault(rid, {})[file] = content
     for rid, files in sorted(by_run.items()):
-        if (shipped_runs / rid / "metrics.json").is_file():
-            done["kept"].append(rid)
-            continue
-        for file in FINISHED_FILES:
-            if file in files:
-                write_atomically(shipped_runs / rid / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
-        done["shipped"].append(rid)
+        done["shipped" if put_finished(shipped_runs / rid, files) else "kept"].append(rid)
     return done
 
 
@@ -581,11 +587,8 @@ def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SH
     for rid in run_ids:
         source = shipped_runs / rid
         if (source / "metrics.json").is_file() and not (runs_dir / rid / "metrics.json").is_file():
-            for file in FINISHED_FILES:
-                if (source / file).is_file():
-                    write_atomically(runs_dir / rid / file, lambda tmp, s=source / file: shutil.copyfile(s, tmp))
-            (runs_dir / rid / "checkpoint.pt").unlink(missing_ok=True)
-            copied += 1
+            copied += put_finished(runs_dir / rid, {f: (source / f).read_bytes() for f in FINISHED_FILES
+                                                    if (source / f).is_file()})
     return copied
 
 

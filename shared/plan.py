@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from shared.catalog import DATASETS, DatasetInfo
 from shared.config import ConfigError, RunConfig, run_id
-from shared.experiments import Cell, all_tables, expand, paper_searches, paper_tables
+from shared.experiments import Cell, all_tables, expand, load_metrics, paper_searches, paper_tables
 from shared.metrics import cell_value
 
 if TYPE_CHECKING:  # imported where a listing is made: the workflow's start (gpu_hours) never needs pandas
@@ -157,9 +157,8 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     to another row's accuracy needs that row: '-')."""
     values = []
     for cell in cells:
-        path = runs_dir / cell.run_id / "metrics.json"
-        if metric.kind != "rounds_to_row" and path.exists():
-            metrics = json.loads(path.read_text())
+        if metric.kind != "rounds_to_row" and (runs_dir / cell.run_id / "metrics.json").exists():
+            metrics = load_metrics(runs_dir, cell.run_id)
             if metrics.get("status") == "completed":
                 values.append(cell_value(metric, metrics, None))
     values = [v for v in values if not math.isnan(v)]

@@ -278,3 +278,17 @@ def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_l
     assert "CIFAR-10, JPEG copy sha256 dfaab4e" in yaml.safe_load((out / "provenance.yaml").read_text())["caption"]
     write_listing(shipped)
     assert "fedssd/fig9/figure.png" in (shipped / "README.md").read_text()
+
+
+def test_the_memo_of_copies_digests_is_written_only_when_it_changes(tmp_path):
+    from shared.data import find_copy
+
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    sha = file_digest(write_copy(copies / "mine.zip", CIFAR["cifar10"]["classes"]), "sha256")
+    memo = tmp_path / "cache" / "copies.json"
+    assert find_copy(tmp_path, sha) == copies / "mine.zip"
+    written = memo.stat().st_mtime_ns, memo.stat().st_ino
+    assert find_copy(tmp_path, sha) == copies / "mine.zip"  # a second run's start: nothing new to remember
+    assert (memo.stat().st_mtime_ns, memo.stat().st_ino) == written
+    assert list(memo.parent.iterdir()) == [memo]  # no temporary file left
