@@ -418,3 +418,32 @@ def test_lint_is_clean(project):
     proc = snakemake(project, "--lint")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
+
+
+def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
+    """`--config copy=cifar10=<sha256>`: the table's part on CIFAR-10 trained on the copy (the
+    campaign's run ids), built into the folder the campaign names, labelled; the official
+    paper-scale table untouched. Runs stood in for by a metrics.json (all a table reads)."""
+    from shared.campaign import Copy, campaign_runs
+    from shared.data import CIFAR, file_digest
+    from tests.test_campaign import finish_for_table, write_copy
+
+    project = make_project(tmp_path / "project")
+    (project / "data" / "copies").mkdir(parents=True)
+    sha = file_digest(write_copy(project / "data" / "copies" / "mine.zip", CIFAR["cifar10"]["classes"]), "sha256")
+    args = ["--config", "scale=paper", "device=cpu", f"copy=cifar10={sha}", "--", "papers/fedcad/table4"]
+    runs = campaign_runs(["papers/fedcad/table4"], "paper", Copy("cifar10", sha))[0]
+    planned = snakemake(project, "-n", *args)
+    assert job_counts(planned.stdout) == {"run": len(runs), "table": 1, "papers/fedcad/table4": 1}, planned.stderr[-2000:]
+    for rid in runs:
+        finish_for_table(project / "results" / "runs", rid, 60.0)
+    built = snakemake(project, "--cores", "1", *args)
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = project / "results" / f"cifar10-png-copy-{sha[:7]}" / "fedcad" / "table4"
+    label = f"CIFAR-10, PNG copy sha256 {sha[:7]}"
+    assert label in (out / "table.tex").read_text() and label in (out / "comparison.md").read_text()
+    assert set(pd.read_csv(out / "table.csv").data) == {label + "…"} == set(pd.read_csv(out / "comparison.csv").data)
+    assert yaml.safe_load((out / "provenance.yaml").read_text())["data"] == label + "…"
+    assert not (project / "papers" / "fedcad" / "table4").exists()
+    bad = snakemake(project, "-n", "--config", "scale=paper", "device=cpu", f"copy=cifar10={'0' * 64}", "--", "papers/fedcad/table4")
+    assert bad.returncode != 0 and "no file with that SHA-256" in bad.stdout + bad.stderr
