@@ -518,16 +518,16 @@ def labelled(target, copy: Copy | None, note: str = ""):
 
 
 def label_outputs(out: Path, copy: Copy | None, note: str = "") -> None:
-    """The data in every CSV (a `data` column) and in provenance.yaml, beside the captions."""
+    """The data in provenance.yaml and, on a copy, in every CSV (a `data` column), beside the
+    captions: a file read alone still says what the runs trained on."""
     import pandas as pd
     import yaml
 
     data = copy.label if copy else "official"
-    for path in out.glob("*.csv"):
+    for path in out.glob("*.csv") if copy else []:
         frame = pd.read_csv(path)
-        if "data" in frame.columns or copy:  # official data: only a `data` column written already
-            frame["data"] = data
-            write_atomically(path, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+        frame["data"] = data
+        write_atomically(path, lambda tmp, f=frame: f.to_csv(tmp, index=False))
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
     provenance.update(data=data, partial=note or False)
     write_atomically(out / "provenance.yaml", lambda tmp: tmp.write_text(yaml.safe_dump(provenance, sort_keys=False)))

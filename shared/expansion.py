@@ -5,8 +5,9 @@ Every Snakemake process needs this before it can define a rule: the main one, an
 every job's. Expanding all the papers' tables resolves thousands of configs and imports torch
 (seconds); reading the cache takes milliseconds and imports neither torch nor a paper. The
 cache is keyed by everything that decides the expansion: the source of shared/ and papers/,
-the scale and the runtime keys. A changed file or setting expands again and rewrites it
-(atomically: concurrent processes read the old cache or the new one).
+the scale, the runtime keys and the copy of the data the runs train on, if any. A changed file
+or setting expands again and rewrites it (atomically: concurrent processes read the old cache
+or the new one).
 """
 from __future__ import annotations
 

@@ -394,7 +394,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
         again = module.expansion("smoke", RUNTIME, tmp_path)
     assert again.runs.keys() == first.runs.keys() and again.grid_runs == first.grid_runs
     calls = []
-    monkeypatch.setattr(module, "expand_all", lambda scale, runtime: calls.append(runtime) or first)
+    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy: calls.append(runtime) or first)
     module.expansion("smoke", {**RUNTIME, "data_root": "elsewhere"}, tmp_path)  # another setting
     monkeypatch.setattr(module, "source_digest", lambda: "edited code")
     module.expansion("smoke", RUNTIME, tmp_path)  # another source
