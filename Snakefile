@@ -34,11 +34,11 @@ rule all:
         list_targets(log[0])
 
 
-if SCALE != "paper":
-    # Under a reduced scale a paper-scale name is an alias of that scale's output, so the
-    # commands of the README keep working: `--config scale=smoke -- papers/fedssd/table2`.
+if OUT != "papers":
+    # Under a reduced scale (or on a copy of the data) a paper-scale name is an alias of this
+    # output, so the commands of the README keep working: `--config scale=smoke -- papers/fedssd/table2`.
     for _paper in EXPANSION.papers():
-        for _name in [*EXPANSION.names(_paper), "claims"]:
+        for _name in [*EXPANSION.names(_paper), *(["claims"] if COPY is None else [])]:
 
             rule:
                 name:

@@ -22,7 +22,7 @@ from unittest import mock
 
 import torch
 
-from shared import client_training, run_directory, trainer
+from shared import client_training, run_directory, run_files, trainer
 from shared.config_loading import load_config
 from shared.methods import method_names
 
@@ -57,7 +57,7 @@ def killed_writing(name: str, nth: int):
         seen.append(path.name)
         if seen.count(name) < nth:
             return real(path, write)
-        tmp = run_directory.temporary_path(path)
+        tmp = run_files.temporary_path(path)
         write(tmp)
         tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
         raise Killed

@@ -37,7 +37,6 @@ print one line and exit with code 2, before anything is written.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import io
 import json
@@ -53,6 +52,8 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 import yaml
+
+from shared.run_files import LockHeld, aside_path, hold_lock
 
 FORMAT = "fedrepro-runs/1"
 MANIFEST = "manifest.json"
@@ -165,7 +166,7 @@ def holds_result(run_dir: Path) -> bool:
     """Whether unpacking leaves this run as it is: its metrics.json is readable and records a
     result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
     the archive's run, and moved aside first (`commit`)."""
-    from shared.run_directory import is_final, summary_problem
+    from shared.run_files import is_final, summary_problem
 
     try:
         summary = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
@@ -415,7 +416,7 @@ def commit(staged: dict[Path, Path]) -> None:
     last = [dest for dest in staged if dest.name == "metrics.json"]
     for dest in [d for d in staged if d.name != "metrics.json"] + last:
         if dest.name == "metrics.json" and dest.exists():  # a recorded failure or a damaged file: kept
-            aside = dest.with_name(f"metrics.json.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            aside = aside_path(dest, "replaced")
             os.replace(dest, aside)
             print(f"note: {dest} held no result; moved to {aside.name}", file=sys.stderr)
         os.replace(staged[dest], dest)
@@ -433,17 +434,16 @@ def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
     for rid in run_ids:
         run_dir = runs_dir / rid
         run_dir.mkdir(parents=True, exist_ok=True)
-        handle = stack.enter_context(open(run_dir / ".lock", "a+"))
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ArchiveError(f"run {rid} is being trained in {run_dir} (its lock is held); unpack again once it "
-                               f"has finished or stopped") from None
+            stack.enter_context(hold_lock(run_dir / ".lock"))
+        except LockHeld as held:
+            raise ArchiveError(f"run {rid} is being trained in {run_dir} (its lock is held by pid {held}); unpack "
+                               f"again once it has finished or stopped") from None
 
 
 def check_run_destination(run_dir: Path, rid: str) -> None:
     """Where run `rid` is unpacked: no link, no file, no other run's directory."""
-    from shared.run_directory import recorded_run_id
+    from shared.run_files import recorded_run_id
 
     links = [p for p in (run_dir, *(run_dir / f for f in (*RUN_FILES, MODEL_FILE, "checkpoint.pt"))) if p.is_symlink()]
     if links:

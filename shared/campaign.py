@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import io
 import json
 import re
@@ -45,7 +46,7 @@ from shared.archive import ArchiveError, sha256, target_cells, write_archive
 from shared.catalog import DataError, copy_label, is_sha256
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.run_directory import write_atomically
+from shared.run_files import write_atomically
 
 STATE_FORMAT = "fedrepro-campaign/1"
 MANIFEST = "manifest.json"
@@ -100,6 +101,19 @@ def parse_copy(text: str | None) -> Copy | None:
     from shared.data import file_digest
 
     return Copy(name, file_digest(path, "sha256"), copy_kind(path), path)
+
+
+def located_copy(text: str | None, data_root: str | Path) -> Copy | None:
+    """NAME=FILE, or NAME=SHA256 found under the data root's copies/ by its content, with its
+    kind read from the file: the workflow (`--config copy=...`) names its folder and labels
+    its outputs as the shipped tables of that copy are named and labelled."""
+    copy = parse_copy(text)
+    if copy is None or copy.path is not None:
+        return copy
+    from shared.data import find_copy
+
+    path = find_copy(Path(data_root), copy.sha256)
+    return dataclasses.replace(copy, kind=copy_kind(path), path=path)
 
 
 def copy_kind(path: Path) -> str:
@@ -301,12 +315,18 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
     return counts
 
 
+@functools.lru_cache(maxsize=8)
+def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tuple[str, ...]:
+    """The runs a state file holds, expanded once per process: `train` saves after every run."""
+    return tuple(campaign_runs(list(targets), scale, copy)[0])
+
+
 def save(args, runs_dir: Path) -> int:
     """The state file: the runs of its earlier targets and of this command's."""
-    runs, _ = campaign_runs(args.state_targets, args.scale, args.copy_spec)
+    run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
     about = {"targets": args.state_targets, "scale": args.scale,
              "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None}
-    return write_state(args.state, state_members(list(runs), runs_dir), about, args.part_mib)
+    return write_state(args.state, state_members(run_ids, runs_dir), about, args.part_mib)
 
 
 def state_defaults(args) -> None:
@@ -401,9 +421,21 @@ def status(args) -> int:
 
 # --- import: shipped runs and their tables --------------------------------------------------------
 
+def put_finished(run_dir: Path, files: dict[str, bytes]) -> bool:
+    """A finished run's text files into run_dir (metrics.json last: a kill leaves no run that
+    looks finished), its checkpoint there then stale and removed; False, writing nothing,
+    where run_dir holds a finished run already (it is never overwritten)."""
+    if (run_dir / "metrics.json").is_file():
+        return False
+    for file in FINISHED_FILES:
+        if file in files:
+            write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+    (run_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return True
+
+
 def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
-    """The finished runs' text files into shipped_runs/<id>/ (metrics.json last); a run
-    shipped already is left as it is."""
+    """The state's finished runs into shipped_runs/<id>/; a run shipped already is left as it is."""
     done = {"shipped": [], "kept": []}
     by_run: dict[str, dict[str, bytes]] = {}
     for name, content in members.items():
@@ -411,13 +443,7 @@ def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
         if kind == "finished":
             by_run.setdefault(rid, {})[file] = content
     for rid, files in sorted(by_run.items()):
-        if (shipped_runs / rid / "metrics.json").is_file():
-            done["kept"].append(rid)
-            continue
-        for file in FINISHED_FILES:
-            if file in files:
-                write_atomically(shipped_runs / rid / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
-        done["shipped"].append(rid)
+        done["shipped" if put_finished(shipped_runs / rid, files) else "kept"].append(rid)
     return done
 
 
@@ -431,9 +457,12 @@ def copy_part(table, scale: str, copy: Copy):
     keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
     columns = [table.columns[i] for i in keep]
     rows = [r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))]
-    labels = {r.label for r in rows}
-    return dataclasses.replace(table, rows=rows, columns=columns, reported={
-        row: [values[i] for i in keep] for row, values in table.reported.items() if row in labels})
+    labels, settings = {r.label for r in rows}, {c.label for c in columns}
+    return dataclasses.replace(  # what names a row or a setting cut away goes with it
+        table, columns=columns,
+        rows=[dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings}) for r in rows],
+        reported={row: [values[i] for i in keep] for row, values in table.reported.items() if row in labels},
+        inconsistencies=[m for m in table.inconsistencies if m.row in labels and m.column in settings])
 
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
@@ -462,17 +491,51 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     return cut, note
 
 
+def data_folder(scale: str, copy: Copy | None) -> str:
+    """The name of the folder of tables built at `scale` on `copy` (or the official data),
+    shipped or built by the workflow: "cifar10-jpeg-copy-dfaab4e", "smoke-cifar10-copy-1a2b3c4"."""
+    return "-".join([*([] if scale == "paper" else [scale]), *([copy.slug] if copy else [])]) or "official"
+
+
 def table_dir(shipped: Path, paper: str, name: str, scale: str, copy: Copy | None) -> Path:
     """Where a shipped table lands: its own folder per data (the copy's) and scale."""
-    data = "-".join([*([] if scale == "paper" else [scale]), *([copy.slug] if copy else [])]) or "official"
-    return shipped / "tables" / data / paper / name
+    return shipped / "tables" / data_folder(scale, copy) / paper / name
+
+
+def copy_runtime(copy: Copy | None) -> dict:
+    """What a runtime adds for runs on the copy (dataset.copy: their own run ids)."""
+    return {"dataset": {"copy": copy.sha256}} if copy else {}
+
+
+def labelled(target, copy: Copy | None, note: str = ""):
+    """A table or figure whose caption names the copy (and the partial note); a table's name
+    gets the copy's slug too (in ASCII: its LaTeX label, the titles drawn from it)."""
+    labels = " ".join(f"[{label}]" for label in (copy.label if copy else "", note) if label)
+    if not labels:
+        return target
+    name = f"{target.name}-{copy.slug}" if copy and target.name.startswith("table") else target.name
+    return dataclasses.replace(target, name=name, caption=f"{target.caption} {labels}")
+
+
+def label_outputs(out: Path, copy: Copy | None, note: str = "") -> None:
+    """The data in provenance.yaml and, on a copy, in every CSV (a `data` column), beside the
+    captions: a file read alone still says what the runs trained on."""
+    import pandas as pd
+    import yaml
+
+    data = copy.label if copy else "official"
+    for path in out.glob("*.csv") if copy else []:
+        frame = pd.read_csv(path)
+        frame["data"] = data
+        write_atomically(path, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
+    provenance.update(data=data, partial=note or False)
+    write_atomically(out / "provenance.yaml", lambda tmp: tmp.write_text(yaml.safe_dump(provenance, sort_keys=False)))
 
 
 def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
     """The target's table from the shipped runs, labelled with the copy and marked partial;
     None when it is not a table or nothing of it is finished."""
-    import yaml
-
     from shared.experiments import get_table
     from shared.tables import build_table
 
@@ -480,19 +543,13 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
     if len(parts) != 2 or not parts[1].startswith("table"):
         return None
     table = get_table(*parts)
-    runtime = {"dataset": {"copy": copy.sha256}} if copy else {}
+    runtime = copy_runtime(copy)
     table, note = finished_part(copy_part(table, scale, copy) if copy else table, scale, runtime, shipped / "runs")
     if table is None:
         return None
-    labels = " ".join(f"[{label}]" for label in (copy.label if copy else "", note) if label)
-    if labels:  # the caption says it in words; the name (LaTeX label, figure titles) in ASCII
-        table = dataclasses.replace(table, name=f"{table.name}-{copy.slug}" if copy else table.name,
-                                    caption=f"{table.caption} {labels}")
     out = table_dir(shipped, parts[0], parts[1], scale, copy)
-    build_table(table, scale, shipped / "runs", out, runtime)
-    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
-    provenance.update(data=copy.label if copy else "official", partial=note or False)
-    (out / "provenance.yaml").write_text(yaml.safe_dump(provenance, sort_keys=False))
+    build_table(labelled(table, copy, note), scale, shipped / "runs", out, runtime)
+    label_outputs(out, copy, note)
     return out
 
 
@@ -505,17 +562,16 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
     if len(parts) != 2 or not parts[1].startswith("fig"):
         return None
     figure = get_figure(*parts)
-    runtime = {"dataset": {"copy": copy.sha256}} if copy else {}
+    runtime = copy_runtime(copy)
     try:
         cells = figure.cells(scale, runtime)
     except ConfigError:  # runs on data the copy is not of
         return None
     if not all((shipped / "runs" / c.run_id / "metrics.json").is_file() for c in cells):
         return None
-    if copy:
-        figure = dataclasses.replace(figure, caption=f"{figure.caption} [{copy.label}]")
     out = table_dir(shipped, parts[0], parts[1], scale, copy)
-    build_figure(figure, scale, shipped / "runs", out, runtime)
+    build_figure(labelled(figure, copy), scale, shipped / "runs", out, runtime)
+    label_outputs(out, copy)
     return out
 
 
@@ -574,11 +630,8 @@ def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SH
     for rid in run_ids:
         source = shipped_runs / rid
         if (source / "metrics.json").is_file() and not (runs_dir / rid / "metrics.json").is_file():
-            for file in FINISHED_FILES:
-                if (source / file).is_file():
-                    write_atomically(runs_dir / rid / file, lambda tmp, s=source / file: shutil.copyfile(s, tmp))
-            (runs_dir / rid / "checkpoint.pt").unlink(missing_ok=True)
-            copied += 1
+            copied += put_finished(runs_dir / rid, {f: (source / f).read_bytes() for f in FINISHED_FILES
+                                                    if (source / f).is_file()})
     return copied
 
 

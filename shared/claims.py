@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shared.catalog import copy_label
 from shared.experiments import cell_overrides
 from shared.papers import paper_tables_module
 
@@ -350,8 +351,9 @@ def data_label(table, cells) -> str:
     """The datasets the runs train on, and the paper's dataset each stands in for where a
     reduced scale replaced it ("synthetic (stand-in for cifar10)")."""
     pairs = {(c.config.dataset.name, cell_overrides(table, c.row, c.column, c.seed).get("dataset", {}).get(
-        "name", c.config.dataset.name)) for c in cells}
-    names = [ours if ours == paper else f"{ours} (stand-in for {paper})" for ours, paper in sorted(pairs)]
+        "name", c.config.dataset.name), c.config.dataset.copy) for c in cells}
+    names = [copy_label(ours, copy) if copy else ours if ours == paper else f"{ours} (stand-in for {paper})"
+             for ours, paper, copy in sorted(pairs, key=str)]
     return ", ".join(names) or "none"
 
 

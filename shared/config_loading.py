@@ -9,7 +9,9 @@ module the sections that belong to the loop itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -94,12 +96,20 @@ IDLE_KEYS = (
 )
 
 
+@functools.cache
+def idle_key_defaults() -> types.MappingProxyType:
+    """The defaults of IDLE_KEYS, built once (every table cell's config is checked against
+    them); read-only, so that no caller can change what the next one reads."""
+    defaults = flatten(to_dict(RunConfig()))
+    return types.MappingProxyType({rule.key: defaults[rule.key] for rule in IDLE_KEYS})
+
+
 def refuse_idle_keys(given: dict, cfg: RunConfig) -> None:
     """A key given (in a config file, --json, key=value or a table) with a value of its own that
     another setting makes meaningless: one line naming both, so that nobody believes a run used
     a value it ignored. A key given at its default value changes nothing and passes: a resolved
     config read back (a run's config.yaml, a table's shared protocol) names every key."""
-    resolved, defaults = flatten(to_dict(cfg)), flatten(to_dict(RunConfig()))
+    resolved, defaults = flatten(to_dict(cfg)), idle_key_defaults()
     given_keys = set(flatten(given))
     for rule in IDLE_KEYS:
         value, governing = resolved[rule.key], resolved[rule.governing]

@@ -30,7 +30,7 @@ import torch
 
 from shared.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
 from shared.config import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
-from shared.run_directory import save_tensors
+from shared.run_directory import save_tensors, write_atomically
 
 
 @dataclass
@@ -246,9 +246,10 @@ def find_copy(root: Path, sha256: str) -> Path:
     (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once."""
     folder, memo_path = root / COPIES, root / "cache" / "copies.json"
     try:
-        memo = json.loads(memo_path.read_text()) if memo_path.exists() else {}
+        remembered = json.loads(memo_path.read_text()) if memo_path.exists() else {}
     except ValueError:  # a torn memo is only a cache: hash again
-        memo = {}
+        remembered = {}
+    memo = dict(remembered)
     found = None
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
         if not path.is_file():
@@ -259,10 +260,8 @@ def find_copy(root: Path, sha256: str) -> Path:
         if memo[key] == sha256:
             found = path
             break
-    memo_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = memo_path.with_name(f".{memo_path.name}.{os.getpid()}.tmp")  # runs in parallel share the memo
-    tmp.write_text(json.dumps(memo, indent=1))
-    os.replace(tmp, memo_path)
+    if memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
+        write_atomically(memo_path, lambda tmp: tmp.write_text(json.dumps(memo, indent=1)))
     if found is None:
         raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
                         f"put the copy (e.g. cifar10-jpeg.zip) there")

@@ -5,8 +5,9 @@ Every Snakemake process needs this before it can define a rule: the main one, an
 every job's. Expanding all the papers' tables resolves thousands of configs and imports torch
 (seconds); reading the cache takes milliseconds and imports neither torch nor a paper. The
 cache is keyed by everything that decides the expansion: the source of shared/ and papers/,
-the scale and the runtime keys. A changed file or setting expands again and rewrites it
-(atomically: concurrent processes read the old cache or the new one).
+the scale, the runtime keys and the copy of the data the runs train on, if any. A changed file
+or setting expands again and rewrites it (atomically: concurrent processes read the old cache
+or the new one).
 """
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.campaign import Copy, copy_part, copy_runtime, data_folder
 from shared.config import ConfigError, RunConfig
+from shared.dotted import deep_merge
+from shared.run_files import write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("shared", "papers")  # the code that declares tables and resolves configs
@@ -71,38 +75,59 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def cache_key(scale: str, runtime: dict) -> str:
-    settings = json.dumps({"scale": scale, "runtime": runtime}, sort_keys=True, default=str)
+def cache_key(scale: str, runtime: dict, copy: Copy | None = None) -> str:
+    settings = json.dumps({"scale": scale, "runtime": runtime, **({"copy": copy.sha256} if copy else {})},
+                          sort_keys=True, default=str)
     return hashlib.sha256(f"{source_digest()}\n{settings}".encode()).hexdigest()
 
 
-def expand_all(scale: str, runtime: dict) -> Expansion:
-    """What the cache holds, computed: every grid's runs and every target's run ids."""
+def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion:
+    """What the cache holds, computed: every grid's runs and every target's run ids. A table's
+    or a search's runs are its grid's, expanded once; a figure picks its cells from its source.
+    On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
+    drawn from it alone, no search (the papers tuned on the official data)."""
     from shared.experiments import expand, paper_searches, paper_tables
-    from shared.figures import paper_figures
     from shared.papers import paper_names
     from shared.run import workflow_grids
 
-    runs, grid_runs = {}, []
+    runs, grid_runs, grid_ids = {}, [], {}
+    runtime = deep_merge(runtime, copy_runtime(copy))
     for paper, name, grid in workflow_grids():
+        if copy is not None and (name.startswith("search") or not (grid := copy_part(grid, scale, copy)).rows):
+            continue
         for cell in expand(grid, scale, runtime):
             runs[cell.run_id] = cell.config
             grid_runs.append(GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label,
                                      cell.column.label, cell.seed))
-    ids = lambda cells: list(dict.fromkeys(c.run_id for c in cells))
-    targets = {paper: {
-        "table": {name: ids(expand(t, scale, runtime)) for name, t in paper_tables(paper).items()},
-        "figure": {name: ids(f.cells(scale, runtime)) for name, f in paper_figures(paper).items()},
-        "search": {name: ids(expand(s.as_table(), scale, runtime)) for name, s in paper_searches(paper).items()},
-    } for paper in paper_names()}
+            grid_ids.setdefault((paper, name), {})[cell.run_id] = None  # an ordered set
+    kept = lambda paper, names: {name: list(grid_ids.get((paper, name), {})) for name in names
+                                 if copy is None or (paper, name) in grid_ids}  # on a copy: its parts alone
+    targets = {paper: {"table": kept(paper, paper_tables(paper)), "figure": figure_runs(paper, scale, runtime),
+                       "search": kept(paper, paper_searches(paper))} for paper in paper_names()}
     return Expansion(runs, grid_runs, targets)
 
 
-def expansion(scale: str, runtime: dict, cache_dir: str | Path) -> Expansion:
-    """The workflow's expansion at `scale`, from `cache_dir`/<scale>.pickle where that was
-    written by the same code and settings, else computed and written there."""
-    path = Path(cache_dir) / f"{scale}.pickle"
-    key = cache_key(scale, runtime)
+def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:
+    """Each figure's run ids; a figure with a run the runtime's data cannot train (a copy of
+    another dataset) is left out."""
+    from shared.figures import paper_figures
+
+    found = {}
+    for name, figure in paper_figures(paper).items():
+        try:
+            found[name] = list(dict.fromkeys(c.run_id for c in figure.cells(scale, runtime)))
+        except ConfigError:
+            if not runtime.get("dataset", {}).get("copy"):
+                raise
+    return found
+
+
+def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None) -> Expansion:
+    """The workflow's expansion at `scale` (on `copy`), from `cache_dir`/<scale>.pickle (or
+    <data folder>.pickle) where that was written by the same code and settings, else computed
+    and written there."""
+    path = Path(cache_dir) / f"{scale if copy is None else data_folder(scale, copy)}.pickle"
+    key = cache_key(scale, runtime, copy)
     try:
         with open(path, "rb") as f:
             cached_key, cached = pickle.load(f)
@@ -110,8 +135,7 @@ def expansion(scale: str, runtime: dict, cache_dir: str | Path) -> Expansion:
             return cached
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
         pass  # absent, or written by code that no longer reads it: expand again
-    found = expand_all(scale, runtime)
-    from shared.run_directory import write_atomically  # imports torch, which expanding has loaded
+    found = expand_all(scale, runtime, copy)
 
     def write(tmp):
         with open(tmp, "wb") as f:

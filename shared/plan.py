@@ -23,16 +23,18 @@ import csv
 import html
 import json
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from shared.catalog import DATASETS, DatasetInfo
-from shared.claims import data_label
 from shared.config import ConfigError, RunConfig, run_id
-from shared.experiments import Cell, all_tables, expand, paper_searches, paper_tables
+from shared.experiments import Cell, all_tables, expand, load_metrics, paper_searches, paper_tables
 from shared.metrics import cell_value
+
+if TYPE_CHECKING:  # imported where a listing is made: the workflow's start (gpu_hours) never needs pandas
+    import pandas as pd
 
 THROUGHPUT = {"fedavg_cnn": 20_000, "resnet8": 12_000, "resnet50": 1_500, "resnet50_gn": 1_200,
               "alexnet_bn": 3_000, "distilbert": 400}  # training samples per second (assumed)
@@ -155,21 +157,23 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     to another row's accuracy needs that row: '-')."""
     values = []
     for cell in cells:
-        path = runs_dir / cell.run_id / "metrics.json"
-        if metric.kind != "rounds_to_row" and path.exists():
-            metrics = json.loads(path.read_text())
+        if metric.kind != "rounds_to_row" and (runs_dir / cell.run_id / "metrics.json").exists():
+            metrics = load_metrics(runs_dir, cell.run_id)
             if metrics.get("status") == "completed":
                 values.append(cell_value(metric, metrics, None))
     values = [v for v in values if not math.isnan(v)]
     if not values:
         return "-"
-    std = float(pd.Series(values).std(ddof=0))
-    return f"{sum(values) / len(values):.2f} ± {std:.2f} ({len(values)} seeds)"
+    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f} ({len(values)} seeds)"
 
 
 def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", runtime: dict | None = None) -> pd.DataFrame:
     """Every experiment (one resolved config, any seed) that tables of more than one paper need:
     one row per table cell using it, with the paper's number and ours."""
+    import pandas as pd
+
+    from shared.claims import data_label
+
     uses: dict[str, list] = {}
     for table in all_tables():
         for cell in expand(table, scale, runtime):
@@ -216,9 +220,11 @@ def shared_markdown(df: pd.DataFrame, scale: str) -> str:
 
 def write_shared_runs(scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
     """shared.md, shared.csv and shared.html (for the report)."""
-    out = Path(out_dir)
+    write_shared_files(shared_runs(scale, runs_dir, runtime), scale, Path(out_dir))
+
+
+def write_shared_files(df: pd.DataFrame, scale: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    df = shared_runs(scale, runs_dir, runtime)
     text = shared_markdown(df, scale)
     (out / "shared.md").write_text(text)
     df.to_csv(out / "shared.csv", index=False)
@@ -243,9 +249,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", help="with --shared: also write shared.md/.csv/.html into this folder")
     args = parser.parse_args(argv)
     if args.shared:
-        print(shared_markdown(shared_runs(args.scale), args.scale))
+        found = shared_runs(args.scale)
+        print(shared_markdown(found, args.scale))
         if args.out:
-            write_shared_runs(args.scale, "results/runs", args.out)
+            write_shared_files(found, args.scale, Path(args.out))
         return
     if not args.paper:
         parser.error("name a paper, or --shared")

@@ -25,23 +25,24 @@ from __future__ import annotations
 
 import copy
 import errno
-import fcntl
 import json
 import math
 import os
 import pickle
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
 import yaml
 
 from shared.config import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
+# torch-free (shared/run_files.py: planning and shipping read runs without torch); the writers
+# (shared/run.py, benchmarks/resume_matrix.py) take is_final and write_atomically from here
+from shared.run_files import (LockHeld, aside_path, hold_lock, is_final, is_number, summary_problem,
+                              write_atomically)
 
 KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/run.py `train`)
-FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
 RUN_FILE = re.compile(r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
                       r"|metrics\.json\.kept|rerun|client_state|tensorboard)(\.(corrupt|failed|replaced)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)")
@@ -51,33 +52,6 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 class RunDirectoryError(ConfigError):
     """The output directory cannot take this run (another writer, another run's files)."""
-
-
-def is_final(status) -> bool:
-    return isinstance(status, str) and status.split(":")[0] in FINAL
-
-
-def summary_problem(summary) -> str | None:
-    """What makes a metrics.json unusable as a run's summary (None: nothing). The fields the
-    tables read must have their types, so that a tampered file is set aside here instead of
-    failing every table that reads it."""
-    if not isinstance(summary, dict):
-        return "not a JSON object"
-    if not isinstance(summary.get("status"), str) or not isinstance(summary.get("run_id"), str):
-        return "status and run_id must be strings"
-    numbers = ("final_acc", "best_acc", "wall_time_s")
-    if any(not is_number(summary.get(key)) and summary.get(key) is not None for key in numbers):
-        return f"{', '.join(numbers)} must be numbers or null"
-    lists = ("eval_rounds", "global_acc", "global_loss", "local_acc")
-    if any(not isinstance(summary.get(key, []), list) for key in lists):
-        return f"{', '.join(lists)} must be lists"
-    if not isinstance(summary.get("rounds_to_target", {}), dict):
-        return "rounds_to_target must be a mapping"
-    return None
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def history_problem(history, rounds: int) -> str | None:
@@ -112,24 +86,6 @@ def write_error(exc: OSError) -> str:
         return (f"{where}no space left ({exc.strerror}); free space and run the same command again: "
                 f"it resumes from its last checkpoint")
     return f"{where}{exc.strerror or exc}"
-
-
-def temporary_path(path: Path) -> Path:
-    """Where this process writes `path` before renaming it: per process, so two writers never
-    share one; hidden, and removed on a run's next start if a kill leaves it (`claim`)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def write_atomically(path: Path, write) -> None:
-    """`write(tmp)` then rename: readers see the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_path(path)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, a kill: no partial file is left for the next start to clear
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(obj, path: Path) -> None:
@@ -215,20 +171,11 @@ class RunDirectory:
         the process dies, so a crash leaves no stale lock)."""
         self.refuse_foreign_files()
         self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / ".lock", "a+")
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
-            raise RunDirectoryError(f"{self.path}: another process (pid {excerpt(holder)}) is writing this run; "
+            self.lock_file = hold_lock(self.path / ".lock")
+        except LockHeld as held:
+            raise RunDirectoryError(f"{self.path}: another process (pid {excerpt(str(held))}) is writing this run; "
                                     f"wait for it or stop it") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self.lock_file = handle
 
     def unlock(self) -> None:
         if self.lock_file is not None:
@@ -248,12 +195,7 @@ class RunDirectory:
     # --- what the directory already holds -----------------------------------------------------
     def set_aside(self, path: Path, why: str, label: str = "corrupt") -> Path:
         """Move `path` to a name of its own beside it (never over an earlier one), saying so."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = path.with_name(f"{path.name}.{label}-{stamp}")
-        for n in range(1, 1000):
-            if not aside.exists():
-                break
-            aside = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
+        aside = aside_path(path, label)
         os.replace(path, aside)
         print(f"warning: {path} {why}; moved to {aside.name}, continuing from the last good state", file=sys.stderr)
         return aside
@@ -388,15 +330,6 @@ class RunDirectory:
         write_json(summary, self.summary)
         self.checkpoint.unlink(missing_ok=True)
         prune_client_states(self.path, keep=set())
-
-
-def recorded_run_id(config: Path) -> str | None:
-    """The run id a run's config.yaml names (None: it cannot be read, or names none)."""
-    try:
-        recorded = yaml.safe_load(config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
-        return None
-    return recorded.get("run_id") if isinstance(recorded, dict) else None
 
 
 def checkpoint_problem(state, cfg: RunConfig) -> str | None:

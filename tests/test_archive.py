@@ -342,3 +342,32 @@ def test_a_recorded_failure_there_is_replaced_by_the_archives_run_and_kept_aside
     assert (failed / "metrics.json").read_bytes() == (root / "results" / "runs" / ids[0] / "metrics.json").read_bytes()
     (aside,) = failed.glob("metrics.json.replaced-*")
     assert aside.read_text() == record
+
+
+def test_files_set_aside_within_one_second_keep_names_of_their_own(tmp_path):
+    from shared.archive import commit
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for attempt in ("first", "second"):  # two unpacks in the same second, each over a recorded failure
+        (run_dir / "metrics.json").write_text(f'{{"status": "failed: {attempt}"}}')
+        (run_dir / ".staged").write_text(f"{attempt} result")
+        commit({run_dir / "metrics.json": run_dir / ".staged"})
+    kept = sorted(p.read_text() for p in run_dir.glob("metrics.json.replaced-*"))
+    assert kept == ['{"status": "failed: first"}', '{"status": "failed: second"}']
+
+
+def test_a_run_locked_by_another_writer_is_refused_naming_its_pid_and_the_lock_records_ours(tmp_path):
+    import os
+    from contextlib import ExitStack
+
+    from shared.archive import ArchiveError, claim_runs
+    from shared.run_files import hold_lock
+
+    (tmp_path / "a").mkdir()
+    with hold_lock(tmp_path / "a" / ".lock"), ExitStack() as stack:  # as a trainer holds it
+        with pytest.raises(ArchiveError, match=f"held by pid {os.getpid()}"):
+            claim_runs(tmp_path, ["a"], stack)
+    with ExitStack() as stack:
+        claim_runs(tmp_path, ["b"], stack)
+        assert (tmp_path / "b" / ".lock").read_text() == str(os.getpid())

@@ -238,6 +238,8 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
         text = (out / name).read_text()
         assert label in text and partial in text, name
     assert "FedCAD" not in set(pd.read_csv(out / "table.csv").row)
+    for name in ("table.csv", "comparison.csv"):  # a CSV read alone names its data too
+        assert set(pd.read_csv(out / name).data) == {copy.label}, name
     assert "cifar10-jpeg-copy-dfaab4e" in (out / "table.tex").read_text()  # its LaTeX label
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
     assert provenance["data"].startswith(label) and provenance["partial"] == partial
@@ -278,3 +280,17 @@ def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_l
     assert "CIFAR-10, JPEG copy sha256 dfaab4e" in yaml.safe_load((out / "provenance.yaml").read_text())["caption"]
     write_listing(shipped)
     assert "fedssd/fig9/figure.png" in (shipped / "README.md").read_text()
+
+
+def test_the_memo_of_copies_digests_is_written_only_when_it_changes(tmp_path):
+    from shared.data import find_copy
+
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    sha = file_digest(write_copy(copies / "mine.zip", CIFAR["cifar10"]["classes"]), "sha256")
+    memo = tmp_path / "cache" / "copies.json"
+    assert find_copy(tmp_path, sha) == copies / "mine.zip"
+    written = memo.stat().st_mtime_ns, memo.stat().st_ino
+    assert find_copy(tmp_path, sha) == copies / "mine.zip"  # a second run's start: nothing new to remember
+    assert (memo.stat().st_mtime_ns, memo.stat().st_ino) == written
+    assert list(memo.parent.iterdir()) == [memo]  # no temporary file left

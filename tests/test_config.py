@@ -81,3 +81,13 @@ KNOWN_RUN_IDS = {
 @pytest.mark.parametrize("overrides", list(KNOWN_RUN_IDS))
 def test_known_run_ids_stay_the_same(overrides):
     assert run_id(load_config(None, list(overrides))) == KNOWN_RUN_IDS[overrides]
+
+
+def test_the_cached_defaults_of_idle_keys_cannot_be_changed_by_a_caller():
+    from shared.config import ConfigError
+    from shared.config_loading import idle_key_defaults
+
+    with pytest.raises(TypeError):
+        idle_key_defaults()["partition.beta"] = 0.1
+    with pytest.raises(ConfigError, match="partition.beta=0.1 has no effect"):
+        load_config(None, ["partition.kind=iid", "partition.beta=0.1"])

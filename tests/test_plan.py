@@ -80,3 +80,12 @@ def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, t
     assert "One experiment, several papers (scale: smoke)" in (tmp_path / "out" / "shared.html").read_text()
     plan.main(["--shared", "--scale", "smoke"])
     assert "## fedavg on synthetic (stand-in for cifar10)" in capsys.readouterr().out
+
+
+def test_shared_with_out_builds_the_listing_once(tmp_path, monkeypatch, capsys):
+    built = []
+    real = plan.shared_runs
+    monkeypatch.setattr(plan, "shared_runs", lambda *args: built.append(args) or real(*args))
+    plan.main(["--shared", "--scale", "smoke", "--out", str(tmp_path)])
+    assert len(built) == 1
+    assert capsys.readouterr().out == (tmp_path / "shared.md").read_text() + "\n"  # what it printed, written

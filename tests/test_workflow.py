@@ -382,6 +382,9 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
     assert (tmp_path / "smoke.pickle").exists()
     table = get_table("fedssd", "table2")
     assert first.target_runs("fedssd", "table", "table2") == list(dict.fromkeys(c.run_id for c in expand(table, "smoke")))
+    search = next(iter(paper_searches("fedssd").values()))  # a table's and a search's runs are their grid's
+    assert first.target_runs("fedssd", "search", search.name) == list(dict.fromkeys(
+        c.run_id for c in expand(search.as_table(), "smoke")))
 
     def must_not_expand(*args):
         raise AssertionError("expanded again although the code and settings are the same")
@@ -391,7 +394,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
         again = module.expansion("smoke", RUNTIME, tmp_path)
     assert again.runs.keys() == first.runs.keys() and again.grid_runs == first.grid_runs
     calls = []
-    monkeypatch.setattr(module, "expand_all", lambda scale, runtime: calls.append(runtime) or first)
+    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy: calls.append(runtime) or first)
     module.expansion("smoke", {**RUNTIME, "data_root": "elsewhere"}, tmp_path)  # another setting
     monkeypatch.setattr(module, "source_digest", lambda: "edited code")
     module.expansion("smoke", RUNTIME, tmp_path)  # another source
@@ -415,3 +418,32 @@ def test_lint_is_clean(project):
     proc = snakemake(project, "--lint")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
+
+
+def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
+    """`--config copy=cifar10=<sha256>`: the table's part on CIFAR-10 trained on the copy (the
+    campaign's run ids), built into the folder the campaign names, labelled; the official
+    paper-scale table untouched. Runs stood in for by a metrics.json (all a table reads)."""
+    from shared.campaign import Copy, campaign_runs
+    from shared.data import CIFAR, file_digest
+    from tests.test_campaign import finish_for_table, write_copy
+
+    project = make_project(tmp_path / "project")
+    (project / "data" / "copies").mkdir(parents=True)
+    sha = file_digest(write_copy(project / "data" / "copies" / "mine.zip", CIFAR["cifar10"]["classes"]), "sha256")
+    args = ["--config", "scale=paper", "device=cpu", f"copy=cifar10={sha}", "--", "papers/fedcad/table4"]
+    runs = campaign_runs(["papers/fedcad/table4"], "paper", Copy("cifar10", sha))[0]
+    planned = snakemake(project, "-n", *args)
+    assert job_counts(planned.stdout) == {"run": len(runs), "table": 1, "papers/fedcad/table4": 1}, planned.stderr[-2000:]
+    for rid in runs:
+        finish_for_table(project / "results" / "runs", rid, 60.0)
+    built = snakemake(project, "--cores", "1", *args)
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = project / "results" / f"cifar10-png-copy-{sha[:7]}" / "fedcad" / "table4"
+    label = f"CIFAR-10, PNG copy sha256 {sha[:7]}"
+    assert label in (out / "table.tex").read_text() and label in (out / "comparison.md").read_text()
+    assert set(pd.read_csv(out / "table.csv").data) == {label + "…"} == set(pd.read_csv(out / "comparison.csv").data)
+    assert yaml.safe_load((out / "provenance.yaml").read_text())["data"] == label + "…"
+    assert not (project / "papers" / "fedcad" / "table4").exists()
+    bad = snakemake(project, "-n", "--config", "scale=paper", "device=cpu", f"copy=cifar10={'0' * 64}", "--", "papers/fedcad/table4")
+    assert bad.returncode != 0 and "no file with that SHA-256" in bad.stdout + bad.stderr

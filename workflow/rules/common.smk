@@ -11,8 +11,12 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+from shared.campaign import CampaignError, copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
+from shared.catalog import DataError
 from shared.config import ConfigError, identity
+from shared.dotted import deep_merge
 from shared.expansion import expansion
+from shared.run_files import write_atomically
 
 SCALE = config["scale"]
 
@@ -26,29 +30,33 @@ RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
 RUNTIME_ARGS = " ".join(shlex.quote(f"{key}={value}") for key, value in [
     ("data_root", RUNTIME["data_root"]), *((f"trainer.{k}", v) for k, v in RUNTIME["trainer"].items())])
 
+# A copy of the official data (`--config copy=cifar10=<sha256>`, or =FILE; shared/campaign.py):
+# every run of that dataset trains on it (dataset.copy: ids of their own), each table is cut to
+# its part on it and labelled, and everything lands in a folder named as the shipped tables of
+# that copy are (`data_folder`), never where the official tables belong.
+try:
+    COPY = located_copy(config.get("copy"), RUNTIME["data_root"])
+except (CampaignError, DataError) as exc:  # said before any job starts
+    raise ValueError(f"--config copy={config.get('copy')}: {exc}") from None
+BUILD_RUNTIME = deep_merge(RUNTIME, copy_runtime(COPY))  # what a table, figure or search job expands with
+DATA_KEY = SCALE if COPY is None else data_folder(SCALE, COPY)  # names the logs, the configs, the index's lines
+
 # Where outputs land. The paper scale's at papers/<paper>/<target>/ (`snakemake papers/fedssd/table2`);
 # a reduced scale's at results/<scale>/<paper>/<target>/, so that a smoke or small table is never
-# found where the paper-scale one belongs (with or without Snakemake's metadata). Under
-# --config scale=smoke the paper-scale names are aliases of the reduced outputs (Snakefile), so
-# `snakemake --config scale=smoke -- papers/fedssd/table2` builds results/smoke/fedssd/table2/.
-OUT = "papers" if SCALE == "paper" else f"results/{SCALE}"
+# found where the paper-scale one belongs (with or without Snakemake's metadata); a copy's at
+# results/<data folder>/<paper>/<target>/. Under a reduced scale or a copy the paper-scale names
+# are aliases of these outputs (Snakefile), so `snakemake --config scale=smoke -- papers/fedssd/table2`
+# builds results/smoke/fedssd/table2/.
+OUT = "papers" if DATA_KEY == "paper" else f"results/{DATA_KEY}"
 RUNS_DIR = "results/runs"
-LOGS = f"results/logs/{SCALE}"  # of the table, figure and search jobs (a run's log is keyed by its id)
+LOGS = f"results/logs/{DATA_KEY}"  # of the table, figure and search jobs (a run's log is keyed by its id)
 INDEX = "results/index.csv"
 
 # Every run any table, figure or search needs at this scale, by run id: a run two of them
 # share is one job. Read from results/.expansion/<scale>.pickle where the code and settings
 # that decide it are unchanged (shared/expansion.py), so that a process starts in about a second.
-EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion")
+EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion", COPY)
 RUNS = EXPANSION.runs
-
-
-def write_atomically(path, write):
-    """shared.run_directory's atomic write, imported when a file is written: that module
-    imports torch, which a start that writes nothing never needs."""
-    from shared.run_directory import write_atomically as write_then_rename
-
-    write_then_rename(Path(path), write)
 
 
 def write_if_changed(path, text):
@@ -59,7 +67,7 @@ def write_if_changed(path, text):
 # The runs' configs (without the runtime keys) for the run jobs to read: a job names its runs by
 # id and finds the config here (shared.run --runs --configs) instead of expanding every table
 # again. Not an input of any rule: rewriting it triggers nothing.
-CONFIGS = f"results/.configs/{SCALE}.json"
+CONFIGS = f"results/.configs/{DATA_KEY}.json"
 write_if_changed(CONFIGS, json.dumps({rid: identity(cfg) for rid, cfg in sorted(RUNS.items())}, sort_keys=True))
 
 # A run job's command, composed once: the environment's interpreter (the conda environment's
@@ -93,8 +101,10 @@ def target_inputs(kind):
 
 
 def paper_targets(paper):
-    """Every table and figure a paper module defines, and its claims, where they land at this scale."""
-    return [target_path(paper, name) for name in [*EXPANSION.names(paper, "table", "figure"), "claims"]]
+    """Every table and figure a paper module defines, and its claims, where they land at this scale
+    (on a copy, its parts of the tables and figures: a paper's claims span its datasets)."""
+    return [target_path(paper, name) for name in [*EXPANSION.names(paper, "table", "figure"),
+                                                  *(["claims"] if COPY is None else [])]]
 
 
 def paper_caption(kind, paper, name):
@@ -122,7 +132,7 @@ def list_targets(log):
             lines.append(f"    papers/{paper}/{name}" + (f" ({count})" if count else ""))
     lines.append("e.g. snakemake --cores 2 --config scale=smoke device=cpu -- papers/fedssd/table2")
     print("\n".join(lines))
-    Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write (which imports torch)
+    Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write
 
 
 # --- what a table, figure or search job did: its log, and the run index --------------------
@@ -151,13 +161,13 @@ def write_index(path=INDEX):
     rows = []
     if Path(path).exists():
         with open(path, newline="") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("scale") != SCALE]
+            rows = [r for r in csv.DictReader(f) if r.get("scale") != DATA_KEY]
     for run in EXPANSION.grid_runs:
         if not Path(RUNS_DIR, run.run_id).exists():
             continue
         status, final = run_status(run.run_id)
         rows.append({"run_id": run.run_id, "paper": run.paper, "table": run.target, "method": run.method,
-                     "row": run.row, "column": run.column, "seed": run.seed, "scale": SCALE,
+                     "row": run.row, "column": run.column, "seed": run.seed, "scale": DATA_KEY,
                      "status": status, "final_acc": "" if final is None else final})
     rows.sort(key=lambda r: (r["scale"], r["paper"], r["table"], r["row"], r["column"], str(r["seed"])))
     import pandas as pd  # here: a workflow that builds no table never needs it
@@ -205,13 +215,22 @@ def build(kind, paper, name, out_dir, log):
                 f.write(f"  {rid}: {status}\n")
         try:  # what the build says on stderr (a reduced scale's warnings) goes to the log too
             with contextlib.redirect_stderr(Tee(sys.stderr, f)):
-                builder(getter(paper, name), SCALE, RUNS_DIR, out_dir, RUNTIME)
+                builder(on_data(kind, getter(paper, name)), SCALE, RUNS_DIR, out_dir, BUILD_RUNTIME)
+            if COPY is not None:
+                label_outputs(Path(out_dir), COPY)
         except Exception:
             f.write(traceback.format_exc())
             raise
         written = sorted(str(p.relative_to(out_dir)) for p in Path(out_dir).rglob("*") if p.is_file())
         f.write(f"wrote {len(written)} files in {time.time() - started:.1f} s: {', '.join(written)}\n")
         f.write(f"run index {INDEX}: {write_index()} runs\n")
+
+
+def on_data(kind, target):
+    """The table or figure as built on this invocation's data: on a copy, its part there, labelled."""
+    if COPY is None:
+        return target
+    return labelled(copy_part(target, SCALE, COPY) if kind == "table" else target, COPY)
 
 
 def finished_table_runs(wildcards):

@@ -8,7 +8,7 @@ import math
 
 from shared.campaign import restore_shipped
 from shared.plan import gpu_hours
-from shared.run_directory import is_final, summary_problem
+from shared.run_files import is_final, summary_problem
 
 # Shipped runs (results/shipped/runs/, tracked; shared/campaign.py) are finished runs: copied
 # into the runs folder before the DAG is built, so their jobs are never scheduled.
