@@ -314,12 +314,14 @@ class BatchedClients:
         steps = [slot.client.num_batches(self.cfg.local.batch_size) * slot.cfg.local.epochs for slot in slots]
         finite = torch.stack([p.flatten(1).isfinite().all(1) for p in self.params]).all(0).tolist()
         loss_sums = self.loss_sums.tolist()
+        # one copy of each stack, then a view per slot: the stacks train the next slots
+        per_slot = zip(*[p[:len(slots)].clone().unbind() for p in self.params])
         results = []
-        for c, slot in enumerate(slots):
+        for c, (slot, weights) in enumerate(zip(slots, per_slot)):
             if not finite[c]:
                 results.append(Diverged(f"client {slot.client.id} diverged in round {slot.round + 1} (non-finite weights)"))
                 continue
-            state = {name.removeprefix("model."): p[c].clone() for name, p in zip(self.names, self.params)}
+            state = {name.removeprefix("model."): w for name, w in zip(self.names, weights)}
             update = ClientUpdate(slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1))
             if overrides(slot.method, "finish_client"):
                 self.model.load_state_dict(state)

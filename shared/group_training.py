@@ -33,12 +33,10 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-import torch
-
 from shared.batched import BatchedClients, Slot
 from shared.client_training import ClientResult, unbatchable_reason
-from shared.config import RunConfig, to_dict
-from shared.data import Dataset, data_root, load_dataset
+from shared.config import RunConfig, data_root, to_dict
+from shared.data import Dataset, load_dataset
 from shared.evaluation import evaluate
 from shared.fedavg import ClientUpdate, Diverged
 from shared.run_directory import RunDirectory

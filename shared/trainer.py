@@ -41,7 +41,7 @@ from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
 from shared.run_directory import RunDirectory, write_json
-from shared.seeding import GLOBAL_RNG, derive_seed, set_numerics
+from shared.seeding import derive_seed, set_numerics
 from shared.tensorboard_log import tensorboard_log
 
 
@@ -95,9 +95,8 @@ def set_up(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, tr
     set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device, dataset)
     save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
-    with GLOBAL_RNG:
-        torch.manual_seed(cfg.seed)
-        global_model = model_for(cfg, federation).to(device)
+    torch.manual_seed(cfg.seed)
+    global_model = model_for(cfg, federation).to(device)
     if cfg.trainer.channels_last:
         global_model = global_model.to(memory_format=torch.channels_last)
     method = build_method(cfg, federation)
@@ -231,8 +230,7 @@ def train_members(members: list[Member], train_clients, deadline: float | None =
 
 def begin_round(member: Member) -> list[int]:
     """The round's sampled clients, with the method's server-side step for the round done."""
-    with GLOBAL_RNG:
-        torch.manual_seed(derive_seed(member.cfg.seed, member.round))  # for any randomness of the method's own
+    torch.manual_seed(derive_seed(member.cfg.seed, member.round))  # for any randomness of the method's own
     sampled = sample_clients(member.cfg, member.round)
     member.setup.method.prepare_round(member.round, member.setup.global_model)
     return sampled
