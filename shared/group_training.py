@@ -107,7 +107,8 @@ def run_group(cfgs: list[RunConfig], outs: list[str | Path], restore: bool = Fal
               deadline: float | None = None) -> list[dict]:
     """Train these runs as one group (each resumed from its checkpoint; a finished one is
     skipped, its metrics.json returned); raises ValueError with the reason where they cannot
-    train in one step (`group_reason`, `unbatchable_reason`), before any run is set up."""
+    train in one step: `group_reason` before any run is set up, the method and model's
+    (`unbatchable_reason`) once they are, before any training."""
     why = group_reason(cfgs)
     if why:
         raise ValueError(why)

@@ -225,7 +225,8 @@ def train_members(members: list[Member], train_clients, deadline: float | None =
             for member in members:
                 if member.training:
                     stop_before_deadline(deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started)
-    return [summaries[i] for i in range(len(members))]
+    # a member resumed after its last round (killed while finishing) has no round left to train
+    return [summaries[i] if i in summaries else finish_member(m) for i, m in enumerate(members)]
 
 
 def begin_round(member: Member) -> list[int]:
