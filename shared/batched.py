@@ -22,21 +22,34 @@ batch, so the kernels are those of an ordinary batch (the clients' convolutions 
 grouped convolution, the teacher's forward pass one batch of k * B images).
 
 On CUDA (`trainer.cuda_graphs`, on by default) the whole step (forward, backward, SGD) is
-captured once per round into a CUDA graph and replayed: a step then costs one launch. On a
+captured into a CUDA graph and replayed: a step then costs one launch. Its inputs (batches,
+weights, the slots' method state) are static buffers copied into each round, so it is
+captured again only when the state's layout or the method's code path changes. On a
 CPU the small convolutions are compute-bound and grouped ones are slower than k separate
 ones, so there the sequential trainer is the faster (README, Performance).
 
+A slot is one (run, client) pair: the slots of a step may belong to several runs of one
+group (shared/run_groups.py), each with its own method instance, global model, data and
+round. Each slot's method state (teachers, M_class, a client's previous model or controls)
+is stacked per slot (shared/slot_state.py) and swapped in while vmap runs the method's own
+`local_loss`. Every slot's `start_client` runs (on a model holding its run's global weights)
+before the steps, every `finish_client` (on a model holding the slot's trained weights)
+after them.
+
 What it covers: SGD (with momentum, weight decay and gradient clipping), models without
 buffers or dropout (no BatchNorm statistics: FedAvg-CNN and ResNet-8; ResNet-50 trains
-sequentially), and methods with all of FedAvg's `capabilities` (shared/fedavg.py) that keep
-its `start_client` and `finish_client`; shared/client_training.py checks this and trains
-anything else one client after another, with a note on stderr saying why.
+sequentially), and methods with FedAvg's `capabilities` per_sample_loss and no_global_rng
+(shared/fedavg.py); shared/client_training.py checks this and trains anything else one client
+after another, with a note on stderr saying why.
 
 The results equal the sequential trainer's up to floating-point rounding (tests/test_batched.py
 checks weights after a round in float64), so `trainer.clients_per_step` is not part of a run's id.
 """
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+from itertools import groupby
 from typing import Iterator
 
 import numpy as np
@@ -47,8 +60,9 @@ from torch.func import functional_call, grad_and_value, vmap
 from shared.config import LocalConfig, RunConfig
 from shared.fedavg import ClientUpdate, Diverged, FedAvg
 from shared.federation import Client, Federation
-from shared.seeding import client_generator
 from shared.models import Net
+from shared.seeding import client_generator
+from shared.slot_state import SlotState, Snapshot, shared_floats, take_snapshot
 
 
 def view_per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -92,24 +106,53 @@ class StackedSGD:
             p.add_(g, alpha=-self.lr)
 
 
-class MethodLoss(nn.Module):
-    """The method's `local_loss` as a module whose only submodule is the model, so that
-    functional_call runs it with one client's weights; the method's teachers are not
-    submodules and keep their own."""
+@dataclass
+class Slot:
+    """One (run, client) pair of a batched step, with what its run trains with."""
 
-    def __init__(self, method: FedAvg, model: Net):
+    method: FedAvg
+    client: Client
+    cfg: RunConfig
+    round: int
+    global_model: Net
+
+
+def overrides(method: FedAvg, hook: str) -> bool:
+    return getattr(type(method), hook) is not getattr(FedAvg, hook)
+
+
+class SlotLoss(nn.Module):
+    """The method's `local_loss` as a module whose submodules are the model and the slots'
+    method modules (`state`), so that functional_call runs it with one slot's weights and
+    state; `template` is the method instance whose own code runs, its attributes pointed at
+    that slot's state for the call."""
+
+    def __init__(self, model: Net, state: SlotState):
         super().__init__()
-        self.model = model
-        self.method = method
+        self.model, self.state = model, state
+        self.template: FedAvg | None = None
+        self.leaves: dict = {}
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.method.local_loss(self.model, x, y, None)
+    def use(self, method: FedAvg, snapshot: Snapshot) -> None:
+        self.template = copy.copy(method)
+        vars(self.template).update(snapshot.attributes)
+        self.leaves = snapshot.leaves
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        saved = dict(vars(self.template))
+        self.state.assign(self.template, tensors, self.leaves)
+        try:
+            return self.template.local_loss(self.model, x, y, None)
+        finally:  # no slot's (vmapped) state outlives the call
+            vars(self.template).clear()
+            vars(self.template).update(saved)
 
 
 class BatchedClients:
-    """Trains up to `slots` clients at once; `train` takes them a group at a time."""
+    """Trains up to `slots` (run, client) pairs at once; `train` takes them a step's worth at a
+    time. `federation`: any of the runs' (the batch's shape, dtype and device)."""
 
-    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, slots: int):
+    def __init__(self, model: Net, federation: Federation, cfg: RunConfig, slots: int):
         self.model, self.cfg = model, cfg
         self.device = federation.device
         names_params = [(f"model.{name}", p) for name, p in model.named_parameters()]
@@ -123,22 +166,23 @@ class BatchedClients:
         self.sizes = torch.zeros(slots, dtype=torch.long, device=self.device)  # this step's batch sizes
         self.loss_sums = torch.zeros(slots, device=self.device)
         self.positions = torch.arange(batch, device=self.device)
-        loss = MethodLoss(method, model)
+        self.state = SlotState(slots, self.device)
+        self.loss = SlotLoss(model, self.state)
 
-        def client_loss(params, x, y, weight):
-            per_sample = vmap(lambda xi, yi: functional_call(loss, params, (xi[None], yi[None])))(x, y)
-            return (per_sample * weight).sum()
+        def client_loss(params, state_params, tensors, x, y, weight):
+            call = lambda xi, yi: functional_call(self.loss, {**params, **state_params}, (xi[None], yi[None], tensors))
+            return (vmap(call)(x, y) * weight).sum()
 
         self.loss_and_grads = vmap(grad_and_value(client_loss))
         self.use_graph = self.device.type == "cuda" and cfg.trainer.cuda_graphs
-        self.graph, self.graph_round, self.graph_pool = None, None, None
+        self.graph, self.graph_key, self.graph_pool = None, None, None
 
     @property
     def slots(self) -> int:
         return len(self.sizes)
 
     def step(self) -> None:
-        """One SGD step of every client with a batch in self.x / self.y / self.sizes; no host
+        """One SGD step of every slot with a batch in self.x / self.y / self.sizes; no host
         synchronisation, so that it can be captured in a CUDA graph."""
         active = self.sizes > 0
         weight = (self.positions < self.sizes[:, None]).to(self.params[0].dtype)
@@ -146,14 +190,14 @@ class BatchedClients:
         params = dict(zip(self.names, self.params))
         # cache_enabled=False: autocast's weight cache cannot live across CUDA graph replays
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.amp, cache_enabled=False):
-            grads, losses = self.loss_and_grads(params, self.x, self.y, weight)
+            grads, losses = self.loss_and_grads(params, self.state.parameters_by_name(), self.state.tensor_stacks(),
+                                                self.x, self.y, weight)
         self.optimizer.step([grads[name] for name in self.names], active)
-        self.loss_sums += losses.detach().float()  # 0 for a client without a batch
+        self.loss_sums += losses.detach().float()  # 0 for a slot without a batch
 
     def capture(self) -> None:
-        """Record `step` into a CUDA graph. The method's state for the round (its teacher) is
-        captured with it, hence once per round. Warm-up steps run with every client inactive,
-        which changes no weight, momentum or loss."""
+        """Record `step` into a CUDA graph. Warm-up steps run with every slot inactive, which
+        changes no weight, momentum or loss."""
         self.graph = None
         self.sizes.zero_()
         side = torch.cuda.Stream(self.device)
@@ -164,54 +208,99 @@ class BatchedClients:
         torch.cuda.current_stream(self.device).wait_stream(side)
         self.graph_pool = self.graph_pool or torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        # a stream of its own and thread_local: runs in other threads of the process
-        # (shared/multirun.py) capture and run meanwhile
-        with torch.cuda.graph(graph, pool=self.graph_pool, stream=side, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=self.graph_pool, stream=side):
             self.step()
         self.graph = graph
 
-    def schedule(self, clients: list[Client]) -> np.ndarray:
-        """(steps, slots) batch sizes: client c's epochs of `num_batches` each, then zeros."""
-        loc = self.cfg.local
-        per_client = []
-        for client in clients:
-            length, count = client.epoch_length(loc.batch_size), client.num_batches(loc.batch_size)
-            per_client.append([min(loc.batch_size, length - loc.batch_size * i) for i in range(count)] * loc.epochs)
-        table = np.zeros((max(map(len, per_client), default=0), self.slots), dtype=np.int64)
-        for c, sizes in enumerate(per_client):
+    def schedule(self, slots: list[Slot], taking: list[int]) -> np.ndarray:
+        """(steps, slots) batch sizes: slot c's epochs of `num_batches` each, then zeros; zeros
+        throughout for slots not in `taking` (they train in another pass)."""
+        batch = self.cfg.local.batch_size
+        per_slot = [[] for _ in slots]
+        for c in taking:
+            length, count = slots[c].client.epoch_length(batch), slots[c].client.num_batches(batch)
+            per_slot[c] = [min(batch, length - batch * i) for i in range(count)] * slots[c].cfg.local.epochs
+        table = np.zeros((max(map(len, per_slot), default=0), self.slots), dtype=np.int64)
+        for c, sizes in enumerate(per_slot):
             table[:len(sizes), c] = sizes
         return table
 
-    def local_batches(self, client: Client, round: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """All of a client's batches of the round, from the generator `train_client` seeds."""
-        generator = client_generator(self.cfg.seed, round, client.id, self.device)
-        for _ in range(self.cfg.local.epochs):
-            yield from client.batches(self.cfg.local.batch_size, generator)
+    def local_batches(self, slot: Slot) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """All of a slot's batches of its round, from the generator `train_client` seeds."""
+        generator = client_generator(slot.cfg.seed, slot.round, slot.client.id, self.device)
+        for _ in range(slot.cfg.local.epochs):
+            yield from slot.client.batches(self.cfg.local.batch_size, generator)
 
-    def train(self, clients: list[Client], global_model: Net, round: int) -> list[ClientUpdate]:
-        """Local training of up to `slots` clients from the global weights; the same updates as
-        `shared.client_training.train_client` for each, up to floating-point rounding."""
-        loc = self.cfg.local
+    def train(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
+        """Local training of up to `slots` slots from their runs' global weights: for each, the
+        update `shared.client_training.train_client` gives up to floating-point rounding, or
+        Diverged where its weights became non-finite."""
         self.model.train()
-        with torch.no_grad():
-            for stack, p in zip(self.params, global_model.parameters()):
-                stack.copy_(p.detach().expand_as(stack))
+        self.load_globals(slots)
+        snapshots = self.start_clients(slots)
         self.optimizer.reset()
         self.loss_sums.zero_()
-        if self.use_graph and self.graph_round != round:
+        by_path: dict[tuple, list[int]] = {}
+        for c, snapshot in enumerate(snapshots):
+            by_path.setdefault(snapshot.path, []).append(c)
+        for taking in by_path.values():  # one pass, nearly always
+            first = snapshots[taking[0]]
+            self.loss.use(slots[taking[0]].method, first)
+            self.run_steps(slots, taking, (first.path, shared_floats(first, self.state.stacked_floats)))
+        return self.finish_clients(slots)
+
+    @torch.no_grad()
+    def load_globals(self, slots: list[Slot]) -> None:
+        """Each slot's weights from its run's global model, one copy per run's slots."""
+        start = 0
+        for model, run_slots in groupby(slots, key=lambda s: s.global_model):
+            rows = slice(start, start + len(list(run_slots)))
+            for stack, p in zip(self.params, model.parameters()):
+                stack[rows].copy_(p.detach().expand_as(stack[rows]))
+            start = rows.stop
+
+    def start_clients(self, slots: list[Slot]) -> list[Snapshot]:
+        """Each slot's `start_client` on a model holding its run's global weights, and the
+        method state it leaves; a run without the hook shares one snapshot among its slots."""
+        snapshots = []
+        for slot in slots:
+            if overrides(slot.method, "start_client"):
+                self.model.load_state_dict(slot.global_model.state_dict())
+                slot.method.start_client(slot.client, self.model)
+            elif snapshots and slots[len(snapshots) - 1].method is slot.method:
+                snapshots.append(snapshots[-1])
+                continue
+            snapshots.append(take_snapshot(slot.method))
+        floats = {k for k, (kind, _) in snapshots[0].leaves.items() if kind == "float"}
+        differ = {k for k in floats if len({s.leaves[k][1] for s in snapshots if k in s.leaves}) > 1}
+        if self.state.arrange(snapshots[0], differ):
+            self.graph = None
+        start = 0
+        for _, same in groupby(snapshots, key=id):
+            same = list(same)
+            rows = slice(start, start + len(same))
+            self.state.fill(rows, same[0])
+            start = rows.stop
+        return snapshots
+
+    def run_steps(self, slots: list[Slot], taking: list[int], constants: tuple) -> None:
+        """Every step of the slots `taking`; `constants`: what a captured step holds fixed
+        besides the layout of its buffers (the template's code path and shared floats)."""
+        loc = self.cfg.local
+        if self.use_graph and (self.graph is None or self.graph_key != constants):
             self.capture()
-            self.graph_round = round
-        table = self.schedule(clients)
+            self.graph_key = constants
+        table = self.schedule(slots, taking)
         table_on_device = torch.as_tensor(table, device=self.device)
-        batches = [self.local_batches(client, round) for client in clients]
+        batches = [self.local_batches(slot) if c in taking else None for c, slot in enumerate(slots)]
         for t, sizes in enumerate(table):
             self.sizes.copy_(table_on_device[t])
-            full = [next(batches[c]) for c in range(len(clients))] if (sizes == loc.batch_size).all() else None
-            if full is not None:  # the common step: one copy for every client's batch
+            if len(taking) == self.slots and (sizes == loc.batch_size).all():  # one copy for every slot's batch
+                full = [next(b) for b in batches]
                 torch.stack([x for x, _ in full], out=self.x)
                 torch.stack([y for _, y in full], out=self.y)
             else:
-                for c, size in enumerate(sizes[:len(clients)]):
+                for c, size in enumerate(sizes[:len(slots)]):
                     if size:
                         x, y = next(batches[c])
                         self.x[c, :size].copy_(x)
@@ -221,14 +310,21 @@ class BatchedClients:
             else:
                 self.step()
 
-        steps = (table > 0).sum(0)
+    def finish_clients(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
+        steps = [slot.client.num_batches(self.cfg.local.batch_size) * slot.cfg.local.epochs for slot in slots]
         finite = torch.stack([p.flatten(1).isfinite().all(1) for p in self.params]).all(0).tolist()
         loss_sums = self.loss_sums.tolist()
-        updates = []
-        for c, client in enumerate(clients):
+        # one copy of each stack, then a view per slot: the stacks train the next slots
+        per_slot = zip(*[p[:len(slots)].clone().unbind() for p in self.params])
+        results = []
+        for c, (slot, weights) in enumerate(zip(slots, per_slot)):
             if not finite[c]:
-                raise Diverged(f"client {client.id} diverged in round {round + 1} (non-finite weights)")
-            state = {name.removeprefix("model."): p[c].clone() for name, p in zip(self.names, self.params)}
-            updates.append(ClientUpdate(client.id, state, client.num_samples, int(steps[c]),
-                                        loss_sums[c] / max(int(steps[c]), 1)))
-        return updates
+                results.append(Diverged(f"client {slot.client.id} diverged in round {slot.round + 1} (non-finite weights)"))
+                continue
+            state = {name.removeprefix("model."): w for name, w in zip(self.names, weights)}
+            update = ClientUpdate(slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1))
+            if overrides(slot.method, "finish_client"):
+                self.model.load_state_dict(state)
+                slot.method.finish_client(slot.client, self.model, update)
+            results.append(update)
+        return results

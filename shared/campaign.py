@@ -282,33 +282,70 @@ def round_seconds_estimate(cfg: RunConfig, measured: dict[str, float]) -> float:
     return measured.get(cfg.model.name) or 3600 * gpu_hours(cfg) / cfg.federation.rounds
 
 
+GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
+
+
+def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
+    """Run ids in the order they train, in units that train together: the groups of
+    shared/run_groups.py, each split into its first seed's runs and the further seeds', every
+    group's first seed before any further seed (a table has one seed of every cell soonest).
+    A group that cannot share a batched step on this device (`group_reason`: on a CPU, where
+    one after another is faster) is units of one run."""
+    from shared.group_training import group_reason
+    from shared.run_groups import form_groups
+
+    groups = form_groups(runs, GROUP_LIMIT)
+    first = min((cfg.seed for cfg in runs.values()), default=0)
+    ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [[r for r in g if runs[r].seed != first] for g in groups]
+    units = []
+    for unit in filter(None, ordered):
+        together = len(unit) > 1 and group_reason([with_runtime(runs[r], args.device, args.data_root) for r in unit]) is None
+        units += [unit] if together else [[r] for r in unit]
+    return units
+
+
+def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> None:
+    """One run, or a group in one batched step (shared/group_training.py)."""
+    from shared import trainer
+    from shared.group_training import run_group
+
+    cfgs = [with_runtime(runs[rid], args.device, args.data_root) for rid in rids]
+    if len(rids) == 1:
+        trainer.run(cfgs[0], runs_dir / rids[0], deadline=deadline)
+    else:
+        run_group(cfgs, [runs_dir / rid for rid in rids], deadline=deadline)
+
+
 def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> dict[str, int]:
-    """Train the unfinished runs in order until the deadline; counts of what happened."""
+    """Train the unfinished runs in order (`training_units`) until the deadline; counts of what
+    happened, by run."""
     from shared import trainer
 
     counts, measured = Counter(), {}
-    for rid, cfg in runs.items():
-        if is_finished(rid, runs_dir, args.root / SHIPPED / "runs"):
+    for unit in training_units(runs, args):
+        rids = [rid for rid in unit if not is_finished(rid, runs_dir, args.root / SHIPPED / "runs")]
+        if not rids:
             continue
+        cfg = runs[rids[0]]
         if time.time() + round_seconds_estimate(cfg, measured) > deadline:
-            counts["not started (no time for a round)"] += 1
+            counts["not started (no time for a round)"] += len(rids)
             break
-        started, before = time.time(), max(rounds_done(runs_dir / rid), 0)
+        started, before = time.time(), max(max(rounds_done(runs_dir / rid), 0) for rid in rids)
         try:
-            trainer.run(with_runtime(cfg, args.device, args.data_root), runs_dir / rid, deadline=deadline)
-            counts["finished"] += 1
+            train_unit(rids, runs, args, deadline, runs_dir)
+            counts["finished"] += len(rids)
         except trainer.OutOfTime as exc:
-            counts["stopped"] += 1
-            print(f"run {rid}: {exc}", file=sys.stderr)
+            counts["stopped"] += len(rids)
+            print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
             break
         except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
             raise
         except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
-            counts["raised"] += 1
-            print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+            counts["raised"] += len(rids)
+            print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
-            rounds = max(rounds_done(runs_dir / rid), 0) if not (runs_dir / rid / "metrics.json").is_file() \
-                else cfg.federation.rounds
+            rounds = max(cfg.federation.rounds if (runs_dir / rid / "metrics.json").is_file()
+                         else max(rounds_done(runs_dir / rid), 0) for rid in rids)
             if rounds > before:
                 measured[cfg.model.name] = (time.time() - started) / (rounds - before)
         save(args, runs_dir)

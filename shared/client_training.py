@@ -7,8 +7,8 @@
 Each returns, per client, its `ClientUpdate` and, when the round tests local models, that
 local model's test accuracy. All three give the same updates up to floating-point rounding,
 so which one runs is not part of a run's id. What a faster way assumes of a method is its
-`capabilities` (shared/fedavg.py), checked here, in `missing_capabilities`, for every way
-and for several runs in one process (shared/multirun.py).
+`capabilities` (shared/fedavg.py), checked here, in `missing_capabilities`, for every way;
+a group of runs in one step (shared/group_training.py) needs what `Batched` needs.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from queue import SimpleQueue
 
 import torch
 
-from shared.batched import BatchedClients
+from shared.batched import BatchedClients, Slot
 from shared.config import RunConfig
 from shared.evaluation import autocast, evaluate_many
 from shared.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
@@ -30,9 +30,8 @@ from shared.seeding import client_generator
 
 # What each faster way needs of a method (fields of shared.fedavg.Capabilities)
 NEEDS = {
-    "trainer.clients_per_step": ("per_sample_loss", "independent_clients", "no_global_rng"),
+    "trainer.clients_per_step": ("per_sample_loss", "no_global_rng"),
     "trainer.client_threads": ("independent_clients", "no_global_rng"),
-    "several runs per process": ("no_global_rng",),
 }
 
 
@@ -183,14 +182,18 @@ class Batched:
     """Up to `slots` clients at a time in one vmapped step (shared/batched.py)."""
 
     def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, slots: int):
-        self.model, self.federation, self.cfg = model, federation, cfg
-        self.clients = BatchedClients(method, model, federation, cfg, slots)
+        self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
+        self.clients = BatchedClients(model, federation, cfg, slots)
 
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
         updates = []
         slots = self.clients.slots
         for start in range(0, len(clients), slots):
-            updates += self.clients.train(clients[start:start + slots], global_model, round)
+            chunk = [Slot(self.method, client, self.cfg, round, global_model) for client in clients[start:start + slots]]
+            for update in self.clients.train(chunk):
+                if isinstance(update, Diverged):
+                    raise update
+                updates.append(update)
         return with_local_accuracy(updates, self.model, self.federation, self.cfg, test_local)
 
 
@@ -203,8 +206,6 @@ def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None
         return f"model {cfg.model.name} has buffers (BatchNorm statistics cannot be vmapped)"
     if draws_in_forward(model):
         return f"model {cfg.model.name} has dropout (random draws cannot be vmapped)"
-    if cls.start_client is not FedAvg.start_client or cls.finish_client is not FedAvg.finish_client:
-        return f"method {cfg.method['name']} has client hooks (start_client / finish_client), which the batched step skips"
     return missing_capabilities(cls, cfg.method["name"], "trainer.clients_per_step")
 
 

@@ -37,13 +37,18 @@ class Capabilities:
 
     per_sample_loss: `local_loss` is a batch mean of per-sample terms (no batch statistics)
         that reads neither the client (it gets client=None) nor state that changes during
-        local training, and draws no random numbers: vmap can train several clients in one
-        step (trainer.clients_per_step).
-    independent_clients: no per-client state: `start_client` and `finish_client` do nothing
-        that another client's training could disturb, so clients may train at once
-        (trainer.client_threads, trainer.clients_per_step).
-    no_global_rng: no hook draws from torch's global random generator, which concurrent
-        trainings in one process share (client threads; several runs per process).
+        local training, and draws no random numbers: vmap can train several clients, of one
+        run or of a group of runs, in one step (trainer.clients_per_step, shared/batched.py).
+        What it reads of the method's own state are attributes that are tensors, modules or
+        floats (or lists of them), which the step stacks per client (shared/slot_state.py);
+        the step runs every client's `start_client` before training and every
+        `finish_client` after, so a `start_client` must not read what another client's
+        `finish_client` of the same round writes.
+    independent_clients: `start_client` and `finish_client` do nothing that another client's
+        training at the same time could disturb, so clients may train at once in threads
+        (trainer.client_threads).
+    no_global_rng: no hook draws from torch's global random generator, which the batched step
+        and client threads cannot reproduce per client.
     """
 
     per_sample_loss: bool = True

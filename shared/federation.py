@@ -171,8 +171,9 @@ def take_per_class(labels: np.ndarray, amount, rng: np.random.Generator | None) 
     return np.sort(np.concatenate(chosen))
 
 
-def build_federation(cfg: RunConfig, device: torch.device) -> Federation:
-    dataset = load_dataset(cfg)
+def build_federation(cfg: RunConfig, device: torch.device, dataset: Dataset | None = None) -> Federation:
+    """`dataset`: cfg's dataset, already loaded (runs of a group share one load)."""
+    dataset = load_dataset(cfg) if dataset is None else dataset
     rng = np.random.default_rng([cfg.seed, 0xDA7A])
     labels = dataset.train.y.numpy()
     pool = np.arange(len(labels))  # training indices still available to clients

@@ -2,13 +2,14 @@
 
     python -m shared.run [config.yaml] [key=value ...] [--out DIR]
     python -m shared.run --json '{"method": {"name": "fedavg"}, ...}' --out DIR   (the workflow's form)
-    python -m shared.run --json A --out DIR_A --json B --out DIR_B ...   (several runs, one process)
+    python -m shared.run --json A --out DIR_A --json B --out DIR_B ...   (several runs, one process, in groups)
     python -m shared.run --scale smoke --runs results/runs/ID ... [runtime key=value ...]   (the workflow's form)
 
 Overrides use dotted keys (`partition.beta=0.1`, `local.epochs=2`); `method=fedprox`,
 `model=resnet8` and `dataset=cifar100` set the name, and apply to every --json config. Without
 --out, a run goes to results/runs/<run id>/. `--print-config` shows the resolved config and
-exits. Several runs share the process and its GPU (shared/multirun.py).
+exits. Several runs share the process: those that can train in one batched step train as a
+group (shared/group_training.py), the others one after another.
 
 The workflow's jobs name their runs by output directory (`--runs results/runs/<run id>`) and
 scale; the config is looked up among the workflow's tables, figures and searches at that scale,
@@ -112,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
         print("---\n".join(yaml.safe_dump({"run_id": run_id(cfg), **to_dict(cfg)}, sort_keys=False) for cfg in cfgs), end="")
         return 0
 
-    from shared.multirun import run_all
     from shared.trainer import resolve_device, select_device
 
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
@@ -133,9 +133,34 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return input_error(exc)
     select_device(device)  # before any CUDA context: a job given cuda:i never touches GPU 0
-    jobs = [lambda cfg=cfg, out=out: train(cfg, out, record_failure, restore=bool(ns.runs), attempt=ns.attempt)
-            for cfg, out in zip(cfgs, outs)]
-    return max(run_all(cfgs, jobs, device))
+    return max(train_all(cfgs, outs, record_failure, restore=bool(ns.runs), attempt=ns.attempt))
+
+
+def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, attempt: int) -> list[int]:
+    """Exit codes of the runs, trained in groups where they can share one batched step (runs
+    with one `group_key`, shared/group_training.py), else one after another with a one-line
+    note saying why. A group that raises is trained again one run after another, each from
+    its checkpoint, so that a failure is recorded (or retried) for the run that fails."""
+    from shared.group_training import run_group
+    from shared.run_groups import group_key
+
+    by_key: dict[str, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        by_key.setdefault(group_key(cfg), []).append(i)
+    codes = {}
+    for members in by_key.values():
+        if len(members) > 1:
+            try:
+                summaries = run_group([cfgs[i] for i in members], [outs[i] for i in members], restore)
+                codes.update({i: report(summary, outs[i]) for i, summary in zip(members, summaries)})
+                continue
+            except ValueError as why:
+                print(f"note: {len(members)} runs train one after another: {why}", file=sys.stderr, flush=True)
+            except Exception as exc:  # each run again alone, which records or retries its own failure
+                print(f"note: the group of {len(members)} runs failed ({type(exc).__name__}: {excerpt(str(exc))}); "
+                      "its runs train one after another", file=sys.stderr, flush=True)
+        codes.update({i: train(cfgs[i], outs[i], record_failure, restore, attempt) for i in members})
+    return [codes[i] for i in range(len(cfgs))]
 
 
 def input_error(exc: Exception) -> int:
@@ -173,6 +198,11 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
         summary = record(cfg, out, exc, attempt)
         if summary is None:
             return 1
+    return report(summary, out)
+
+
+def report(summary: dict, out: str) -> int:
+    """Keep a finished run's metrics.json (`train`) and print its summary line; exit code 0."""
     if is_final(summary["status"]) and "restored" not in summary:
         write_json(summary, Path(out) / KEPT)
     keep = ("status", "final_acc", "best_acc", "rounds_to_target", "wall_time_s")

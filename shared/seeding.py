@@ -3,7 +3,6 @@ whatever the client order or the way clients are trained."""
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import torch
@@ -13,11 +12,6 @@ import torch
 # anything of the trainer is imported, before any run could touch CUDA (torch's reproducibility
 # notes; 8 buffers of 4 MiB). A value the user exported wins.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
-# Runs in threads of one process (shared/multirun.py) share torch's global generator: seeding it
-# and drawing from it (the initial weights, a method's own draws) happen under this lock.
-GLOBAL_RNG = threading.Lock()
-
 
 def derive_seed(*parts: int) -> int:
     """An independent 63-bit seed for each (seed, round, client, ...) tuple."""
@@ -32,7 +26,7 @@ def client_generator(seed: int, round: int, client: int, device: torch.device) -
 def set_numerics(device: torch.device, deterministic: bool) -> None:
     """How this process computes, set before a run's first kernel and recorded in the run's
     environment (shared/provenance.py). torch's switches are process-wide: the runs of one
-    process share them (shared/multirun.py).
+    process share them (a group's runs have one `trainer.deterministic`, shared/run_groups.py).
 
     deterministic  use_deterministic_algorithms (an operation without a deterministic kernel
                    raises instead of summing atomically; new memory is not NaN-filled), cuDNN

@@ -1,13 +1,17 @@
-"""The federated loop, one round as named steps:
+"""The federated loop, one round as named steps (`train_members`):
 
-    sample      the round's clients (seeded by seed and round)
+    sample      the round's clients (seeded by seed and round)                    begin_round
     prepare     the method's server-side step: teachers, buffers, confusion matrices
-    train       the sampled clients' local training (shared/client_training.py)
+    train       the sampled clients' local training (shared/client_training.py, or a group's
+                one batched step, shared/group_training.py)
     aggregate   the method's aggregation of their updates (FedAvg: a weighted average)
-    evaluate    the global model on the test set, and the round's local models' mean
-    checkpoint  the round's state and record, so that a killed run resumes where it was
+    evaluate    the global model on the test set, and the round's local models' mean   evaluate_globals
+    checkpoint  the round's state and record, so that a killed run resumes where it was   end_round
 
-A run is one resolved config in one output directory (shared/run_directory.py lists its files).
+The loop takes several runs (`Member`s) a round of each at a time, each with its own data,
+model, method, random streams and files, so that a group of runs shares it; a run alone is a
+group of one. A run is one resolved config in one output directory (shared/run_directory.py
+lists its files).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import math
 import platform
 import sys
 import time
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +31,9 @@ from shared.client_state import persist, prune
 from shared.client_state import restore as restore_client_states
 from shared.client_training import ClientResult, client_trainer
 from shared.config import RunConfig, check, run_id
-from shared.evaluation import evaluate
+from shared.evaluation import evaluate_many
 from shared.fedavg import Diverged, FedAvg
+from shared.data import Dataset
 from shared.federation import Federation, build_federation
 from shared.methods import build_method
 from shared.metrics import rounds_to_target
@@ -36,7 +41,7 @@ from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
 from shared.run_directory import RunDirectory, write_json
-from shared.seeding import GLOBAL_RNG, derive_seed, set_numerics
+from shared.seeding import derive_seed, set_numerics
 from shared.tensorboard_log import tensorboard_log
 
 
@@ -82,36 +87,39 @@ class Setup:
     clients: object  # the way clients train (shared/client_training.py)
 
 
-def set_up(cfg: RunConfig, out: RunDirectory) -> Setup:
+def set_up(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, train_clients: bool = True) -> Setup:
+    """`dataset`: cfg's, already loaded (a group's runs share one load); `train_clients=False`:
+    no way of training clients of its own (a group trains them, shared/group_training.py)."""
     device = resolve_device(cfg.trainer.device)
     select_device(device)
     set_numerics(device, cfg.trainer.deterministic)
-    federation = build_federation(cfg, device)
+    federation = build_federation(cfg, device, dataset)
     save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
-    with GLOBAL_RNG:
-        torch.manual_seed(cfg.seed)
-        global_model = model_for(cfg, federation).to(device)
+    torch.manual_seed(cfg.seed)
+    global_model = model_for(cfg, federation).to(device)
     if cfg.trainer.channels_last:
         global_model = global_model.to(memory_format=torch.channels_last)
     method = build_method(cfg, federation)
-    clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg, len(sample_clients(cfg, 0)))
+    clients = None
+    if train_clients:
+        clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg, len(sample_clients(cfg, 0)))
     return Setup(device, federation, global_model, method, clients)
 
 
-def evaluate_round(setup: Setup, cfg: RunConfig, round: int, sampled: list[int], results: list[ClientResult]) -> dict:
+def round_record(member: "Member", sampled: list[int], results: list[ClientResult], evaluation: dict | None) -> dict:
     """The round's record: its clients and training loss, and in evaluated rounds the global
-    model's test accuracy, loss and per-class accuracy and the local models' mean accuracy."""
-    record = {"round": round + 1, "clients": sampled,
+    model's test accuracy, loss and per-class accuracy (`evaluation`) and the local models'
+    mean accuracy."""
+    record = {"round": member.round + 1, "clients": sampled,
               "train_loss": float(np.mean([r.update.train_loss for r in results]))}
-    if evaluates(cfg, round):
-        result = evaluate(setup.global_model, setup.federation.test, setup.federation, cfg)
-        record.update(global_acc=result["acc"], global_loss=result["loss"], per_class_acc=result["per_class_acc"])
-        if "domain_acc" in result:
-            record["domain_acc"] = result["domain_acc"]
+    if evaluation is not None:
+        record.update(global_acc=evaluation["acc"], global_loss=evaluation["loss"], per_class_acc=evaluation["per_class_acc"])
+        if "domain_acc" in evaluation:
+            record["domain_acc"] = evaluation["domain_acc"]
         local_accs = [r.local_acc for r in results if r.local_acc is not None]
         if local_accs:
             record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
-    return {**record, **setup.method.round_metrics()}
+    return {**record, **member.setup.method.round_metrics()}
 
 
 def evaluates(cfg: RunConfig, round: int) -> bool:
@@ -137,42 +145,135 @@ def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False, deadline: fl
         out.unlock()
 
 
+@dataclass
+class Member:
+    """A run being trained, alone or in a group: what it trains with and what it has done."""
+
+    cfg: RunConfig
+    out: RunDirectory
+    setup: Setup
+    history: list[dict]
+    elapsed: float
+    status: str = "completed"
+
+    @property
+    def round(self) -> int:
+        """The round it trains next (from 0)."""
+        return len(self.history)
+
+    @property
+    def training(self) -> bool:
+        return self.status == "completed" and self.round < self.cfg.federation.rounds
+
+    @property
+    def test_local(self) -> bool:
+        return evaluates(self.cfg, self.round) and self.cfg.eval.local
+
+
+def start_member(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, alone: bool = True) -> Member:
+    """A run set up and resumed from its checkpoint (none: a fresh start); `alone`: with a way
+    of training its clients of its own (else a group trains them)."""
+    setup = set_up(cfg, out, dataset, train_clients=alone)
+    history, elapsed = out.resume(setup.global_model, setup.method, setup.device,
+                                  method_state=lambda persisted: restore_client_states(persisted, out.path))
+    return Member(cfg, out, setup, history, elapsed)
+
+
 def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = None) -> dict:
-    setup = set_up(cfg, out)
-    history, elapsed = resume(setup, out)
-    status = "completed"
-    with closing(tensorboard_log(cfg, out.path)) as live:  # closed however the loop ends
-        for round in range(len(history), cfg.federation.rounds):
+    return train_members([start_member(cfg, out)], train_alone, deadline)[0]
+
+
+def train_alone(members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
+    """Each member's sampled clients, trained the member's own way (shared/client_training.py)."""
+    outcomes = []
+    for member, clients in zip(members, sampled):
+        setup = member.setup
+        try:
+            outcomes.append(setup.clients.train([setup.federation.clients[c] for c in clients], setup.global_model,
+                                                member.round, test_local=member.test_local))
+        except Diverged as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
+def train_members(members: list[Member], train_clients, deadline: float | None = None) -> list[dict]:
+    """Rounds of every member until each is done (its last round, or diverged), a round of all
+    at a time: each samples and prepares, `train_clients(members, sampled)` trains their clients
+    (a list of ClientResult per member, or Diverged), then each aggregates, is evaluated and
+    checkpoints. Returns each member's metrics.json; OutOfTime before a round that would end
+    past `deadline` (every member's last round checkpointed)."""
+    summaries: dict[int, dict] = {}
+    with ExitStack() as stack:  # tensorboard logs closed however the loop ends
+        logs = [stack.enter_context(closing(tensorboard_log(m.cfg, m.out.path))) for m in members]
+        while active := [i for i, m in enumerate(members) if m.training]:
             started = time.perf_counter()
-            with GLOBAL_RNG:
-                torch.manual_seed(derive_seed(cfg.seed, round))  # for any randomness of the method's own
-            sampled = sample_clients(cfg, round)
-            setup.method.prepare_round(round, setup.global_model)
-            try:
-                results = setup.clients.train([setup.federation.clients[c] for c in sampled], setup.global_model, round,
-                                              test_local=evaluates(cfg, round) and cfg.eval.local)
-            except Diverged as exc:
-                status = f"diverged: {exc}"
-                break
-            setup.method.aggregate(setup.global_model, [r.update for r in results])
-            record = evaluate_round(setup, cfg, round, sampled, results)
-            record["seconds"] = time.perf_counter() - started
-            elapsed += record["seconds"]
-            history.append(record)
-            method_state = persist(setup.method.state_dict(), out.path, round)
-            out.save_round(history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": elapsed})
-            prune(method_state, out.path)
-            report_progress(cfg, out, record)
-            live.write(record)
-            if not math.isfinite(record.get("global_loss", 0.0)):
-                status = f"diverged: global model loss is {record['global_loss']} after round {round + 1}"
-                break
-            stop_before_deadline(deadline, round + 1, cfg.federation.rounds, record["seconds"])
-    summary = summarize(history, cfg, judge(status, history, setup.federation.num_classes), elapsed, {
+            sampled = [begin_round(members[i]) for i in active]
+            outcomes = train_clients([members[i] for i in active], sampled)
+            trained = []
+            for i, clients, outcome in zip(active, sampled, outcomes):
+                if isinstance(outcome, Diverged):
+                    members[i].status = f"diverged: {outcome}"
+                else:
+                    members[i].setup.method.aggregate(members[i].setup.global_model, [r.update for r in outcome])
+                    trained.append((i, clients, outcome))
+            evaluated = [i for i, _, _ in trained if evaluates(members[i].cfg, members[i].round)]
+            evaluations = dict(zip(evaluated, evaluate_globals([members[i] for i in evaluated])))
+            for i, clients, outcome in trained:
+                record = round_record(members[i], clients, outcome, evaluations.get(i))
+                end_round(members[i], record, time.perf_counter() - started, logs[i])
+            summaries.update({i: finish_member(members[i]) for i in active if not members[i].training})
+            for member in members:
+                if member.training:
+                    stop_before_deadline(deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started)
+    # a member resumed after its last round (killed while finishing) has no round left to train
+    return [summaries[i] if i in summaries else finish_member(m) for i, m in enumerate(members)]
+
+
+def begin_round(member: Member) -> list[int]:
+    """The round's sampled clients, with the method's server-side step for the round done."""
+    torch.manual_seed(derive_seed(member.cfg.seed, member.round))  # for any randomness of the method's own
+    sampled = sample_clients(member.cfg, member.round)
+    member.setup.method.prepare_round(member.round, member.setup.global_model)
+    return sampled
+
+
+def evaluate_globals(members: list[Member]) -> list[dict]:
+    """Each member's global model on its test set, a group's all in one pass over it
+    (`evaluate_many`): its members share the dataset (so the test set), the architecture and
+    trainer.amp; eval.batch_size, which may differ, only batches the pass."""
+    if not members:
+        return []
+    first = members[0].setup
+    return evaluate_many(first.global_model, [m.setup.global_model.state_dict() for m in members],
+                         first.federation.test, first.federation, members[0].cfg)
+
+
+def end_round(member: Member, record: dict, seconds: float, live) -> None:
+    """Checkpoint the round's record and state, and report it; a global loss that is not
+    finite ends the run as diverged."""
+    setup, out = member.setup, member.out
+    record["seconds"] = seconds
+    member.elapsed += seconds
+    member.history.append(record)
+    method_state = persist(setup.method.state_dict(), out.path, record["round"] - 1)
+    out.save_round(member.history, {"global": setup.global_model.state_dict(), "method": method_state,
+                                    "elapsed": member.elapsed})
+    prune(method_state, out.path)
+    report_progress(member.cfg, out, record)
+    live.write(record)
+    if not math.isfinite(record.get("global_loss", 0.0)):
+        member.status = f"diverged: global model loss is {record['global_loss']} after round {record['round']}"
+
+
+def finish_member(member: Member) -> dict:
+    """Its metrics.json, written with its final model."""
+    setup, cfg = member.setup, member.cfg
+    summary = summarize(member.history, cfg, judge(member.status, member.history, setup.federation.num_classes),
+                        member.elapsed, {
         "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
         "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
-    out.finish(summary, setup.global_model.state_dict())
+    member.out.finish(summary, setup.global_model.state_dict())
     return summary
 
 
@@ -180,13 +281,6 @@ def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_s
     """OutOfTime if another round, as long as the last one, would end past the deadline."""
     if deadline is not None and done < rounds and time.time() + round_seconds > deadline:
         raise OutOfTime(f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline")
-
-
-def resume(setup: Setup, out: RunDirectory) -> tuple[list[dict], float]:
-    """The history and time so far, with the model and method state restored, from the last
-    checkpoint (none: a fresh start)."""
-    return out.resume(setup.global_model, setup.method, setup.device,
-                      method_state=lambda persisted: restore_client_states(persisted, out.path))
 
 
 def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:

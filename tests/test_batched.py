@@ -4,11 +4,13 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from shared import trainer
-from shared.batched import BatchedClients, StackedSGD
+from shared.batched import BatchedClients, Slot, StackedSGD
 from shared.client_training import train_client, unbatchable_reason
 from shared.config import LocalConfig, run_id
+from shared.fedavg import FedAvg, frozen_copy
 from shared.federation import build_federation
 from shared.methods import build_method
 from shared.models import build_model
@@ -35,8 +37,8 @@ def one_round_both_ways(cfg):
     for client in clients:
         model = copy.deepcopy(global_model)
         sequential.append(train_client(method, client, model, cfg, 0))
-    batched = BatchedClients(method, copy.deepcopy(global_model), federation, cfg, slots=len(clients))
-    return sequential, batched.train(clients, global_model, 0)
+    batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, slots=len(clients))
+    return sequential, batched.train([Slot(method, client, cfg, 0, global_model) for client in clients])
 
 
 @pytest.mark.parametrize("method", [["method=fedavg"], ["method=fedssd", "aux.per_class=5"]])
@@ -91,7 +93,7 @@ def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(t
     cfg = tiny_cfg("method=fedlsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16")
     federation = build_federation(cfg, torch.device("cpu"))
     model = build_model("fedavg_cnn", 10)
-    assert "has client hooks" in unbatchable_reason(build_method(cfg, federation), model, cfg)
+    assert "lacks the capabilities per_sample_loss" in unbatchable_reason(build_method(cfg, federation), model, cfg)
     with_batchnorm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
     assert "BatchNorm" in unbatchable_reason(build_method(tiny_cfg(), federation), with_batchnorm, cfg)
     assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
@@ -106,7 +108,7 @@ def test_the_batched_step_has_a_batching_rule_for_every_op(tiny_cfg, recwarn):
     model = build_model("resnet8", federation.num_classes)
     method = build_method(cfg, federation)
     method.prepare_round(0, model)
-    BatchedClients(method, copy.deepcopy(model), federation, cfg, slots=2).train(federation.clients, model, 0)
+    BatchedClients(copy.deepcopy(model), federation, cfg, slots=2).train([Slot(method, c, cfg, 0, model) for c in federation.clients])
     assert not [w for w in recwarn if "batching rule" in str(w.message)]
 
 
@@ -140,3 +142,49 @@ def test_client_threads_fall_back_for_methods_with_per_client_state(tiny_cfg, tm
     cfg = tiny_cfg("method=scaffold", "trainer.client_threads=2", "federation.rounds=1", "dataset.synthetic.image_size=16")
     assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
     assert "trainer.client_threads=2 does not apply" in capsys.readouterr().err
+
+
+class PerClientState(FedAvg):
+    """A method whose hooks leave per-client state of every kind the batched step stacks per
+    slot: a module (a frozen copy of the global model), a tensor, a float and a list of
+    tensors; finish_client records what each client's trained model gives."""
+
+    def prepare_round(self, round, global_model):
+        self.anchor = frozen_copy(global_model)
+        self.finished = {}
+
+    def start_client(self, client, model):
+        self.class_weight = torch.linspace(0.5, 1.5, self.federation.num_classes) * (1 + client.id)
+        self.pull = 0.01 * (client.id + 1)
+        self.start_params = [p.detach().clone() for p in model.parameters()]
+
+    def local_loss(self, model, x, y, client):
+        z = model(x)
+        ce = (F.cross_entropy(z, y, reduction="none") * self.class_weight[y]).mean()
+        distil = ((self.anchor(x) - z) ** 2).sum(1).mean()
+        prox = sum(((w - w0) ** 2).sum() for w, w0 in zip(model.parameters(), self.start_params))
+        return ce + self.pull * distil + 0.01 * prox
+
+    def finish_client(self, client, model, update):
+        self.finished[client.id] = (sum(p.sum() for p in model.parameters()).item(), update.num_steps)
+
+
+def test_client_hooks_run_batched_with_each_clients_own_state(tiny_cfg, float64):
+    cfg = tiny_cfg(*ROUND)
+    federation = build_federation(cfg, torch.device("cpu"))
+    torch.manual_seed(0)
+    global_model = build_model(cfg.model.name, federation.num_classes, 3, federation.input_shape[-1])
+    method = PerClientState(PerClientState.Params(), cfg, federation)
+    method.prepare_round(0, global_model)
+    sequential = [train_client(method, client, copy.deepcopy(global_model), cfg, 0) for client in federation.clients]
+    finished_sequentially = method.finished
+    method.prepare_round(0, global_model)
+    batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, slots=len(federation.clients))
+    updates = batched.train([Slot(method, client, cfg, 0, global_model) for client in federation.clients])
+    for seq, bat in zip(sequential, updates):
+        assert seq.train_loss == pytest.approx(bat.train_loss, abs=1e-9)
+        assert max((seq.state[k] - bat.state[k]).abs().max().item() for k in seq.state) < 1e-9
+    assert method.finished.keys() == finished_sequentially.keys()
+    for client, (total, steps) in finished_sequentially.items():
+        assert method.finished[client] == (pytest.approx(total, abs=1e-9), steps)
+    assert len({round(u.train_loss, 6) for u in updates}) == len(updates)  # the clients' losses differ

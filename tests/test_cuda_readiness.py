@@ -17,7 +17,6 @@ from shared.client_state import ClientStates
 from shared.config import RUNTIME_KEYS, run_id
 from shared.config_loading import load_config
 from shared.models import AdaptiveAvgPool
-from shared.multirun import side_by_side_reason
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,27 +71,7 @@ def test_adaptive_pooling_by_products_equals_torchs_forward_and_backward(side):
     assert torch.allclose(grad_ours, grad_theirs, rtol=0, atol=1e-12)
 
 
-# --- several runs per process, compiled steps ----------------------------------------------------
-
-def test_runs_that_capture_cuda_graphs_or_differ_in_determinism_never_share_a_process_side_by_side():
-    cuda = torch.device("cuda")
-    batched = load_config(None, ["trainer.clients_per_step=4"])
-    assert "CUDA graphs" in side_by_side_reason([batched], cuda)
-    assert side_by_side_reason([load_config(None, ["trainer.clients_per_step=4", "trainer.cuda_graphs=false"])], cuda) is None
-    assert side_by_side_reason([load_config(None, [])], cuda) is None
-    mixed = [load_config(None, []), load_config(None, ["trainer.deterministic=false"])]
-    assert "trainer.deterministic" in side_by_side_reason(mixed, cuda)
-
-
-def test_runs_capturing_cuda_graphs_go_one_after_another_with_a_one_line_note(tiny_cfg, tmp_path, capsys):
-    from shared.multirun import run_all
-
-    configs = [tiny_cfg("trainer.clients_per_step=2"), tiny_cfg()]
-    order = []
-    assert run_all(configs, [lambda: order.append("a") or 0, lambda: order.append("b") or 0], torch.device("cuda")) == [0, 0]
-    note = capsys.readouterr().out
-    assert order == ["a", "b"] and note.count("\n") == 1 and "one after another" in note and "CUDA graphs" in note
-
+# --- compiled steps ----------------------------------------------------
 
 def test_only_a_full_batch_takes_the_compiled_model():
     from shared.client_training import step_model

@@ -26,3 +26,17 @@ def test_largest_splits_a_row_and_groups_never_mix_methods_or_models():
         assert len({group_key(runs[rid]) for rid in group}) == 1
     keys = {group_key(cfg) for cfg in runs.values()}
     assert len(keys) == len({(cfg.method["name"], cfg.model.name) for cfg in runs.values()})
+
+
+def test_the_campaign_trains_every_groups_first_seed_before_further_seeds():
+    from types import SimpleNamespace
+
+    from shared.campaign import training_units
+
+    runs = table_runs("fedssd", "table2", "smoke")
+    units = training_units(runs, SimpleNamespace(device="cpu", data_root=None))
+    order = [rid for unit in units for rid in unit]
+    assert sorted(order) == sorted(runs)
+    seeds = [runs[rid].seed for rid in order]
+    assert len(set(seeds)) > 1 and seeds == sorted(seeds, key=lambda seed: seed != min(seeds))
+    assert all(len(unit) == 1 for unit in units)  # on a CPU a group's runs train one after another

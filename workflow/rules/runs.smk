@@ -31,21 +31,18 @@ def run_memory(cfg):
     return 32000 if cfg.model.name.startswith("resnet50") else 8000
 
 
-def seed_groups(runs, size):
-    """Run ids in groups of at most `size` seeds of one table cell (configs equal but for the
-    seed), in seed order. Groups depend on the scale's runs alone, never on what is finished, so
-    every process (the main one, a SLURM job's) defines the same rules. A group of finished and
-    unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.run then
-    restores the finished ones from their kept metrics.json in milliseconds."""
-    cells = {}
-    for rid, cfg in runs.items():
-        cell = json.dumps({k: v for k, v in identity(cfg).items() if k != "seed"}, sort_keys=True)
-        cells.setdefault(cell, []).append(rid)
-    groups = []
-    for members in cells.values():
-        members.sort(key=lambda rid: runs[rid].seed)
-        groups += [members[i:i + size] for i in range(0, len(members), size)]
-    return groups
+def group_memory(members):
+    """A group's host memory: its largest run's, and 1 GB for each further run (its own copy of
+    the training pool, its models and its method's state; the dataset is loaded once)."""
+    return max(run_memory(RUNS[rid]) for rid in members) + 1000 * (len(members) - 1)
+
+
+def group_minutes(members, attempt):
+    """A group's wall time: the sum of its runs' (`minutes`). A group's time is far less than
+    the sum where its runs share a batched step on a GPU, but the plan has no measured group
+    factor yet, and an overestimate only waits longer in SLURM's queue, where an underestimate
+    gets the job killed (its retry then continues from the runs' checkpoints)."""
+    return sum(minutes(RUNS[rid], attempt) for rid in members)
 
 
 def summary_state(metrics, rid):
@@ -127,7 +124,7 @@ mark_stale_targets()
 
 
 def define_run_rule(name, output, log, benchmark, members, constraints=None):
-    """The run rule, written once: one per run (a wildcard rule) or one per seed group
+    """The run rule, written once: one per run (a wildcard rule) or one per group of runs
     (--config runs_per_job=N, a rule per group). `members(wildcards)` lists its run ids."""
 
     rule:
@@ -149,8 +146,8 @@ def define_run_rule(name, output, log, benchmark, members, constraints=None):
         threads: 1 if SCALE == "smoke" else 4
         resources:
             gpu=0 if config["device"] == "cpu" else 1,  # no GPU is asked of SLURM under device=cpu
-            mem_mb=lambda wildcards: sum(run_memory(RUNS[rid]) for rid in members(wildcards)),
-            runtime=lambda wildcards, attempt: sum(minutes(RUNS[rid], attempt) for rid in members(wildcards)),
+            mem_mb=lambda wildcards: group_memory(members(wildcards)),
+            runtime=lambda wildcards, attempt: group_minutes(members(wildcards), attempt),
             run_attempt=lambda wildcards, attempt: attempt,
         shell:
             RUN_COMMAND
@@ -165,8 +162,14 @@ def known_run(wildcards):
 if RUNS_PER_JOB == 1:
     define_run_rule("run", f"{RUNS_DIR}/{{run_id}}/metrics.json", "results/logs/runs/{run_id}.log",
                     "results/benchmarks/runs/{run_id}.tsv", known_run, {"run_id": "[0-9a-f]{16}"})
-else:  # one job (and one process, shared/multirun.py) per group of a cell's seeds
-    for _group in seed_groups(RUNS, RUNS_PER_JOB):
+else:  # one job per group of runs that train in one batched step (shared/run_groups.py), at most
+    # runs_per_job of them. Groups depend on the scale's runs alone, never on what is finished, so
+    # every process (the main one, a SLURM job's) defines the same rules. A group of finished and
+    # unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.run
+    # restores the finished ones from their kept metrics.json and trains only the others.
+    from shared.run_groups import form_groups
+
+    for _group in form_groups(RUNS, RUNS_PER_JOB):
         define_run_rule(f"runs_{_group[0]}", [f"{RUNS_DIR}/{rid}/metrics.json" for rid in _group],
                         f"results/logs/runs/{_group[0]}-group.log", f"results/benchmarks/runs/{_group[0]}-group.tsv",
                         lambda wildcards, group=_group: group)

@@ -1,0 +1,101 @@
+"""Operators dispatched per training round: one FedSSD run against a group of 15 (the FedSSD
+row of FedSSD's Table II: 5 settings x 3 seeds), at a tiny scale on the CPU.
+
+    python -m benchmarks.dispatch [key=value ...] [--repeats N]
+
+A round here is what every round repeats: sampling, the method's server step (teacher and
+M_class), the clients' local training and the aggregation; evaluation is left out. The count
+is every aten operator torch.profiler records (nested ones included). The single run trains
+the way a run trains by default (one client after another); the group trains every (run,
+client) pair in one batched step (shared/group_training.py). Prints both counts, the ratio
+`group ops / single-run ops` (the target is at most 1.5), and the CPU seconds per run and
+round of the group against the single run's default path (median of --repeats rounds).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from shared.config import RunConfig
+from shared.config_loading import load_config
+from shared.experiments import expand, get_table
+from shared.group_training import DatasetCache, GroupClients
+from shared.run_directory import RunDirectory
+from shared.trainer import Member, begin_round, start_member, train_alone
+
+# FedSSD's Table II setting cut to seconds on a CPU: CIFAR-shaped synthetic data, its 10
+# clients all taking part, about 5 batches of 64 per client and 2 local epochs (10 steps a round)
+TINY = ["dataset=synthetic", "dataset.synthetic.train_per_class=320", "dataset.synthetic.test_per_class=10",
+        "local.epochs=2", "federation.rounds=50", "trainer.device=cpu", "trainer.progress=false",
+        "trainer.tensorboard=false"]
+
+
+def fedssd_row(overrides: list[str]) -> list[RunConfig]:
+    """The FedSSD row of Table II at paper scale (5 settings x 3 seeds), at the tiny scale."""
+    cells = [c for c in expand(get_table("fedssd", "table2"), "paper") if c.config.method["name"] == "fedssd"]
+    return [load_config(None, ["method=fedssd", f"seed={c.config.seed}", "aux.per_class=64",
+                               *partition_overrides(c.config), *TINY, *overrides]) for c in cells]
+
+
+def partition_overrides(cfg: RunConfig) -> list[str]:
+    p = cfg.partition
+    return [f"partition.kind={p.kind}", f"partition.beta={p.beta}", f"partition.k={p.k}"]
+
+
+def one_round(members: list[Member], train_clients) -> None:
+    sampled = [begin_round(m) for m in members]
+    for member, results in zip(members, train_clients(members, sampled)):
+        member.setup.method.aggregate(member.setup.global_model, [r.update for r in results])
+
+
+def measure(members: list[Member], train_clients, repeats: int) -> tuple[int, float]:
+    """aten operators of one round, and the median seconds of `repeats` more."""
+    one_round(members, train_clients)  # warm-up: first-call costs are not per round
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        one_round(members, train_clients)
+    ops = sum(1 for event in prof.events() if event.name.startswith("aten::"))
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        one_round(members, train_clients)
+        seconds.append(time.perf_counter() - started)
+    return ops, statistics.median(seconds)
+
+
+def set_up(cfgs: list[RunConfig], root: Path, alone: bool) -> list[Member]:
+    datasets = DatasetCache()
+    members = []
+    for i, cfg in enumerate(cfgs):
+        directory = RunDirectory(root / f"run{i}", cfg)
+        directory.path.mkdir(parents=True, exist_ok=True)
+        members.append(start_member(cfg, directory, datasets.get(cfg), alone=alone))
+    return members
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dispatch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median)")
+    args = parser.parse_args(argv)
+    cfgs = fedssd_row(args.overrides)
+    with tempfile.TemporaryDirectory() as root:
+        single = set_up(cfgs[:1], Path(root) / "single", alone=True)
+        single_ops, single_seconds = measure(single, train_alone, args.repeats)
+        group = set_up(cfgs, Path(root) / "group", alone=False)
+        group_ops, group_seconds = measure(group, GroupClients(group), args.repeats)
+    print(f"threads: {torch.get_num_threads()}, runs in the group: {len(cfgs)}")
+    print(f"aten ops per round: single run {single_ops}, group {group_ops}; group / single = {group_ops / single_ops:.2f}")
+    per_run = group_seconds / len(cfgs)
+    print(f"CPU seconds per round and run: single run (default path) {single_seconds:.3f}, in the group "
+          f"{per_run:.3f} ({per_run / single_seconds:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
