@@ -70,7 +70,7 @@ def layout_of(leaves: dict[str, tuple[str, object]]) -> tuple:
     """What a captured step depends on: each leaf's key, kind, and shapes and dtypes."""
     def shape(kind, value):
         if kind == "module":
-            return tuple((n, tuple(t.shape), t.dtype) for n, t in module_tensors(value).items())
+            return tuple((n, tuple(t.shape), t.dtype) for n, t in value.tensors.items())
         return (tuple(value.shape), value.dtype) if kind == "tensor" else None
     return tuple((key, kind, shape(kind, value)) for key, (kind, value) in leaves.items())
 
@@ -79,13 +79,32 @@ def layout_of(leaves: dict[str, tuple[str, object]]) -> tuple:
 class Snapshot:
     """One slot's state as its hooks left it."""
 
-    leaves: dict[str, tuple[str, object]]
+    leaves: dict[str, tuple[str, object]]  # a module's value: its ModuleState
     attributes: dict  # the method's vars at the time, for the template
     path: tuple
 
 
+@dataclass
+class ModuleState:
+    """A module leaf as a slot's hooks left it: the module (its structure) and a copy of its
+    parameters and buffers (a hook may load the next client's weights into the same module)."""
+
+    module: nn.Module
+    tensors: dict[str, torch.Tensor]
+
+
 def take_snapshot(method: FedAvg) -> Snapshot:
-    return Snapshot(state_leaves(method), dict(vars(method)), code_path(method))
+    """The method's state now, its tensors copied: `start_client` often loads a client's state
+    into the same module or tensor for every client (MOON's previous model), and the stacks are
+    filled only once every slot's hooks have run."""
+    leaves = {}
+    for key, (kind, value) in state_leaves(method).items():
+        if kind == "module":
+            value = ModuleState(value, {n: t.detach().clone() for n, t in module_tensors(value).items()})
+        elif kind == "tensor":
+            value = value.detach().clone()
+        leaves[key] = (kind, value)
+    return Snapshot(leaves, dict(vars(method)), code_path(method))
 
 
 def shared_floats(snapshot: Snapshot, stacked: set[str]) -> tuple:
@@ -116,8 +135,8 @@ class SlotState(nn.Module):
         self.stacks = {}
         for key, (kind, value) in first.leaves.items():
             if kind == "module":  # a copy of its structure; the weights come from the stacks
-                self.modules_by_key[key] = copy.deepcopy(value)
-                for name, t in module_tensors(value).items():
+                self.modules_by_key[key] = copy.deepcopy(value.module)
+                for name, t in value.tensors.items():
                     self.stacks[f"{key}.{name}"] = t.new_zeros(self.slots, *t.shape)
             elif kind == "tensor":
                 self.stacks[key] = value.new_zeros(self.slots, *value.shape)
@@ -134,7 +153,7 @@ class SlotState(nn.Module):
                                f"{[k for k, _, _ in layout_of(snapshot.leaves)]}")
         for key, (kind, value) in snapshot.leaves.items():
             if kind == "module":
-                for name, t in module_tensors(value).items():
+                for name, t in value.tensors.items():
                     stack = self.stacks[f"{key}.{name}"]
                     stack[rows].copy_(t.expand_as(stack[rows]))
             elif kind == "tensor" or key in self.stacked_floats:

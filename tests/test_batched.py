@@ -90,7 +90,7 @@ def test_a_batched_run_matches_a_sequential_run_and_keeps_its_id(tiny_cfg, tmp_p
 
 
 def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(tiny_cfg, tmp_path, capsys):
-    cfg = tiny_cfg("method=fedlsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16")
+    cfg = tiny_cfg("method=fedcsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16")
     federation = build_federation(cfg, torch.device("cpu"))
     model = build_model("fedavg_cnn", 10)
     assert "lacks the capabilities per_sample_loss" in unbatchable_reason(build_method(cfg, federation), model, cfg)
