@@ -380,8 +380,10 @@ def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     """Seeded images whose class is learnable: each class is a smooth random template, and a
     sample is its template plus pixel noise. Deterministic for a given config. A template is a
     4x4 pattern of dark and bright cells per channel, blown up: classes differ by full contrast
-    over about half their area, so that a few SGD steps separate them (the smoke scale's 3
-    rounds; uniform grey levels left its global models at chance).
+    over about half their area, so that a few SGD steps separate them (the smoke scale's 4
+    rounds; uniform grey levels left its global models at chance). `synthetic.overlap=a` blends
+    into each sample another class's template by a share up to a (`blend`): harder classes,
+    some of them ambiguous, so that accuracy stays below 100%.
 
     `synthetic.domains=[names]` gives every sample (train and test) one of these domains, each
     shifting the brightness of the channels its own way (Office-Caltech-10's feature skew);
