@@ -9,6 +9,16 @@ cells at chance (`°`, as the tables do), and per column the paper's own method 
 so that another smoke data set or scale can be tried without editing the code; finished runs
 under --out are reused (a run's directory is its run id). The evidence behind the smoke scale's
 data and sizes in shared/experiments.py (README: Two commands on a fresh machine).
+
+Measured (2 seeds, FedSSD Table II; the earlier scale is `--smoke SMOKE_ROUNDS=3 --smoke
+SMOKE_LOCAL_EPOCHS=2 --smoke SMOKE_SAMPLES_PER_CLIENT=100 --smoke SMOKE_OVERLAP=null --smoke
+SMOKE_TEST_PER_CLASS=50 --smoke SMOKE_MAX_TEST=500`): 3 rounds of 2 epochs on about 100
+samples a client left MOON at chance at δ=0.1, FedAvg at 100% at #K=5 and δ=10, and FedSSD
+equal to FedAvg in 4 of 5 columns (its mask was zero while the global model was weak, and
+M^2 <= 1e-4 after); today's scale leaves no cell at chance, FedAvg at 31-78%, and FedSSD
+0.05-0.35 points from FedAvg in 4 of 5 columns (ties at δ=0.1). Tried and dropped: 5 rounds of
+1 epoch, 3 rounds of 10 epochs, and batch size 10 (FedSSD equal to FedAvg in most columns tried), and
+500 test samples (equal in 3 of 5).
 """
 import argparse
 import time
@@ -51,7 +61,8 @@ def main(argv=None):
     parser.add_argument("--out", default="results/benchmarks/smoke_learning")
     args = parser.parse_args(argv)
     for name, _, value in (s.partition("=") for s in args.smoke):
-        assert hasattr(experiments, name), f"shared.experiments has no {name}"
+        if not name.startswith("SMOKE_") or not hasattr(experiments, name):
+            parser.error(f"--smoke {name}: shared/experiments.py has no such SMOKE_* constant")
         setattr(experiments, name, yaml.safe_load(value))
     table = get_table(args.paper, args.table)
     overrides = {**parse_sets(args.sets), "trainer": {"device": "cpu", "progress": False}}
