@@ -142,5 +142,6 @@ def validate_dataset(cfg: RunConfig) -> None:
     check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
     check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,
            "dataset.synthetic: set at most one of domains, writers and text_length")
+    check(not s.text_length or s.overlap is None, "dataset.synthetic.overlap applies to images, not token sequences (text_length)")
     check(not s.text_length or s.vocab_size > s.num_classes,
            f"dataset.synthetic.vocab_size={s.vocab_size} must exceed num_classes={s.num_classes} (a band of tokens per class)")

@@ -379,8 +379,10 @@ def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     """Seeded images whose class is learnable: each class is a smooth random template, and a
     sample is its template plus pixel noise. Deterministic for a given config. A template is a
     4x4 pattern of dark and bright cells per channel, blown up: classes differ by full contrast
-    over about half their area, so that a few SGD steps separate them (the smoke scale's 3
-    rounds; uniform grey levels left its global models at chance).
+    over about half their area, so that a few SGD steps separate them (the smoke scale's 4
+    rounds; uniform grey levels left its global models at chance). `synthetic.overlap=a` blends
+    into each sample another class's template by a share up to a (`blend`): harder classes,
+    some of them ambiguous, so that accuracy stays below 100%.
 
     `synthetic.domains=[names]` gives every sample (train and test) one of these domains, each
     shifting the brightness of the channels its own way (Office-Caltech-10's feature skew);
@@ -398,7 +400,7 @@ def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     def draw(per_class: int) -> Split:
         y = torch.arange(s.num_classes).repeat_interleave(per_class)
         noise = torch.randn(len(y), s.channels, s.image_size, s.image_size, generator=g)
-        x = templates[y] + s.noise * 0.25 * noise
+        x = blend(templates, y, s.overlap, g) + s.noise * 0.25 * noise
         domain = None
         if shifts is not None:
             domain = torch.arange(len(y)) % len(s.domains)  # every class in every domain
@@ -414,6 +416,19 @@ def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
         train.group = torch.randint(s.writers, (len(train),), generator=g)
         dataset.group_kind, dataset.groups = "writer", [f"writer{i}" for i in range(s.writers)]
     return dataset
+
+
+def blend(templates: torch.Tensor, y: torch.Tensor, overlap: float | None, g: torch.Generator) -> torch.Tensor:
+    """Each sample's class template, mixed with another class's by a share drawn uniformly from
+    [0, overlap): the samples mixed by nearly half lie near the class boundary, where a small
+    change of the weights changes predictions, and those mixed by more than half look like the
+    other class, so that accuracy stays below 100%. None: the template alone (draws nothing)."""
+    if overlap is None:
+        return templates[y]
+    classes = len(templates)
+    other = (y + torch.randint(1, classes, y.shape, generator=g)) % classes
+    share = (torch.rand(len(y), generator=g) * overlap).view(-1, 1, 1, 1)
+    return (1 - share) * templates[y] + share * templates[other]
 
 
 def synthetic_text(name: str, s: SyntheticConfig) -> Dataset:

@@ -27,7 +27,7 @@ import yaml
 from shared.experiments import Cell, Table, declared, declared_one, expand, get_table, load_metrics
 from shared.catalog import DATASETS
 from shared.dotted import flatten
-from shared.experiments import cell_overrides
+from shared.experiments import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, cell_overrides
 from shared.metrics import cell_value
 from shared.papers import display_name
 from shared.provenance import provenance_header
@@ -530,7 +530,7 @@ def draw(kind: str, cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
 
 SCALE_NOTES = {"paper": "the paper's protocol",
                "small": "reduced scale: real data, a tenth of the rounds, at most 2 local epochs; not a paper result",
-               "smoke": "reduced scale: synthetic data, 3 rounds of 2 local epochs; not a paper result"}
+               "smoke": f"reduced scale: synthetic data, {SMOKE_ROUNDS} rounds of {SMOKE_LOCAL_EPOCHS} local epochs; not a paper result"}
 
 
 def figure_title(figure: Figure, scale: str) -> str:

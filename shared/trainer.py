@@ -299,7 +299,7 @@ def judge(status: str, history: list[dict], num_classes: int) -> str:
         return status
     evaluated = [h for h in history if "global_acc" in h]
     chance = 100 / num_classes
-    # a few rounds (the smoke scale's 3) may not leave chance yet; that says nothing of the run
+    # a few rounds (the smoke scale's 4) may not leave chance yet; that says nothing of the run
     if evaluated and evaluated[-1]["global_acc"] <= chance + 0.5 and len(history) >= 5:
         return f"suspect: final accuracy {evaluated[-1]['global_acc']:.2f}% is chance ({chance:.2f}%)"
     first, last = history[0]["train_loss"], history[-1]["train_loss"]

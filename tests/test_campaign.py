@@ -1,6 +1,6 @@
 """python -m shared.campaign: the whole offline cycle rehearsed on the CPU.
 
-FedCAD Table 4 at smoke scale (8 runs of 3 rounds, half a second each): `train` stopped by its
+FedCAD Table 4 at smoke scale (8 runs of a few rounds, seconds each): `train` stopped by its
 budget in the middle of a run; `train` again from the state file in a second checkout (the
 next GPU slot); `import` into the first; the table built from shipped runs, partial and then
 whole; the workflow scheduling no run; the resumed run equal to an uninterrupted one.
@@ -29,7 +29,7 @@ from shared.config import ConfigError, run_id
 from shared.config_loading import load_config
 from shared.dotted import deep_merge
 from shared.data import CIFAR, file_digest, load_dataset
-from shared.experiments import expand, get_table
+from shared.experiments import SMOKE_ROUNDS, expand, get_table
 from shared.figures import get_figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,12 +83,13 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
     first, second = checkout(tmp_path / "first"), checkout(tmp_path / "second")
     state = tmp_path / "carry" / "state.tar.gz"
 
-    # slot 1: a budget of 980 s (16 1/3 minutes less 30 s to write the state) on that clock:
-    # 4 runs of 3 rounds (2 ticks each), then the 5th stops after its second round, as the
-    # third would pass the budget
+    # slot 1: a budget (less 30 s to write the state) on that clock that ends half a tick after
+    # 4 runs of SMOKE_ROUNDS rounds (a tick after each but the last) and 2 ticks: the 5th run
+    # stops after its second round, as the third would pass the budget
+    budget_s = (4 * (SMOKE_ROUNDS - 1) + 1.5) * 100 + 30
     with monkeypatch.context() as patch:
         clock_of_rounds(patch)
-        assert train(first, state, 16 + 1 / 3) == 0
+        assert train(first, state, budget_s / 60) == 0
     manifest, members = read_state(state)
     finished = sorted({m.split("/")[1] for m in members if m.startswith("finished/")})
     progress = sorted({m.split("/")[1] for m in members if m.startswith("progress/")})

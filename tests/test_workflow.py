@@ -79,7 +79,7 @@ TABLES = [
           ONE, {}, seeds=(0, 1)),
     Table("wfcheck", "table3", "A run that overruns its time limit once", BASE, [Row("Stalling", {"name": "stalling"})],
           ONE, {}, seeds=(0,)),
-    # the smoke scale trains 2 local epochs whatever E says: both columns are table1's FedAvg run
+    # the smoke scale trains its own local epochs whatever E says: both columns are table1's FedAvg run
     Table("wfcheck", "table4", "Local epochs", BASE, [Row("FedAvg", {"name": "fedavg"})],
           [Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5)], {}, seeds=(0,)),
 ]

@@ -1,0 +1,102 @@
+"""Does a table learn at smoke scale? Trains every cell of a table at `scale=smoke` (in-process,
+one torch thread per worker) and prints the mean final accuracy per row and column, marking
+cells at chance (`°`, as the tables do), and per column the paper's own method minus FedAvg.
+
+    python -m benchmarks.smoke_learning fedssd table2 [--jobs 2] [--seeds 2]
+        [--set dataset.synthetic.noise=2.0 --set federation.rounds=4] [--out results/benchmarks/smoke_learning]
+
+`--set` overrides the smoke configs (dotted key=value, as `python -m shared.run` takes them),
+so that another smoke data set or scale can be tried without editing the code; finished runs
+under --out are reused (a run's directory is its run id). The evidence behind the smoke scale's
+data and sizes in shared/experiments.py (README: Two commands on a fresh machine).
+
+Measured (2 seeds, FedSSD Table II; the earlier scale is `--smoke SMOKE_ROUNDS=3 --smoke
+SMOKE_LOCAL_EPOCHS=2 --smoke SMOKE_SAMPLES_PER_CLIENT=100 --smoke SMOKE_OVERLAP=null --smoke
+SMOKE_TEST_PER_CLASS=50 --smoke SMOKE_MAX_TEST=500`): 3 rounds of 2 epochs on about 100
+samples a client left MOON at chance at δ=0.1, FedAvg at 100% at #K=5 and δ=10, and FedSSD
+equal to FedAvg in 4 of 5 columns (its mask was zero while the global model was weak, and
+M^2 <= 1e-4 after); today's scale leaves no cell at chance, FedAvg at 31-78%, and FedSSD
+0.05-0.35 points from FedAvg in 4 of 5 columns (ties at δ=0.1). Tried and dropped: 5 rounds of
+1 epoch, 3 rounds of 10 epochs, and batch size 10 (FedSSD equal to FedAvg in most columns tried), and
+500 test samples (equal in 3 of 5).
+"""
+import argparse
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import torch
+import yaml
+
+from shared.dotted import nested
+from shared import experiments
+from shared.experiments import expand, get_table
+from shared.trainer import run
+
+
+def train(job: tuple) -> tuple[str, str, int, float, str]:
+    cell_key, cfg, out = job
+    torch.set_num_threads(1)
+    summary = run(cfg, out)
+    return (*cell_key, summary["final_acc"], summary["status"])
+
+
+def parse_sets(pairs: list[str]) -> dict:
+    """`key=value` pairs as a nested dict, each value read as YAML (expand checks them)."""
+    return nested({key: yaml.safe_load(value) for key, _, value in (p.partition("=") for p in pairs)})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paper")
+    parser.add_argument("table")
+    parser.add_argument("--set", action="append", default=[], dest="sets", help="dotted key=value on the smoke configs")
+    parser.add_argument("--smoke", action="append", default=[], help="NAME=VALUE: another value of a SMOKE_* "
+                        "constant of shared/experiments.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale")
+    parser.add_argument("--seeds", type=int, default=None, help="at most this many of the smoke scale's seeds")
+    parser.add_argument("--rows", nargs="*", help="only these rows (default: all)")
+    parser.add_argument("--columns", nargs="*", help="only these columns (default: all)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default="results/benchmarks/smoke_learning")
+    args = parser.parse_args(argv)
+    for name, _, value in (s.partition("=") for s in args.smoke):
+        if not name.startswith("SMOKE_") or not hasattr(experiments, name):
+            parser.error(f"--smoke {name}: shared/experiments.py has no such SMOKE_* constant")
+        setattr(experiments, name, yaml.safe_load(value))
+    table = get_table(args.paper, args.table)
+    overrides = {**parse_sets(args.sets), "trainer": {"device": "cpu", "progress": False}}
+    cells = expand(table, "smoke", overrides)
+    seeds = sorted({c.seed for c in cells})[: args.seeds]
+    cells = [c for c in cells if c.seed in seeds and (not args.rows or c.row.label in args.rows)
+             and (not args.columns or c.column.label in args.columns)]
+    jobs = [((c.row.label, c.column.label, c.seed), c.config, Path(args.out) / c.run_id) for c in cells]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(train, jobs))
+    seconds = time.perf_counter() - started
+    frame = pd.DataFrame(results, columns=["row", "column", "seed", "acc", "status"])
+    print(report(table, frame, 100 / cells[0].config.dataset.synthetic.num_classes, seconds, args))
+
+
+def report(table, frame: pd.DataFrame, chance: float, seconds: float, args) -> str:
+    """The matrix of mean final accuracies (° at chance), own method minus FedAvg, and timing."""
+    means = frame.pivot_table(index="row", columns="column", values="acc", aggfunc="mean")
+    means = means.reindex(index=[r.label for r in table.rows if r.label in means.index],
+                          columns=[c.label for c in table.columns if c.label in means.columns])
+    marked = means.map(lambda a: f"{a:.2f}{'°' if abs(a - chance) <= 0.5 else ''}")
+    own = next((r for r in means.index if r.lower() == table.paper.lower()), None)
+    lines = [f"{table.paper}/{table.name} at smoke scale, {frame.seed.nunique()} seed(s), --smoke {args.smoke} --set {args.sets}",
+             marked.to_markdown()]
+    if own and "FedAvg" in means.index:
+        diff = (means.loc[own] - means.loc["FedAvg"]).map(lambda d: f"{d:+.2f}")
+        lines.append(f"\n{own} - FedAvg: " + ", ".join(f"{c} {d}" for c, d in diff.items()))
+    at_chance = int(means.map(lambda a: abs(a - chance) <= 0.5).to_numpy().sum())
+    not_completed = frame[frame.status != "completed"]
+    lines.append(f"cells at chance: {at_chance}; runs not completed: {len(not_completed)}; "
+                 f"{len(frame)} runs in {seconds:.0f} s on {args.jobs} worker(s)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

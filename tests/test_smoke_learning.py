@@ -1,0 +1,76 @@
+"""The smoke scale shows learning (README: Two commands on a fresh machine): on its synthetic
+data the README's first table's runs leave chance, FedSSD's selective distillation is active
+(its run is not FedAvg's), and the data does not let a near-IID run reach 100%.
+benchmarks/smoke_learning.py prints the whole table."""
+import hashlib
+
+import pytest
+import torch
+
+from shared.config import ConfigError, data_root
+from shared.config_loading import load_config
+from shared.data import load_synthetic
+from shared.experiments import expand, get_table
+from shared.trainer import run
+
+CHANCE = 10.0  # CIFAR-10's stand-in: 10 classes
+
+
+@pytest.fixture(scope="module")
+def fedssd_table2_runs(tmp_path_factory):
+    """FedAvg and FedSSD at the most skewed Dirichlet column (δ=0.1), and FedAvg near IID
+    (δ=10), seed 0, trained as the smoke table trains them: {(row, column): (summary, weights)}."""
+    out = tmp_path_factory.mktemp("smoke_runs")
+    wanted = {("FedAvg", "δ=0.1"), ("FedSSD", "δ=0.1"), ("FedAvg", "δ=10")}
+    cells = [c for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
+             if c.seed == 0 and (c.row.label, c.column.label) in wanted]
+    assert len(cells) == len(wanted)
+    torch.set_num_threads(1)
+    return {(c.row.label, c.column.label): (run(c.config, out / c.run_id), torch.load(out / c.run_id / "model.pt"))
+            for c in cells}
+
+
+def test_smoke_runs_leave_chance(fedssd_table2_runs):
+    for (row, column), (summary, _) in fedssd_table2_runs.items():
+        assert summary["status"] == "completed"
+        assert summary["final_acc"] > CHANCE + 5, f"{row} at {column} is at chance: {summary['global_acc']}"
+
+
+def test_fedssd_distils_at_smoke_scale(fedssd_table2_runs):
+    """FedSSD's term is zero unless the global model is credible (M_class * M_sample > 0.1):
+    when it was, FedSSD's weights are not FedAvg's."""
+    fedavg, fedssd = fedssd_table2_runs["FedAvg", "δ=0.1"][1], fedssd_table2_runs["FedSSD", "δ=0.1"][1]
+    assert fedavg.keys() == fedssd.keys()
+    assert any(not torch.equal(fedavg[k], fedssd[k]) for k in fedavg), "FedSSD trained exactly as FedAvg"
+
+
+def test_near_iid_smoke_run_is_not_saturated(fedssd_table2_runs):
+    """Overlapping classes keep accuracy below 100%, where every method would tie."""
+    summary = fedssd_table2_runs["FedAvg", "δ=10"][0]
+    assert CHANCE + 30 < summary["final_acc"] < 99
+
+
+def test_synthetic_data_without_overlap_is_unchanged():
+    """Runs made before `overlap` existed keep their ids, so their data must stay the same:
+    unset, it draws nothing (the digest was taken before the key was added)."""
+    cfg = load_config(None, ["dataset=synthetic", "dataset.synthetic.image_size=16"])
+    d = load_synthetic("synthetic", cfg.dataset, data_root(cfg))
+    digest = hashlib.sha256(d.train.x.numpy().tobytes() + d.test.x.numpy().tobytes()).hexdigest()
+    assert digest == "b269f121a6d146f7b7e91ed33548f71eefbae51e03178d994bbcbf9d3ca1cb31"
+
+
+def test_overlap_mixes_another_class_in():
+    base = ["dataset=synthetic", "dataset.synthetic.image_size=16", "dataset.synthetic.noise=0"]
+    plain = load_config(None, base)
+    mixed = load_config(None, base + ["dataset.synthetic.overlap=0.6"])
+    x_plain = load_synthetic("synthetic", plain.dataset, data_root(plain)).train.x.float()
+    x_mixed = load_synthetic("synthetic", mixed.dataset, data_root(mixed)).train.x.float()
+    # without noise every sample of a class is its template; mixed, samples of a class differ
+    assert x_plain[:200].std(0).max() == 0
+    assert x_mixed[:200].std(0).max() > 10
+
+
+def test_overlap_is_refused_for_token_sequences():
+    with pytest.raises(ConfigError, match="overlap applies to images"):
+        load_config(None, ["dataset=synthetic", "dataset.synthetic.text_length=16", "dataset.synthetic.overlap=0.5",
+                           "model=text_bow"])
