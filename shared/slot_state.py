@@ -1,7 +1,7 @@
 """A method's local state, one copy per slot of a batched step.
 
 A slot is one (run, client) pair. What a method's `local_loss` reads besides the model is the
-state its hooks set: `prepare_round` (a teacher, FedSSD's M_class, FedProx's global weights)
+state its hooks set: `prepare_round` (a teacher, per-class weights, FedProx's global weights)
 and `start_client` (a client's previous model, control variates, class weights). Slots of
 different runs, and of different clients, hold different values, so the batched step takes a
 snapshot of that state per slot, stacks it, and swaps each slot's slice in while vmap runs the
@@ -16,8 +16,8 @@ method's own `local_loss` on one template instance:
 
 Every other attribute (hyperparameters, the config, the federation, a buffer of state dicts
 that only the server reads) is the template's, copied from the slot's method as it was right
-after that slot's hooks ran. Slots whose int, bool, str or None attributes differ (FedGKD's
-`distil` is off in a run's first round only) cannot take one code path, so they train in
+after that slot's hooks ran. Slots whose int, bool, str or None attributes differ (a switch
+that is off in a run's first round only) cannot take one code path, so they train in
 separate passes of the step (`code_path`).
 
 The stacks are static buffers, copied into each round, so that a CUDA graph captured once
