@@ -431,7 +431,9 @@ def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
     another run. Every run is checked before the first directory is made."""
     for rid in run_ids:
         check_run_destination(runs_dir / rid, rid)
-    for rid in run_ids:
+    # runs whose directory exists first: a trainer may hold one of them, and a refusal then
+    # leaves no new directory behind
+    for rid in sorted(run_ids, key=lambda rid: not (runs_dir / rid).is_dir()):
         run_dir = runs_dir / rid
         run_dir.mkdir(parents=True, exist_ok=True)
         try:

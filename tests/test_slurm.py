@@ -11,6 +11,7 @@ import time
 import pandas as pd
 import pytest
 
+from shared.experiments import SMOKE_ROUNDS
 from tests.test_workflow import make_project, paper_runs
 
 
@@ -85,4 +86,5 @@ def test_smoke_tables_through_the_slurm_profile(tmp_path):
     attempts = sorted((j for j in jobs if rid in j["comment"]), key=lambda j: int(j["id"]))
     assert [(j["state"], j["limit"]) for j in attempts] == [("TIMEOUT", "1:00"), ("COMPLETED", "2:00")], attempts
     log = (project / "results" / "logs" / "runs" / f"{rid}.log").read_text()
-    assert "attempt 2 of 3" in log and "round 3/3" in log and "round 1/3" not in log, log  # resumed
+    last = SMOKE_ROUNDS
+    assert "attempt 2 of 3" in log and f"round {last}/{last}" in log and f"round 1/{last}" not in log, log  # resumed
