@@ -91,3 +91,30 @@ def test_runs_that_cannot_share_a_step_train_one_after_another_with_a_note(tiny_
     assert main(args) == 0
     assert "note: 2 runs train one after another: on a CPU" in capsys.readouterr().err
     assert all(json.loads((tmp_path / f"run{i}" / "metrics.json").read_text())["status"] == "completed" for i in range(2))
+
+
+def test_a_run_that_diverges_leaves_its_group_and_the_others_train_as_alone(tiny_cfg, tmp_path, float64, monkeypatch):
+    """Run seed=2's global model turns non-finite in its first aggregation: it ends as diverged
+    after round 1, tested in the same vmapped pass as the others, and the others' rounds 2 and 3
+    (one step, one evaluation pass without it) equal their runs trained alone."""
+    from shared.fedavg import FedAvg
+
+    aggregate = FedAvg.aggregate
+
+    def poisoned(self, global_model, updates):
+        aggregate(self, global_model, updates)
+        if self.cfg.seed == 2:
+            with torch.no_grad():
+                next(global_model.parameters()).fill_(float("nan"))
+
+    cfgs = configs(tiny_cfg, "fedavg", "trainer.clients_per_step=2", "federation.rounds=3")
+    outs = [tmp_path / f"group{i}" for i in range(3)]
+    monkeypatch.setattr(FedAvg, "aggregate", poisoned)
+    summaries = run_group(cfgs, outs)
+    assert summaries[1]["status"].startswith("diverged") and summaries[1]["rounds_completed"] == 1
+    assert [summaries[i]["status"] for i in (0, 2)] == ["completed", "completed"]
+    monkeypatch.setattr(FedAvg, "aggregate", aggregate)
+    alone = configs(tiny_cfg, "fedavg", "federation.rounds=3")
+    for i in (0, 2):
+        trainer.run(alone[i], tmp_path / f"alone{i}")
+        assert_same_run(outs[i], tmp_path / f"alone{i}")
