@@ -158,6 +158,7 @@ class BatchedClients:
         names_params = [(f"model.{name}", p) for name, p in model.named_parameters()]
         self.names = [name for name, _ in names_params]
         self.params = [p.detach().unsqueeze(0).repeat(slots, *[1] * p.dim()) for _, p in names_params]
+        self.named_params = dict(zip(self.names, self.params))  # as the step passes them, built once
         self.optimizer = StackedSGD(self.params, cfg.local)
         sample = federation.augmenter.normalize(federation.train_x[:1])  # dtype and layout of a batch
         batch = cfg.local.batch_size
@@ -187,10 +188,9 @@ class BatchedClients:
         active = self.sizes > 0
         weight = (self.positions < self.sizes[:, None]).to(self.params[0].dtype)
         weight = weight / self.sizes.clamp(min=1)[:, None].to(weight.dtype)
-        params = dict(zip(self.names, self.params))
         # cache_enabled=False: autocast's weight cache cannot live across CUDA graph replays
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.amp, cache_enabled=False):
-            grads, losses = self.loss_and_grads(params, self.state.parameters_by_name(), self.state.tensor_stacks(),
+            grads, losses = self.loss_and_grads(self.named_params, self.state.parameters_by_name, self.state.tensor_stacks,
                                                 self.x, self.y, weight)
         self.optimizer.step([grads[name] for name in self.names], active)
         self.loss_sums += losses.detach().float()  # 0 for a slot without a batch

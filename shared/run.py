@@ -142,13 +142,11 @@ def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, 
     note saying why. A group that raises is trained again one run after another, each from
     its checkpoint, so that a failure is recorded (or retried) for the run that fails."""
     from shared.group_training import run_group
-    from shared.run_groups import group_key
+    from shared.run_groups import form_groups
 
-    by_key: dict[str, list[int]] = {}
-    for i, cfg in enumerate(cfgs):
-        by_key.setdefault(group_key(cfg), []).append(i)
     codes = {}
-    for members in by_key.values():
+    for group in form_groups({str(i): cfg for i, cfg in enumerate(cfgs)}, len(cfgs)):
+        members = [int(i) for i in group]
         if len(members) > 1:
             try:
                 summaries = run_group([cfgs[i] for i in members], [outs[i] for i in members], restore)

@@ -124,6 +124,7 @@ class SlotState(nn.Module):
         self.modules_by_key = nn.ModuleDict()
         self.stacks: dict[str, torch.Tensor] = {}  # "module key.tensor name" or tensor key -> stack
         self.stacked_floats: set[str] = set()
+        self.split_stacks()
 
     def arrange(self, first: Snapshot, floats_differ: set[str]) -> bool:
         """Allocate the stacks for this layout; True if it changed (a captured step is stale)."""
@@ -142,6 +143,7 @@ class SlotState(nn.Module):
                 self.stacks[key] = value.new_zeros(self.slots, *value.shape)
             elif key in floats_differ:
                 self.stacks[key] = torch.zeros(self.slots, dtype=torch.get_default_dtype(), device=self.device)
+        self.split_stacks()
         return True
 
     @torch.no_grad()
@@ -160,15 +162,13 @@ class SlotState(nn.Module):
                 stack = self.stacks[key]
                 stack[rows].copy_(torch.as_tensor(value, dtype=stack.dtype).expand_as(stack[rows]))
 
-    def parameters_by_name(self) -> dict[str, torch.Tensor]:
-        """The module stacks, named as functional_call over the loss module wants them."""
-        return {f"state.modules_by_key.{k}": v for k, v in self.stacks.items() if self.is_module_stack(k)}
-
-    def tensor_stacks(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.stacks.items() if not self.is_module_stack(k)}
-
-    def is_module_stack(self, key: str) -> bool:
-        return key.split(".", 1)[0] in self.modules_by_key
+    def split_stacks(self) -> None:
+        """The stacks as the batched step passes them, split once per layout rather than at
+        every step: the module stacks named as functional_call over the loss module wants
+        them, and the tensor (and float) stacks."""
+        is_module = {k: k.split(".", 1)[0] in self.modules_by_key for k in self.stacks}
+        self.parameters_by_name = {f"state.modules_by_key.{k}": v for k, v in self.stacks.items() if is_module[k]}
+        self.tensor_stacks = {k: v for k, v in self.stacks.items() if not is_module[k]}
 
     def assign(self, template: FedAvg, tensors: dict[str, torch.Tensor], leaves: dict[str, tuple[str, object]]) -> None:
         """Point the template's attributes at one slot's state (inside vmap: its slices)."""
