@@ -44,7 +44,9 @@ class MOON(FedAvg):
     def local_loss(self, model, x, y, client):
         q = model.features(x)
         loss = F.cross_entropy(model.classifier(q), y)
-        if self.params.mu > 0:
+        # one after another, a client without a previous model skips the term's two forward
+        # passes (its weight is 0); batched (client=None), every slot computes it
+        if self.params.mu > 0 and (client is None or client.id in self.previous):
             with torch.no_grad():
                 q_global = self.global_model.features(x)
                 q_previous = self.previous_model.features(x)
