@@ -16,15 +16,15 @@ SMOKE_LOCAL_EPOCHS=2 --smoke SMOKE_SAMPLES_PER_CLIENT=100 --smoke SMOKE_OVERLAP=
 SMOKE_TEST_PER_CLASS=50 --smoke SMOKE_MAX_TEST=500`): 3 rounds of 2 epochs on about 100
 samples a client left MOON at chance at δ=0.1, FedAvg at 100% at #K=5 and δ=10, and FedSSD
 equal to FedAvg in 4 of 5 columns (its mask was zero while the global model was weak, and
-M^2 <= 1e-4 after); today's scale leaves no cell at chance, FedAvg at 31-78%, and FedSSD
-0.05-0.35 points from FedAvg in 4 of 5 columns; at δ=0.1 each seed equals FedAvg's (62.90,
-58.10; marked `=`, as the tables mark it), and MOON's seed 1 ends at chance at δ=0.5 and δ=10.
-Tried and dropped: 5 rounds of 1 epoch, 3 rounds of 10 epochs, batch size 10, and 500 test
-samples (FedSSD equal to FedAvg in most columns); on the FedAvg, MOON and FedSSD rows
-(benchmarks/README.md: Smoke scale) 2,000 test samples, 5 rounds, batch size 4 or 5, and 20-,
-24- or 32-pixel images: FedSSD ties FedAvg in 0-2 columns, a different one each time, and only
-three variants, each costing 1.4-2x the training CPU, differ in all five; MOON's cells stay at
-10-49%.
+M^2 <= 1e-4 after); 4 rounds of 10 epochs at batch size 8 left no cell at chance, FedAvg at
+31-78%, and FedSSD 0.05-0.35 points from FedAvg in 4 of 5 columns, but at δ=0.1 each seed at
+FedAvg's (62.90, 58.10; marked `=`, as the tables mark it), and MOON's seed 1 at chance at δ=0.5
+and δ=10. Today's batch size 6 leaves no cell and no seed at chance, FedAvg at 37-81%, and every
+method apart from FedAvg in every column (FedSSD by 0.05-0.70). Tried and dropped: 5 rounds of
+1 epoch, 3 rounds of 10 epochs, batch size 10, 500 or 2,000 test samples, 5 rounds, 20-, 24- or
+32-pixel images (FedSSD tied FedAvg in some column, a different one each time), batch size 5
+and batch size 4 at 9 epochs (a tie too), batch size 4 at 8 and 10 epochs (no tie, but more CPU
+than batch size 6; benchmarks/README.md: Smoke scale).
 """
 import argparse
 import time
