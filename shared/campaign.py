@@ -667,12 +667,13 @@ def copy_runtime(copy: Copy | None) -> dict:
 
 def labelled(target, copy: Copy | None, note: str = ""):
     """A table or figure whose caption names the copy (and the partial note); a table's name
-    gets the copy's slug too (in ASCII: its LaTeX label, the titles drawn from it), and keeps
-    its declared name (`renamed_from`), by which its claims are found."""
+    gets the copy's slug too (in ASCII: its LaTeX label, the titles drawn from it), keeps its
+    declared name (`renamed_from`), by which its claims are found, and names its data in its
+    claims as the caption does."""
     labels = " ".join(f"[{label}]" for label in (copy.label if copy else "", note) if label)
     if not labels:
         return target
-    renamed = {"name": f"{target.name}-{copy.slug}", "renamed_from": target.name} \
+    renamed = {"name": f"{target.name}-{copy.slug}", "renamed_from": target.name, "data": copy.label} \
         if copy and target.name.startswith("table") else {}
     return dataclasses.replace(target, caption=f"{target.caption} {labels}", **renamed)
 

@@ -353,7 +353,9 @@ def claims_html(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
 
 def data_label(table, cells) -> str:
     """The datasets the runs train on, and the paper's dataset each stands in for where a
-    reduced scale replaced it ("synthetic (stand-in for cifar10)")."""
+    reduced scale replaced it ("synthetic (stand-in for cifar10)"); a labelled table's `data`."""
+    if table.data:
+        return table.data
     pairs = {(c.config.dataset.name, cell_overrides(table, c.row, c.column, c.seed).get("dataset", {}).get(
         "name", c.config.dataset.name), c.config.dataset.copy) for c in cells}
     names = [copy_label(ours, copy) if copy else ours if ours == paper else f"{ours} (stand-in for {paper})"

@@ -149,6 +149,9 @@ class Table:
     # The name the paper declares the table under, where its outputs name it otherwise (on a
     # copy: "table4-<the copy's slug>", shared.campaign.labelled); None: `name` is that name.
     renamed_from: str | None = None
+    # What its runs train on, where a label names it (on a copy: "CIFAR-10, JPEG copy sha256
+    # dfaab4e…", which only the copy's file tells); "": named from the runs' configs.
+    data: str = ""
 
     @property
     def declared_name(self) -> str:

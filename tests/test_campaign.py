@@ -302,6 +302,8 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
     assert "FedCAD" not in set(pd.read_csv(out / "table.csv").row)
     for name in ("table.csv", "comparison.csv"):  # a CSV read alone names its data too
         assert set(pd.read_csv(out / name).data) == {copy.label}, name
+    for name in ("claims.md", "claims.html"):  # as the captions name it
+        assert label in (out / name).read_text(), name
     assert "cifar10-jpeg-copy-dfaab4e" in (out / "table.tex").read_text()  # its LaTeX label
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
     assert provenance["data"].startswith(label) and provenance["partial"] == partial

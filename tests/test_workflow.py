@@ -441,7 +441,8 @@ def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
     assert built.returncode == 0, built.stderr[-3000:]
     out = project / "results" / f"cifar10-png-copy-{sha[:7]}" / "fedcad" / "table4"
     label = f"CIFAR-10, PNG copy sha256 {sha[:7]}"
-    assert label in (out / "table.tex").read_text() and label in (out / "comparison.md").read_text()
+    for name in ("table.tex", "comparison.md", "claims.md", "claims.html"):
+        assert label in (out / name).read_text(), name
     assert set(pd.read_csv(out / "table.csv").data) == {label + "…"} == set(pd.read_csv(out / "comparison.csv").data)
     assert yaml.safe_load((out / "provenance.yaml").read_text())["data"] == label + "…"
     assert not (project / "papers" / "fedcad" / "table4").exists()
