@@ -251,7 +251,7 @@ class SlotLoss(nn.Module):
 
 class BatchedClients:
     """Trains up to `slots` (run, client) pairs at once (fewer where they would not fit:
-    `slots_that_fit`, then `self.slots`); `train` takes them a step's worth at a time.
+    `slots_that_fit`, then `self.slots`); `train` takes any number, a step's worth at a time.
     `federation`: any of the runs' (the batch's shape, dtype and device)."""
 
     def __init__(self, model: Net, federation: Federation, cfg: RunConfig, slots: int):
@@ -398,9 +398,14 @@ class BatchedClients:
         return table
 
     def train(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
-        """Local training of up to `slots` slots from their runs' global weights: for each, the
-        update `shared.client_training.train_client` gives up to floating-point rounding, or
-        Diverged where its weights became non-finite."""
+        """Local training of these slots from their runs' global weights, in passes of
+        `self.slots`: for each, the update `shared.client_training.train_client` gives up to
+        floating-point rounding, or Diverged where its weights became non-finite."""
+        return [update for start in range(0, len(slots), self.slots)
+                for update in self.train_pass(slots[start:start + self.slots])]
+
+    def train_pass(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
+        """`train` of up to `self.slots` slots, in one batched step."""
         self.model.train()
         self.load_globals(slots)
         snapshots = self.start_clients(slots)
@@ -524,7 +529,7 @@ class BatchedClients:
         results = []
         for c, (slot, tensors) in enumerate(zip(slots, per_slot)):
             if not finite[c]:
-                results.append(Diverged(f"client {slot.client.id} diverged in round {slot.round + 1} (non-finite weights)"))
+                results.append(Diverged.client(slot.client.id, slot.round))
                 continue
             state = dict(zip(keys, tensors))
             update = ClientUpdate(slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1))

@@ -55,14 +55,19 @@ class ClientResult:
     local_acc: float | None  # the local model's test accuracy (%), in rounds that test local models
 
 
-def with_local_accuracy(updates: list[ClientUpdate], model: Net, federation: Federation, cfg: RunConfig,
-                        test_local: bool) -> list[ClientResult]:
-    """The round's results; where the round tests local models, with each one's test accuracy,
-    all of them tested in one pass over the test set (`evaluate_many`; `model`: their architecture)."""
-    if not test_local:
-        return [ClientResult(update, None) for update in updates]
-    tested = evaluate_many(model, [update.state for update in updates], federation.test, federation, cfg)
-    return [ClientResult(update, result["acc"]) for update, result in zip(updates, tested)]
+def with_local_accuracy(outcomes: list[list[ClientUpdate] | Diverged], test_local: list[bool], model: Net,
+                        federation: Federation, cfg: RunConfig) -> list[list[ClientResult] | Diverged]:
+    """Each run's round as ClientResults (a Diverged as it is): where the run's round tests local
+    models, with each one's test accuracy, those of every such run tested together in one pass
+    over the test set (`evaluate_many`; `model`: their architecture; `federation`: any of the
+    runs', which share the test set)."""
+    testing = [i for i, (outcome, tests) in enumerate(zip(outcomes, test_local))
+               if tests and not isinstance(outcome, Diverged)]
+    states = [update.state for i in testing for update in outcomes[i]]
+    accs = iter(result["acc"] for result in evaluate_many(model, states, federation.test, federation, cfg))
+    return [outcome if isinstance(outcome, Diverged) else
+            [ClientResult(update, next(accs) if i in testing else None) for update in outcome]
+            for i, outcome in enumerate(outcomes)]
 
 
 def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:
@@ -74,7 +79,7 @@ def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:
 
 def check_finite(state: dict[str, torch.Tensor], client: int, round: int) -> None:
     if not all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point()):
-        raise Diverged(f"client {client} diverged in round {round + 1} (non-finite weights)")
+        raise Diverged.client(client, round)
 
 
 def compile_for_full_batches(model: Net, device: torch.device, cuda_graphs: bool) -> torch.nn.Module:
@@ -139,7 +144,7 @@ class OneAfterAnother:
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
         global_state = snapshot(global_model)
         updates = [self.train_one(c, self.model, global_state, round) for c in clients]
-        return with_local_accuracy(updates, self.model, self.federation, self.cfg, test_local)
+        return with_local_accuracy([updates], [test_local], self.model, self.federation, self.cfg)[0]
 
 
 class InThreads(OneAfterAnother):
@@ -177,7 +182,8 @@ class InThreads(OneAfterAnother):
             updates = dict(zip((c.id for c in largest_first), self.pool.map(on_a_free_model, largest_first)))
         finally:
             torch.set_num_threads(cores)
-        return with_local_accuracy([updates[c.id] for c in clients], self.model, self.federation, self.cfg, test_local)
+        in_order = [updates[c.id] for c in clients]
+        return with_local_accuracy([in_order], [test_local], self.model, self.federation, self.cfg)[0]
 
 
 class Batched:
@@ -188,15 +194,11 @@ class Batched:
         self.clients = BatchedClients(model, federation, cfg, slots)
 
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
-        updates = []
-        slots = self.clients.slots
-        for start in range(0, len(clients), slots):
-            chunk = [Slot(self.method, client, self.cfg, round, global_model) for client in clients[start:start + slots]]
-            for update in self.clients.train(chunk):
-                if isinstance(update, Diverged):
-                    raise update
-                updates.append(update)
-        return with_local_accuracy(updates, self.model, self.federation, self.cfg, test_local)
+        updates = self.clients.train([Slot(self.method, client, self.cfg, round, global_model) for client in clients])
+        for update in updates:
+            if isinstance(update, Diverged):
+                raise update
+        return with_local_accuracy([updates], [test_local], self.model, self.federation, self.cfg)[0]
 
 
 def unbatchable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from shared.palette import style
+
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (
     ("global_acc", "global model", "test accuracy (%)"),
@@ -25,12 +27,6 @@ PANELS = (
     ("global_loss", "global model", "test loss"),
     ("train_loss", "local models (average)", "training loss"),
 )
-# One style per run, told apart in black and white too (7 and 4 are coprime: 28 distinct pairs);
-# shared/figures.py's palette, not imported from there because it imports the methods (torch).
-MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
-LINESTYLES = ["-", "--", ":", "-."]
-COLOURS = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
-           "#56b4e9"]
 # metrics.json's curves, for runs whose metrics.jsonl is gone: key in metrics.json -> panel key
 SUMMARY_CURVES = {"global_acc": "global_acc", "local_acc": "local_acc", "global_loss": "global_loss"}
 
@@ -137,8 +133,7 @@ def plot(runs: list[RunCurves], out: str | Path) -> Path:
     distinct_labels(runs)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False)
     for i, run in enumerate(runs):
-        look = {"color": COLOURS[i % len(COLOURS)], "marker": MARKERS[i % len(MARKERS)],
-                "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+        look = style(i)  # one style per run
         suffix = "" if run.status == "completed" else f" [{run.status.split(':')[0]}]"
         for ax, (key, _, _) in zip(axes.flat, PANELS):
             if key in run.series:

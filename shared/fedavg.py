@@ -64,6 +64,10 @@ class Capabilities:
 class Diverged(RuntimeError):
     """A local model's weights became NaN or infinite."""
 
+    @classmethod
+    def client(cls, client: int, round: int) -> Diverged:
+        return cls(f"client {client} diverged in round {round + 1} (non-finite weights)")
+
 
 @dataclass
 class ClientUpdate:

@@ -29,6 +29,7 @@ from shared.catalog import DATASETS
 from shared.dotted import flatten
 from shared.experiments import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, cell_overrides
 from shared.metrics import cell_value
+from shared.palette import COLOURS, style
 from shared.papers import display_name
 from shared.provenance import provenance_header
 
@@ -104,23 +105,12 @@ def save(fig, out_stem: Path) -> None:
 # --- how methods look -----------------------------------------------------------------------
 
 # Every method the papers compare, in a fixed order: its position picks its colour, marker and
-# line style, so that a method looks the same in every figure. 7 markers and 4 line styles give
-# 28 distinct (marker, line style) pairs (7 and 4 are coprime), so no two methods here share one.
+# line style (shared/palette.py), so that a method looks the same in every figure; there are
+# fewer methods than (marker, line style) pairs, so no two methods here share one.
 METHOD_ORDER = ["FedAvg", "FedProx", "MOON", "FedCurv", "FedNTD", "FedLSD", "FedCAD", "FedSSD", "FedCSD",
                 "FedGKD", "FedGKD-VOTE", "FedGKD+", "FedDistill+", "FedGen", "FedProto", "FedNova", "FedAvgM",
                 "SCAFFOLD", "Base"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
-LINESTYLES = ["-", "--", ":", "-."]
-# seaborn's colour-blind palette, its light pink and yellow (too faint on white) replaced by
-# black and a dark purple
-COLOURS = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9", "#000000", "#949494",
-           "#7b2d8e"]
 WARNING_COLOUR = "#b3261e"
-
-
-def style(index: int) -> dict:
-    return {"color": COLOURS[index % len(COLOURS)], "marker": MARKERS[index % len(MARKERS)],
-            "linestyle": LINESTYLES[index % len(LINESTYLES)]}
 
 
 def series_styles(labels: list[str]) -> dict[str, dict]:

@@ -36,10 +36,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from shared.batched import BatchedClients, Slot
-from shared.client_training import ClientResult, unbatchable_reason
+from shared.client_training import ClientResult, unbatchable_reason, with_local_accuracy
 from shared.config import RunConfig, data_root, to_dict
 from shared.data import Dataset, load_dataset
-from shared.evaluation import evaluate_many
 from shared.fedavg import Diverged
 from shared.run_directory import RunDirectory
 from shared.run_groups import group_key
@@ -79,40 +78,28 @@ class DatasetCache:
 
 
 class GroupClients:
-    """Every sampled client of every member of a group, in batched steps of up to `capacity`
-    (run, client) slots: the sum of the members' clients per round, so one step a round (for
-    models as large as ResNet-50, as many as fit: shared/batched.py, `slots_that_fit`)."""
+    """Every sampled client of every member of a group, in batched steps of (run, client) slots:
+    as many slots as the members' clients per round, so one step a round (for models as large
+    as ResNet-50, as many as fit: shared/batched.py, `slots_that_fit`)."""
 
     def __init__(self, members: list[Member]):
         first = members[0]
         self.model = copy.deepcopy(first.setup.global_model)
         wanted = sum(len(sample_clients(m.cfg, m.round)) for m in members)
         self.clients = BatchedClients(self.model, first.setup.federation, first.cfg, wanted)
-        self.capacity = self.clients.slots
 
     def __call__(self, members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
         slots = [Slot(m.setup.method, m.setup.federation.clients[c], m.cfg, m.round, m.setup.global_model)
                  for m, clients in zip(members, sampled) for c in clients]
-        updates = []
-        for start in range(0, len(slots), self.capacity):
-            updates += self.clients.train(slots[start:start + self.capacity])
+        updates = self.clients.train(slots)
         outcomes, start = [], 0
         for member, clients in zip(members, sampled):
             mine, start = updates[start:start + len(clients)], start + len(clients)
             diverged = [u for u in mine if isinstance(u, Diverged)]
             outcomes.append(diverged[0] if diverged else mine)
-        return self.with_local_accuracy(members, outcomes)
-
-    def with_local_accuracy(self, members: list[Member], outcomes: list) -> list[list[ClientResult] | Diverged]:
-        """Each member's updates as ClientResults, the local models of every member whose round
-        tests them tested together in one pass over the (shared) test set."""
-        testing = [i for i, (m, o) in enumerate(zip(members, outcomes)) if m.test_local and not isinstance(o, Diverged)]
-        states = [u.state for i in testing for u in outcomes[i]]
         first = members[0]
-        accs = iter(r["acc"] for r in evaluate_many(self.model, states, first.setup.federation.test,
-                                                    first.setup.federation, first.cfg))
-        return [o if isinstance(o, Diverged) else [ClientResult(u, next(accs) if i in testing else None) for u in o]
-                for i, o in enumerate(outcomes)]
+        return with_local_accuracy(outcomes, [m.test_local for m in members], self.model, first.setup.federation,
+                                   first.cfg)
 
 
 def run_group(cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False,

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from shared.catalog import DataError, TextVocabulary, image_shape, is_text, names_where
+from shared.catalog import TextVocabulary, image_shape, is_text, names_where
 from shared.config import ConfigError, RunConfig, check
 
 
@@ -220,17 +220,9 @@ class DistilBert(nn.Module):
 
     def __init__(self, pretrained: str, pad_id: int):
         super().__init__()
-        from shared.text_datasets import import_transformers
+        from shared.text_datasets import from_pretrained
 
-        transformers = import_transformers()
-        try:
-            self.encoder = transformers.AutoModel.from_pretrained(pretrained)
-        except (OSError, ValueError) as exc:  # not a saved model directory, and the hub unreachable or without it
-            raise DataError(
-                f"model.pretrained={pretrained!r}: cannot load DistilBERT weights ({exc}). Give a directory "
-                f"holding a saved model and tokenizer (on a machine with network: "
-                f"AutoModel.from_pretrained(...).save_pretrained(DIR) and the same for AutoTokenizer), or a hub "
-                f"id with the hub reachable.") from exc
+        self.encoder = from_pretrained("AutoModel", pretrained, "DistilBERT weights")
         dim = self.encoder.config.hidden_size
         self.pre_classifier = nn.Linear(dim, dim)
         self.dropout = nn.Dropout(self.encoder.config.seq_classif_dropout)

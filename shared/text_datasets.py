@@ -94,15 +94,22 @@ def read_raw(name: str, root: Path) -> dict[str, tuple[list[str], list[int]]]:
     return {"train": read_sst5(archive, "train"), "test": read_sst5(archive, "test")}
 
 
-def load_tokenizer(pretrained: str):
+def from_pretrained(auto_class: str, pretrained: str, what: str):
+    """transformers' `auto_class` (AutoModel, AutoTokenizer) loaded from `model.pretrained`; a
+    DataError saying how to provide it where that fails (not a saved directory, and the hub
+    unreachable or without it). `what`: what it loads, for the message."""
     transformers = import_transformers()
     try:
-        return transformers.AutoTokenizer.from_pretrained(pretrained)
-    except (OSError, ValueError) as exc:  # not a saved tokenizer directory, and the hub unreachable or without it
+        return getattr(transformers, auto_class).from_pretrained(pretrained)
+    except (OSError, ValueError) as exc:
         raise DataError(
-            f"model.pretrained={pretrained!r}: cannot load its tokenizer ({exc}). Give a directory holding a "
-            f"saved model and tokenizer (on a machine with network: AutoTokenizer.from_pretrained(...)"
-            f".save_pretrained(DIR), and the same for AutoModel), or a hub id with the hub reachable.") from exc
+            f"model.pretrained={pretrained!r}: cannot load {what} ({exc}). Give a directory holding a saved "
+            f"model and tokenizer (on a machine with network: AutoModel.from_pretrained(...).save_pretrained(DIR) "
+            f"and the same for AutoTokenizer), or a hub id with the hub reachable.") from exc
+
+
+def load_tokenizer(pretrained: str):
+    return from_pretrained("AutoTokenizer", pretrained, "its tokenizer")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -26,21 +26,28 @@ ROUND = ["dataset.synthetic.image_size=16", "dataset.synthetic.train_per_class=2
 
 def one_round_both_ways(cfg):
     """Every client's weights after round 1 (round index 0), trained one after another and all in
-    one batched step, from the same global model."""
+    one batched step, from the same global model, each way with a method of its own (MOON: half
+    of the clients with a previous local model, so that one step holds l_con's weights 0 and mu)."""
     federation = build_federation(cfg, torch.device("cpu"))
     torch.manual_seed(0)
     global_model = build_model(cfg.model.name, federation.num_classes, 3, federation.input_shape[-1])
-    method = build_method(cfg, federation)
-    method.prepare_round(0, global_model)
-    if cfg.method["name"] == "fedgen":
-        method.trained = True  # its generated samples (step_inputs, drawn between batches) in play
     clients = federation.clients
     assert len({c.num_batches(cfg.local.batch_size) for c in clients}) > 1  # the test needs unequal clients
 
-    sequential = []
-    for client in clients:
-        model = copy.deepcopy(global_model)
-        sequential.append(train_client(method, client, model, cfg, 0))
+    def method_for_round():
+        torch.manual_seed(1)  # FedGen's generator: the same initial weights both ways
+        method = build_method(cfg, federation)
+        method.prepare_round(0, global_model)
+        if cfg.method["name"] == "fedgen":
+            method.trained = True  # its generated samples (step_inputs, drawn between batches) in play
+        if cfg.method["name"] == "moon":
+            for client in clients[::2]:
+                method.previous[client.id] = {k: v + 0.1 * (client.id + 1) for k, v in global_model.state_dict().items()}
+        return method
+
+    method = method_for_round()
+    sequential = [train_client(method, client, copy.deepcopy(global_model), cfg, 0) for client in clients]
+    method = method_for_round()
     batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, slots=len(clients))
     return sequential, batched.train([Slot(method, client, cfg, 0, global_model) for client in clients])
 
@@ -55,7 +62,8 @@ def assert_same_updates(sequential, batched):
     assert not torch.equal(sequential[0].state["classifier.weight"], sequential[1].state["classifier.weight"])
 
 
-@pytest.mark.parametrize("method", [["method=fedavg"], ["method=fedssd", "aux.per_class=5"]])
+@pytest.mark.parametrize("method", [["method=fedavg"], ["method=fedssd", "aux.per_class=5"], ["method=moon"]],
+                         ids=["fedavg", "fedssd", "moon"])
 def test_batched_round_gives_the_sequential_weights_in_float64(tiny_cfg, float64, method):
     assert_same_updates(*one_round_both_ways(tiny_cfg(*ROUND, *method)))
 

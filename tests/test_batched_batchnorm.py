@@ -168,12 +168,12 @@ def test_a_group_whose_slots_do_not_fit_one_step_trains_them_in_passes(tiny_cfg,
     model = build_model("tiny_bn", 10, 3, 8)
     state_bytes = sum(t.numel() * t.element_size() for t in model.double().state_dict().values())
     monkeypatch.setattr(batched, "STEP_STATE_BYTES", 4 * state_bytes * 2)
-    passes, train = [], BatchedClients.train
+    passes, train_pass = [], BatchedClients.train_pass
 
     def counted(self, slots):
         passes.append(len(slots))
-        return train(self, slots)
+        return train_pass(self, slots)
 
-    monkeypatch.setattr(BatchedClients, "train", counted)
+    monkeypatch.setattr(BatchedClients, "train_pass", counted)
     assert_group_trains_runs_as_alone(tiny_cfg, tmp_path, "fedavg")
     assert passes == [2, 2, 2, 2, 1] * 2  # 3 runs of 3 clients, 2 rounds

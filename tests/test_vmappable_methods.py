@@ -2,9 +2,9 @@
 its `local_loss` on a batch equals the mean over the batch of `local_loss` on each sample alone,
 run under `torch.func.vmap` with the weights passed through `functional_call` and client=None,
 each sample with its row of the step's `step_inputs` (FedGen's generated samples), in loss and
-in gradient; and what `local_loss` reads of the method is a tensor or a module (which
+in gradient; and what `local_loss` reads of the method is a tensor, a module or a float (which
 the batched step stacks per (run, client) slot) or a value that is the same for every client of
-every run of a group, never a list of tensors or a number that the slots would share wrongly.
+every run of a group, never a list of tensors or another number that the slots would share wrongly.
 
 The method's state is one trained round old (two of four clients trained, so that MOON's previous
 models, FedCurv's Fisher terms, SCAFFOLD's controls and the class statistics exist for some
@@ -107,10 +107,12 @@ def attributes_local_loss_reads(method, *args, **inputs) -> dict:
 
 
 def shared_by_slots(values: dict) -> dict:
-    """Those that the batched step does not stack per slot: all but tensors and modules (and
-    None, which says a term is off for every slot). A container of tensors or modules would be
-    shared by every slot: the test refuses it outright."""
-    shared = {k: v for k, v in values.items() if v is not None and not isinstance(v, (torch.Tensor, nn.Module))}
+    """Those that the batched step does not stack per slot: all but tensors, modules and floats
+    (stacked where slots differ in them, shared/slot_state.py), and None, which says a term is
+    off for every slot. A container of tensors or modules would be shared by every slot: the
+    test refuses it outright."""
+    shared = {k: v for k, v in values.items()
+              if v is not None and not isinstance(v, (torch.Tensor, nn.Module)) and type(v) is not float}
     for name, value in shared.items():
         inside = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
         assert not any(isinstance(v, (torch.Tensor, nn.Module)) for v in inside), (
@@ -154,7 +156,9 @@ def test_local_loss_is_the_mean_of_its_per_sample_losses_under_vmap(tiny_cfg, fl
         model = moved_local_model(global_model)
         x, y, inputs = batch_of(method, client, cfg)
         read = shared_by_slots(attributes_local_loss_reads(method, model, x, y, None, **inputs))
-        differ = sorted(k for k in read.keys() | other.keys() if read.get(k) != other.get(k))
+        # only what both read: a slot that reads less took a branch on a float that the step,
+        # where slots differ in it, stacks (MOON's l_con weight, 0 for a client without a previous model)
+        differ = sorted(k for k in read.keys() & other.keys() if read[k] != other[k])
         assert not differ, f"local_loss reads values that differ between clients or runs but are not tensors: {differ}"
 
         batch_loss = method.local_loss(model, x, y, client, **inputs)

@@ -4,8 +4,10 @@ CE + mu * l_con with l_con = -log( e^{cos(q, q_g)/tau} / (e^{cos(q, q_g)/tau} + 
 q the representation the classifier sees (the projection head's output when the model has one,
 as FedSSD and FedGKD run it; FedCSD runs MOON without), q_g from the global model and q_prev
 from the client's own previous local model. A client that has not trained before has no
-previous model and trains on CE alone: its l_con is weighted by `has_previous` = 0, a tensor
-rather than a branch, so that clients with and without a previous model train in one vmapped step.
+previous model and trains on CE alone: `start_client` weights its l_con by 0 rather than mu. The
+weight is a float, so that clients with and without a previous model train in one vmapped step:
+where a batched step's clients differ in it, the step holds it as a tensor, one value per client
+(shared/slot_state.py).
 """
 from dataclasses import dataclass
 
@@ -37,23 +39,23 @@ class MOON(FedAvg):
 
     def start_client(self, client, model):
         known = client.id in self.previous
-        self.has_previous = torch.tensor(float(known), device=self.federation.device)
+        self.contrast_weight = self.params.mu if known else 0.0
         if known:
             self.previous_model.load_state_dict(self.previous.on(client.id, client.index.device))
 
     def local_loss(self, model, x, y, client):
         q = model.features(x)
         loss = F.cross_entropy(model.classifier(q), y)
-        # one after another, a client without a previous model skips the term's two forward
-        # passes (its weight is 0); batched (client=None), every slot computes it
-        if self.params.mu > 0 and (client is None or client.id in self.previous):
+        # a weight of 0 skips the term's two forward passes; a batched step whose clients' weights
+        # differ computes it for each (a tensor of weights, 0 for some)
+        if torch.is_tensor(self.contrast_weight) or self.contrast_weight > 0:
             with torch.no_grad():
                 q_global = self.global_model.features(x)
                 q_previous = self.previous_model.features(x)
             similarities = torch.stack([F.cosine_similarity(q, q_global), F.cosine_similarity(q, q_previous)], dim=1)
             positive_first = torch.zeros(len(x), dtype=torch.long, device=x.device)
             l_con = F.cross_entropy(similarities / self.params.tau, positive_first)
-            loss = loss + self.params.mu * self.has_previous * l_con
+            loss = loss + self.contrast_weight * l_con
         return loss
 
     def finish_client(self, client, model, update):
