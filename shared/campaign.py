@@ -71,6 +71,7 @@ PART_MIB = 15  # a slot returns files of at most 16 MiB
 SLOT_RETURN_FILES = 8  # and at most 8 of them: a state in more parts would not come back whole
 SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
 STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
+TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks and a record's padding, gzip's trailer
 # What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
 # Pillow) may lack of what `train` imports; Snakemake it never imports
 OFFLINE_WHEELS = ("pyyaml>=6",)
@@ -310,9 +311,6 @@ def member_bound(sizes: list[int]) -> int:
     return sum(size + size // 1024 + 3072 for size in sizes)
 
 
-TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks and a record's padding, gzip's trailer
-
-
 def carried_finished_size(path: Path, members: dict[str, bytes]) -> int:
     """At least the bytes the finished runs take in the state file read: its size less the
     most its checkpoints and manifest (a member's entry, the targets) can take."""
@@ -339,7 +337,7 @@ def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, 
         os.replace(whole, path)
     finally:
         whole.unlink(missing_ok=True)
-    for old in part_paths(path):
+    for old in part_paths(path):  # part-00 first: what is left of them starts mid-stream and never reads
         old.unlink()
     if size > limit:
         data = path.read_bytes()
