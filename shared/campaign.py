@@ -2,6 +2,7 @@
 
     python -m shared.campaign train TARGET... --minutes M --state FILE [--scale S] [--copy NAME=FILE|SHA256]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
+                                              [--part-mib M] [--max-parts N]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256]
     python -m shared.campaign import FILE
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE] [--wheels-from DIR | --no-wheels]
@@ -12,7 +13,12 @@ further seeds. A run stops between rounds, its checkpoint kept, when another rou
 the budget of M minutes; FILE then holds the finished runs (config, metrics, per-round
 curves; no models) and the checkpoints of the runs in progress, every member checksummed. A
 FILE larger than --part-mib is written as FILE.part-00, FILE.part-01, ... (a slot returns
-files of at most 16 MiB). Given an existing FILE, `train` continues from it.
+files of at most 16 MiB); a kill at any step of a save leaves the earlier state or the new one
+readable. A slot returns at most --max-parts (8) files, so the finished runs are always kept,
+and the checkpoints only while the state stays within that many parts, the runs with most
+rounds done first; a checkpoint left out is named in a one-line note (the run starts again),
+and a unit that could not finish before the budget ends and whose checkpoints could not come
+back is not started. Given an existing FILE, `train` continues from it.
 
 `import` verifies FILE, adds its finished runs to the shipped runs (results/shipped/runs/,
 tracked: the workflow takes a shipped run as finished) without overwriting one, puts the
@@ -29,6 +35,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import gzip
 import io
 import json
 import os
@@ -40,14 +47,15 @@ import sys
 import tarfile
 import time
 import zipfile
+import zlib
 from collections import Counter
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.archive import (RUN_FILES, ArchiveError, claim_runs, holds_result, move_aside_non_result, records_result,
-                            run_members, sha256, target_cells, target_parts, write_archive)
-from shared.catalog import DataError, copy_label, is_sha256
+from shared.archive import (RUN_FILES, ArchiveError, add_member, claim_runs, holds_result, move_aside_non_result,
+                            records_result, run_members, sha256, target_cells, target_parts)
+from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
 from shared.run_files import aside_path, write_atomically
@@ -60,8 +68,10 @@ FINISHED_FILES = RUN_FILES  # a finished run's text, as an archive of runs holds
 PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.pt")
 MEMBER = re.compile(r"(finished|progress)/([0-9a-f]{16})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json|checkpoint\.pt)")
 PART_MIB = 15  # a slot returns files of at most 16 MiB
+SLOT_RETURN_FILES = 8  # and at most 8 of them: a state in more parts would not come back whole
 SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
 STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
+TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks and a record's padding, gzip's trailer
 # What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
 # Pillow) may lack of what `train` imports; Snakemake it never imports
 OFFLINE_WHEELS = ("pyyaml>=6",)
@@ -187,7 +197,8 @@ def state_exists(path: Path | None) -> bool:
 def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
     """The manifest and members of a state file (or its parts), every checksum verified. A
     file and parts side by side (a save cut short, or states carried from two machines): the
-    valid one written later is read, the other moved aside (a one-line note names both)."""
+    valid one written later is read, the other moved aside (a one-line note names both); both
+    holding the same state (a save cut short at its last step), the parts, the file removed."""
     forms = [form for form in ([path] if path.is_file() else [], part_paths(path)) if form]
     if not forms:
         raise CampaignError(f"state file {path} does not exist (nor {path.name}.part-00, ...)")
@@ -197,7 +208,8 @@ def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
 
 
 def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, bytes]]:
-    """Of the whole file and its parts, the valid state written later; the other is moved aside."""
+    """Of the whole file and its parts, the valid state written later; the other is moved aside.
+    Of two copies of one state (the same manifest), the parts: the whole file is removed."""
     states, errors = [], []
     for form in forms:
         try:
@@ -209,8 +221,11 @@ def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, byt
     if not states:
         raise errors[0]
     if len(states) == 2 and states[0][0] == states[1][0]:
-        raise CampaignError(f"{path} and {path.name}.part-00, ... are both there, written at the same time; "
-                            f"keep one of them")
+        if states[0][2] != states[1][2]:
+            raise CampaignError(f"{path} and {path.name}.part-00, ... are both there, written at the same time; "
+                                f"keep one of them")
+        path.unlink()  # the same state (`write_state` cut short before it removed the whole file): the parts go back
+        return states[1][2], states[1][3]
     kept = max(states, key=lambda state: state[0])
     other = next(form for form in forms if form is not kept[1])
     asides = [part.rename(aside_path(part, "older")) for part in other]
@@ -234,7 +249,7 @@ def read_form(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]:
                     manifest = json.loads(content)
                 else:
                     members[member.name] = content
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:  # zlib: a damaged stream
         raise CampaignError(f"cannot read state file {path}: {exc}") from None
     check_state(path, manifest, members)
     return manifest, members
@@ -265,33 +280,122 @@ def state_members(run_ids: list[str], runs_dir: Path) -> list[tuple[str, bytes, 
     return files
 
 
-def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, part_mib: float = PART_MIB) -> int:
-    """The state file (tar.gz, written atomically), split into parts when it is larger than
-    part_mib; returns its size. The archive to split never lies at `path` and every part is
-    written atomically, so a kill in between leaves the earlier state whole beside the newer
-    (`read_state` takes the valid one written later); then the other form is removed."""
-    manifest = {"format": STATE_FORMAT, **about,
-                "members": [{"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files],
-                "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
+@dataclasses.dataclass(frozen=True)
+class LeftOut:
+    """A run in progress whose checkpoint the state file leaves out: the slot could not return it."""
+
+    run_id: str
+    size: int  # its files' bytes
+    rounds: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What `write_state` wrote: the file's bytes, of them those up to and with the finished
+    runs, the files it takes (1: whole) and the checkpoints left out to keep to the budget."""
+
+    size: int
+    finished_size: int
+    files: int
+    left_out: tuple[LeftOut, ...] = ()
+
+
+def part_bytes(part_mib: float) -> int:
+    return int(part_mib * 2**20)
+
+
+def member_bound(sizes: list[int]) -> int:
+    """At most the bytes that members of these sizes add to a state file: each its data, tar's
+    header (and a pax header), padding, and deflate's worst case on data it cannot compress
+    (zlib's deflateBound: 0.03%; checkpoints barely compress) and a flush."""
+    return sum(size + size // 1024 + 3072 for size in sizes)
+
+
+def carried_finished_size(path: Path, members: dict[str, bytes]) -> int:
+    """At least the bytes the finished runs take in the state file read: its size less the
+    most its checkpoints and manifest (a member's entry, the targets) can take."""
+    progress = [len(data) for name, data in members.items() if name.startswith("progress/")]
+    manifest = sum(len(name) + 160 for name in members) + 64 * 1024
+    size = sum(file.stat().st_size for file in state_files(path))
+    return max(size - member_bound(progress) - member_bound([manifest]) - TAR_END, 0)
+
+
+def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, part_mib: float = PART_MIB,
+                max_parts: int | None = None) -> Written:
+    """The state file: finished runs, then the checkpoints that keep it within `max_parts` parts
+    (None: all), split into parts of part_mib when larger. Every step leaves a readable state,
+    the old one or the new (`read_state`): the new whole file replaces `path` (beside any old
+    parts it is the later state), the old parts go (a torn set never reads), the new parts are
+    written, each atomically (a torn set beside the whole file never reads), then the whole file
+    goes (until then both hold the same state, and the parts are read)."""
+    limit = part_bytes(part_mib)
     whole = path.with_name(f".{os.getpid()}.{path.name}")  # hidden; ends as `path` does, so compressed alike
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        write_archive(whole, files, manifest)
-        size, limit = whole.stat().st_size, int(part_mib * 2**20)
-        if size <= limit:
-            os.replace(whole, path)
-            stale = part_paths(path)
-        else:
-            data = whole.read_bytes()
-            chunks = [data[i:i + limit] for i in range(0, size, limit)]
-            for i, chunk in enumerate(chunks):
-                write_atomically(path.with_name(f"{path.name}.part-{i:02d}"), lambda tmp, c=chunk: tmp.write_bytes(c))
-            stale = [p for p in part_paths(path) if int(p.name[-2:]) >= len(chunks)] + [path] * path.is_file()
+        finished_size, left_out = write_members(whole, files, about, max_parts * limit if max_parts else None)
+        size = whole.stat().st_size
+        os.replace(whole, path)
     finally:
         whole.unlink(missing_ok=True)
-    for old in stale:
+    for old in part_paths(path):  # part-00 first: what is left of them starts mid-stream and never reads
         old.unlink()
-    return size
+    if size > limit:
+        data = path.read_bytes()
+        for i, start in enumerate(range(0, size, limit)):
+            write_atomically(path.with_name(f"{path.name}.part-{i:02d}"),
+                             lambda tmp, chunk=data[start:start + limit]: tmp.write_bytes(chunk))
+        path.unlink()
+    return Written(size, finished_size, -(-size // limit), tuple(left_out))
+
+
+def write_members(out: Path, files: list[tuple[str, bytes, float]], about: dict,
+                  budget: int | None) -> tuple[int, list[LeftOut]]:
+    """The state's archive at `out`: the finished runs, then each run in progress, the most
+    advanced first (most rounds), while the file stays within `budget` bytes (None: no limit;
+    where the finished runs alone pass it, all: the state cannot come back whole anyway). The
+    compressed stream is flushed after each run, so the file's length so far is exact, and a
+    run's files add at most `member_bound`. Returns the bytes up to and with the finished
+    runs, and the runs left out."""
+    manifest = lambda kept: {"format": STATE_FORMAT, **about, "members": [
+        {"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in kept],
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
+    reserve = member_bound([len(json.dumps(manifest(files), indent=1))]) + TAR_END  # the manifest of all: no shorter
+    finished = [file for file in files if file[0].startswith("finished/")]
+    kept, left_out = list(finished), []
+    with open(out, "wb") as raw, (gzip.GzipFile(fileobj=raw, mode="wb") if out.name.endswith((".gz", ".tgz"))
+                                  else contextlib.nullcontext(raw)) as stream:
+        with tarfile.open(fileobj=stream, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data, mtime in finished:
+                add_member(tar, name, data, mtime)
+            stream.flush()
+            finished_size = raw.tell()
+            everything = budget is None or finished_size + reserve > budget
+            for run in progress_by_rounds(files):
+                size = sum(len(data) for _, data, _ in run)
+                if not everything and raw.tell() + member_bound([len(data) for _, data, _ in run]) + reserve > budget:
+                    left_out.append(LeftOut(MEMBER.fullmatch(run[0][0]).group(2), size, progress_rounds(run)))
+                    continue
+                for name, data, mtime in run:
+                    add_member(tar, name, data, mtime)
+                kept += run
+                stream.flush()
+            add_member(tar, MANIFEST, json.dumps(manifest(kept), indent=1).encode(), time.time())
+    return finished_size, left_out
+
+
+def progress_by_rounds(files: list[tuple[str, bytes, float]]) -> list[list[tuple[str, bytes, float]]]:
+    """The files of each run in progress, the runs with most rounds done first (ties: in order)."""
+    runs: dict[str, list] = {}
+    for file in files:
+        kind, rid, _ = MEMBER.fullmatch(file[0]).groups()
+        if kind == "progress":
+            runs.setdefault(rid, []).append(file)
+    return sorted(runs.values(), key=progress_rounds, reverse=True)
+
+
+def progress_rounds(run: list[tuple[str, bytes, float]]) -> int:
+    """A run in progress's rounds done, as `rounds_done` counts them: its history's lines."""
+    return sum(data.count(b"\n") for name, data, _ in run if name.endswith("/metrics.jsonl"))
 
 
 def state_runs(members: dict[str, bytes],
@@ -409,9 +513,11 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     return raised
 
 
-def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> dict[str, int]:
+def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path,
+               finished_size: int = 0) -> dict[str, int]:
     """Train the unfinished runs in order (`training_units`) until the deadline; counts of what
-    happened, by run."""
+    happened, by run. finished_size: at least the bytes the finished runs take in the state
+    file (`not_worth_starting` refuses a unit only where sure), then as each save measures them."""
     from shared import trainer
 
     counts, measured = Counter(), {}
@@ -423,6 +529,11 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
         if time.time() + round_seconds_estimate(cfg, measured) > deadline:
             counts["not started (no time for a round)"] += len(rids)
             break
+        refused = not_worth_starting(rids, runs, args, deadline, measured, runs_dir, finished_size)
+        if refused:
+            counts["not started (could not finish, and its checkpoint cannot come back)"] += len(rids)
+            print(refused, file=sys.stderr)
+            continue
         started, before = time.time(), max(max(rounds_done(runs_dir / rid), 0) for rid in rids)
         try:
             raised = train_unit(rids, runs, args, deadline, runs_dir)
@@ -442,11 +553,49 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
             if rounds > before:
                 measured[cfg.model.name] = (time.time() - started) / (rounds - before)
         try:
-            save(args, runs_dir)
+            finished_size = save(args, runs_dir).finished_size
         except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
             break
     return counts
+
+
+def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, measured: dict[str, float],
+                       runs_dir: Path, finished_size: int) -> str | None:
+    """Why the unit is not started (None: it is): by the round-time estimate it cannot finish
+    before the deadline, and its checkpoints, each at least its model's weights, would not fit
+    beside the finished runs in what a slot returns, so its GPU minutes would be lost."""
+    rounds = max(runs[rid].federation.rounds - max(rounds_done(runs_dir / rid), 0) for rid in rids)
+    seconds = rounds * round_seconds_estimate(runs[rids[0]], measured)
+    if time.time() + seconds <= deadline:
+        return None
+    checkpoints = [checkpoint_size(runs[rid], runs_dir / rid) for rid in rids]
+    if finished_size + member_bound(checkpoints) <= args.max_parts * part_bytes(args.part_mib):
+        return None
+    return (f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
+            f"{max(deadline - time.time(), 0) / 60:.1f} min left, and the checkpoints (at least "
+            f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {slot_return(args)}")
+
+
+def checkpoint_size(cfg: RunConfig, run_dir: Path) -> int:
+    """At least the bytes of the run's checkpoint once it has trained: the one there, or its
+    model's weights, which every checkpoint holds (a method's state comes on top). A model
+    whose shape only the data gives (text, image folders): the one there, or 0."""
+    checkpoint = run_dir / "checkpoint.pt"
+    there = checkpoint.stat().st_size if checkpoint.is_file() else 0
+    shape, classes = image_shape(cfg), num_classes(cfg)
+    if shape is None or classes is None:
+        return there
+    return max(there, weights_size(cfg.model.name, classes, *shape, cfg.model.projection_dim))
+
+
+@functools.lru_cache(maxsize=16)
+def weights_size(model: str, classes: int, channels: int, side: int, projection_dim: int | None) -> int:
+    """The bytes of an image model's weights and buffers, as its state_dict holds them."""
+    from shared.models import build_model
+
+    state = build_model(model, classes, channels, side, projection_dim).state_dict()
+    return sum(t.numel() * t.element_size() for t in state.values())
 
 
 @functools.lru_cache(maxsize=8)
@@ -455,13 +604,30 @@ def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tu
     return tuple(campaign_runs(list(targets), scale, copy)[0])
 
 
-def save(args, runs_dir: Path) -> int:
-    """The state file: the runs of its earlier targets and of this command's."""
+def save(args, runs_dir: Path) -> Written:
+    """The state file: the runs of its earlier targets and of this command's, the checkpoints
+    that a slot could return (`write_state`)."""
     run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
     about = {"targets": args.state_targets, "scale": args.scale,
              "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None}
     with sigterm_deferred():
-        return write_state(args.state, state_members(run_ids, runs_dir), about, args.part_mib)
+        return write_state(args.state, state_members(run_ids, runs_dir), about, args.part_mib, args.max_parts)
+
+
+def slot_return(args) -> str:
+    return f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
+
+
+def tell_left_out(args, written: Written) -> None:
+    """One line for each checkpoint the state file leaves out, and one where even its finished
+    runs pass what a slot returns."""
+    for run in written.left_out:
+        print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
+              f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
+              f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}", file=sys.stderr)
+    if written.files > args.max_parts:
+        print(f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
+              f"runs alone, and {slot_return(args)}: a slot cannot return the whole state", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -508,6 +674,8 @@ def stop_on_sigterm() -> None:
 
 
 def train(args) -> int:
+    if args.max_parts < 1:
+        raise CampaignError(f"--max-parts {args.max_parts}: a slot must return at least the state's one file")
     stop_on_sigterm()
     started = time.time()
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
@@ -524,14 +692,16 @@ def train(args) -> int:
         from shared.data import find_copy
 
         find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
-    counts = train_runs(runs, args, deadline, runs_dir)
+    carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
+    counts = train_runs(runs, args, deadline, runs_dir, carried)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
-    size = save(args, runs_dir)
+    written = save(args, runs_dir)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    tell_left_out(args, written)
     finished = sum(is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
     print(f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
           f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
-          f"min; state {args.state}: {size / 2**20:.2f} MiB")
+          f"min; state {args.state}: {written.size / 2**20:.2f} MiB")
     return 1 if counts["raised"] else 0
 
 
@@ -874,7 +1044,8 @@ def bundle(args) -> int:
         shutil.copy2(source, out / "data" / place)
     names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
     if not state_exists(args.state):
-        save(args, args.root / RUNS_DIR)  # a first state: the slot's `train` then needs no --copy or --scale
+        # a first state: the slot's `train` then needs no --copy or --scale
+        tell_left_out(args, save(args, args.root / RUNS_DIR))
     if args.state.resolve() != (out / SLOT_STATE).resolve():  # checked above: nothing there, or the same bytes
         for part in state_files(args.state):
             shutil.copy2(part, out / part.name.replace(args.state.name, SLOT_STATE, 1))  # the name the slot reads
@@ -905,6 +1076,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--clients-per-step", type=int, default=1, metavar="N",
                    help="trainer.clients_per_step; 2 or more trains groups in a batched step on a CPU too")
     t.add_argument("--part-mib", type=float, default=PART_MIB, help="split a larger state file into parts")
+    t.add_argument("--max-parts", type=int, default=SLOT_RETURN_FILES, metavar="N",
+                   help="the files a slot returns: checkpoints that would take more stay out of the state file")
     s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
     add_run_options(s)
     s.add_argument("--state", type=Path)
@@ -918,6 +1091,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")
     b.add_argument("--part-mib", type=float, default=PART_MIB, help=argparse.SUPPRESS)
+    b.add_argument("--max-parts", type=int, default=SLOT_RETURN_FILES, help=argparse.SUPPRESS)
     return parser
 
 

@@ -178,30 +178,6 @@ def test_a_whole_state_and_parts_side_by_side_read_the_later_one_and_set_the_oth
     assert read_state(state)[1] == members and capsys.readouterr().err == ""
 
 
-def test_a_save_cut_short_while_splitting_leaves_the_earlier_state_readable(tmp_path, monkeypatch, capsys):
-    """A kill (SIGTERM's OutOfTime, or SIGKILL) between writing the parts: the earlier whole
-    file is still there and read; the torn parts are set aside."""
-    state = tmp_path / "state.tar.gz"
-    big = np.random.default_rng(0).bytes(5000)
-    tiny_state(state, b"earlier" + big, 15)
-    written = []
-
-    def killed_after_one_part(path, write, real=campaign.write_atomically):
-        if written:
-            raise trainer.OutOfTime("stopped by SIGTERM")
-        written.append(path)
-        real(path, write)
-
-    monkeypatch.setattr(campaign, "write_atomically", killed_after_one_part)
-    with pytest.raises(trainer.OutOfTime):
-        tiny_state(state, b"later" + big, 0.001)
-    monkeypatch.undo()
-    assert state.is_file() and campaign.part_paths(state) and not list(tmp_path.glob(".*"))
-    assert read_state(state)[1]["progress/0123456789abcdef/checkpoint.pt"].startswith(b"earlier")
-    tiny_state(state, b"later" + big, 0.001)  # the next save splits cleanly: the whole file is gone
-    assert not state.is_file() and read_state(state)[1]["progress/0123456789abcdef/checkpoint.pt"].startswith(b"later")
-
-
 def write_copy(path: Path, classes) -> Path:
     """An image-folder zip shaped like a copy of CIFAR-10 (two tiny PNGs per class and split)."""
     rng = np.random.default_rng(0)
@@ -318,6 +294,7 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
     (["train", TARGET, "--copy", "cifar10=absent.zip", "--minutes", "1", "--state", "{fresh}"], "absent.zip is not a file"),
     (["train", "papers/fedssd/table2", "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{fresh}",
       "--data-root", "{tmp}"], "no file with that SHA-256"),
+    (["train", TARGET, "--minutes", "1", "--state", "{state}", "--max-parts", "0"], "--max-parts 0"),
     (["import", "{fresh}"], "does not exist"),
 ])
 def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, argv, message):
