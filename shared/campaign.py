@@ -11,7 +11,8 @@
 of every cell first, so that a whole table exists with one seed as early as possible, then the
 further seeds. A run stops between rounds, its checkpoint kept, when another round would pass
 the budget of M minutes; FILE then holds the finished runs (config, metrics, per-round
-curves; no models) and the checkpoints of the runs in progress, every member checksummed. A
+curves; no models) and the checkpoints of the runs in progress (with the per-client state files
+they name), every member checksummed. A
 FILE larger than --part-mib is written as FILE.part-00, FILE.part-01, ... (a slot returns
 files of at most 16 MiB); a kill at any step of a save leaves the earlier state or the new one
 readable. A slot returns at most --max-parts (8) files, so the finished runs are always kept,
@@ -58,7 +59,7 @@ from shared.archive import (RUN_FILES, ArchiveError, add_member, claim_runs, hol
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.run_files import aside_path, write_atomically
+from shared.run_files import CLIENT_STATE, aside_path, write_atomically
 
 STATE_FORMAT = "fedrepro-campaign/1"
 MANIFEST = "manifest.json"
@@ -66,7 +67,12 @@ RUNS_DIR = Path("results") / "runs"
 SHIPPED = Path("results") / "shipped"
 FINISHED_FILES = RUN_FILES  # a finished run's text, as an archive of runs holds it: metrics.json last
 PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.pt")
-MEMBER = re.compile(r"(finished|progress)/([0-9a-f]{16})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json|checkpoint\.pt)")
+# A checkpoint's per-client state (MOON's previous models, FedCurv's Fisher terms, SCAFFOLD's
+# controls) lies in files of its own that it names (shared/client_state.py): without them a run
+# resumed on another machine would set its checkpoint aside and start again from round 0
+CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/[A-Za-z0-9_]+-[0-9]+-r[0-9]+\.pt")
+MEMBER = re.compile(r"(finished|progress)/([0-9a-f]{16})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
+                    rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
 PART_MIB = 15  # a slot returns files of at most 16 MiB
 SLOT_RETURN_FILES = 8  # and at most 8 of them: a state in more parts would not come back whole
 SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
@@ -268,16 +274,25 @@ def check_state(path: Path, manifest: dict | None, members: dict[str, bytes]) ->
 
 
 def state_members(run_ids: list[str], runs_dir: Path) -> list[tuple[str, bytes, float]]:
-    """The finished runs' text files and the checkpoints of runs in progress, from runs_dir. A
-    metrics.json that records a failure is no finished run (the workflow trains it again)."""
+    """The finished runs' text files and the checkpoints of runs in progress (with their
+    per-client state files), from runs_dir. A metrics.json that records a failure is no
+    finished run (the workflow trains it again)."""
     files = []
     for rid in run_ids:
         run_dir = runs_dir / rid
         if holds_result(run_dir):
             files += run_members(run_dir, f"finished/{rid}", FINISHED_FILES)
         elif (run_dir / "checkpoint.pt").is_file():
-            files += run_members(run_dir, f"progress/{rid}", PROGRESS_FILES)
+            files += run_members(run_dir, f"progress/{rid}", PROGRESS_FILES + client_state_files(run_dir))
     return files
+
+
+def client_state_files(run_dir: Path) -> tuple[str, ...]:
+    """The run's per-client state files (those its last checkpoint names, and after a kill
+    perhaps a newer round's, which the next checkpoint prunes), relative to the run directory."""
+    folder = run_dir / CLIENT_STATE
+    names = sorted(f"{CLIENT_STATE}/{p.name}" for p in folder.iterdir()) if folder.is_dir() else []
+    return tuple(name for name in names if CLIENT_STATE_FILE.fullmatch(name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,10 +449,9 @@ def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> di
                 continue
             if kind == "finished":
                 put_finished(runs_dir / rid, files)
-            else:
-                for file in PROGRESS_FILES:
-                    if file in files:
-                        write_atomically(runs_dir / rid / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+            else:  # the checkpoint last, so that the files it names are there before it
+                for file in sorted(files, key=lambda name: name == "checkpoint.pt"):
+                    write_atomically(runs_dir / rid / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
             done[kind].append(rid)
     return done
 

@@ -39,7 +39,7 @@ import yaml
 from shared.config import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
 # torch-free (shared/run_files.py: planning and shipping read runs without torch); the writers
 # (shared/run.py, benchmarks/resume_matrix.py) take is_final and write_atomically from here
-from shared.run_files import (LockHeld, aside_path, hold_lock, is_final, is_number, summary_problem,
+from shared.run_files import (CLIENT_STATE, LockHeld, aside_path, hold_lock, is_final, is_number, summary_problem,
                               write_atomically)
 
 KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/run.py `train`)
@@ -134,9 +134,6 @@ class KeptWriteError:
 def load_tensors(path: Path, device: torch.device | str = "cpu"):
     """torch.load of tensors and plain types only; anything else is refused."""
     return torch.load(path, map_location=device, weights_only=True)
-
-
-CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/client_state.py)
 
 
 def client_state_path(run_path: Path, name: str) -> Path:

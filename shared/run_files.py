@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
+CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/client_state.py)
 
 
 class LockHeld(Exception):

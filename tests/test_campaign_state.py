@@ -187,3 +187,32 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
     assert weights > 10_000  # the smoke model's weights: a real lower bound, not a guess of 0
     assert campaign.not_worth_starting([first], runs, roomy, deadline, {}, runs_dir,
                                        8 * campaign.part_bytes(15) - weights) is not None
+
+
+def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round(tmp_path, monkeypatch):
+    """MOON keeps each client's previous local model in files its checkpoint names
+    (shared/client_state.py): the state carries them, so a run stopped between rounds
+    continues from its round on a fresh machine, its checkpoint not set aside, and ends as an
+    uninterrupted run does."""
+    from shared import trainer
+    from shared.campaign import restore, state_members
+    from shared.experiments import expand, get_table
+
+    cell = next(c for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
+                if c.row.label == "MOON" and c.seed == 0)
+    cfg, rid, first, second = cell.config, cell.run_id, tmp_path / "first", tmp_path / "second"
+    with monkeypatch.context() as patch:  # the clock moves 100 s a round: the run stops before its last
+        clock_of_rounds(patch)
+        with pytest.raises(trainer.OutOfTime):
+            trainer.run(cfg, first / rid, deadline=trainer.time.time() + 250)
+    state = tmp_path / "state.tar.gz"
+    write_state(state, state_members([rid], first), ABOUT)
+    members = read_state(state)[1]
+    assert 0 < members[f"progress/{rid}/metrics.jsonl"].count(b"\n") < SMOKE_ROUNDS
+    carried = sorted(name for name in members if "/client_state/" in name)
+    assert len(carried) == cfg.partition.clients, carried  # every client trained: its previous model
+
+    assert restore(members, second, tmp_path / "shipped")["progress"] == [rid]
+    resumed = trainer.run(cfg, second / rid)
+    assert not [p.name for p in (second / rid).iterdir() if p.name.startswith("checkpoint.pt.")]  # none set aside
+    assert resumed["global_acc"] == trainer.run(cfg, tmp_path / "straight")["global_acc"]
