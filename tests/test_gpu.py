@@ -49,12 +49,16 @@ BASE = [
     "trainer.progress=false",
 ]
 # What the batched step covers (models without dropout, SGD) and a method per kind of loss:
-# plain CE, a proximal term, a teacher on the server's data, a buffer of teachers with its vote;
-# and a model with BatchNorm (each client its own batch and running statistics, short last
-# batches in eager steps of their own size beside the captured full-batch step).
+# plain CE, a proximal term, a teacher on the server's data, a buffer of teachers with its vote,
+# a client's previous model weighted by a float (MOON: 0.0 without one, mu with one; a constant
+# of the captured step where every client shares it, so with every client sampled round 1's
+# step is captured again; a stack where they differ); and a model with BatchNorm (each client
+# its own batch and running statistics, short last batches in eager steps of their own size
+# beside the captured full-batch step).
 BATCHABLE = {
     "fedavg": ["method=fedavg"],
     "fedprox": ["method=fedprox"],
+    "moon": ["method=moon", "model.projection_dim=32"],
     "fedssd": ["method=fedssd", "aux.per_class=5"],
     "fedgkd-resnet8": ["method=fedgkd", "model=resnet8"],
     "fedgkd-vote-resnet8": ["method=fedgkd", "method.vote=true", "dataset.val_fraction=0.1", "model=resnet8"],
@@ -206,7 +210,8 @@ def test_batched_steps_with_and_without_cuda_graphs_give_the_sequential_weights(
             assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3), graphs
 
 
-@pytest.mark.parametrize("case", ["fedavg", "fedgkd-resnet8", "fedavg-resnet50"])
+# MOON: rounds of clients with and without a previous model, and of both (participation 0.75)
+@pytest.mark.parametrize("case", ["fedavg", "moon", "fedgkd-resnet8", "fedavg-resnet50"])
 def test_batched_steps_in_float64_give_the_sequential_weights_to_rounding(tmp_path, float64, case):
     overrides = [*BATCHABLE[case], "federation.rounds=3", "federation.participation=0.75"]
     _, sequential = train(tmp_path, "sequential", *overrides)
