@@ -50,9 +50,10 @@ On CUDA (`trainer.cuda_graphs`, on by default) the whole step (forward, backward
 captured into a CUDA graph and replayed: a step then costs one launch. Its inputs (x, y,
 sizes and the step inputs, copied into at each step; the slots' method state, each round) are
 static buffers, so it is captured again only when the layout of the state or of the step
-inputs, or the method's code path, changes. On a
-CPU the small convolutions are compute-bound and grouped ones are slower than k separate
-ones, so there the sequential trainer is the faster (README, Performance).
+inputs, the method's code path, or a float every slot shares (a constant of the captured
+step: `graph_key`) changes. On a CPU the small convolutions are compute-bound and grouped
+ones are slower than k separate ones, so there the sequential trainer is the faster (README,
+Performance).
 
 A slot is one (run, client) pair: the slots of a step may belong to several runs of one
 group (shared/run_groups.py), each with its own method instance, global model, data and

@@ -13,7 +13,8 @@ distance of the final weights (model.pt). TF32 is switched off here, so fp32 mea
 this project's CPU, with these settings, the batched trainer's fp32 weights differ from the
 sequential trainer's by about 1e-8 for FedAvg-CNN and by up to 5e-4 for ResNet-8, whose
 GroupNorm over 2x2 feature maps amplifies rounding; FP32_TOLERANCE allows a few times that.
-In float64 the same comparison holds to 1e-16 on the CPU, so the float64 tests (the batched
+ResNet-50 has no fp32 tolerance: here its rounding is amplified without bound (FP32_TOLERANCE's
+comment), so its batched step is compared in float64 alone. In float64 the same comparison holds to 1e-16 on the CPU, so the float64 tests (the batched
 paths, resuming) use a tolerance of 1e-9: any wrong step, missed client or lost state shows.
 """
 from __future__ import annotations
@@ -49,12 +50,16 @@ BASE = [
     "trainer.progress=false",
 ]
 # What the batched step covers (models without dropout, SGD) and a method per kind of loss:
-# plain CE, a proximal term, a teacher on the server's data, a buffer of teachers with its vote;
-# and a model with BatchNorm (each client its own batch and running statistics, short last
-# batches in eager steps of their own size beside the captured full-batch step).
+# plain CE, a proximal term, a teacher on the server's data, a buffer of teachers with its vote,
+# a client's previous model weighted by a float (MOON: 0.0 without one, mu with one; a constant
+# of the captured step where every client shares it, so with every client sampled round 1's
+# step is captured again; a stack where they differ); and a model with BatchNorm (each client
+# its own batch and running statistics, short last batches in eager steps of their own size
+# beside the captured full-batch step).
 BATCHABLE = {
     "fedavg": ["method=fedavg"],
     "fedprox": ["method=fedprox"],
+    "moon": ["method=moon", "model.projection_dim=32"],
     "fedssd": ["method=fedssd", "aux.per_class=5"],
     "fedgkd-resnet8": ["method=fedgkd", "model=resnet8"],
     "fedgkd-vote-resnet8": ["method=fedgkd", "method.vote=true", "dataset.val_fraction=0.1", "model=resnet8"],
@@ -63,7 +68,12 @@ BATCHABLE = {
     "fedavg-resnet50": ["method=fedavg", "model=resnet50", "dataset.synthetic.image_size=32",
                         "dataset.synthetic.train_per_class=16"],
 }
-FP32_TOLERANCE = {"fedavg_cnn": 1e-4, "resnet8": 2e-3, "text_bow": 1e-4, "resnet50": 2e-3}
+FP32_TOLERANCE = {"fedavg_cnn": 1e-4, "resnet8": 2e-3, "text_bow": 1e-4}
+# None for ResNet-50: at this scale (lr 0.03 on 16 images a class, BatchNorm over a few images
+# at 1x1 in its last stage; a training loss of about 12 after a round) fp32 rounding grows until
+# runs differ at the percent level: on the CPU, two sequential runs that differ only in
+# trainer.channels_last end 9% apart, the batched run 7% from the sequential one. Its batched
+# step is compared in float64 instead (test_batched_steps_in_float64_...).
 # bf16 autocast against fp32 after two rounds: bf16's relative rounding is 2^-8 (0.4%) per
 # operation; over a few dozen SGD steps the weights drift apart by a few percent at most
 BF16_TOLERANCE = 0.1
@@ -152,11 +162,18 @@ def tiny_distilbert(tmp_path_factory):
     return folder
 
 
+# The BatchNorm models at lr 0.003: at BASE's 0.03 they train so unstably at this scale that
+# rounding grows to the percent level (on the CPU, bf16 ended 12% (ResNet-50) and 20%
+# (AlexNet-BN) from fp32 after two rounds, and two fp32 ResNet-50 runs differing only in
+# trainer.channels_last 9%), past any bound on bf16's rounding; at 0.003 bf16 ends 1.3% and
+# 0.8% from fp32.
 MODELS = {
     "fedavg_cnn": [],
     "resnet8": ["model=resnet8"],
-    "resnet50": ["model=resnet50", "dataset.synthetic.image_size=32", "dataset.synthetic.train_per_class=16"],
-    "alexnet_bn": ["model=alexnet_bn", "dataset.synthetic.image_size=64", "dataset.synthetic.train_per_class=16"],
+    "resnet50": ["model=resnet50", "dataset.synthetic.image_size=32", "dataset.synthetic.train_per_class=16",
+                 "local.lr=0.003"],
+    "alexnet_bn": ["model=alexnet_bn", "dataset.synthetic.image_size=64", "dataset.synthetic.train_per_class=16",
+                   "local.lr=0.003"],
     "text_bow": ["model=text_bow", *TEXT],
 }
 
@@ -192,7 +209,7 @@ def model_of(overrides) -> str:
     return next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "fedavg_cnn")
 
 
-@pytest.mark.parametrize("case", sorted(BATCHABLE))
+@pytest.mark.parametrize("case", sorted(c for c, overrides in BATCHABLE.items() if model_of(overrides) in FP32_TOLERANCE))
 def test_batched_steps_with_and_without_cuda_graphs_give_the_sequential_weights(tmp_path, capsys, case):
     overrides = BATCHABLE[case]
     _, sequential = train(tmp_path, "sequential", *overrides)
@@ -206,7 +223,8 @@ def test_batched_steps_with_and_without_cuda_graphs_give_the_sequential_weights(
             assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3), graphs
 
 
-@pytest.mark.parametrize("case", ["fedavg", "fedgkd-resnet8", "fedavg-resnet50"])
+# MOON: rounds of clients with and without a previous model, and of both (participation 0.75)
+@pytest.mark.parametrize("case", ["fedavg", "moon", "fedgkd-resnet8", "fedavg-resnet50"])
 def test_batched_steps_in_float64_give_the_sequential_weights_to_rounding(tmp_path, float64, case):
     overrides = [*BATCHABLE[case], "federation.rounds=3", "federation.participation=0.75"]
     _, sequential = train(tmp_path, "sequential", *overrides)

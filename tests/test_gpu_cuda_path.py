@@ -146,23 +146,70 @@ def test_runs_with_each_augmentation_train_on_cuda(tmp_path, augmentation):
 
 # --- CUDA graphs and compile -----------------------------------------------------------------------
 
-def test_the_batched_step_is_captured_once_per_round_and_replayed(tmp_path):
+def count_eager_steps(batched) -> list[int]:
+    """Counts the eager (not replayed) runs of `batched.step` from now on: a capture runs it
+    three times (two warm-up steps and the recorded one); a replayed step runs none."""
+    calls = [0]
+    step = batched.step
+
+    def counted():
+        calls[0] += 1
+        step()
+
+    batched.step = counted
+    return calls
+
+
+def train_batched(setup, clients: list[int], round: int) -> None:
+    """One round's local training of these clients in the run's batched step, after the
+    method's server-side step for the round (as the trainer's loop does)."""
+    setup.method.prepare_round(round, setup.global_model)
+    setup.clients.train([setup.federation.clients[c] for c in clients], setup.global_model, round, test_local=False)
+
+
+def test_the_batched_step_is_captured_once_and_replayed_across_calls_and_rounds(tmp_path):
     cfg = make_cfg(tmp_path, "trainer.clients_per_step=4")
     setup = set_up(cfg, tmp_path / "run")
     batched = setup.clients.clients
-    clients = [setup.federation.clients[c] for c in trainer.sample_clients(cfg, 0)]
-    setup.clients.train(clients, setup.global_model, 0, test_local=False)
+    clients = trainer.sample_clients(cfg, 0)
+    train_batched(setup, clients, 0)
     graph = batched.graph
-    assert isinstance(graph, torch.cuda.CUDAGraph) and batched.graph_round == 0
+    assert isinstance(graph, torch.cuda.CUDAGraph)
     before = [p.clone() for p in batched.params]
     batched.sizes.fill_(cfg.local.batch_size)  # every client active: one replay is one SGD step of each
     graph.replay()
     torch.cuda.synchronize()
     assert all(not torch.equal(a, b) for a, b in zip(before, batched.params))
-    setup.clients.train(clients, setup.global_model, 0, test_local=False)
-    assert batched.graph is graph  # the same round: not captured again
-    setup.clients.train(clients, setup.global_model, 1, test_local=False)
-    assert batched.graph is not graph and batched.graph_round == 1
+    eager = count_eager_steps(batched)
+    train_batched(setup, clients, 0)
+    train_batched(setup, trainer.sample_clients(cfg, 1), 1)
+    # the same round again, and the next round: the same constants and layout, so the same
+    # graph, and every step of both a replay of it
+    assert batched.graph is graph and eager[0] == 0
+
+
+def test_the_batched_step_is_captured_again_when_a_shared_float_or_the_layout_changes(tmp_path):
+    """MOON weights l_con by mu for a client with a previous model and by 0.0 for one without: a
+    float every slot shares is a constant of the captured step, a float the slots differ in a
+    stack of its own (another layout of the step's state)."""
+    cfg = make_cfg(tmp_path, "method=moon", "model.projection_dim=32", "partition.clients=6", "trainer.clients_per_step=4")
+    setup = set_up(cfg, tmp_path / "run")
+    batched = setup.clients.clients
+    assert batched.slots == 4
+    train_batched(setup, [0, 1, 2, 3], 0)  # no client has a previous model: 0.0 everywhere
+    first, layout = batched.graph, batched.state.layout
+    assert isinstance(first, torch.cuda.CUDAGraph) and ("contrast_weight", 0.0) in batched.graph_key[1]
+    train_batched(setup, [0, 1, 2, 3], 1)  # each has one now: mu everywhere, the same layout
+    second = batched.graph
+    assert second is not first and batched.state.layout == layout
+    assert ("contrast_weight", setup.method.params.mu) in batched.graph_key[1]
+    eager = count_eager_steps(batched)
+    train_batched(setup, [0, 1, 2, 3], 2)
+    assert batched.graph is second and eager[0] == 0  # the constants held: replayed
+    train_batched(setup, [2, 3, 4, 5], 3)  # two with a previous model, two without: a stack of weights
+    assert batched.graph is not second and batched.state.layout != layout and eager[0] == 3
+    assert "contrast_weight" in batched.state.stacked_floats
+    assert all(key != "contrast_weight" for key, _ in batched.graph_key[1])
 
 
 @pytest.mark.parametrize("graphs", ["true", "false"])
@@ -224,7 +271,11 @@ def test_gpu_memory_does_not_grow_over_rounds(tmp_path, monkeypatch, case):
         allocated.append(torch.cuda.memory_allocated())
 
     monkeypatch.setattr(RunDirectory, "save_round", save_round)
-    train(tmp_path, case, *MEMORY[case], "federation.rounds=6", "federation.participation=0.5", "partition.clients=8")
+    cfg = make_cfg(tmp_path, *MEMORY[case], "federation.rounds=6", "federation.participation=0.5", "partition.clients=8")
+    summary = trainer.run(cfg, tmp_path / case)
+    # six rounds of this tiny federation may not leave chance (MOON's on the CPU does not), which
+    # marks the run suspect (trainer.judge): how well it learns is not what this test measures
+    assert summary["status"] == "completed" or summary["status"].startswith("suspect: final accuracy"), summary["status"]
     assert len(allocated) == 6
     assert max(allocated[2:]) <= allocated[1] + 2**20, [a / 2**20 for a in allocated]  # MiB after each round
 
