@@ -59,7 +59,7 @@ from shared.archive import (RUN_FILES, ArchiveError, add_member, claim_runs, hol
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.run_files import CLIENT_STATE, aside_path, write_atomically
+from shared.run_files import CLIENT_STATE, CLIENT_STATE_NAME, aside_path, write_atomically
 
 STATE_FORMAT = "fedrepro-campaign/1"
 MANIFEST = "manifest.json"
@@ -70,7 +70,7 @@ PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.p
 # A checkpoint's per-client state (MOON's previous models, FedCurv's Fisher terms, SCAFFOLD's
 # controls) lies in files of its own that it names (shared/client_state.py): without them a run
 # resumed on another machine would set its checkpoint aside and start again from round 0
-CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/[A-Za-z0-9_]+-[0-9]+-r[0-9]+\.pt")
+CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/{CLIENT_STATE_NAME.pattern}")
 MEMBER = re.compile(r"(finished|progress)/([0-9a-f]{16})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
                     rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
 PART_MIB = 15  # a slot returns files of at most 16 MiB
@@ -186,6 +186,9 @@ def with_runtime(cfg: RunConfig, device: str, data_root: str | None, clients_per
 
 
 # --- the state file ---------------------------------------------------------------------------
+
+MAX_PARTS = 100  # part-00 to part-99
+
 
 def part_paths(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f"{path.name}.part-[0-9][0-9]"))
@@ -352,6 +355,9 @@ def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, 
         os.replace(whole, path)
     finally:
         whole.unlink(missing_ok=True)
+    if size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no slot returns it
+        raise CampaignError(f"state {path}: {size / 2**20:.1f} MiB would take more than {MAX_PARTS} parts of "
+                            f"{part_mib:g} MiB; it is written whole")
     for old in part_paths(path):  # part-00 first: what is left of them starts mid-stream and never reads
         old.unlink()
     if size > limit:
@@ -449,11 +455,22 @@ def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> di
                 continue
             if kind == "finished":
                 put_finished(runs_dir / rid, files)
-            else:  # the checkpoint last, so that the files it names are there before it
-                for file in sorted(files, key=lambda name: name == "checkpoint.pt"):
-                    write_atomically(runs_dir / rid / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+            else:
+                put_progress(runs_dir / rid, files)
             done[kind].append(rid)
     return done
+
+
+def put_progress(run_dir: Path, files: dict[str, bytes]) -> None:
+    """A checkpoint and its files into run_dir, in the order a round's save writes them: the
+    per-client state files first, then the checkpoint that names them, metrics.jsonl (which
+    `rounds_done` counts) last, so that a kill in between never counts rounds its checkpoint
+    lacks; then the per-client files no longer named (an older checkpoint's) go."""
+    last = ("checkpoint.pt", "metrics.jsonl")
+    for file in sorted(files, key=lambda name: last.index(name) + 1 if name in last else 0):
+        write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+    for stale in set(client_state_files(run_dir)) - set(files):
+        (run_dir / stale).unlink()
 
 
 def rounds_done(run_dir: Path) -> int:
@@ -687,9 +704,17 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def check_parts(args) -> None:
+    """--part-mib and --max-parts, refused in one line before anything trains or is written."""
+    if not args.part_mib > 0:
+        raise CampaignError(f"--part-mib {args.part_mib:g}: a part must hold more than 0 MiB")
+    if not 1 <= args.max_parts <= MAX_PARTS:
+        raise CampaignError(f"--max-parts {args.max_parts}: a slot must return at least the state's one file, "
+                            f"and parts are numbered 00-{MAX_PARTS - 1}")
+
+
 def train(args) -> int:
-    if args.max_parts < 1:
-        raise CampaignError(f"--max-parts {args.max_parts}: a slot must return at least the state's one file")
+    check_parts(args)
     stop_on_sigterm()
     started = time.time()
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
@@ -763,7 +788,7 @@ def status(args) -> int:
 
 def put_finished(run_dir: Path, files: dict[str, bytes]) -> bool:
     """A finished run's text files into run_dir (metrics.json last: a kill leaves no run that
-    looks finished), its checkpoint there then stale and removed; False, writing nothing,
+    looks finished), its checkpoint and per-client state there then stale and removed; False, writing nothing,
     where run_dir holds a result already (it is never overwritten). A recorded failure there is
     moved aside, as unpacking an archive does. Call it holding the run's lock (`claim_runs`)."""
     if holds_result(run_dir):
@@ -774,6 +799,7 @@ def put_finished(run_dir: Path, files: dict[str, bytes]) -> bool:
                 move_aside_non_result(run_dir / file)
             write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
     (run_dir / "checkpoint.pt").unlink(missing_ok=True)
+    shutil.rmtree(run_dir / CLIENT_STATE, ignore_errors=True)  # what only the checkpoint needed
     return True
 
 
@@ -1048,6 +1074,7 @@ def bundle(args) -> int:
     DIR/data, DIR/wheels, DIR/state.tar.gz (a first state where there is none: --state defaults to it)."""
     from shared.config import data_root
 
+    check_parts(args)
     args.state = args.state or args.output / SLOT_STATE
     check_carried_state(args.state, args.output / SLOT_STATE)
     state_defaults(args)

@@ -20,6 +20,7 @@ from typing import Iterator, Union
 import torch
 
 from shared.run_directory import client_state_path, load_tensors, prune_client_states, save_tensors
+from shared.run_files import client_state_name
 
 Tensors = Union[list[torch.Tensor], dict[str, torch.Tensor]]  # one client's state
 MANIFEST = "client_state_files"  # what a checkpoint holds in place of a ClientStates: client -> file
@@ -67,7 +68,7 @@ class ClientStates:
         """Write the clients whose state changed since the last save; the manifest a checkpoint keeps."""
         for client, value in self.tensors.items():
             if client not in self.files:
-                name = f"{self.name}-{client}-r{round}.pt"
+                name = client_state_name(self.name, client, round)
                 save_tensors(value, client_state_path(run_path, name))
                 self.files[client] = name
         return {MANIFEST: {client: self.files[client] for client in self.tensors}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import time
 from pathlib import Path
 
@@ -16,6 +17,13 @@ import yaml
 
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/client_state.py)
+# A per-client state file's name in CLIENT_STATE: the state's name (a method attribute), the
+# client, and the round that wrote it; the campaign carries the files of this form
+CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]+-[0-9]+-r[0-9]+\.pt")
+
+
+def client_state_name(state: str, client: int, round: int) -> str:
+    return f"{state}-{client}-r{round}.pt"
 
 
 class LockHeld(Exception):

@@ -295,6 +295,8 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
     (["train", "papers/fedssd/table2", "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{fresh}",
       "--data-root", "{tmp}"], "no file with that SHA-256"),
     (["train", TARGET, "--minutes", "1", "--state", "{state}", "--max-parts", "0"], "--max-parts 0"),
+    (["train", TARGET, "--minutes", "1", "--state", "{state}", "--part-mib", "0"], "--part-mib 0"),
+    (["bundle", TARGET, "-o", "{tmp}/carry", "--max-parts", "101", "--no-wheels"], "--max-parts 101"),
     (["import", "{fresh}"], "does not exist"),
 ])
 def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, argv, message):

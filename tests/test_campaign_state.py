@@ -212,7 +212,31 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     carried = sorted(name for name in members if "/client_state/" in name)
     assert len(carried) == cfg.partition.clients, carried  # every client trained: its previous model
 
+    stale = second / rid / "client_state" / "previous-0-r0.pt"  # an older checkpoint's, there before
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"older")
+    written = []
+    real_write = campaign.write_atomically
+    monkeypatch.setattr(campaign, "write_atomically", lambda path, write: (written.append(path.name), real_write(path, write)))
     assert restore(members, second, tmp_path / "shipped")["progress"] == [rid]
+    # as a round's save writes them: a kill in between never counts rounds its checkpoint lacks
+    assert written[-2:] == ["checkpoint.pt", "metrics.jsonl"] and sum(n.startswith("previous-") for n in written) == len(carried)
+    assert not stale.exists()
     resumed = trainer.run(cfg, second / rid)
     assert not [p.name for p in (second / rid).iterdir() if p.name.startswith("checkpoint.pt.")]  # none set aside
     assert resumed["global_acc"] == trainer.run(cfg, tmp_path / "straight")["global_acc"]
+
+
+def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_client_state(tmp_path):
+    """A run finished elsewhere replaces its checkpoint here, and the per-client files only that
+    checkpoint needed (for a ResNet-50 MOON run, gigabytes) go with it."""
+    from shared.campaign import put_finished
+    from tests.test_campaign import finish_for_table
+
+    finish_for_table(tmp_path / "elsewhere", "0123456789abcdef", 60.0)
+    run_dir = tmp_path / "here" / "0123456789abcdef"
+    (run_dir / "client_state").mkdir(parents=True)
+    (run_dir / "client_state" / "u-3-r4.pt").write_bytes(b"Fisher")
+    (run_dir / "checkpoint.pt").write_bytes(b"round 4")
+    assert put_finished(run_dir, {"metrics.json": (tmp_path / "elsewhere" / "0123456789abcdef" / "metrics.json").read_bytes()})
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json"]
