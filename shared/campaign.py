@@ -487,11 +487,14 @@ def is_finished(rid: str, runs_dir: Path, shipped_runs: Path) -> bool:
     return holds_result(runs_dir / rid) or holds_result(shipped_runs / rid)
 
 
-def round_seconds_estimate(cfg: RunConfig, measured: dict[str, float]) -> float:
-    """A round's seconds: as measured in this process for the model, else shared.plan's estimate."""
+def round_seconds_estimate(cfg: RunConfig, measured: dict[str, float], runs: int = 1) -> float:
+    """A round's seconds for a unit of `runs` runs: a unit's round as measured in this process
+    for the model, else shared.plan's estimate of one run's round times `runs` (a group's step
+    saves launches, not arithmetic: a large model's group takes about as long as its runs one
+    after another, and a first round that overran the slot would be lost)."""
     from shared.plan import gpu_hours
 
-    return measured.get(cfg.model.name) or 3600 * gpu_hours(cfg) / cfg.federation.rounds
+    return measured.get(cfg.model.name) or runs * 3600 * gpu_hours(cfg) / cfg.federation.rounds
 
 
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
@@ -557,7 +560,7 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
         if not rids:
             continue
         cfg = runs[rids[0]]
-        if time.time() + round_seconds_estimate(cfg, measured) > deadline:
+        if time.time() + round_seconds_estimate(cfg, measured, len(rids)) > deadline:
             counts["not started (no time for a round)"] += len(rids)
             break
         refused = not_worth_starting(rids, runs, args, deadline, measured, runs_dir, finished_size)
@@ -597,7 +600,7 @@ def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadli
     before the deadline, and its checkpoints, each at least its model's weights, would not fit
     beside the finished runs in what a slot returns, so its GPU minutes would be lost."""
     rounds = max(runs[rid].federation.rounds - max(rounds_done(runs_dir / rid), 0) for rid in rids)
-    seconds = rounds * round_seconds_estimate(runs[rids[0]], measured)
+    seconds = rounds * round_seconds_estimate(runs[rids[0]], measured, len(rids))
     if time.time() + seconds <= deadline:
         return None
     checkpoints = [checkpoint_size(runs[rid], runs_dir / rid) for rid in rids]

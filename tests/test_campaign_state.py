@@ -154,7 +154,7 @@ def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(
     def slot() -> str:
         with monkeypatch.context() as patch:
             clock_of_rounds(patch)  # a budget that ends half a tick after round 1's
-            patch.setattr(campaign, "round_seconds_estimate", lambda cfg, measured: 1.0)
+            patch.setattr(campaign, "round_seconds_estimate", lambda cfg, measured, runs=1: 1.0)
             assert train(root, state, (1.5 * 100 + 30) / 60, "--part-mib", "0.05", "--max-parts", "1") == 0
         return capsys.readouterr().err
 
@@ -171,7 +171,7 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
     runs = campaign.campaign_runs([TARGET], "smoke", None)[0]
     args = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=1, root=tmp_path, max_parts=1,
                                  part_mib=0.001)
-    monkeypatch.setattr(campaign, "round_seconds_estimate", lambda cfg, measured: 100.0)
+    monkeypatch.setattr(campaign, "round_seconds_estimate", lambda cfg, measured, runs=1: 100.0)
     deadline, runs_dir, first = time.time() + 150, tmp_path / "results" / "runs", next(iter(runs))
     counts = campaign.train_runs(runs, args, deadline, runs_dir)  # a round fits, not SMOKE_ROUNDS of them
     assert counts == {"not started (could not finish, and its checkpoint cannot come back)": len(runs)}
@@ -240,3 +240,16 @@ def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_clie
     (run_dir / "checkpoint.pt").write_bytes(b"round 4")
     assert put_finished(run_dir, {"metrics.json": (tmp_path / "elsewhere" / "0123456789abcdef" / "metrics.json").read_bytes()})
     assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json"]
+
+
+def test_a_groups_first_round_is_estimated_as_its_runs_one_after_another_until_measured():
+    """Unmeasured, a unit of 3 runs is given 3 runs' rounds (shared.plan's estimate each), so a
+    large model's group whose first round would overrun the slot is not started; once a round
+    of the unit's model is measured in this process, that measure is taken."""
+    from shared.campaign import round_seconds_estimate
+    from shared.experiments import expand, get_table
+
+    cfg = expand(get_table("fedssd", "table2"), "paper")[0].config
+    one = round_seconds_estimate(cfg, {})
+    assert one > 0 and round_seconds_estimate(cfg, {}, 3) == pytest.approx(3 * one)
+    assert round_seconds_estimate(cfg, {cfg.model.name: 2.5}, 3) == 2.5
