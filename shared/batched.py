@@ -469,12 +469,13 @@ class BatchedClients:
         feeds = [SlotFeed(slot, self.cfg.local.batch_size, self.device) if c in taking else None
                  for c, slot in enumerate(slots)]
         steps_per_window = self.window_steps(len(table))
+        statics = [(static, self.window[name]) for name, static in self.columns.items()]
         for first in range(0, len(table), steps_per_window):
             window = table[first:first + steps_per_window]
             self.fill_window(feeds, window)
             for i in range(len(window)):  # one copy of all slots' batches a step, into the static buffers
-                for name, static in self.columns.items():
-                    static.copy_(self.window[name][:, i])
+                for static, laid_out in statics:
+                    static.copy_(laid_out[:, i])
                 self.sizes.copy_(table_on_device[first + i])
                 self.take_step(window[i])
 

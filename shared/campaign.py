@@ -377,9 +377,9 @@ def write_members(out: Path, files: list[tuple[str, bytes, float]], about: dict,
     compressed stream is flushed after each run, so the file's length so far is exact, and a
     run's files add at most `member_bound`. Returns the bytes up to and with the finished
     runs, and the runs left out."""
-    manifest = lambda kept: {"format": STATE_FORMAT, **about, "members": [
-        {"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in kept],
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
+    entries = {name: {"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files}
+    manifest = lambda kept: {"format": STATE_FORMAT, **about, "members": [entries[name] for name, _, _ in kept],
+                             "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
     reserve = member_bound([len(json.dumps(manifest(files), indent=1))]) + TAR_END  # the manifest of all: no shorter
     finished = [file for file in files if file[0].startswith("finished/")]
     kept, left_out = list(finished), []
@@ -416,7 +416,7 @@ def progress_by_rounds(files: list[tuple[str, bytes, float]]) -> list[list[tuple
 
 def progress_rounds(run: list[tuple[str, bytes, float]]) -> int:
     """A run in progress's rounds done, as `rounds_done` counts them: its history's lines."""
-    return sum(data.count(b"\n") for name, data, _ in run if name.endswith("/metrics.jsonl"))
+    return sum(history_rounds(data) for name, data, _ in run if name.endswith("/metrics.jsonl"))
 
 
 def state_runs(members: dict[str, bytes],
@@ -440,7 +440,7 @@ def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> di
     many rounds there."""
     def kept(kind: str, rid: str, files: dict[str, bytes]) -> bool:
         return is_finished(rid, runs_dir, shipped_runs) or (
-            kind == "progress" and rounds_done(runs_dir / rid) >= files.get("metrics.jsonl", b"").count(b"\n"))
+            kind == "progress" and rounds_done(runs_dir / rid) >= history_rounds(files.get("metrics.jsonl", b"")))
 
     runs = state_runs(members)
     done = {"finished": [], "progress": [], "kept": [rid for (kind, rid), files in runs.items()
@@ -477,7 +477,12 @@ def rounds_done(run_dir: Path) -> int:
     """Rounds of a run in progress (its checkpoint's history is metrics.jsonl); -1: no checkpoint."""
     if not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "metrics.jsonl").is_file():
         return -1
-    return (run_dir / "metrics.jsonl").read_bytes().count(b"\n")
+    return history_rounds((run_dir / "metrics.jsonl").read_bytes())
+
+
+def history_rounds(metrics_jsonl: bytes) -> int:
+    """The rounds a run's history (metrics.jsonl, a line per round) records."""
+    return metrics_jsonl.count(b"\n")
 
 
 # --- train --------------------------------------------------------------------------------------
@@ -755,7 +760,7 @@ def run_progress(rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, s
     result, not a recorded failure; `state_runs`)."""
     if is_finished(rid, runs_dir, shipped_runs) or rid in finished_in_state:
         return 1.0
-    rounds = max(rounds_done(runs_dir / rid), state.get(f"progress/{rid}/metrics.jsonl", b"").count(b"\n"), 0)
+    rounds = max(rounds_done(runs_dir / rid), history_rounds(state.get(f"progress/{rid}/metrics.jsonl", b"")), 0)
     return rounds / cfg.federation.rounds
 
 
