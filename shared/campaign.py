@@ -158,11 +158,12 @@ def on_copy(cfg: RunConfig, copy: Copy | None) -> RunConfig | None:
 
 
 def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[dict[str, RunConfig], int]:
-    """run id -> config of every run the targets need, seed 0 of every cell first, then seed
-    1, ...; and how many runs need data other than the copy (left out)."""
+    """run id -> config of every run the targets need, seed 0 of every cell first (the rows a
+    table trains first before the others), then seed 1, ...; and how many runs need data other
+    than the copy (left out)."""
     cells = [cell for target in targets for cell in target_cells(target, scale)]
     runs, skipped = {}, set()
-    for cell in sorted(cells, key=lambda c: c.seed):  # stable: table order within a seed
+    for cell in sorted(cells, key=lambda c: (c.seed, not c.trained_first)):  # stable: table order within
         cfg = on_copy(cell.config, copy)
         if cfg is None:
             skipped.add(cell.run_id)

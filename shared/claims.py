@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -269,13 +269,41 @@ def table_claims(table) -> list[Claim]:
     return [claim for claim in claims if set(claim.needed(declared)) <= cells(table)]
 
 
+def reread(claim: Claim, table, row: str, reading) -> Claim | None:
+    """The claim made of `reading` (a Row that reads `row`'s method otherwise) in `row`'s place,
+    against the same rivals (never `row` itself), its statement marked so; None where the claim
+    does not make it of `row`."""
+    if isinstance(claim, Best) and row in claim.rows:
+        changes = {"rows": tuple(reading.label if r == row else r for r in claim.rows),
+                   "against": tuple(claim.rivals(table))}
+    elif isinstance(claim, Trend) and claim.row == row:
+        changes = {"row": reading.label}
+    else:
+        return None
+    return replace(claim, statement=f"{claim.statement} [read as {reading.label}: {reading.reading}; not the "
+                                    "paper's text]", **changes)
+
+
 def verdicts(table, runs: pd.DataFrame) -> pd.DataFrame:
-    """Every claim on `table` evaluated on our runs, beside its verdict on the paper's numbers."""
+    """Every claim on `table` evaluated on our runs, beside its verdict on the paper's numbers;
+    after each, the same claim made of each reading of its row (Row.reading_of), numbered
+    "<n> (<reading>)", beside the printed claim's verdict on the paper's numbers (a reading has
+    no number of its own in the paper)."""
     claims = table_claims(table)
-    ours = evaluate(table, claims, run_values(table, runs))
+    values = run_values(table, runs)
+    ours = evaluate(table, claims, values)
     paper = evaluate(table, claims, paper_values(table))
     ours.insert(ours.columns.get_loc("verdict"), "paper_verdict", paper["verdict"].values)
-    return ours
+    frames = []
+    for number, claim in enumerate(claims, 1):
+        frames.append(ours[ours.claim == number].assign(reading=""))
+        for reading in (r for r in table.rows if r.reading_of):
+            twin = reread(claim, table, reading.reading_of, reading)
+            if twin is not None:
+                mine = evaluate(table, [twin], values).assign(claim=f"{number} ({reading.label})", reading=reading.label)
+                mine.insert(mine.columns.get_loc("verdict"), "paper_verdict", paper[paper.claim == number]["verdict"].values)
+                frames.append(mine)
+    return pd.concat(frames, ignore_index=True) if frames else ours.assign(reading="")
 
 
 # --- outputs ------------------------------------------------------------------------------

@@ -56,6 +56,11 @@ class Row:
     method: dict
     config: dict = field(default_factory=dict)  # other overrides, e.g. MOON's projection head
     per_column: dict[str, dict] = field(default_factory=dict)  # column label -> overrides
+    # A reading of row `reading_of`'s method that is not the paper's text (its equation read
+    # another way, `reading` says how): shown beside that row and labelled so in every output,
+    # never given a paper number, judged on that row's claims beside it
+    reading_of: str | None = None
+    reading: str = ""
 
     @property
     def implemented(self) -> bool:
@@ -152,6 +157,9 @@ class Table:
     # What its runs train on, where a label names it (on a copy: "CIFAR-10, JPEG copy sha256
     # dfaab4e…", which only the copy's file tells); "": named from the runs' configs.
     data: str = ""
+    # Rows whose runs a campaign trains first (seed 0 of every setting before any other row):
+    # the runs that decide an open question soonest
+    train_first: tuple[str, ...] = ()
 
     @property
     def declared_name(self) -> str:
@@ -172,6 +180,15 @@ class Table:
             if mark.row not in self.reported or mark.column not in labels:
                 raise ValueError(f"{self.paper}/{self.name}: an inconsistency names a cell the paper does not "
                                  f"report: {mark.row!r} at {mark.column!r}")
+        rows = {r.label for r in self.rows}
+        for row in self.rows:
+            if row.reading_of is not None and (row.reading_of not in rows or not row.reading or
+                                               row.label in self.reported):
+                raise ValueError(f"{self.paper}/{self.name}: the reading {row.label!r} needs the row it reads "
+                                 f"({row.reading_of!r}), a description, and no paper number")
+        if set(self.train_first) - rows:
+            raise ValueError(f"{self.paper}/{self.name}: train_first names unknown rows "
+                             f"{sorted(set(self.train_first) - rows)}")
         for row in self.rows:
             unknown = set(row.per_column) - set(labels)
             if unknown:
@@ -301,6 +318,7 @@ class Cell:
     column: Column
     seed: int
     config: RunConfig
+    trained_first: bool = False  # its row is one of its table's `train_first`
 
     @property
     def run_id(self) -> str:
@@ -335,7 +353,7 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
                     cfg = load_config(None, deep_merge(values, runtime or {}))
                 except ConfigError as exc:
                     raise ConfigError(f"{table.paper}/{table.name}, {row.label} at {column.label}: {exc}") from exc
-                cells.append(Cell(row, column, seed, cfg))
+                cells.append(Cell(row, column, seed, cfg, row.label in table.train_first))
     return cells
 
 

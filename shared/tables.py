@@ -123,6 +123,7 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
                 n=len(good), failed=failed, suspect=suspect, status=status,
                 values=";".join(f"{v:.2f}" for v in good),
                 runs=";".join(sel.run_id) if len(sel) else "",
+                reading=row.reading,
             ))
     return pd.DataFrame.from_records(rows)
 
@@ -139,11 +140,13 @@ def shown(value: float, places: int) -> float:
 def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str]:
     """Best in bold and second best underlined within each column, as the papers do. Ties (equal
     printed means) share their mark; only cells whose runs all completed are ranked (a cell with
-    a failed, diverged or suspect run, or none, never takes a mark)."""
+    a failed, diverged or suspect run, or none, never takes a mark), and only the paper's rows
+    (a reading that is not the paper's text competes for no mark the paper gives)."""
     marks = {}
     for column in table.columns:
         metric = table.metric_for(column)
-        col = summary[(summary.column == column.label) & summary["mean"].notna() & (summary.status == "ok")]
+        col = summary[(summary.column == column.label) & summary["mean"].notna() & (summary.status == "ok")
+                      & (summary.reading == "")]
         values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}
         distinct = sorted(set(values.values()), reverse=metric.higher_is_better)
         for mark, level in zip(("best", "second"), distinct):
@@ -330,7 +333,8 @@ def footnote(table: Table, used: set, scale: str) -> str:
         "equals": rf"$^{{=}}$: each seed's value is {REFERENCE_ROW}'s at that seed: the method's own term "
                   r"left the counted accuracy unchanged.",
     }
-    text = " ".join(note for key, note in notes.items() if key in used)
+    text = " ".join([*(note for key, note in notes.items() if key in used),
+                     *(rf"$^\P$ {escape(note)}" for note in reading_notes(table))])
     if table.notes:
         text += " " + escape(table.notes)
     return text.strip()
@@ -364,7 +368,7 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     "T", or a dataset beside its settings); sized to the page by LaTeX (`LAYOUT`)."""
     marks, used = rank_marks(table, summary), set()
     grid = [[cell_text(table, summary, marks, row, column, used) for column in table.columns] for row in table.rows]
-    row_labels = [(r.label, escape(r.label)) for r in table.rows]
+    row_labels = [(r.label, escape(r.label) + (r"$^\P$" if r.reading_of else "")) for r in table.rows]
     column_labels = [(c.label, c.latex or escape(c.label)) for c in table.columns]
     corner = "Method"
     if table.methods_as_columns:
@@ -463,7 +467,8 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                              within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
                              failed=s.failed, suspect=s.get("suspect", 0), status=s.status,
                              at_chance=bool(s.get("at_chance", False)),
-                             equals_fedavg=bool(s.get("equals_fedavg", False)), paper_note=notes.get((row.label, column.label), "")))
+                             equals_fedavg=bool(s.get("equals_fedavg", False)), paper_note=notes.get((row.label, column.label), ""),
+                             reading=row.reading))
     comp = pd.DataFrame.from_records(rows)
     comp["rank_ours"] = comp["rank_paper"] = comp["kendall_tau"] = math.nan
     comp["rank_pairs"] = 0
@@ -496,6 +501,18 @@ def tau_text(tau: float, pairs: int) -> str:
 
 # The mark on a paper's printed number that the paper contradicts elsewhere (the note says how)
 INCONSISTENT = " §"
+READING_MARK = "¶"  # a row that is a reading of a method, not the paper's text
+
+
+def reading_notes(table: Table) -> list[str]:
+    """What each reading row is, for under the table and the comparison (READING_MARK)."""
+    return [f"{row.label}: a reading of {row.reading_of} that is not the paper's text ({row.reading}); the paper "
+            "prints no number for it." for row in table.rows if row.reading_of]
+
+
+def row_name(row) -> str:
+    """The row's label, marked where it is a reading that is not the paper's text."""
+    return f"{row.label} {READING_MARK}" if row.reading_of else row.label
 
 
 def inconsistency_notes(table: Table) -> list[tuple[str, str, str]]:
@@ -527,7 +544,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
             diff = "" if math.isnan(c["diff"]) else f" ({c['diff']:+.{places}f})"
             cells.append(f"{ours} / {paper}{diff}{flag}")
-        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row_name(row)} | " + " | ".join(cells) + " |")
     agreement = column_agreement(table, comp)
     lines.append("| *Kendall τ* | " + " | ".join(tau_text(*agreement[c.label]) for c in table.columns) + " |")
     lines += ["", "Each cell: ours / paper (difference). ✓: within two standard deviations; "
@@ -541,6 +558,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
     if table.inconsistencies:
         lines += ["", *(f"- {INCONSISTENT.strip()} {row} at {column}: {note}"
                         for row, column, note in inconsistency_notes(table))]
+    lines += ["", *(f"- {READING_MARK} {note}" for note in reading_notes(table))] if reading_notes(table) else []
     if table.notes:
         lines += ["", f"Notes: {table.notes}"]
     return "\n".join(lines) + "\n"
@@ -582,7 +600,7 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
             cells.append(f'<td style="{CELL_STYLE}"><div>{e(ours)}</div>'
                          f'<div style="color:#57606a">paper {e(paper)}</div>'
                          f'<div>{e(diff)} {flag}</div></td>')
-        body.append(f'<tr><th style="{ROW_HEAD_STYLE}">{e(row.label)}</th>{"".join(cells)}</tr>')
+        body.append(f'<tr><th style="{ROW_HEAD_STYLE}">{e(row_name(row))}</th>{"".join(cells)}</tr>')
     agreement = column_agreement(table, comp)
     body.append(f'<tr><th style="{ROW_HEAD_STYLE}">Kendall τ</th>' + "".join(
         f'<td style="{CELL_STYLE}">{e(tau_text(*agreement[c.label]))}</td>' for c in table.columns) + "</tr>")
@@ -601,6 +619,8 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
         legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'
     legend += "".join(f'<p style="font-size:12px;color:#57606a">{INCONSISTENT.strip()} {e(row)} at {e(column)}: '
                       f"{e(note)}</p>" for row, column, note in inconsistency_notes(table))
+    legend += "".join(f'<p style="font-size:12px;color:#57606a">{READING_MARK} {e(note)}</p>'
+                      for note in reading_notes(table))
     if table.notes:
         legend += f'<p style="font-size:12px;color:#57606a">Notes: {e(table.notes)}</p>'
     return "\n".join([
