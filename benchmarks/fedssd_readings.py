@@ -12,9 +12,10 @@ global accuracy per round of each arm and writes JSON, a CSV of per-round curves
         [--train-subset N] [--seed 0] [--arms fedavg fedssd-m2 fedssd-m mse] [--threads 1]
         [--out results/benchmarks/fedssd_readings.json]
 
-PATH may be any CIFAR-10 image folder (directory or zip). Arms run one after another; to use
-more cores run one process per arm with its own --arms and --out, and join them with
-`--join OUT.json ...` (writes the CSV, the table and the figure of all of them).
+PATH may be any CIFAR-10 image folder (directory or zip). Each arm is a run directory beside
+--out: a command stopped part-way continues from each arm's last round when run again. Arms run
+one after another; to use more cores run one process per arm with its own --arms and --out, and
+join them with `--join OUT.json ...` (writes the CSV, the table and the figure of all of them).
 """
 import argparse
 import csv
