@@ -53,7 +53,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from shared.run_files import LockHeld, aside_path, hold_lock
+from shared.run_files import CLIENT_STATE, LockHeld, aside_path, hold_lock
 
 FORMAT = "fedrepro-runs/1"
 MANIFEST = "manifest.json"
@@ -471,7 +471,10 @@ def check_run_destination(run_dir: Path, rid: str) -> None:
     """Where run `rid` is unpacked: no link, no file, no other run's directory."""
     from shared.run_files import recorded_run_id
 
-    links = [p for p in (run_dir, *(run_dir / f for f in (*RUN_FILES, MODEL_FILE, "checkpoint.pt"))) if p.is_symlink()]
+    # the lock is opened and truncated, the per-client folder written into and pruned: a link
+    # at any of these would write or delete elsewhere
+    names = (*RUN_FILES, MODEL_FILE, "checkpoint.pt", CLIENT_STATE, ".lock")
+    links = [p for p in (run_dir, *(run_dir / f for f in names)) if p.is_symlink()]
     if links:
         raise ArchiveError(f"{links[0]} is a symbolic link; unpack writes runs' files only into real directories")
     if run_dir.exists() and not run_dir.is_dir():

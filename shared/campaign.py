@@ -54,25 +54,20 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.archive import (RUN_FILES, ArchiveError, add_member, claim_runs, holds_result, move_aside_non_result,
-                            records_result, run_members, sha256, target_cells, target_parts)
+from shared.archive import (ArchiveError, add_member, claim_runs, holds_result, move_aside_non_result, records_result,
+                            run_members, sha256, target_cells, target_parts)
+from shared.carried_runs import trusted
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.run_files import CLIENT_STATE, CLIENT_STATE_NAME, aside_path, write_atomically
+from shared.run_files import CLIENT_STATE, aside_path, move_aside_checkpoint, write_atomically, write_folder_atomically
+# the state file's form and its checks: shared/state_reading.py (CampaignError: a refusal in one line)
+from shared.state_reading import (CLIENT_STATE_FILE, FINISHED_FILES, IMAGE_KINDS, MANIFEST, MEMBER, PROGRESS_FILES,
+                                  STATE_FORMAT, CampaignError, check_inside, read_checked, written_at)
 
-STATE_FORMAT = "fedrepro-campaign/1"
-MANIFEST = "manifest.json"
-RUNS_DIR = Path("results") / "runs"
-SHIPPED = Path("results") / "shipped"
-FINISHED_FILES = RUN_FILES  # a finished run's text, as an archive of runs holds it: metrics.json last
-PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.pt")
-# A checkpoint's per-client state (MOON's previous models, FedCurv's Fisher terms, SCAFFOLD's
-# controls) lies in files of its own that it names (shared/client_state.py): without them a run
-# resumed on another machine would set its checkpoint aside and start again from round 0
-CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/{CLIENT_STATE_NAME.pattern}")
-MEMBER = re.compile(r"(finished|progress)/([0-9a-f]{16})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
-                    rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
+RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
+RUNS_DIR = RESULTS / "runs"
+SHIPPED = RESULTS / "shipped"
 PART_MIB = 15  # a slot returns files of at most 16 MiB
 SLOT_RETURN_FILES = 8  # and at most 8 of them: a state in more parts would not come back whole
 SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
@@ -81,10 +76,6 @@ TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks an
 # What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
 # Pillow) may lack of what `train` imports; Snakemake it never imports
 OFFLINE_WHEELS = ("pyyaml>=6",)
-
-
-class CampaignError(Exception):
-    """Refused input; the message is one line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +134,7 @@ def copy_kind(path: Path) -> str:
         return ""
     suffixes = Counter(Path(n).suffix.lower() for n in zipfile.ZipFile(path).namelist())
     common = suffixes.most_common(1)[0][0] if suffixes else ""
-    return {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}.get(common, "")
+    return IMAGE_KINDS.get(common, "")
 
 
 def on_copy(cfg: RunConfig, copy: Copy | None) -> RunConfig | None:
@@ -209,7 +200,7 @@ def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
     file and parts side by side (a save cut short, or states carried from two machines): the
     valid one written later is read, the other moved aside (a one-line note names both); both
     holding the same state (a save cut short at its last step), the parts, the file removed."""
-    forms = [form for form in ([path] if path.is_file() else [], part_paths(path)) if form]
+    forms = [form for form in ([path] if os.path.lexists(path) else [], part_paths(path)) if form]  # a link, a FIFO: refused
     if not forms:
         raise CampaignError(f"state file {path} does not exist (nor {path.name}.part-00, ...)")
     if len(forms) == 1:
@@ -224,9 +215,8 @@ def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, byt
     for form in forms:
         try:
             manifest, members = read_form(path, form)
-            states.append((datetime.fromisoformat(manifest.get("written_at", "1970-01-01T00:00:00+00:00")), form,
-                           manifest, members))
-        except (CampaignError, ValueError, TypeError) as exc:  # ValueError, TypeError: no written_at to compare
+            states.append((written_at(manifest), form, manifest, members))  # checked: with a time zone, they compare
+        except CampaignError as exc:
             errors.append(exc)
     if not states:
         raise errors[0]
@@ -246,35 +236,31 @@ def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, byt
 
 
 def read_form(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]:
-    """The verified manifest and members of the state in `parts` (the whole file, or its parts)."""
-    data = b"".join(p.read_bytes() for p in parts)
-    members, manifest = {}, None
+    """The verified manifest and members of the state in `parts` (the whole file, or its parts):
+    read as shared/state_reading.py checks it, its targets resolved in this checkout at its
+    scale and on its data, before anything is written."""
+    manifest, members = read_checked(path, parts)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-            for member in tar:
-                if not member.isfile() or (member.name != MANIFEST and not MEMBER.fullmatch(member.name)):
-                    raise CampaignError(f"{path}: member {member.name!r} is not a campaign state's file")
-                content = tar.extractfile(member).read()
-                if member.name == MANIFEST:
-                    manifest = json.loads(content)
-                else:
-                    members[member.name] = content
-    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:  # zlib: a damaged stream
-        raise CampaignError(f"cannot read state file {path}: {exc}") from None
-    check_state(path, manifest, members)
+        manifest_runs(manifest)
+    except (ArchiveError, ConfigError, DataError) as exc:
+        raise CampaignError(f"{path}: {' '.join(str(exc).split())}") from None
     return manifest, members
 
 
-def check_state(path: Path, manifest: dict | None, members: dict[str, bytes]) -> None:
-    if not isinstance(manifest, dict) or manifest.get("format") != STATE_FORMAT:
-        raise CampaignError(f"{path} is not a {STATE_FORMAT} state file (no manifest of that format)")
-    listed = {m["path"]: (m["sha256"], m["size"]) for m in manifest.get("members", [])}
-    if set(listed) != set(members):
-        odd = sorted(set(listed) ^ set(members))
-        raise CampaignError(f"{path}: {odd[0]!r} is in the manifest or the archive but not both ({len(odd)} such)")
-    for name, content in members.items():
-        if (sha256(content), len(content)) != listed[name]:
-            raise CampaignError(f"{path}: member {name!r} fails its checksum")
+def manifest_copy(manifest: dict) -> Copy | None:
+    return Copy(**{**manifest["copy"], "path": None}) if manifest.get("copy") else None
+
+
+def manifest_runs(manifest: dict) -> dict[str, RunConfig]:
+    """run id -> config of every run the state's targets need at its scale, on its data."""
+    return expected_runs(tuple(manifest["targets"]), manifest["scale"], manifest_copy(manifest))
+
+
+def trusted_members(manifest: dict, members: dict[str, bytes]) -> tuple[dict[str, bytes], list[str]]:
+    """The state's runs that pass shared/carried_runs.py's checks, and a line for each that does not."""
+    copy = manifest_copy(manifest)
+    where = f"at scale {manifest['scale']} on {copy.label if copy else 'the official data'}"
+    return trusted(members, manifest_runs(manifest), where)
 
 
 def state_members(run_ids: list[str], runs_dir: Path) -> list[tuple[str, bytes, float]]:
@@ -466,7 +452,12 @@ def put_progress(run_dir: Path, files: dict[str, bytes]) -> None:
     """A checkpoint and its files into run_dir, in the order a round's save writes them: the
     per-client state files first, then the checkpoint that names them, metrics.jsonl (which
     `rounds_done` counts) last, so that a kill in between never counts rounds its checkpoint
-    lacks; then the per-client files no longer named (an older checkpoint's) go."""
+    lacks; then the per-client files no checkpoint names (a kill's) go. A checkpoint there
+    (of fewer rounds: `restore`) is moved aside with its history and per-client state, never
+    overwritten."""
+    aside = move_aside_checkpoint(run_dir)
+    if aside:
+        print(f"note: {run_dir}'s checkpoint of fewer rounds is kept as {aside[0].name}", file=sys.stderr)
     last = ("checkpoint.pt", "metrics.jsonl")
     for file in sorted(files, key=lambda name: last.index(name) + 1 if name in last else 0):
         write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
@@ -641,7 +632,13 @@ def weights_size(model: str, classes: int, channels: int, side: int, projection_
 @functools.lru_cache(maxsize=8)
 def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tuple[str, ...]:
     """The runs a state file holds, expanded once per process: `train` saves after every run."""
-    return tuple(campaign_runs(list(targets), scale, copy)[0])
+    return tuple(expected_runs(targets, scale, copy))
+
+
+@functools.lru_cache(maxsize=8)
+def expected_runs(targets: tuple[str, ...], scale: str, copy: Copy | None) -> dict[str, RunConfig]:
+    """run id -> config of the runs of a state's targets (not to be changed: cached)."""
+    return campaign_runs(list(targets), scale, copy)[0]
 
 
 def save(args, runs_dir: Path) -> Written:
@@ -694,11 +691,16 @@ def state_defaults(args) -> dict[str, bytes]:
     args.scale = args.scale or manifest.get("scale") or "paper"
     args.state_targets = list(dict.fromkeys([*manifest.get("targets", []), *args.targets]))
     given = parse_copy(args.copy)
-    stored = Copy(**{**manifest["copy"], "path": None}) if manifest.get("copy") else None
+    stored = manifest_copy(manifest) if manifest else None
     if manifest and given and (stored is None or given.sha256 != stored.sha256):
         raise CampaignError(f"--copy {args.copy}: the state file {args.state} holds runs on "
                             f"{stored.label if stored else 'the official data'}")
     args.copy_spec = given or stored
+    if not manifest:
+        return members
+    members, refused = trusted_members(manifest, members)
+    for line in refused:  # the run trains again here, as if the state had not held it
+        print(f"note: {line}; it is not restored", file=sys.stderr)
     return members
 
 
@@ -729,17 +731,17 @@ def train(args) -> int:
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
     members = state_defaults(args)
     runs_dir = args.root / RUNS_DIR
+    runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    if args.copy_spec is not None:  # missing data is said before anything is restored or trains
+        from shared.config import data_root
+        from shared.data import find_copy
+
+        find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
     if state_exists(args.state):
         restored = restore(members, runs_dir, args.root / SHIPPED / "runs")
         here = f" ({len(restored['kept'])} as far here already)" if restored["kept"] else ""
         print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
               f"{len(restored['progress'])} checkpointed runs restored{here}")
-    runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
-    if args.copy_spec is not None:  # missing data is said before anything trains
-        from shared.config import data_root
-        from shared.data import find_copy
-
-        find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
     counts = train_runs(runs, args, deadline, runs_dir, carried)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
@@ -863,8 +865,10 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     partial = len(rows) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
     note = (f"partial: {len(rows)} of {len(implemented)} methods, seeds {seeds} of "
             f"{list(scale_seeds(table, scale))}") if partial else ""
+    labels = {r.label for r in kept}  # what names a row cut away goes with it, as in `copy_part`
     cut = dataclasses.replace(table, rows=kept, seeds=tuple(seeds),
-                              reported={k: v for k, v in table.reported.items() if k in {r.label for r in kept}})
+                              reported={k: v for k, v in table.reported.items() if k in labels},
+                              inconsistencies=[m for m in table.inconsistencies if m.row in labels])
     return cut, note
 
 
@@ -933,9 +937,12 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
     table, note = finished_part(copy_part(table, scale, copy) if copy else table, scale, runtime, shipped / "runs")
     if table is None:
         return None
-    out = table_dir(shipped, parts[0], parts[1], scale, copy)
-    build_table(labelled(table, copy, note), scale, shipped / "runs", out, runtime)
-    label_outputs(out, copy, note)
+    out = check_inside(table_dir(shipped, parts[0], parts[1], scale, copy), shipped.parent)
+
+    def write(folder: Path) -> None:
+        build_table(labelled(table, copy, note), scale, shipped / "runs", folder, runtime)
+        label_outputs(folder, copy, note)
+    write_folder_atomically(out, write)
     return out
 
 
@@ -955,9 +962,12 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
         return None
     if not all(holds_result(shipped / "runs" / c.run_id) for c in cells):
         return None
-    out = table_dir(shipped, parts[0], parts[1], scale, copy)
-    build_figure(labelled(figure, copy), scale, shipped / "runs", out, runtime)
-    label_outputs(out, copy)
+    out = check_inside(table_dir(shipped, parts[0], parts[1], scale, copy), shipped.parent)
+
+    def write(folder: Path) -> None:
+        build_figure(labelled(figure, copy), scale, shipped / "runs", folder, runtime)
+        label_outputs(folder, copy)
+    write_folder_atomically(out, write)
     return out
 
 
@@ -981,7 +991,7 @@ def write_listing(shipped: Path) -> Path:
                          f"{(path / 'comparison.md').read_text().splitlines()[0].lstrip('# ')}{partial}")
         else:
             lines.append(f"- [`{rel}`]({rel}/figure.png): {provenance['caption']}")
-    write_atomically(shipped / "README.md", lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    write_atomically(check_inside(shipped / "README.md", shipped.parent), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
     return shipped / "README.md"
 
 
@@ -994,9 +1004,17 @@ def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[st
 
 
 def import_state(args) -> int:
+    """A run that fails its checks (shared/carried_runs.py) is named in one line and left out,
+    the others imported (exit status 2 then); every path the state decides is checked to lie
+    under results/ before anything is written."""
     manifest, members = read_state(args.file)
     shipped = args.root / SHIPPED
-    copy = Copy(**{**manifest["copy"], "path": None}) if manifest.get("copy") else None
+    copy = manifest_copy(manifest)
+    members, refused = trusted_members(manifest, members)
+    for line in refused:
+        print(f"error: {line}", file=sys.stderr)
+    for path in import_paths(manifest, members, args.root, copy):
+        check_inside(path, args.root / RESULTS)
     progress = {k: v for k, v in members.items() if k.startswith("progress/")}
     # checkpoints first: a run a trainer holds (the likely refusal) is refused before anything is written
     restored = restore(progress, args.root / RUNS_DIR, shipped / "runs")
@@ -1008,7 +1026,16 @@ def import_state(args) -> int:
     print(f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "
           f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
           f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}")
-    return 0
+    return 2 if refused else 0
+
+
+def import_paths(manifest: dict, members: dict[str, bytes], root: Path, copy: Copy | None) -> list[Path]:
+    """Every path `import` writes that the state decides: its runs' folders, its tables' folders."""
+    shipped = root / SHIPPED
+    runs = sorted({MEMBER.fullmatch(name).group(2) for name in members})
+    tables = [table_dir(shipped, *parts, manifest["scale"], copy) for t in affected_tables(manifest, copy, shipped)
+              if len(parts := target_parts(t)) == 2]
+    return [shipped / "README.md", *(d / rid for rid in runs for d in (shipped / "runs", root / RUNS_DIR)), *tables]
 
 
 def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SHIPPED / "runs") -> int:

@@ -39,8 +39,8 @@ import yaml
 from shared.config import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
 # torch-free (shared/run_files.py: planning and shipping read runs without torch); the writers
 # (shared/run.py, benchmarks/resume_matrix.py) take is_final and write_atomically from here
-from shared.run_files import (CLIENT_STATE, LockHeld, aside_path, hold_lock, is_final, is_number, summary_problem,
-                              write_atomically)
+from shared.run_files import (CLIENT_STATE, LockHeld, aside_path, history_problem, hold_lock, is_final, is_number,
+                              summary_problem, write_atomically)
 
 KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/run.py `train`)
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
@@ -52,16 +52,6 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 class RunDirectoryError(ConfigError):
     """The output directory cannot take this run (another writer, another run's files)."""
-
-
-def history_problem(history, rounds: int) -> str | None:
-    """What makes a checkpoint's history unusable (None: nothing): one record per round done."""
-    if not isinstance(history, list) or len(history) > rounds:
-        return f"its history is not a list of at most {rounds} rounds"
-    for number, record in enumerate(history, 1):
-        if not isinstance(record, dict) or record.get("round") != number or not is_number(record.get("train_loss")):
-            return f"its history's record {number} is malformed"
-    return None
 
 
 def check_output(path: str | Path) -> None:

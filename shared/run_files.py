@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -57,6 +58,17 @@ def summary_problem(summary) -> str | None:
     return None
 
 
+def history_problem(history, rounds: int) -> str | None:
+    """What makes a run's history (a checkpoint's, metrics.jsonl's) unusable (None: nothing): one
+    record per round done."""
+    if not isinstance(history, list) or len(history) > rounds:
+        return f"its history is not a list of at most {rounds} rounds"
+    for number, record in enumerate(history, 1):
+        if not isinstance(record, dict) or record.get("round") != number or not is_number(record.get("train_loss")):
+            return f"its history's record {number} is malformed"
+    return None
+
+
 def recorded_run_id(config: Path) -> str | None:
     """The run id a run's config.yaml names (None: it cannot be read, or names none)."""
     try:
@@ -80,9 +92,32 @@ def write_atomically(path: Path, write) -> None:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:  # a full disk, a kill: no partial file is left for the next start to clear
+    except BaseException as exc:  # a full disk, a kill: no partial file is left for the next start to clear
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write() names no file: the message does
+            exc.filename = str(path)
         raise
+
+
+def write_folder_atomically(out: Path, write) -> None:
+    """`write(tmp)` fills a hidden folder beside `out`, which then takes its place: a build that
+    fails (a full disk, a bug) leaves the old folder or none, never a half-written one."""
+    out = Path(out)
+    tmp, old = out.with_name(f".{out.name}.{os.getpid()}.tmp"), out.with_name(f".{out.name}.{os.getpid()}.old")
+    for leftover in (tmp, old):  # a kill's, of this pid
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        write(tmp)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except OSError as exc:
+        if exc.filename is None:  # a failed write() names no file: the message names the folder
+            exc.filename = str(out)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def aside_path(path: Path, label: str) -> Path:
@@ -96,6 +131,20 @@ def aside_path(path: Path, label: str) -> Path:
         n += 1
         aside = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
     return aside
+
+
+def move_aside_checkpoint(run_dir: Path) -> list[Path]:
+    """A run's checkpoint, with its history and per-client state, moved to names of their own
+    beside them (`aside_path`, label "replaced") before another checkpoint takes its place:
+    never lost. Returns where they went ([]: no checkpoint there). Call it holding the run's lock."""
+    if not (run_dir / "checkpoint.pt").is_file():
+        return []
+    moved = []
+    for name in ("checkpoint.pt", "metrics.jsonl", CLIENT_STATE):
+        if (run_dir / name).exists():
+            moved.append(aside_path(run_dir / name, "replaced"))
+            os.replace(run_dir / name, moved[-1])
+    return moved
 
 
 def hold_lock(path: Path):

@@ -31,6 +31,7 @@ from shared.dotted import deep_merge
 from shared.data import CIFAR, file_digest, load_dataset
 from shared.experiments import SMOKE_ROUNDS, expand, get_table
 from shared.figures import get_figure
+from tests.carried_states import finished_files, write_genuine_state
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "papers/fedcad/table4"
@@ -388,8 +389,9 @@ def test_a_recorded_failure_is_no_finished_run_anywhere_and_a_diverged_run_is(tm
 def test_status_counts_a_carried_failure_as_missing_and_a_carried_result_as_finished(tmp_path, capsys):
     """An old state's recorded failure (written before failures were told apart) is no finished run."""
     state, (first, second, *_) = tmp_path / "state.tar.gz", campaign.campaign_runs([TARGET], "smoke", None)[0]
+    configs = campaign.campaign_runs([TARGET], "smoke", None)[0]
     files = [(f"finished/{first}/metrics.json", summary(first, "failed: OutOfMemoryError"), 0.0),
-             (f"finished/{second}/metrics.json", summary(second, "completed"), 0.0)]
+             *((f"finished/{second}/{name}", data, 0.0) for name, data in finished_files(configs[second]).items())]
     write_state(state, files, {"targets": [TARGET], "scale": "smoke", "copy": None})
     capsys.readouterr()
     assert main(["status", TARGET, "--state", str(state), "--root", str(tmp_path)]) == 0
@@ -435,11 +437,14 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
         assert restore_shipped([rid, other], runs, tmp_path / "shipped2") == 1
         assert "is being trained" in capsys.readouterr().err
         assert not (runs / rid / "metrics.json").exists() and (runs / other / "metrics.json").exists()
-        # `import` of a state with the held run's checkpoint: refused before it ships anything
-        state, finished = tmp_path / "state.tar.gz", "f" * 16
-        write_state(state, [(f"progress/{rid}/{name}", b"x\n", 0.0) for name in ("metrics.jsonl", "checkpoint.pt")]
-                    + [(f"finished/{finished}/metrics.json", summary(finished, "completed"), 0.0)],
-                    {"targets": [TARGET], "scale": "smoke", "copy": None})
+    # `import` of a state with a held run's checkpoint: refused before it ships anything (genuine
+    # runs of the target, which the state's checks let through)
+    runs_of = campaign.campaign_runs([TARGET], "smoke", None)[0]
+    (held, held_cfg), (finished, finished_cfg) = list(runs_of.items())[:2]
+    (runs / held).mkdir(parents=True)
+    with hold_lock(runs / held / ".lock"):
+        state, rid = tmp_path / "state.tar.gz", held
+        write_genuine_state(state, {"targets": [TARGET], "scale": "smoke", "copy": None}, [finished_cfg], [held_cfg])
         assert main(["import", str(state), "--root", str(tmp_path)]) == 2
         assert f"run {rid} is being trained" in capsys.readouterr().err and not (shipped / finished).exists()
 

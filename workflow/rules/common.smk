@@ -88,15 +88,23 @@ def target_path(paper, name):
     return f"{OUT}/{paper}/{name}"
 
 
+def stale_marker(paper, name):
+    """A target's marker of runs gone since it was built (runs.smk `mark_stale_targets`)."""
+    return f"results/.stale/{DATA_KEY}/{paper}/{name}.json"
+
+
 def target_inputs(kind):
-    """The input function of a table, figure or search: its runs' metrics.json."""
+    """The input function of a table, figure or search: its runs' metrics.json, and its marker of
+    runs gone where one was ever written."""
 
     def inputs(wildcards):
+        name = getattr(wildcards, kind)
         try:
-            runs = EXPANSION.target_runs(wildcards.paper, kind, getattr(wildcards, kind))
+            runs = EXPANSION.target_runs(wildcards.paper, kind, name)
         except ConfigError as exc:  # shown by Snakemake before any job starts
             raise ValueError(str(exc)) from None
-        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs]
+        marker = stale_marker(wildcards.paper, name)
+        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + ([marker] if Path(marker).exists() else [])
 
     return inputs
 

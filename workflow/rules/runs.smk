@@ -98,10 +98,13 @@ def failure_inputs(members):
 
 
 def mark_stale_targets():
-    """A built table, figure or search whose runs have gone (a run directory deleted to train
-    it again) is made older than its inputs, so that Snakemake rebuilds it after training them
-    (it does not rerun a job for an input that is missing alone). Where every run it cites is
-    gone there is no input to be older than: one line says to delete it."""
+    """A built table, figure or search whose runs have gone (a run directory deleted to train it
+    again) gets a marker input that is newer than it, so that Snakemake builds it again, and so
+    trains the runs it lacks. Snakemake itself does neither: it does not rerun a job whose output
+    is there for an input that is missing alone (it takes it for a removed temporary file), and
+    making the output older does not help, as it takes an input whose checksum it recorded for
+    unchanged however old the output. The marker names the runs gone and when the target was
+    built, so each new loss is a new content, and a marker a build has seen triggers nothing."""
     cited = {(paper, name): set(EXPANSION.target_runs(paper, kind, name))
              for paper in EXPANSION.papers() for kind in ("table", "figure", "search")
              for name in EXPANSION.names(paper, kind)}
@@ -109,15 +112,11 @@ def mark_stale_targets():
         target = Path(target_path(paper, name))
         if not target.is_dir():
             continue
-        gone = [rid for rid in run_ids if not Path(RUNS_DIR, rid, "metrics.json").exists()]
-        if not gone:
-            continue
-        if len(gone) == len(run_ids):
-            print(f"warning: {target} cites {len(gone)} runs, none of which exists any more; delete {target} "
-                  f"to train them and build it again", file=sys.stderr)
-            continue
-        stamp = target / ".snakemake_timestamp"
-        os.utime(stamp if stamp.exists() else target, (1, 1))  # 0 would read as "no time" to Snakemake
+        gone = sorted(rid for rid in run_ids if not Path(RUNS_DIR, rid, "metrics.json").exists())
+        if gone:
+            stamp = target / ".snakemake_timestamp"
+            built = (stamp if stamp.exists() else target).stat().st_mtime
+            write_if_changed(stale_marker(paper, name), json.dumps({"built": built, "gone": gone}) + "\n")
 
 
 mark_stale_targets()
