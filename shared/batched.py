@@ -107,53 +107,77 @@ def view_per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return values.view(-1, *[1] * (like.dim() - 1))
 
 
+def stacks_in(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Views of `flat` shaped as `like`, one after another, each contiguous."""
+    views, start = [], 0
+    for t in like:
+        views.append(flat[start:start + t.numel()].view(t.shape))
+        start += t.numel()
+    return views
+
+
 class StackedSGD:
     """torch.optim.SGD (momentum, weight decay, no dampening or Nesterov) for many clients at
     once, on stacks of shape (clients, *shape), with SGD's operations in SGD's order, so each
-    client's weights and momentum are what its own torch.optim.SGD would give. A client that is
-    not active at a step keeps both exactly: its step is multiplied by 0 and its momentum by 1."""
+    client's weights and momentum are what its own torch.optim.SGD would give.
+
+    The stacks (`params`, `momentum_buffers`) are views into one flat tensor each, one stack
+    after another, so that each of SGD's operations is one kernel over every parameter of every
+    client (one per parameter tensor and operation before: about 50 of a FedAvg-CNN step's
+    137). Which clients a step updates is a mask laid out like the parameters, written by
+    `select` only when it changes (a few times a round, as clients run out of batches): a
+    client that is not selected keeps its weights and momentum exactly (where(), not a
+    multiplication by 0)."""
 
     def __init__(self, params: list[torch.Tensor], local: LocalConfig):
-        self.params = params
-        self.momentum_buffers = [torch.zeros_like(p) for p in params]
+        self.flat = torch.cat([p.detach().reshape(-1) for p in params])
+        self.params = stacks_in(self.flat, params)
+        self.flat_momentum = torch.zeros_like(self.flat)
+        self.momentum_buffers = stacks_in(self.flat_momentum, params)
+        self.selected_mask = torch.zeros_like(self.flat, dtype=torch.bool)
+        self.masks = stacks_in(self.selected_mask, params)
+        self.selected: object = None  # the host's key of what the mask holds
         self.lr, self.momentum, self.weight_decay, self.grad_clip = (
             local.lr, local.momentum, local.weight_decay, local.grad_clip)
 
     def reset(self) -> None:
         """Fresh optimisers, as every client starts one each round."""
-        for buffer in self.momentum_buffers:
-            buffer.zero_()
+        self.flat_momentum.zero_()
 
     @torch.no_grad()
-    def step(self, grads: list[torch.Tensor], active: torch.Tensor) -> None:
-        self.update(self.params, self.momentum_buffers, grads, active)
+    def select(self, active: torch.Tensor, key: object) -> None:
+        """The clients the next steps update: `active` (clients,) bool on the device, `key` a
+        value the host knows it by (written only when the key changes; no host synchronisation)."""
+        if key == self.selected:
+            return
+        for mask in self.masks:
+            mask.copy_(view_per_client(active, mask).expand_as(mask))
+        self.selected = key
 
     @torch.no_grad()
-    def step_rows(self, rows: torch.Tensor, grads: list[torch.Tensor]) -> None:
-        """A step of the clients `rows` alone (`grads`: theirs, in the order of `rows`): the
-        same arithmetic on copies of their rows, written back."""
-        params, momentum_buffers = [p[rows] for p in self.params], [m[rows] for m in self.momentum_buffers]
-        self.update(params, momentum_buffers, grads, torch.ones(len(rows), dtype=torch.bool, device=rows.device))
-        for stack, updated in zip(self.params + self.momentum_buffers, params + momentum_buffers):
-            stack.index_copy_(0, rows, updated)
-
-    def update(self, params: list[torch.Tensor], momentum_buffers: list[torch.Tensor], grads: list[torch.Tensor],
-               active: torch.Tensor) -> None:
+    def step(self, grads: list[torch.Tensor]) -> None:
+        """One SGD step of the selected clients, `grads` a stack per parameter."""
         if self.grad_clip:  # clip_grad_norm_ per client: the norm over all of its gradients
             norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
             scale = (self.grad_clip / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)
             grads = [g * view_per_client(scale, g) for g in grads]
+        grad = torch.cat([g.reshape(-1) for g in grads])
         if self.weight_decay:
-            grads = [g.add(p, alpha=self.weight_decay) for g, p in zip(grads, params)]
-        on = active.to(params[0].dtype)
-        grads = [g * view_per_client(on, g) for g in grads]
+            grad = grad.add(self.flat, alpha=self.weight_decay)
         if self.momentum:  # SGD's first step sets the buffer to the gradient: 0 * m + g is that
-            keep = torch.where(active, self.momentum, 1.0).to(on.dtype)
-            for buffer, g in zip(momentum_buffers, grads):
-                buffer.mul_(view_per_client(keep, buffer)).add_(g)
-            grads = [buffer * view_per_client(on, buffer) for buffer in momentum_buffers]
-        for p, g in zip(params, grads):
-            p.add_(g, alpha=-self.lr)
+            momentum = self.flat_momentum
+            momentum.copy_(torch.where(self.selected_mask, momentum * self.momentum + grad, momentum))
+            grad = momentum
+        self.flat.add_(torch.where(self.selected_mask, grad, 0.0), alpha=-self.lr)
+
+    @torch.no_grad()
+    def step_rows(self, rows: torch.Tensor, grads: list[torch.Tensor], key: object) -> None:
+        """A step of the clients `rows` alone (`grads`: theirs, in the order of `rows`; `key`: the
+        rows as the host knows them, as for `select`): the same step, their gradients in their
+        rows and zeros elsewhere, the others not selected."""
+        active = torch.zeros(len(self.params[0]), dtype=torch.bool, device=rows.device).index_fill_(0, rows, True)
+        self.select(active, key)
+        self.step([torch.zeros_like(p).index_copy_(0, rows, g) for p, g in zip(self.params, grads)])
 
 
 @dataclass
@@ -266,8 +290,12 @@ class BatchedClients:
         parameters = {f"model.{name}" for name, _ in model.named_parameters()}
         self.named_params = {name: t for name, t in self.stacks.items() if name in parameters}
         self.named_buffers = {name: t for name, t in self.stacks.items() if name not in parameters}
-        self.names, self.params = list(self.named_params), list(self.named_params.values())
-        self.optimizer = StackedSGD(self.params, cfg.local)
+        self.names = list(self.named_params)
+        self.optimizer = StackedSGD(list(self.named_params.values()), cfg.local)
+        # the parameters' stacks are the optimizer's, views into its one flat tensor
+        self.named_params = dict(zip(self.names, self.optimizer.params))
+        self.stacks.update(self.named_params)
+        self.params = self.optimizer.params
         sample = federation.augmenter.normalize(federation.train_x[:1])  # dtype and layout of a batch
         batch = cfg.local.batch_size
         self.x = torch.zeros(slots, batch, *sample.shape[1:], dtype=sample.dtype, device=self.device)
@@ -309,29 +337,37 @@ class BatchedClients:
         statistics: a full batch; `step_rows` takes the shorter ones); no host synchronisation,
         so that it can be captured in a CUDA graph."""
         if self.whole_batches:
-            active = self.sizes == self.cfg.local.batch_size
             batch = (self.x, self.y)
         else:
-            active = self.sizes > 0
             weight = (self.positions < self.sizes[:, None]).to(self.params[0].dtype)
             batch = (self.x, self.y, weight / self.sizes.clamp(min=1)[:, None].to(weight.dtype))
         buffers = {name: b.clone() for name, b in self.named_buffers.items()}  # kept below for active slots only
         with self.autocast():
             grads, losses = self.loss_and_grads(self.named_params, buffers, self.state.parameters_by_name,
                                                 self.state.tensor_stacks, self.inputs, *batch)
-        for stack, updated in zip(self.named_buffers.values(), buffers.values()):
-            stack.copy_(torch.where(view_per_client(active, stack), updated, stack))
-        self.optimizer.step([grads[name] for name in self.names], active)
+        self.optimizer.step([grads[name] for name in self.names])  # the slots take_step selected
         # one sample at a time, a slot without a batch has weights 0 and so a loss of 0; a whole batch
         # at a time, an inactive slot computed a loss on its stale or short batch (step_rows counts the latter)
         losses = losses.detach().float()
-        self.loss_sums += torch.where(active, losses, 0.0) if self.whole_batches else losses
+        if self.whole_batches:
+            active = self.active(self.sizes)
+            for stack, updated in zip(self.named_buffers.values(), buffers.values()):
+                stack.copy_(torch.where(view_per_client(active, stack), updated, stack))
+            losses = torch.where(active, losses, 0.0)
+        self.loss_sums += losses
 
-    def step_rows(self, rows: torch.Tensor, size: int) -> None:
+    def active(self, sizes: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """The slots `step` updates, from their batch sizes (on the host or the device): with batch
+        statistics those with a full batch, else those with any."""
+        return sizes == self.cfg.local.batch_size if self.whole_batches else sizes > 0
+
+    def step_rows(self, host_rows: np.ndarray, size: int) -> None:
         """One SGD step of the slots `rows` alone, on the first `size` samples of their batches:
         a shorter last batch of a model with batch statistics, which BatchNorm must take from
         those samples only, so it goes through at its own shape (eagerly: clients' last batches
         have about as many sizes as there are clients)."""
+        rows = self.device_rows(host_rows)
+
         def of_rows(stacks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return {name: t[rows] for name, t in stacks.items()}
 
@@ -343,7 +379,7 @@ class BatchedClients:
                                                 self.x[rows, :size], self.y[rows, :size])
         for stack, updated in zip(self.named_buffers.values(), buffers.values()):
             stack.index_copy_(0, rows, updated)
-        self.optimizer.step_rows(rows, [grads[name] for name in self.names])
+        self.optimizer.step_rows(rows, [grads[name] for name in self.names], ("rows", host_rows.tobytes()))
         self.loss_sums[rows] += losses.detach().float()
 
     def take_step(self, sizes: np.ndarray) -> None:
@@ -352,13 +388,14 @@ class BatchedClients:
         those with a shorter last batch step apart, a step per size (`step_rows`)."""
         full = self.cfg.local.batch_size
         if not self.whole_batches or (sizes == full).any():
+            self.optimizer.select(self.active(self.sizes), self.active(sizes).tobytes())
             if self.graph is not None:
                 self.graph.replay()
             else:
                 self.step()
         if self.whole_batches:
             for size in np.unique(sizes[(sizes > 0) & (sizes < full)]):
-                self.step_rows(self.device_rows(np.flatnonzero(sizes == size)), int(size))
+                self.step_rows(np.flatnonzero(sizes == size), int(size))
 
     def device_rows(self, rows: np.ndarray) -> torch.Tensor:
         """`rows` as an index on the device, copied there once: a copy from the host waits for
@@ -373,6 +410,7 @@ class BatchedClients:
         changes no weight, momentum, running statistic or loss."""
         self.graph = None
         self.sizes.zero_()
+        self.optimizer.select(self.active(self.sizes), self.active(np.zeros(self.slots, dtype=np.int64)).tobytes())
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
