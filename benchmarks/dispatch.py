@@ -1,9 +1,15 @@
-"""Operators dispatched per training round: one FedSSD run against a group of 15 (the FedSSD
-row of FedSSD's Table II: 5 settings x 3 seeds), at a tiny scale on the CPU.
+"""Operators dispatched per group step and per training round, at a tiny scale on the CPU.
 
-    python -m benchmarks.dispatch [key=value ...] [--repeats N]
+    python -m benchmarks.dispatch [key=value ...] [--repeats N] [--steps-only]
 
-A round here is what every round repeats: sampling, the method's server step (teacher and
+First, for each method of FedSSD's Table II, the non-view operators (each at least one kernel
+on a GPU: what a step's CUDA graph replays) of one step of a group of its runs
+(benchmarks/group_step.py), one line each:
+
+    non-view ops per group step: <method> <N>
+
+Then one FedSSD run against a group of 15 (the FedSSD row of FedSSD's Table II: 5 settings x
+3 seeds), per round (not with --steps-only). A round here is what every round repeats: sampling, the method's server step (teacher and
 M_class), the clients' local training and the aggregation; evaluation is left out. The count
 is every aten operator torch.profiler records (nested ones included). The single run trains
 the way a run trains by default (one client after another); the group trains every (run,
@@ -26,6 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 from shared.config import RunConfig
 from shared.config_loading import load_config
 from shared.experiments import expand, get_table
+from benchmarks.group_step import non_view, record_group_step, small_group, table_methods
 from shared.group_training import DatasetCache, GroupClients
 from shared.run_directory import RunDirectory
 from shared.trainer import Member, begin_round, start_member, train_alone
@@ -79,12 +86,23 @@ def set_up(cfgs: list[RunConfig], root: Path, alone: bool) -> list[Member]:
     return members
 
 
+def step_counts() -> dict[str, int]:
+    """Row label -> non-view operators of one group step, for each method of FedSSD's Table II."""
+    return {case.split("-", 2)[2]: len(non_view(record_group_step(small_group(cfg)).ops))  # "fedssd-table2-<row>"
+            for case, cfg in table_methods(["papers/fedssd/table2"]).items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dispatch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median); 0: count operators only")
+    parser.add_argument("--steps-only", action="store_true", help="the operators per group step alone")
     args = parser.parse_args(argv)
+    for method, count in step_counts().items():
+        print(f"non-view ops per group step: {method} {count}", flush=True)
+    if args.steps_only:
+        return
     cfgs = fedssd_row(args.overrides)
     with tempfile.TemporaryDirectory() as root:
         single = set_up(cfgs[:1], Path(root) / "single", alone=True)

@@ -19,7 +19,8 @@ client's step at once:
     weight    (k, B): 1/s on the s real samples of a client's batch, 0 on padding
     loss      vmap over clients of  sum_i weight_i * local_loss(model_c, x_i, y_i),  the inner
               vmap over samples: the mean of the method's own loss over each client's own batch
-    update    torch.optim.SGD's arithmetic on the stacks, applied only to clients that had a
+    update    torch.optim.SGD's arithmetic on the stacks (shared/stacked_sgd.py: one flat tensor,
+              a few kernels for every slot's every parameter), applied only to clients that had a
               batch, so a client with fewer steps keeps its weights and momentum as they were
 
 Why the inner vmap over samples: it lets every step have one shape, padding included, without
@@ -88,72 +89,19 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from shared.config import LocalConfig, RunConfig
+from shared.config import RunConfig
 from shared.fedavg import ClientUpdate, Diverged, FedAvg
 from shared.federation import Client, Federation
 from shared.models import Net
 from shared.seeding import client_generator
 from shared.slot_state import SlotState, Snapshot, shared_floats, take_snapshot
+from shared.stacked_sgd import StackedSGD, view_per_client
 
 # Input values a window of steps' batches laid out ahead holds at most (2 GiB as float32): 18
 # steps of a Table II group's 150 FedAvg-CNN slots (CIFAR-10, B=64). A window costs each slot
 # one copy per run of its batches, not one per step; a slot keeps at most its current augmented
 # chunk (let go once its last batch is copied), as a per-slot batch iterator would.
 WINDOW_VALUES = 1 << 29
-
-
-def view_per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """(clients,) -> (clients, 1, 1, ...), to broadcast over a stacked tensor like `like`."""
-    return values.view(-1, *[1] * (like.dim() - 1))
-
-
-class StackedSGD:
-    """torch.optim.SGD (momentum, weight decay, no dampening or Nesterov) for many clients at
-    once, on stacks of shape (clients, *shape), with SGD's operations in SGD's order, so each
-    client's weights and momentum are what its own torch.optim.SGD would give. A client that is
-    not active at a step keeps both exactly: its step is multiplied by 0 and its momentum by 1."""
-
-    def __init__(self, params: list[torch.Tensor], local: LocalConfig):
-        self.params = params
-        self.momentum_buffers = [torch.zeros_like(p) for p in params]
-        self.lr, self.momentum, self.weight_decay, self.grad_clip = (
-            local.lr, local.momentum, local.weight_decay, local.grad_clip)
-
-    def reset(self) -> None:
-        """Fresh optimisers, as every client starts one each round."""
-        for buffer in self.momentum_buffers:
-            buffer.zero_()
-
-    @torch.no_grad()
-    def step(self, grads: list[torch.Tensor], active: torch.Tensor) -> None:
-        self.update(self.params, self.momentum_buffers, grads, active)
-
-    @torch.no_grad()
-    def step_rows(self, rows: torch.Tensor, grads: list[torch.Tensor]) -> None:
-        """A step of the clients `rows` alone (`grads`: theirs, in the order of `rows`): the
-        same arithmetic on copies of their rows, written back."""
-        params, momentum_buffers = [p[rows] for p in self.params], [m[rows] for m in self.momentum_buffers]
-        self.update(params, momentum_buffers, grads, torch.ones(len(rows), dtype=torch.bool, device=rows.device))
-        for stack, updated in zip(self.params + self.momentum_buffers, params + momentum_buffers):
-            stack.index_copy_(0, rows, updated)
-
-    def update(self, params: list[torch.Tensor], momentum_buffers: list[torch.Tensor], grads: list[torch.Tensor],
-               active: torch.Tensor) -> None:
-        if self.grad_clip:  # clip_grad_norm_ per client: the norm over all of its gradients
-            norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
-            scale = (self.grad_clip / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)
-            grads = [g * view_per_client(scale, g) for g in grads]
-        if self.weight_decay:
-            grads = [g.add(p, alpha=self.weight_decay) for g, p in zip(grads, params)]
-        on = active.to(params[0].dtype)
-        grads = [g * view_per_client(on, g) for g in grads]
-        if self.momentum:  # SGD's first step sets the buffer to the gradient: 0 * m + g is that
-            keep = torch.where(active, self.momentum, 1.0).to(on.dtype)
-            for buffer, g in zip(momentum_buffers, grads):
-                buffer.mul_(view_per_client(keep, buffer)).add_(g)
-            grads = [buffer * view_per_client(on, buffer) for buffer in momentum_buffers]
-        for p, g in zip(params, grads):
-            p.add_(g, alpha=-self.lr)
 
 
 @dataclass
@@ -266,8 +214,12 @@ class BatchedClients:
         parameters = {f"model.{name}" for name, _ in model.named_parameters()}
         self.named_params = {name: t for name, t in self.stacks.items() if name in parameters}
         self.named_buffers = {name: t for name, t in self.stacks.items() if name not in parameters}
-        self.names, self.params = list(self.named_params), list(self.named_params.values())
-        self.optimizer = StackedSGD(self.params, cfg.local)
+        self.names = list(self.named_params)
+        self.optimizer = StackedSGD(list(self.named_params.values()), cfg.local)
+        # the parameters' stacks are the optimizer's, views into its one flat tensor
+        self.named_params = dict(zip(self.names, self.optimizer.params))
+        self.stacks.update(self.named_params)
+        self.params = self.optimizer.params
         sample = federation.augmenter.normalize(federation.train_x[:1])  # dtype and layout of a batch
         batch = cfg.local.batch_size
         self.x = torch.zeros(slots, batch, *sample.shape[1:], dtype=sample.dtype, device=self.device)
@@ -309,29 +261,37 @@ class BatchedClients:
         statistics: a full batch; `step_rows` takes the shorter ones); no host synchronisation,
         so that it can be captured in a CUDA graph."""
         if self.whole_batches:
-            active = self.sizes == self.cfg.local.batch_size
             batch = (self.x, self.y)
         else:
-            active = self.sizes > 0
             weight = (self.positions < self.sizes[:, None]).to(self.params[0].dtype)
             batch = (self.x, self.y, weight / self.sizes.clamp(min=1)[:, None].to(weight.dtype))
         buffers = {name: b.clone() for name, b in self.named_buffers.items()}  # kept below for active slots only
         with self.autocast():
             grads, losses = self.loss_and_grads(self.named_params, buffers, self.state.parameters_by_name,
                                                 self.state.tensor_stacks, self.inputs, *batch)
-        for stack, updated in zip(self.named_buffers.values(), buffers.values()):
-            stack.copy_(torch.where(view_per_client(active, stack), updated, stack))
-        self.optimizer.step([grads[name] for name in self.names], active)
+        self.optimizer.step([grads[name] for name in self.names])  # the slots take_step selected
         # one sample at a time, a slot without a batch has weights 0 and so a loss of 0; a whole batch
         # at a time, an inactive slot computed a loss on its stale or short batch (step_rows counts the latter)
         losses = losses.detach().float()
-        self.loss_sums += torch.where(active, losses, 0.0) if self.whole_batches else losses
+        if self.whole_batches:
+            active = self.active(self.sizes)
+            for stack, updated in zip(self.named_buffers.values(), buffers.values()):
+                stack.copy_(torch.where(view_per_client(active, stack), updated, stack))
+            losses = torch.where(active, losses, 0.0)
+        self.loss_sums += losses
 
-    def step_rows(self, rows: torch.Tensor, size: int) -> None:
+    def active(self, sizes: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """The slots `step` updates, from their batch sizes (on the host or the device): with batch
+        statistics those with a full batch, else those with any."""
+        return sizes == self.cfg.local.batch_size if self.whole_batches else sizes > 0
+
+    def step_rows(self, host_rows: np.ndarray, size: int) -> None:
         """One SGD step of the slots `rows` alone, on the first `size` samples of their batches:
         a shorter last batch of a model with batch statistics, which BatchNorm must take from
         those samples only, so it goes through at its own shape (eagerly: clients' last batches
         have about as many sizes as there are clients)."""
+        rows = self.device_rows(host_rows)
+
         def of_rows(stacks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return {name: t[rows] for name, t in stacks.items()}
 
@@ -343,7 +303,7 @@ class BatchedClients:
                                                 self.x[rows, :size], self.y[rows, :size])
         for stack, updated in zip(self.named_buffers.values(), buffers.values()):
             stack.index_copy_(0, rows, updated)
-        self.optimizer.step_rows(rows, [grads[name] for name in self.names])
+        self.optimizer.step_rows(rows, [grads[name] for name in self.names], ("rows", host_rows.tobytes()))
         self.loss_sums[rows] += losses.detach().float()
 
     def take_step(self, sizes: np.ndarray) -> None:
@@ -352,13 +312,14 @@ class BatchedClients:
         those with a shorter last batch step apart, a step per size (`step_rows`)."""
         full = self.cfg.local.batch_size
         if not self.whole_batches or (sizes == full).any():
+            self.optimizer.select(self.active(self.sizes), self.active(sizes).tobytes())
             if self.graph is not None:
                 self.graph.replay()
             else:
                 self.step()
         if self.whole_batches:
             for size in np.unique(sizes[(sizes > 0) & (sizes < full)]):
-                self.step_rows(self.device_rows(np.flatnonzero(sizes == size)), int(size))
+                self.step_rows(np.flatnonzero(sizes == size), int(size))
 
     def device_rows(self, rows: np.ndarray) -> torch.Tensor:
         """`rows` as an index on the device, copied there once: a copy from the host waits for
@@ -373,6 +334,7 @@ class BatchedClients:
         changes no weight, momentum, running statistic or loss."""
         self.graph = None
         self.sizes.zero_()
+        self.optimizer.select(self.active(self.sizes), self.active(np.zeros(self.slots, dtype=np.int64)).tobytes())
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):

@@ -32,7 +32,7 @@ def each(value: Tensors, fn) -> Tensors:
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A copy in host memory, pinned where CUDA is; the copy is complete when this returns."""
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=torch.cuda.is_available())
+    host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=torch.cuda.is_available())
     return host.copy_(t.detach())
 
 

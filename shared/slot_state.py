@@ -158,9 +158,10 @@ class SlotState(nn.Module):
                 for name, t in value.tensors.items():
                     stack = self.stacks[f"{key}.{name}"]
                     stack[rows].copy_(t.expand_as(stack[rows]))
-            elif kind == "tensor" or key in self.stacked_floats:
-                stack = self.stacks[key]
-                stack[rows].copy_(torch.as_tensor(value, dtype=stack.dtype).expand_as(stack[rows]))
+            elif kind == "tensor":  # on the stack's device, with its dtype (new_zeros in `arrange`)
+                self.stacks[key][rows].copy_(value.expand_as(self.stacks[key][rows]))
+            elif key in self.stacked_floats:  # a fill, not a copy from the host (which waits for the device)
+                self.stacks[key][rows].fill_(value)
 
     def split_stacks(self) -> None:
         """The stacks as the batched step passes them, split once per layout rather than at

@@ -9,13 +9,14 @@ import torch.nn.functional as F
 from shared import batched as batched_module
 from shared import federation as federation_module
 from shared import trainer
-from shared.batched import BatchedClients, Slot, StackedSGD
+from shared.batched import BatchedClients, Slot
 from shared.client_training import train_client, unbatchable_reason
 from shared.config import LocalConfig, run_id
 from shared.fedavg import FedAvg, frozen_copy
 from shared.federation import build_federation
 from shared.methods import build_method
 from shared.models import build_model
+from shared.stacked_sgd import StackedSGD
 
 # Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients
 # run out of steps at different times and take short last batches. 16x16 images keep float64
@@ -95,7 +96,8 @@ def test_stacked_sgd_is_torch_sgd_per_client_and_leaves_inactive_clients_alone()
     active_per_step = [[True, True, True], [True, False, True], [False, False, True], [True, True, False]]
     for active in active_per_step:
         grads = [torch.randn(3, *s) for s in shapes]
-        stacked.step(grads, torch.tensor(active))
+        stacked.select(torch.tensor(active), tuple(active))
+        stacked.step(grads)
         for c in range(3):
             if active[c]:
                 for p, g in zip(models[c], grads):

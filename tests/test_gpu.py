@@ -282,6 +282,7 @@ def run_together(tmp_path, configs: dict) -> int:
     return main(argv)
 
 
+@pytest.mark.gate
 def test_a_group_of_runs_in_one_cuda_graph_equals_the_same_runs_alone(tmp_path, capsys):
     """A FedSSD row's runs (different seeds and partitions) in one batched step on CUDA, with
     one CUDA graph for the group, against each run alone and sequential."""
