@@ -70,7 +70,8 @@ from shared.archive import (RUN_FILES, ArchiveError, add_member, claim_runs, hol
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.ledger import LEDGER, LedgerError, advanced, finished_elsewhere, read_ledger, upload_budget
+from shared.ledger import (LEDGER, LedgerError, advanced, finished_elsewhere, read_ledger, state_parts,
+                           upload_budget)
 from shared.run_files import CLIENT_STATE, CLIENT_STATE_NAME, aside_path, write_atomically
 
 STATE_FORMAT = "fedrepro-campaign/1"
@@ -1180,8 +1181,8 @@ def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
     args.carried_rounds = None
     others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
     budget = upload_budget(args.max_upload_mib, others)
-    if budget is not None:  # one part of the bytes left: the checkpoints that do not fit stay out
-        args.part_mib, args.max_parts = budget / 2**20, 1
+    if budget is not None:  # parts that hold the bytes left: the checkpoints that do not fit stay out
+        args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib))
     written = save(args, runs_dir)
     for run in written.left_out:
         print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "

@@ -42,13 +42,22 @@ def advanced(rid: str, rounds_here: int, carried_rounds: dict[str, int]) -> bool
     return rounds_here > carried_rounds.get(rid, -1)
 
 
+STATE_ROOM = 128 * 1024  # at least what a state of a ledger and its manifest take (the manifest of 500 runs)
+
+
 def upload_budget(limit_mib: float | None, other_bytes: int) -> int | None:
     """The bytes left for the state under the upload limit beside the data and wheels (None:
-    no limit); LedgerError in one line where those alone pass it."""
+    no limit); LedgerError in one line where they leave no room for a state (STATE_ROOM)."""
     if limit_mib is None:
         return None
     limit = int(limit_mib * 2**20)
-    if other_bytes >= limit:
-        raise LedgerError(f"--max-upload-mib {limit_mib:g}: the data and wheels alone take "
-                          f"{other_bytes / 2**20:.1f} MiB, leaving nothing for the state")
+    if other_bytes + STATE_ROOM > limit:
+        raise LedgerError(f"--max-upload-mib {limit_mib:g}: the data and wheels take {other_bytes / 2**20:.1f} MiB, "
+                          f"leaving less than the {STATE_ROOM // 1024} KiB a state needs")
     return limit - other_bytes
+
+
+def state_parts(budget: int, part_bytes: int) -> tuple[float, int]:
+    """(part MiB, parts) that hold at most `budget` bytes in parts of at most part_bytes."""
+    parts = -(-budget // part_bytes)
+    return budget / parts / 2**20, parts

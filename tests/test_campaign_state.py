@@ -159,7 +159,7 @@ def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(
         return capsys.readouterr().err
 
     err = slot()
-    assert campaign.rounds_done(root / "results" / "runs" / first) == 2
+    assert campaign.rounds_done(root / "results" / "runs" / first) == 2, err
     assert read_state(state)[1] == {}, err
     notes = [line for line in err.splitlines() if "left out" in line]
     assert len(notes) == 1 and notes[0].startswith(f"note: run {first}'s checkpoint (") and ", 2 rounds)" in notes[0]
