@@ -911,8 +911,10 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     partial = len(rows) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
     note = (f"partial: {len(rows)} of {len(implemented)} methods, seeds {seeds} of "
             f"{list(scale_seeds(table, scale))}") if partial else ""
+    labels = {r.label for r in kept}  # what names a row cut away goes with it, its marks too
     cut = dataclasses.replace(table, rows=kept, seeds=tuple(seeds),
-                              reported={k: v for k, v in table.reported.items() if k in {r.label for r in kept}})
+                              reported={k: v for k, v in table.reported.items() if k in labels},
+                              inconsistencies=[m for m in table.inconsistencies if m.row in labels])
     return cut, note
 
 
