@@ -202,7 +202,7 @@ def gate(session: Session, cuda: bool) -> str:
         session.log.line(f"gate: {why}")
         return "not run"
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-               "-k", gate_selection(target_methods(session.args)), *GATE_FILES]
+               "-k", gate_selection(session.args.methods), *GATE_FILES]
     code = session.run(command, min(GATE_SECONDS, session.left() / 3))
     if not xml.is_file():
         no_tests_report(xml, f"pytest wrote no report (exit {code})")
@@ -299,6 +299,10 @@ def check(args) -> None:
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise SessionError(f"{args.out} is not an empty folder: the session's files must be all it holds")
     parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
+    try:
+        args.methods = target_methods(args)
+    except Exception as exc:  # an unknown target: what shared.archive and shared.experiments raise, in one line
+        raise SessionError(f"{' '.join(args.targets)}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

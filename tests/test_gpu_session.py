@@ -72,9 +72,11 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
 
 
 def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_writing(tmp_path):
-    for extra, message in ((["--max-files", "4"], "--max-files 4"), (["--set", "seed=3"], "not a runtime key"),
-                           (["--minutes", "0"], "--minutes 0")):
-        proc = subprocess.run([sys.executable, "-m", "shared.gpu_session", str(tmp_path / "out"), TARGET,
+    for target, extra, message in ((TARGET, ["--max-files", "4"], "--max-files 4"),
+                                   (TARGET, ["--set", "seed=3"], "not a runtime key"),
+                                   (TARGET, ["--minutes", "0"], "--minutes 0"),
+                                   ("papers/fedssd/table99", [], "papers/fedssd/table99: ")):
+        proc = subprocess.run([sys.executable, "-m", "shared.gpu_session", str(tmp_path / "out"), target,
                                "--minutes", "1", *extra], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
