@@ -109,10 +109,14 @@ def environment_record(path: Path) -> dict:
     return env
 
 
-def child_env() -> dict:
-    """A child sees this checkout first, whatever the caller's PYTHONPATH."""
+def child_env(device: str) -> dict:
+    """A child sees this checkout first, whatever the caller's PYTHONPATH. A rehearsal on a CPU
+    (--device cpu) trains with one torch thread unless OMP_NUM_THREADS says otherwise: on cores
+    that other work keeps busy, torch's threads wait on each other (a smoke round measured 3-4 s
+    with one thread and over 140 s with two, on 2 cores under a load of 6)."""
+    threads = {"OMP_NUM_THREADS": "1"} if device == "cpu" and "OMP_NUM_THREADS" not in os.environ else {}
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-            "PYTHONUNBUFFERED": "1"}
+            "PYTHONUNBUFFERED": "1", **threads}
 
 
 class Session:
@@ -133,7 +137,7 @@ class Session:
         train writes its state) and killed STOP_SECONDS later if still running."""
         self.log.line(f"$ {' '.join(command)}  (at most {max(seconds, 0):.0f} s)")
         self.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=child_env(), cwd=REPO, errors="replace")
+                                      env=child_env(self.args.device), cwd=REPO, errors="replace")
         reader = threading.Thread(target=lambda: [self.log.line(line) for line in self.child.stdout], daemon=True)
         reader.start()
         try:
@@ -229,10 +233,11 @@ def carried_state(session: Session) -> None:
 
 
 def train(session: Session, settings: list[str]) -> int | None:
-    """`campaign train` until the session's end less END_SECONDS, SIGTERM'd (the state written)
-    should a round overrun."""
+    """`campaign train` until the session's end less END_SECONDS (train keeps its own margin
+    to write the state), SIGTERM'd should a round overrun (the state then written within
+    STOP_SECONDS, at worst past the session's end by that much less END_SECONDS)."""
     args = session.args
-    seconds = session.left() - END_SECONDS - STOP_SECONDS
+    seconds = session.left() - END_SECONDS
     if seconds < 30:
         session.log.line(f"train: not started, {session.left():.0f} s left")
         return None
@@ -243,7 +248,7 @@ def train(session: Session, settings: list[str]) -> int | None:
                *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
                *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
                *(["--scale", args.scale] if args.scale else []), *(f"--set={s}" for s in settings)]
-    return session.run(command, seconds + 10, stop=signal.SIGTERM)
+    return session.run(command, seconds + 5, stop=signal.SIGTERM)
 
 
 def all_gpu_tests(session: Session) -> int | None:

@@ -37,8 +37,7 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     project = checkout(tmp_path / "project")
     shutil.copytree(ROOT / "scripts", project / "scripts")
     out = tmp_path / "out"
-    # one torch thread: the CI's two cores are shared, and two threads on a busy core crawl
-    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHON": sys.executable}  # --device cpu: one torch thread (shared.gpu_session.child_env)
     started = time.monotonic()
     proc = subprocess.run(["bash", "scripts/gpu-session.sh", str(out), TARGET, "--scale", "smoke", "--device", "cpu",
                            "--minutes", "1.5", "--max-files", "6", "--max-file-mib", "1",
