@@ -530,8 +530,9 @@ def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
     ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [[r for r in g if runs[r].seed != first] for g in groups]
     units = []
     for unit in filter(None, ordered):
-        together = len(unit) > 1 and group_reason([with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, 'settings', None))
-                                                   for r in unit]) is None
+        together = len(unit) > 1 and group_reason([
+            with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
+            for r in unit]) is None
         units += [unit] if together else [[r] for r in unit]
     return units
 
@@ -544,7 +545,7 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     from shared import trainer
     from shared.group_training import GroupRefused, run_group
 
-    cfgs = [with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, 'settings', None))
+    cfgs = [with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
             for rid in rids]
     if len(rids) > 1:
         try:
