@@ -1,18 +1,23 @@
-"""What a GPU machine runs first: everything it can tell us in under ten minutes, in one folder.
+"""What a GPU machine can tell us beyond a campaign session (scripts/gpu-session.sh): the gpu
+tests, the speed benchmark's variants and a profile of the campaign's group step, in one folder.
 
-    python -m benchmarks.first_run --out DIR [--data cifar10-jpeg.zip] [--minutes 9]
-    scripts/gpu-first-run.sh DIR [cifar10-jpeg.zip]          (the same, with the checkout on PYTHONPATH)
+    python3 -m benchmarks.first_run --out DIR [--data cifar10-jpeg.zip] [--minutes 9]   (from the checkout)
 
-Steps, each with its share of the time budget, each writing into DIR as it goes (a step that
-fails or runs out of time is recorded and the next one starts):
+Steps, each in a child process bounded by what is left of the budget, each writing into DIR as
+it goes (a step that fails or runs out of time is recorded and the next one starts); DIR holds
+at most 8 files:
 
     environment.json    Python, packages, torch, CUDA, cuDNN, driver, the GPU and its memory,
-                        the numerics a run sets (shared/seeding.py), nvidia-smi's report
-    gpu-tests.xml       `pytest -m gpu` as JUnit XML (gpu-tests.log: its output)
+                        nvidia-smi's report (shared/gpu_session.py, as a session records it)
+    gpu-tests.xml       `pytest -m gpu` as JUnit XML
     speed.json          benchmarks/speed.py's FedSSD benchmark, rewritten after every variant
-    fedssd-trace.json   a torch.profiler trace of one FedSSD round (chrome://tracing or Perfetto),
-                        fedssd-profile.txt its operators by time
+    trace.json          a torch.profiler trace of PROFILED_STEPS replays of the campaign's group
+                        step (FedSSD Table II's first unit: a row's settings in one batched
+                        step), after WARM_STEPS unprofiled ones (capture, warm-up); profile.txt
+                        its operators by time (chrome://tracing or Perfetto for the trace)
+    first-run.log       every step's output
     summary.md          a table of what passed and how fast, also printed at the end
+    summary.json        the same, for a program
 
 Data: `--data` takes CIFAR-10 as a JPEG zip (`dataset=imagefolder`, benchmarks/README.md); without
 it the benchmark and the profile train on synthetic CIFAR-shaped data. Without CUDA (a rehearsal
@@ -39,6 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 # the benchmark's and the profile's federation where there is no GPU: seconds on one core
 TINY = ["dataset.synthetic.train_per_class=30", "dataset.synthetic.test_per_class=10",
         "dataset.synthetic.image_size=16", "partition.clients=4", "local.epochs=1", "aux.per_class=5"]
+PROFILED_STEPS, WARM_STEPS = 20, 3
+LOG = "first-run.log"
 
 
 class Clock:
@@ -64,34 +71,18 @@ def subprocess_env() -> dict:
 
 
 def write_environment(out: Path) -> dict:
-    from shared.provenance import environment
-    from shared.seeding import set_numerics
+    from shared.gpu_session import environment_record
 
-    cuda = torch.cuda.is_available()
-    set_numerics(torch.device("cuda" if cuda else "cpu"), deterministic=True)  # what a run sets by default
-    env = {**environment(), "torch": torch.__version__, "cuda_available": cuda,
-           "executable": sys.executable, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    if cuda:
-        props = torch.cuda.get_device_properties(0)
-        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        env["gpu0"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
-                       "memory_gib": round(props.total_memory / 2**30, 1), "multiprocessors": props.multi_processor_count}
-        env["bf16_supported"] = torch.cuda.is_bf16_supported()
-    (out / "environment.json").write_text(json.dumps(env, indent=1, default=str) + "\n")
-    try:
-        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        smi = "nvidia-smi: not found\n"
-    (out / "nvidia-smi.txt").write_text(smi)
-    gpu = env["gpu0"]["name"] if cuda else "no CUDA device"
-    return {"step": "environment", "ok": True, "detail": f"torch {torch.__version__}, {gpu}"}
+    env = environment_record(out / "environment.json")
+    gpu = env["gpu0"]["name"] if env["cuda_available"] else "no CUDA device"
+    return {"step": "environment", "ok": True, "detail": f"torch {env['torch']}, {gpu}"}
 
 
 def run_logged(command: list[str], log: Path, timeout: float) -> int | None:
     """Run `command` with its output in `log`; its exit code, None when it ran out of time. At
     the limit it gets ^C (SIGINT) first, on which pytest still writes its report of the tests it
     ran, and is killed only if it has not ended 30 s later."""
-    with open(log, "w") as handle:
+    with open(log, "a") as handle:
         proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(), cwd=REPO)
         try:
             return proc.wait(timeout=timeout)
@@ -116,9 +107,9 @@ def junit_counts(xml: Path) -> dict:
 def gpu_tests(out: Path, timeout: float) -> dict:
     xml = out / "gpu-tests.xml"
     code = run_logged([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                       f"--junitxml={xml}", "tests"], out / "gpu-tests.log", timeout)
+                       f"--junitxml={xml}", "tests"], out / LOG, timeout)
     if not xml.exists():
-        return {"step": "gpu tests", "ok": False, "detail": f"no report (exit {code}); see gpu-tests.log"}
+        return {"step": "gpu tests", "ok": False, "detail": f"no report (exit {code}); see {LOG}"}
     c = junit_counts(xml)
     passed = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
     # exit 5: no test collected at all
@@ -137,41 +128,89 @@ def speed(out: Path, overrides: list[str], cuda: bool, timeout: float) -> dict:
                 else ["--variants", "batched", "sequential", "reference", "--rounds", "1"])
     minutes = max(0.1, (timeout - 60) / 60)  # a minute for the variant that is running when the budget ends
     code = run_logged([sys.executable, "-m", "benchmarks.speed", config, *overrides, *variants,
-                       "--minutes", f"{minutes:.2f}", "--out", str(report)], out / "speed.log", timeout)
+                       "--minutes", f"{minutes:.2f}", "--out", str(report)], out / LOG, timeout)
     if not report.exists():
-        return {"step": "speed", "ok": False, "detail": f"no report (exit {code}); see speed.log"}
+        return {"step": "speed", "ok": False, "detail": f"no report (exit {code}); see {LOG}"}
     result = json.loads(report.read_text())
     rows = ", ".join(f"{v} {r['seconds_per_round']:.2f} s/round" for v, r in result["variants"].items())
     skipped = f"; not run: {', '.join(result['skipped'])}" if result.get("skipped") else ""
     return {"step": "speed", "ok": code == 0, "detail": (rows or "no variant finished") + skipped}
 
 
-def profile(out: Path, overrides: list[str], cuda: bool) -> dict:
-    """One FedSSD round under torch.profiler, after an unprofiled round that compiles and warms up."""
-    from torch.profiler import ProfilerActivity
+class ProfileDone(Exception):
+    """The profiled steps are taken: the round stops there."""
 
-    from shared import trainer
+
+def group_configs(overrides: list[str], cuda: bool) -> list:
+    """FedSSD Table II's first unit as the campaign trains it (seed 0 of the first row's
+    settings, one batched step), on this data, for one round; on a CPU a tiny federation, its
+    batched step asked for."""
+    from shared.campaign import GROUP_LIMIT, campaign_runs
+    from shared.config import identity
     from shared.config_loading import load_config
     from shared.run import as_overrides
-    from benchmarks.speed import FEDSSD
+    from shared.run_groups import form_groups
 
-    base = [o for o in as_overrides(FEDSSD) if not o.startswith("dataset.name=")]
-    # one local epoch: a round of every kernel the method launches, in a trace that stays small
-    cfg = load_config(None, [*base, *overrides, "local.epochs=1", "federation.rounds=1", "trainer.progress=false",
-                             f"trainer.device={'cuda' if cuda else 'cpu'}"])
-    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer.run(cfg, Path(tmp, "warm-up"))
-        started = time.perf_counter()
-        with torch.profiler.profile(activities=activities) as prof:
-            summary = trainer.run(cfg, Path(tmp, "profiled"))
-        seconds = time.perf_counter() - started
-    prof.export_chrome_trace(str(out / "fedssd-trace.json"))
+    runs, _ = campaign_runs(["papers/fedssd/table2"], "paper", None)
+    group = form_groups(runs, GROUP_LIMIT)[0]
+    unit = [rid for rid in group if runs[rid].seed == min(runs[r].seed for r in group)]
+    extra = [*overrides, "federation.rounds=1", "trainer.progress=false", f"trainer.device={'cuda' if cuda else 'cpu'}",
+             *([] if cuda else ["trainer.clients_per_step=2", "local.epochs=12"])]  # TINY: 2 steps an epoch
+    return [load_config(None, [*as_overrides(identity(runs[rid])), *extra]) for rid in unit]
+
+
+def profile_group(out: Path, overrides: list[str], cuda: bool) -> dict:
+    """PROFILED_STEPS steps of the group (after WARM_STEPS unprofiled) under torch.profiler;
+    the round stops once they are taken. Runs in a child process (`profile`): bounded in time."""
+    from torch.profiler import ProfilerActivity, schedule
+
+    from shared.batched import BatchedClients
+    from shared.group_training import run_group
+
+    cfgs = group_configs(overrides, cuda)
     sort = "cuda_time_total" if cuda else "cpu_time_total"
-    (out / "fedssd-profile.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
-    return {"step": "profile", "ok": summary["status"] == "completed",
-            "detail": f"one round (1 local epoch, {cfg.dataset.name}, {cfg.partition.clients} clients) "
-                      f"{seconds:.1f} s under the profiler"}
+
+    def ready(prof) -> None:
+        prof.export_chrome_trace(str(out / "trace.json"))
+        (out / "profile.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
+
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    take_step = BatchedClients.take_step
+    started = time.perf_counter()
+    with torch.profiler.profile(activities=activities, on_trace_ready=ready,
+                                schedule=schedule(wait=0, warmup=WARM_STEPS, active=PROFILED_STEPS, repeat=1)) as prof:
+        def profiled_step(self, sizes):
+            take_step(self, sizes)
+            prof.step()
+            if prof.step_num >= WARM_STEPS + PROFILED_STEPS:
+                raise ProfileDone
+
+        BatchedClients.take_step = profiled_step
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                run_group(cfgs, [Path(tmp, str(i)) for i in range(len(cfgs))])
+        except ProfileDone:
+            pass
+        finally:
+            BatchedClients.take_step = take_step
+        steps = prof.step_num
+    return {"step": "profile", "ok": (out / "trace.json").is_file(),
+            "detail": f"{min(max(steps - WARM_STEPS, 0), PROFILED_STEPS)} group steps of {len(cfgs)} runs "
+                      f"({cfgs[0].method['name']}, {cfgs[0].dataset.name}, {cfgs[0].partition.clients} clients each) "
+                      f"in {time.perf_counter() - started:.1f} s with the profiler"}
+
+
+def profile(out: Path, data: str | None, timeout: float) -> dict:
+    """`profile_group` in a child process, stopped at its share of the budget."""
+    result = out / ".profile.json"
+    command = [sys.executable, "-m", "benchmarks.first_run", "--out", str(out), "--profile-into", str(result),
+               *(["--data", data] if data else [])]
+    code = run_logged(command, out / LOG, timeout)
+    if not result.is_file():
+        return {"step": "profile", "ok": False, "detail": f"no profile (exit {code}); see {LOG}"}
+    done = json.loads(result.read_text())
+    result.unlink()
+    return done
 
 
 def guarded(step: str, work) -> dict:
@@ -196,16 +235,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the folder everything goes into (created)")
     parser.add_argument("--data", help="CIFAR-10 as a JPEG zip (dataset=imagefolder); default: synthetic data")
     parser.add_argument("--minutes", type=float, default=9.0, help="time budget for all steps (default 9)")
+    parser.add_argument("--profile-into", type=Path, help=argparse.SUPPRESS)  # the child that runs the profile
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     clock, cuda = Clock(args.minutes), torch.cuda.is_available()
     overrides = data_overrides(args.data, cuda)
+    if args.profile_into:
+        done = guarded("profile", lambda: profile_group(out, overrides, cuda))
+        args.profile_into.write_text(json.dumps(done) + "\n")
+        return 0
     results = [guarded("environment", lambda: write_environment(out))]
-    # the tests get 60% of the budget, the benchmark most of what is left, the profile the rest
-    results.append(guarded("gpu tests", lambda: gpu_tests(out, 0.6 * clock.left())))
-    results.append(guarded("speed", lambda: speed(out, overrides, cuda, max(30.0, clock.left() - 60))))
-    results.append(guarded("profile", lambda: profile(out, overrides, cuda)))
+    # the tests get half the budget, the benchmark 60% of what is left, the profile the rest
+    results.append(guarded("gpu tests", lambda: gpu_tests(out, 0.5 * clock.left())))
+    results.append(guarded("speed", lambda: speed(out, overrides, cuda, 0.6 * clock.left())))
+    results.append(guarded("profile", lambda: profile(out, args.data, clock.left())))
     table = summary_table(results)
     (out / "summary.md").write_text(table)
     (out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")

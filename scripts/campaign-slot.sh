@@ -12,7 +12,7 @@ set -euo pipefail
 minutes=$1
 shift
 carry=${CARRY:-.carry}
-# python3, as scripts/gpu-first-run.sh: on the lent GPU machines it is the one with CUDA's torch
+# python3, as scripts/gpu-session.sh: on the lent GPU machines it is the one with CUDA's torch
 # (a plain `python` may be absent there)
 python=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1  # a slot killed at its limit still returns every line printed

@@ -2,10 +2,11 @@
 
     python -m shared.campaign train TARGET... --minutes M --state FILE [--scale S] [--copy NAME=FILE|SHA256]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
-                                              [--part-mib M] [--max-parts N]
+                                              [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256]
     python -m shared.campaign import FILE
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE] [--wheels-from DIR | --no-wheels]
+                                              [--max-upload-mib M]
 
 `train` trains the targets' missing runs in this process (no Snakemake, no network): seed 0
 of every cell first, so that a whole table exists with one seed as early as possible, then the
@@ -19,7 +20,17 @@ readable. A slot returns at most --max-parts (8) files, so the finished runs are
 and the checkpoints only while the state stays within that many parts, the runs with most
 rounds done first; a checkpoint left out is named in a one-line note (the run starts again),
 and a unit that could not finish before the budget ends and whose checkpoints could not come
-back is not started. Given an existing FILE, `train` continues from it.
+back is not started. Given an existing FILE, `train` continues from it, skipping the runs its
+ledger names (finished elsewhere: shared/ledger.py). A unit takes as many of its runs as can
+finish in the time left, its round estimated from measured rounds (shared/unit_sizing.py).
+`--set` takes runtime keys only (a session's fallbacks: trainer.cuda_graphs=false,
+trainer.deterministic=false); `--timing FILE` writes where each unit's seconds went
+(shared/session_timing.py).
+
+`bundle` writes, where DIR holds no state yet (or one whose runs are all here), a state of the
+ledger (the runs finished here or shipped) and the checkpoints of runs in progress that fit
+--max-upload-mib beside the data and wheels (no limit by default), and refuses in one line
+where the data and wheels alone pass it.
 
 `import` verifies FILE, adds its finished runs to the shipped runs (results/shipped/runs/,
 tracked: the workflow takes a shipped run as finished) without overwriting one, puts the
@@ -60,6 +71,7 @@ from shared.carried_runs import trusted
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
+from shared.ledger import LEDGER, advanced, finished_elsewhere, read_ledger, state_parts, upload_budget
 from shared.run_files import CLIENT_STATE, aside_path, move_aside_checkpoint, write_atomically, write_folder_atomically
 # the state file's form and its checks: shared/state_reading.py (CampaignError: a refusal in one line)
 from shared.state_reading import (CLIENT_STATE_FILE, FINISHED_FILES, IMAGE_KINDS, MANIFEST, MEMBER, PROGRESS_FILES,
@@ -163,13 +175,15 @@ def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[di
     return runs, len(skipped)
 
 
-def with_runtime(cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int = 1) -> RunConfig:
-    """The config with this machine's device, data root and clients per step (none changes the
-    run id; clients_per_step > 1 asks for the batched step, and so for groups, on a CPU too)."""
+def with_runtime(cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int = 1,
+                 settings: dict | None = None) -> RunConfig:
+    """The config with this machine's device, data root and clients per step, and the runtime
+    `settings` of --set (none changes the run id; clients_per_step > 1 asks for the batched
+    step, and so for groups, on a CPU too)."""
     from shared.config_loading import load_config
 
-    runtime = {"trainer": {"device": device, "clients_per_step": clients_per_step},
-               **({"data_root": data_root} if data_root else {})}
+    runtime = deep_merge({"trainer": {"device": device, "clients_per_step": clients_per_step},
+                          **({"data_root": data_root} if data_root else {})}, settings or {})
     resolved = load_config(None, deep_merge(identity(cfg), runtime))
     if run_id(resolved) != run_id(cfg):  # a runtime key that is part of the id would retrain finished runs
         raise CampaignError(f"--device {device}, --data-root {data_root} or --clients-per-step {clients_per_step} "
@@ -263,16 +277,22 @@ def trusted_members(manifest: dict, members: dict[str, bytes]) -> tuple[dict[str
     return trusted(members, manifest_runs(manifest), where)
 
 
-def state_members(run_ids: list[str], runs_dir: Path) -> list[tuple[str, bytes, float]]:
+def state_members(run_ids: list[str], runs_dir: Path, ledger: frozenset[str] = frozenset(),
+                  carried_rounds: dict[str, int] | None = None) -> list[tuple[str, bytes, float]]:
     """The finished runs' text files and the checkpoints of runs in progress (with their
     per-client state files), from runs_dir. A metrics.json that records a failure is no
-    finished run (the workflow trains it again)."""
+    finished run (the workflow trains it again). A run the ledger names is finished elsewhere:
+    none of its files; `carried_rounds` (a state carried in with a ledger): a checkpoint only
+    where this session advanced it (shared/ledger.py)."""
     files = []
     for rid in run_ids:
         run_dir = runs_dir / rid
+        if rid in ledger:
+            continue
         if holds_result(run_dir):
             files += run_members(run_dir, f"finished/{rid}", FINISHED_FILES)
-        elif (run_dir / "checkpoint.pt").is_file():
+        elif (run_dir / "checkpoint.pt").is_file() and (
+                carried_rounds is None or advanced(rid, rounds_done(run_dir), carried_rounds)):
             files += run_members(run_dir, f"progress/{rid}", PROGRESS_FILES + client_state_files(run_dir))
     return files
 
@@ -484,16 +504,6 @@ def is_finished(rid: str, runs_dir: Path, shipped_runs: Path) -> bool:
     return holds_result(runs_dir / rid) or holds_result(shipped_runs / rid)
 
 
-def round_seconds_estimate(cfg: RunConfig, measured: dict[str, float], runs: int = 1) -> float:
-    """A round's seconds for a unit of `runs` runs: a unit's round as measured in this process
-    for the model, else shared.plan's estimate of one run's round times `runs` (a group's step
-    saves launches, not arithmetic: a large model's group takes about as long as its runs one
-    after another, and a first round that overran the slot would be lost)."""
-    from shared.plan import gpu_hours
-
-    return measured.get(cfg.model.name) or runs * 3600 * gpu_hours(cfg) / cfg.federation.rounds
-
-
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
 
 
@@ -511,8 +521,9 @@ def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
     ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [[r for r in g if runs[r].seed != first] for g in groups]
     units = []
     for unit in filter(None, ordered):
-        together = len(unit) > 1 and group_reason([with_runtime(runs[r], args.device, args.data_root, args.clients_per_step)
-                                                   for r in unit]) is None
+        together = len(unit) > 1 and group_reason([
+            with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
+            for r in unit]) is None
         units += [unit] if together else [[r] for r in unit]
     return units
 
@@ -525,7 +536,8 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     from shared import trainer
     from shared.group_training import GroupRefused, run_group
 
-    cfgs = [with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step) for rid in rids]
+    cfgs = [with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
+            for rid in rids]
     if len(rids) > 1:
         try:
             run_group(cfgs, [runs_dir / rid for rid in rids], deadline=deadline)
@@ -546,43 +558,40 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
 
 def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path,
                finished_size: int = 0) -> dict[str, int]:
-    """Train the unfinished runs in order (`training_units`) until the deadline; counts of what
-    happened, by run. finished_size: at least the bytes the finished runs take in the state
-    file (`not_worth_starting` refuses a unit only where sure), then as each save measures them."""
+    """Train the unfinished runs in order (`training_units`, each sized to the time left:
+    `sized_units`) until the deadline; counts of what happened, by run. finished_size: at least
+    the bytes the finished runs take in the state file (`not_worth_starting` refuses a unit
+    only where sure), then as each save measures them."""
     from shared import trainer
 
-    counts, measured = Counter(), {}
-    for unit in training_units(runs, args):
-        rids = [rid for rid in unit if not is_finished(rid, runs_dir, args.root / SHIPPED / "runs")]
-        if not rids:
-            continue
-        cfg = runs[rids[0]]
-        if time.time() + round_seconds_estimate(cfg, measured, len(rids)) > deadline:
+    counts, timing = Counter(), getattr(args, "timing_record", None)
+    for rids, estimate in sized_units(runs, args, deadline, runs_dir):
+        if time.time() + estimate.seconds > deadline:
             counts["not started (no time for a round)"] += len(rids)
             break
-        refused = not_worth_starting(rids, runs, args, deadline, measured, runs_dir, finished_size)
+        refused = not_worth_starting(rids, runs, args, deadline, estimate.seconds, runs_dir, finished_size)
         if refused:
             counts["not started (could not finish, and its checkpoint cannot come back)"] += len(rids)
             print(refused, file=sys.stderr)
             continue
-        started, before = time.time(), max(max(rounds_done(runs_dir / rid), 0) for rid in rids)
-        try:
-            raised = train_unit(rids, runs, args, deadline, runs_dir)
-            counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
-        except trainer.OutOfTime as exc:
-            counts["stopped"] += len(rids)
-            print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
-            break
-        except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
-            raise
-        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
-            counts["raised"] += len(rids)
-            print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
-        finally:
-            rounds = max(cfg.federation.rounds if holds_result(runs_dir / rid)
-                         else max(rounds_done(runs_dir / rid), 0) for rid in rids)
-            if rounds > before:
-                measured[cfg.model.name] = (time.time() - started) / (rounds - before)
+        cfg = runs[rids[0]]
+        with timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit:
+            try:
+                raised = train_unit(rids, runs, args, deadline, runs_dir)
+                counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
+            except trainer.OutOfTime as exc:
+                counts["stopped"] += len(rids)
+                print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
+                if unit:
+                    unit.outcome = "stopped by the deadline"
+                break
+            except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
+                raise
+            except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+                counts["raised"] += len(rids)
+                print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+                if unit:
+                    unit.outcome = f"raised {type(exc).__name__}: {exc}"
         try:
             finished_size = save(args, runs_dir).finished_size
         except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
@@ -591,13 +600,37 @@ def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path
     return counts
 
 
-def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, measured: dict[str, float],
+def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path):
+    """(run ids, round estimate) of each unit in turn, its finished runs (here, shipped or in
+    the ledger) left out, sized to the time left (`unit_sizing.size_unit`): the runs it leaves
+    out come next as a unit of their own. Measured rounds are read again before each unit, so
+    each unit trained counts for the next."""
+    from shared import unit_sizing
+
+    queue = training_units(runs, args)
+    ledger = getattr(args, "ledger", frozenset())
+    while queue:
+        unit = [rid for rid in queue.pop(0)
+                if rid not in ledger and not is_finished(rid, runs_dir, args.root / SHIPPED / "runs")]
+        if not unit:
+            continue
+        measured = unit_sizing.measured_rounds(runs, runs_dir)
+        done = {rid: rounds_done(runs_dir / rid) for rid in unit}
+        rids, estimate = unit_sizing.size_unit(unit, runs, done, deadline - time.time(), measured)
+        if len(rids) < len(unit):
+            queue.insert(0, [rid for rid in unit if rid not in rids])
+            print(f"note: {len(rids)} of the unit's {len(unit)} runs train now, as they can finish in the time left "
+                  f"(a round about {estimate.seconds:.0f} s, {estimate.source})", file=sys.stderr)
+        yield rids, estimate
+
+
+def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, round_seconds: float,
                        runs_dir: Path, finished_size: int) -> str | None:
-    """Why the unit is not started (None: it is): by the round-time estimate it cannot finish
+    """Why the unit is not started (None: it is): at `round_seconds` a round it cannot finish
     before the deadline, and its checkpoints, each at least its model's weights, would not fit
     beside the finished runs in what a slot returns, so its GPU minutes would be lost."""
     rounds = max(runs[rid].federation.rounds - max(rounds_done(runs_dir / rid), 0) for rid in rids)
-    seconds = rounds * round_seconds_estimate(runs[rids[0]], measured, len(rids))
+    seconds = rounds * round_seconds
     if time.time() + seconds <= deadline:
         return None
     checkpoints = [checkpoint_size(runs[rid], runs_dir / rid) for rid in rids]
@@ -645,10 +678,13 @@ def save(args, runs_dir: Path) -> Written:
     """The state file: the runs of its earlier targets and of this command's, the checkpoints
     that a slot could return (`write_state`)."""
     run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
+    ledger = getattr(args, "ledger", frozenset())
     about = {"targets": args.state_targets, "scale": args.scale,
-             "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None}
+             "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None,
+             **({LEDGER: sorted(ledger)} if ledger else {})}
+    members = state_members(run_ids, runs_dir, ledger, getattr(args, "carried_rounds", None))
     with sigterm_deferred():
-        return write_state(args.state, state_members(run_ids, runs_dir), about, args.part_mib, args.max_parts)
+        return write_state(args.state, members, about, args.part_mib, args.max_parts)
 
 
 def slot_return(args) -> str:
@@ -696,11 +732,16 @@ def state_defaults(args) -> dict[str, bytes]:
         raise CampaignError(f"--copy {args.copy}: the state file {args.state} holds runs on "
                             f"{stored.label if stored else 'the official data'}")
     args.copy_spec = given or stored
+    args.ledger = read_ledger(manifest)
+    args.carried_rounds = None
     if not manifest:
         return members
     members, refused = trusted_members(manifest, members)
     for line in refused:  # the run trains again here, as if the state had not held it
         print(f"note: {line}; it is not restored", file=sys.stderr)
+    # a state with a ledger (made by `bundle`): the one a session returns holds what it advanced
+    args.carried_rounds = {rid: history_rounds(files.get("metrics.jsonl", b""))
+                           for (_, rid), files in state_runs(members, ("progress",)).items()} if LEDGER in manifest else None
     return members
 
 
@@ -725,7 +766,10 @@ def check_parts(args) -> None:
 
 
 def train(args) -> int:
+    from shared.runtime_settings import parse_settings
+
     check_parts(args)
+    args.settings = parse_settings(args.set)
     stop_on_sigterm()
     started = time.time()
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
@@ -743,12 +787,15 @@ def train(args) -> int:
         print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
               f"{len(restored['progress'])} checkpointed runs restored{here}")
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
-    counts = train_runs(runs, args, deadline, runs_dir, carried)
+    from shared.session_timing import session_timing
+
+    with session_timing(args.timing, args.device) as args.timing_record:
+        counts = train_runs(runs, args, deadline, runs_dir, carried)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
     written = save(args, runs_dir)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     tell_left_out(args, written)
-    finished = sum(is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
+    finished = sum(rid in args.ledger or is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
     print(f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
           f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
           f"min; state {args.state}: {written.size / 2**20:.2f} MiB")
@@ -829,26 +876,28 @@ def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
 def copy_part(table, scale: str, copy: Copy):
     """The table cut to its part on the copy's dataset: the settings with any run on it, the
     methods with every run on it (FedGKD's tables give datasets columns or rows)."""
-    from shared.experiments import expand
+    from shared.experiments import expand, keep_rows
 
     cells = expand(table, scale)
     on_copy = lambda cell: cell.config.dataset.name == copy.dataset
     keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
     columns = [table.columns[i] for i in keep]
     rows = [r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))]
-    labels, settings = {r.label for r in rows}, {c.label for c in columns}
-    return dataclasses.replace(  # what names a row or a setting cut away goes with it
-        table, columns=columns,
-        rows=[dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings}) for r in rows],
-        reported={row: [values[i] for i in keep] for row, values in table.reported.items() if row in labels},
-        inconsistencies=[m for m in table.inconsistencies if m.row in labels and m.column in settings])
+    settings = {c.label for c in columns}
+    cut = keep_rows(table, rows)
+    return dataclasses.replace(  # what names a setting cut away goes with it
+        cut, columns=columns,
+        rows=[dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings})
+              for r in cut.rows],
+        reported={row: [values[i] for i in keep] for row, values in cut.reported.items()},
+        inconsistencies=[m for m in cut.inconsistencies if m.column in settings])
 
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     """The table cut to what is finished: the methods with every setting finished at seed 0,
     and as many further seeds as all of them have; (None, "") when no method has one.
     Returns (table, the note that marks it partial, empty when it is whole)."""
-    from shared.experiments import expand, scale_seeds
+    from shared.experiments import expand, keep_rows, scale_seeds
 
     cells = expand(table, scale, runtime)
     missing = {(c.row.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
@@ -865,11 +914,7 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     partial = len(rows) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
     note = (f"partial: {len(rows)} of {len(implemented)} methods, seeds {seeds} of "
             f"{list(scale_seeds(table, scale))}") if partial else ""
-    labels = {r.label for r in kept}  # what names a row cut away goes with it, as in `copy_part`
-    cut = dataclasses.replace(table, rows=kept, seeds=tuple(seeds),
-                              reported={k: v for k, v in table.reported.items() if k in labels},
-                              inconsistencies=[m for m in table.inconsistencies if m.row in labels])
-    return cut, note
+    return keep_rows(table, kept, seeds=tuple(seeds)), note
 
 
 def data_folder(scale: str, copy: Copy | None) -> str:
@@ -1106,30 +1151,66 @@ def check_carried_state(source: Path, place: Path) -> None:
 
 
 def bundle(args) -> int:
-    """DIR holds the data, the wheels and the state file as scripts/campaign-slot.sh reads them:
-    DIR/data, DIR/wheels, DIR/state.tar.gz (a first state where there is none: --state defaults to it)."""
+    """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh (and
+    scripts/campaign-slot.sh) read them: DIR/data, DIR/wheels, DIR/state.tar.gz. Without
+    --state, the state is written here: the ledger and the checkpoints that fit --max-upload-mib
+    (`bundle_state`); with it, that state is carried as it is."""
     from shared.config import data_root
 
     check_parts(args)
+    given = args.state is not None
     args.state = args.state or args.output / SLOT_STATE
     check_carried_state(args.state, args.output / SLOT_STATE)
-    state_defaults(args)
+    members = state_defaults(args)
     runs, _ = campaign_runs(args.targets, args.scale, args.copy_spec)
-    out = args.output
-    for source, place in data_files(runs, args.copy_spec, data_root(RunConfig(data_root=args.data_root))):
+    out, runs_dir, shipped_runs = args.output, args.root / RUNS_DIR, args.root / SHIPPED / "runs"
+    sources = data_files(runs, args.copy_spec, data_root(RunConfig(data_root=args.data_root)))
+    upload_budget(args.max_upload_mib, sum(source.stat().st_size for source, _ in sources))  # before any write
+    unsaved = [] if given else not_here(members, runs_dir, shipped_runs)
+    if unsaved:
+        raise CampaignError(f"{args.state} holds {len(unsaved)} runs further than here (e.g. {unsaved[0]}); "
+                            f"import it first")
+    for source, place in sources:
         (out / "data" / place).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, out / "data" / place)
     names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
-    if not state_exists(args.state):
-        # a first state: the slot's `train` then needs no --copy or --scale
-        tell_left_out(args, save(args, args.root / RUNS_DIR))
-    if args.state.resolve() != (out / SLOT_STATE).resolve():  # checked above: nothing there, or the same bytes
+    if not given:
+        bundle_state(args, runs, out)
+    elif args.state.resolve() != (out / SLOT_STATE).resolve():  # checked above: nothing there, or the same bytes
         for part in state_files(args.state):
             shutil.copy2(part, out / part.name.replace(args.state.name, SLOT_STATE, 1))  # the name the slot reads
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / SLOT_STATE}; "
-          f"{size / 2**20:.1f} MiB")
+    limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
+    if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:
+        raise CampaignError(f"bundle {out}: {size / 2**20:.1f} MiB is over --max-upload-mib {args.max_upload_mib:g}")
+    print(f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / SLOT_STATE} (ledger of "
+          f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}")
     return 0
+
+
+def not_here(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> list[str]:
+    """The runs of a state that this machine has not got as far: a finished run neither here nor
+    shipped, a checkpoint ahead of the one here (a returned state not imported yet)."""
+    return [rid for (kind, rid), files in state_runs(members).items()
+            if not is_finished(rid, runs_dir, shipped_runs)
+            and (kind == "finished" or rounds_done(runs_dir / rid) < history_rounds(files.get("metrics.jsonl", b"")))]
+
+
+def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
+    """DIR/state.tar.gz: the ledger of the runs finished here or shipped (no finished run's
+    text), and the checkpoints here, the most advanced first, while data, wheels and state stay
+    within --max-upload-mib; each checkpoint left out is said in one line."""
+    runs_dir, shipped_runs = args.root / RUNS_DIR, args.root / SHIPPED / "runs"
+    args.ledger = frozenset(finished_elsewhere(runs, holds_result, runs_dir, shipped_runs))
+    args.carried_rounds = None
+    others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
+    budget = upload_budget(args.max_upload_mib, others)
+    if budget is not None:  # parts that hold the bytes left: the checkpoints that do not fit stay out
+        args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib))
+    written = save(args, runs_dir)
+    for run in written.left_out:
+        print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
+              f"{args.state}: --max-upload-mib {args.max_upload_mib:g}; the session starts it again", file=sys.stderr)
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -1155,6 +1236,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--part-mib", type=float, default=PART_MIB, help="split a larger state file into parts")
     t.add_argument("--max-parts", type=int, default=SLOT_RETURN_FILES, metavar="N",
                    help="the files a slot returns: checkpoints that would take more stay out of the state file")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids")
+    t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
     s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
     add_run_options(s)
     s.add_argument("--state", type=Path)
@@ -1167,6 +1251,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--state", type=Path, help=f"the state file to carry (default: DIR/{SLOT_STATE}, made if absent)")
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")
+    b.add_argument("--max-upload-mib", type=float, metavar="M",
+                   help="data, wheels and state together at most M MiB (default: no limit)")
     b.add_argument("--part-mib", type=float, default=PART_MIB, help=argparse.SUPPRESS)
     b.add_argument("--max-parts", type=int, default=SLOT_RETURN_FILES, help=argparse.SUPPRESS)
     return parser
@@ -1177,7 +1263,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
-    except (CampaignError, ArchiveError, ConfigError, DataError, OSError, subprocess.CalledProcessError) as exc:
+    except (CampaignError, ArchiveError, ConfigError, DataError, OSError,
+            subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

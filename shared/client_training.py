@@ -193,6 +193,10 @@ class Batched:
         self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
         self.clients = BatchedClients(model, federation, cfg, slots)
 
+    @property
+    def slots_per_step(self) -> int:
+        return self.clients.slots
+
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
         updates = self.clients.train([Slot(self.method, client, self.cfg, round, global_model) for client in clients])
         for update in updates:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -193,6 +193,18 @@ class Table:
             unknown = set(row.per_column) - set(labels)
             if unknown:
                 raise ValueError(f"{self.paper}/{self.name}: row {row.label!r} names unknown columns {sorted(unknown)}")
+
+
+def keep_rows(table: Table, rows: list[Row], **changes) -> Table:
+    """The table with only `rows` (and `changes`): what names a row cut away goes with it (its
+    printed numbers and inconsistencies, its place in `train_first`, and a reading of it, which
+    is shown only beside it)."""
+    labels = {r.label for r in rows}
+    labels -= {r.label for r in rows if r.reading_of is not None and r.reading_of not in labels}
+    return replace(table, rows=[r for r in rows if r.label in labels],
+                   reported={k: v for k, v in table.reported.items() if k in labels},
+                   inconsistencies=[m for m in table.inconsistencies if m.row in labels],
+                   train_first=tuple(r for r in table.train_first if r in labels), **changes)
 
 
 # --- scales -------------------------------------------------------------------------------

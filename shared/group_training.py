@@ -88,6 +88,10 @@ class GroupClients:
         wanted = sum(len(sample_clients(m.cfg, m.round)) for m in members)
         self.clients = BatchedClients(self.model, first.setup.federation, first.cfg, wanted)
 
+    @property
+    def slots_per_step(self) -> int:
+        return self.clients.slots
+
     def __call__(self, members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
         slots = [Slot(m.setup.method, m.setup.federation.clients[c], m.cfg, m.round, m.setup.global_model)
                  for m, clients in zip(members, sampled) for c in clients]

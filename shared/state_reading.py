@@ -32,6 +32,7 @@ from pathlib import Path
 from shared.archive import MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, RUN_FILES, megabytes, sha256
 from shared.catalog import DATASETS, is_sha256
 from shared.experiments import SCALES
+from shared.ledger import LEDGER, RUN_ID, ledger_problem
 from shared.run_files import CLIENT_STATE, CLIENT_STATE_NAME
 
 STATE_FORMAT = "fedrepro-campaign/1"
@@ -42,7 +43,6 @@ PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.p
 # controls) lies in files of its own that it names (shared/client_state.py): without them a run
 # resumed on another machine would set its checkpoint aside and start again from round 0
 CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/{CLIENT_STATE_NAME.pattern}")
-RUN_ID = re.compile(r"[0-9a-f]{16}")
 MEMBER = re.compile(rf"(finished|progress)/({RUN_ID.pattern})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
                     rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
 # A target as Snakemake names it: papers/<paper>[/<name>], <paper>, <paper>_searches (shared.archive)
@@ -50,7 +50,7 @@ TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
 IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
 REQUIRED_KEYS = {"format", "targets", "scale", "copy", "members", "written_at"}
-OPTIONAL_KEYS = {"ledger"}  # run ids finished elsewhere, which `train` skips
+OPTIONAL_KEYS = {LEDGER}  # run ids finished elsewhere, which `train` skips
 COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 # What a state may expand to: checkpoints barely compress and a run's text some 5 to 20 times,
 # while gzip reaches 1000 times on a crafted stream
@@ -212,7 +212,7 @@ def check_manifest(path: Path, manifest) -> None:
     problem = (keys_problem(manifest, REQUIRED_KEYS, OPTIONAL_KEYS) or targets_problem(manifest["targets"])
                or scale_problem(manifest["scale"]) or copy_problem(manifest["copy"])
                or entries_problem(manifest["members"]) or written_at_problem(manifest["written_at"])
-               or ledger_problem(manifest.get("ledger", [])))
+               or ledger_problem(manifest.get(LEDGER, [])))
     if problem:
         raise CampaignError(f"{path}: its manifest {problem}")
 
@@ -278,12 +278,6 @@ def written_at_problem(written_at) -> str | None:
     if when is None or when.tzinfo is None or when.utcoffset() is None:
         return "has no written_at with a time zone (ISO 8601, as written: 2025-01-01T12:00:00+00:00)"
     return None
-
-
-def ledger_problem(ledger) -> str | None:
-    if not isinstance(ledger, list) or not all(isinstance(r, str) and RUN_ID.fullmatch(r) for r in ledger):
-        return "ledger is not a list of run ids (16 lowercase hex digits)"
-    return None if ledger == sorted(set(ledger)) else "ledger is not sorted, or names a run twice"
 
 
 def check_listed(path: Path, manifest: dict, members: dict[str, bytes]) -> None:

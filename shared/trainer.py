@@ -30,16 +30,18 @@ import torch
 from shared.client_state import persist, prune
 from shared.client_state import restore as restore_client_states
 from shared.client_training import ClientResult, client_trainer
-from shared.config import RunConfig, check, run_id
+from shared.config import RUNTIME_KEYS, RunConfig, check, run_id, to_dict
 from shared.evaluation import evaluate_many
 from shared.fedavg import Diverged, FedAvg
 from shared.data import Dataset
+from shared.dotted import flatten
 from shared.federation import Federation, build_federation
 from shared.methods import build_method
 from shared.metrics import rounds_to_target
 from shared.models import Net, count_parameters, model_for
 from shared.partition import save_count_matrix
 from shared.provenance import environment
+from shared.round_timing import Laps, RoundTiming, report
 from shared.run_directory import RunDirectory, write_json
 from shared.seeding import derive_seed, set_numerics
 from shared.tensorboard_log import tensorboard_log
@@ -206,9 +208,12 @@ def train_members(members: list[Member], train_clients, deadline: float | None =
     with ExitStack() as stack:  # tensorboard logs closed however the loop ends
         logs = [stack.enter_context(closing(tensorboard_log(m.cfg, m.out.path))) for m in members]
         while active := [i for i, m in enumerate(members) if m.training]:
-            started = time.perf_counter()
+            started, laps = time.perf_counter(), Laps()
             sampled = [begin_round(members[i]) for i in active]
+            laps.lap("preparation")
             outcomes = train_clients([members[i] for i in active], sampled)
+            laps.lap("steps")
+            timing = round_timing(outcomes, step_width(train_clients, members[active[0]]))
             trained = []
             for i, clients, outcome in zip(active, sampled, outcomes):
                 if isinstance(outcome, Diverged):
@@ -216,17 +221,33 @@ def train_members(members: list[Member], train_clients, deadline: float | None =
                 else:
                     members[i].setup.method.aggregate(members[i].setup.global_model, [r.update for r in outcome])
                     trained.append((i, clients, outcome))
+            laps.lap("aggregation")
             evaluated = [i for i, _, _ in trained if evaluates(members[i].cfg, members[i].round)]
             evaluations = dict(zip(evaluated, evaluate_globals([members[i] for i in evaluated])))
+            laps.lap("evaluation")
             for i, clients, outcome in trained:
-                record = round_record(members[i], clients, outcome, evaluations.get(i))
+                record = {**round_record(members[i], clients, outcome, evaluations.get(i)), "slots": timing.slots}
                 end_round(members[i], record, time.perf_counter() - started, logs[i])
+            laps.lap("checkpointing")
+            report(RoundTiming(len(active), timing.slot_steps, timing.slots_per_step, laps.seconds))
             summaries.update({i: finish_member(members[i]) for i in active if not members[i].training})
             for member in members:
                 if member.training:
                     stop_before_deadline(deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started)
     # a member resumed after its last round (killed while finishing) has no round left to train
     return [summaries[i] if i in summaries else finish_member(m) for i, m in enumerate(members)]
+
+
+def step_width(train_clients, member: Member) -> int:
+    """The (run, client) slots that share one training step: a group's batched step
+    (shared/group_training.py), a run's own batched clients, else 1 (one after another)."""
+    return getattr(train_clients, "slots_per_step", None) or getattr(member.setup.clients, "slots_per_step", 1)
+
+
+def round_timing(outcomes: list[list[ClientResult] | Diverged], width: int) -> RoundTiming:
+    """The round's slots and their steps (a diverged run's clients left out), its phases to come."""
+    steps = tuple(r.update.num_steps for outcome in outcomes if not isinstance(outcome, Diverged) for r in outcome)
+    return RoundTiming(len(outcomes), steps, width)
 
 
 def begin_round(member: Member) -> list[int]:
@@ -272,9 +293,17 @@ def finish_member(member: Member) -> dict:
                         member.elapsed, {
         "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
         "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
-        "client_samples": setup.federation.counts.sum(1).tolist(), "environment": environment()})
+        "client_samples": setup.federation.counts.sum(1).tolist(), "runtime": runtime_settings(cfg),
+        "environment": environment()})
     member.out.finish(summary, setup.global_model.state_dict())
     return summary
+
+
+def runtime_settings(cfg: RunConfig) -> dict:
+    """The runtime keys the run trained with (not part of its id: a session's fallbacks, e.g.
+    trainer.cuda_graphs=false, are recorded here), the data root left out (a path of one machine)."""
+    flat = flatten(to_dict(cfg))
+    return {key: flat[key] for key in RUNTIME_KEYS if key in flat and key != "data_root"}
 
 
 def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_seconds: float) -> None:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from shared import campaign, trainer
+from shared import campaign, trainer, unit_sizing
 from shared.campaign import Copy, build_shipped_figure, build_shipped_table, main, read_state, write_listing, write_state
 from shared.catalog import DataError
 from shared.config import ConfigError, run_id
@@ -488,6 +488,9 @@ def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships
     def train_group(root: Path, deadline_s: float) -> None:  # the clock ticks at each member's check
         with monkeypatch.context() as patch:
             clock_of_rounds(patch)
+            # a round of any unit a tick: no part of the group finishes in the first budget, so
+            # it starts whole (shared/unit_sizing.py), and the whole group finishes in the second
+            patch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0, "test"))
             assert main(["train", target, "--scale", "smoke", "--device", "cpu", "--clients-per-step", "2",
                          "--minutes", str((deadline_s + 30) / 60), "--state", str(state), "--root", str(root)]) == 0
 

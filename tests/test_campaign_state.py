@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import campaign
+from shared import campaign, unit_sizing
 from shared.campaign import LeftOut, read_state, write_state
 from shared.experiments import SMOKE_ROUNDS
 from tests.test_campaign import TARGET, checkout, clock_of_rounds, summary, train
@@ -154,12 +154,12 @@ def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(
     def slot() -> str:
         with monkeypatch.context() as patch:
             clock_of_rounds(patch)  # a budget that ends half a tick after round 1's
-            patch.setattr(campaign, "round_seconds_estimate", lambda cfg, measured, runs=1: 1.0)
+            patch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(1.0, "test"))
             assert train(root, state, (1.5 * 100 + 30) / 60, "--part-mib", "0.05", "--max-parts", "1") == 0
         return capsys.readouterr().err
 
     err = slot()
-    assert campaign.rounds_done(root / "results" / "runs" / first) == 2
+    assert campaign.rounds_done(root / "results" / "runs" / first) == 2, err
     assert read_state(state)[1] == {}, err
     notes = [line for line in err.splitlines() if "left out" in line]
     assert len(notes) == 1 and notes[0].startswith(f"note: run {first}'s checkpoint (") and ", 2 rounds)" in notes[0]
@@ -171,7 +171,7 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
     runs = campaign.campaign_runs([TARGET], "smoke", None)[0]
     args = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=1, root=tmp_path, max_parts=1,
                                  part_mib=0.001)
-    monkeypatch.setattr(campaign, "round_seconds_estimate", lambda cfg, measured, runs=1: 100.0)
+    monkeypatch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0, "test"))
     deadline, runs_dir, first = time.time() + 150, tmp_path / "results" / "runs", next(iter(runs))
     counts = campaign.train_runs(runs, args, deadline, runs_dir)  # a round fits, not SMOKE_ROUNDS of them
     assert counts == {"not started (could not finish, and its checkpoint cannot come back)": len(runs)}
@@ -180,12 +180,12 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
     assert "could not come back: a slot returns 1 files of 0.001 MiB" in err[0]
     assert not runs_dir.exists()
     # started where it can finish in time, or where its checkpoint could come back
-    assert campaign.not_worth_starting([first], runs, args, time.time() + 1000, {}, runs_dir, 0) is None
+    assert campaign.not_worth_starting([first], runs, args, time.time() + 1000, 100.0, runs_dir, 0) is None
     roomy = types.SimpleNamespace(**{**vars(args), "max_parts": 8, "part_mib": 15})
-    assert campaign.not_worth_starting([first], runs, roomy, deadline, {}, runs_dir, 0) is None
+    assert campaign.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir, 0) is None
     weights = campaign.checkpoint_size(runs[first], runs_dir / first)
     assert weights > 10_000  # the smoke model's weights: a real lower bound, not a guess of 0
-    assert campaign.not_worth_starting([first], runs, roomy, deadline, {}, runs_dir,
+    assert campaign.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir,
                                        8 * campaign.part_bytes(15) - weights) is not None
 
 
@@ -240,16 +240,3 @@ def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_clie
     (run_dir / "checkpoint.pt").write_bytes(b"round 4")
     assert put_finished(run_dir, {"metrics.json": (tmp_path / "elsewhere" / "0123456789abcdef" / "metrics.json").read_bytes()})
     assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json"]
-
-
-def test_a_groups_first_round_is_estimated_as_its_runs_one_after_another_until_measured():
-    """Unmeasured, a unit of 3 runs is given 3 runs' rounds (shared.plan's estimate each), so a
-    large model's group whose first round would overrun the slot is not started; once a round
-    of the unit's model is measured in this process, that measure is taken."""
-    from shared.campaign import round_seconds_estimate
-    from shared.experiments import expand, get_table
-
-    cfg = expand(get_table("fedssd", "table2"), "paper")[0].config
-    one = round_seconds_estimate(cfg, {})
-    assert one > 0 and round_seconds_estimate(cfg, {}, 3) == pytest.approx(3 * one)
-    assert round_seconds_estimate(cfg, {cfg.model.name: 2.5}, 3) == 2.5

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks import first_run
 from shared.class_sums import count_by_class, sum_by_class
 from shared.client_state import ClientStates
 from shared.config import RUNTIME_KEYS, run_id
@@ -196,15 +197,16 @@ def test_the_first_run_rehearses_on_a_cpu_into_one_folder(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchmarks.first_run", "--out", str(out), "--minutes", "2"],
                           capture_output=True, text=True, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert {"environment.json", "gpu-tests.xml", "speed.json", "fedssd-trace.json", "summary.md"} <= {
-        p.name for p in out.iterdir()}
+    assert {p.name for p in out.iterdir()} == {"environment.json", "gpu-tests.xml", "speed.json", "trace.json",
+                                               "profile.txt", "first-run.log", "summary.md", "summary.json"}  # 8
     summary = json.loads((out / "summary.json").read_text())
     assert [s["step"] for s in summary] == ["environment", "gpu tests", "speed", "profile"]
     assert all(s["ok"] for s in summary)
     assert "0 failed" in summary[1]["detail"] and "skipped" in summary[1]["detail"]
     speed = json.loads((out / "speed.json").read_text())
     assert speed["variants"] and all(v["seconds_per_round"] > 0 for v in speed["variants"].values())
-    assert json.loads((out / "fedssd-trace.json").read_text())["traceEvents"]
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert f"{first_run.PROFILED_STEPS} group steps of " in summary[3]["detail"]
     assert "| profile | ok |" in proc.stdout
 
 
