@@ -9,7 +9,7 @@ import pytest
 import shared.claims
 from shared.campaign import campaign_runs
 from shared.claims import HELD, NOT_HELD, Best
-from shared.experiments import Column, Reported, Row, Table, expand, get_table
+from shared.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
 from shared.tables import build_table
 from tests.test_tables import BASE, write_runs
 
@@ -108,3 +108,16 @@ def test_the_campaign_trains_fedavg_and_both_fedssd_rows_first_on_fedssd_table2(
     assert Counter(order[:15]) == {(row, 0): 5 for row in ("FedAvg", "FedSSD", "FedSSD (weight M)")}
     assert {seed for _, seed in order[15:40]} == {0}  # then seed 0 of the other five rows, then further seeds
     assert [seed for _, seed in order] == sorted(seed for _, seed in order)
+
+
+def test_a_table_cut_to_some_rows_drops_what_names_the_rows_cut_away():
+    """A partial table (campaign.finished_part) or a copy's part keeps a reading only beside its
+    row, and the rows it trains first only where they are kept."""
+    table = get_table("fedssd", "table2")
+    by_label = {r.label: r for r in table.rows}
+    cut = keep_rows(table, [by_label["FedAvg"], by_label["FedSSD (weight M)"]])
+    assert [r.label for r in cut.rows] == ["FedAvg"] and cut.train_first == ("FedAvg",)
+    assert set(cut.reported) == {"FedAvg"}
+    both = keep_rows(table, [by_label["FedSSD"], by_label["FedSSD (weight M)"]], seeds=(0,))
+    assert [r.label for r in both.rows] == ["FedSSD", "FedSSD (weight M)"] and both.seeds == (0,)
+    assert both.train_first == ("FedSSD", "FedSSD (weight M)")
