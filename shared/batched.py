@@ -312,7 +312,7 @@ class BatchedClients:
         those with a shorter last batch step apart, a step per size (`step_rows`)."""
         full = self.cfg.local.batch_size
         if not self.whole_batches or (sizes == full).any():
-            self.optimizer.select(self.active(self.sizes), self.active(sizes).tobytes())
+            self.optimizer.select(self.active(sizes).tobytes(), lambda: self.active(self.sizes))
             if self.graph is not None:
                 self.graph.replay()
             else:
@@ -334,7 +334,7 @@ class BatchedClients:
         changes no weight, momentum, running statistic or loss."""
         self.graph = None
         self.sizes.zero_()
-        self.optimizer.select(self.active(self.sizes), self.active(np.zeros(self.slots, dtype=np.int64)).tobytes())
+        self.optimizer.select(self.active(np.zeros(self.slots, dtype=np.int64)).tobytes(), lambda: self.active(self.sizes))
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):

@@ -48,10 +48,8 @@ import contextlib
 import dataclasses
 import functools
 import gzip
-import io
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -59,7 +57,6 @@ import sys
 import tarfile
 import time
 import zipfile
-import zlib
 from collections import Counter
 from contextlib import ExitStack
 from datetime import datetime, timezone
@@ -71,7 +68,8 @@ from shared.carried_runs import trusted
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.ledger import LEDGER, advanced, finished_elsewhere, read_ledger, state_parts, upload_budget
+from shared.ledger import (BUNDLED, LEDGER, LedgerError, advanced, finished_elsewhere, read_ledger, state_parts,
+                           upload_budget)
 from shared.run_files import CLIENT_STATE, aside_path, move_aside_checkpoint, write_atomically, write_folder_atomically
 # the state file's form and its checks: shared/state_reading.py (CampaignError: a refusal in one line)
 from shared.state_reading import (CLIENT_STATE_FILE, FINISHED_FILES, IMAGE_KINDS, MANIFEST, MEMBER, PROGRESS_FILES,
@@ -681,7 +679,8 @@ def save(args, runs_dir: Path) -> Written:
     ledger = getattr(args, "ledger", frozenset())
     about = {"targets": args.state_targets, "scale": args.scale,
              "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None,
-             **({LEDGER: sorted(ledger)} if ledger else {})}
+             **({LEDGER: sorted(ledger)} if ledger else {}),
+             **({BUNDLED: True} if getattr(args, "bundling", False) else {})}
     members = state_members(run_ids, runs_dir, ledger, getattr(args, "carried_rounds", None))
     with sigterm_deferred():
         return write_state(args.state, members, about, args.part_mib, args.max_parts)
@@ -739,9 +738,9 @@ def state_defaults(args) -> dict[str, bytes]:
     members, refused = trusted_members(manifest, members)
     for line in refused:  # the run trains again here, as if the state had not held it
         print(f"note: {line}; it is not restored", file=sys.stderr)
-    # a state with a ledger (made by `bundle`): the one a session returns holds what it advanced
+    # a state `bundle` made: the one a session returns holds what it advanced (shared/ledger.py)
     args.carried_rounds = {rid: history_rounds(files.get("metrics.jsonl", b""))
-                           for (_, rid), files in state_runs(members, ("progress",)).items()} if LEDGER in manifest else None
+                           for (_, rid), files in state_runs(members, ("progress",)).items()} if manifest.get(BUNDLED) else None
     return members
 
 
@@ -818,7 +817,7 @@ def status(args) -> int:
     from shared.plan import gpu_hours, measured_throughput
 
     state = state_defaults(args)
-    finished_in_state = {rid for _, rid in state_runs(state, ("finished",))}
+    finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too
     speed = {model: m["samples_per_s"] for runs_dir in (args.root / SHIPPED / "runs", args.root / RUNS_DIR)
              for model, m in measured_throughput("cuda", runs_dir).items()}  # this machine's runs win
     def tally(targets: list[str]) -> tuple[Counter, int]:
@@ -907,14 +906,15 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
         if not complete or len(complete) < len(rows):  # another seed never costs a method
             break
         seeds, rows = [*seeds, seed], complete
-    if not rows:
+    cut = keep_rows(table, [r for r in table.rows if r in rows or not r.implemented], seeds=tuple(seeds))
+    shown = [r for r in cut.rows if r.implemented]  # a reading goes only beside its row
+    if not shown:
         return None, ""
     implemented = [r for r in table.rows if r.implemented]
-    kept = [r for r in table.rows if r in rows or not r.implemented]
-    partial = len(rows) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
-    note = (f"partial: {len(rows)} of {len(implemented)} methods, seeds {seeds} of "
+    partial = len(shown) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
+    note = (f"partial: {len(shown)} of {len(implemented)} methods, seeds {seeds} of "
             f"{list(scale_seeds(table, scale))}") if partial else ""
-    return keep_rows(table, kept, seeds=tuple(seeds)), note
+    return cut, note
 
 
 def data_folder(scale: str, copy: Copy | None) -> str:
@@ -1202,7 +1202,7 @@ def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
     within --max-upload-mib; each checkpoint left out is said in one line."""
     runs_dir, shipped_runs = args.root / RUNS_DIR, args.root / SHIPPED / "runs"
     args.ledger = frozenset(finished_elsewhere(runs, holds_result, runs_dir, shipped_runs))
-    args.carried_rounds = None
+    args.carried_rounds, args.bundling = None, True
     others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
     budget = upload_budget(args.max_upload_mib, others)
     if budget is not None:  # parts that hold the bytes left: the checkpoints that do not fit stay out
@@ -1263,7 +1263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
-    except (CampaignError, ArchiveError, ConfigError, DataError, OSError,
+    except (CampaignError, ArchiveError, ConfigError, DataError, LedgerError, OSError,
             subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,11 +10,19 @@ the campaign.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from shared.archive import RUN_ID
+
 LEDGER = "ledger"  # the manifest's key
-RUN_ID = re.compile(r"[0-9a-f]{16}")
+# The manifest's mark (true) of a state `bundle` wrote, whose checkpoints are also at home: the
+# state a session returns from it holds only the checkpoints that session advanced. A state a
+# session wrote has no mark, so one carried on unimported keeps every checkpoint it holds.
+BUNDLED = "bundled"
+
+
+class LedgerError(ValueError):
+    """An upload limit a bundle cannot keep; the message is one line."""
 
 
 def ledger_problem(ledger) -> str | None:

@@ -104,13 +104,19 @@ def write_folder_atomically(out: Path, write) -> None:
     fails (a full disk, a bug) leaves the old folder or none, never a half-written one."""
     out = Path(out)
     tmp, old = out.with_name(f".{out.name}.{os.getpid()}.tmp"), out.with_name(f".{out.name}.{os.getpid()}.old")
-    for leftover in (tmp, old):  # a kill's, of this pid
+    for leftover in out.parent.glob(f".{out.name}.*.tmp"):  # a killed build's, of any process
         shutil.rmtree(leftover, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
     try:
         write(tmp)
         if out.exists():
             os.replace(out, old)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # the old folder goes back rather than being lost
+            if old.exists() and not out.exists():
+                os.replace(old, out)
+            raise
     except OSError as exc:
         if exc.filename is None:  # a failed write() names no file: the message names the folder
             exc.filename = str(out)

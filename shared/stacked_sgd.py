@@ -2,6 +2,8 @@
 update: every slot's SGD step in a few kernels)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from shared.config import LocalConfig
@@ -50,13 +52,15 @@ class StackedSGD:
         self.flat_momentum.zero_()
 
     @torch.no_grad()
-    def select(self, active: torch.Tensor, key: object) -> None:
-        """The clients the next steps update: `active` (clients,) bool on the device, `key` a
-        value the host knows it by (written only when the key changes; no host synchronisation)."""
+    def select(self, key: object, active: Callable[[], torch.Tensor]) -> None:
+        """The clients the next steps update: `key` a value the host knows them by, `active()`
+        them as a (clients,) bool on the device, made and written only when the key changes (no
+        host synchronisation, and no kernel at a step whose clients are the last step's)."""
         if key == self.selected:
             return
+        selected = active()
         for mask in self.masks:
-            mask.copy_(view_per_client(active, mask).expand_as(mask))
+            mask.copy_(view_per_client(selected, mask).expand_as(mask))
         self.selected = key
 
     @torch.no_grad()
@@ -80,6 +84,6 @@ class StackedSGD:
         """A step of the clients `rows` alone (`grads`: theirs, in the order of `rows`; `key`: the
         rows as the host knows them, as for `select`): the same step, their gradients in their
         rows and zeros elsewhere, the others not selected."""
-        active = torch.zeros(len(self.params[0]), dtype=torch.bool, device=rows.device).index_fill_(0, rows, True)
-        self.select(active, key)
+        self.select(key, lambda: torch.zeros(len(self.params[0]), dtype=torch.bool, device=rows.device)
+                    .index_fill_(0, rows, True))
         self.step([torch.zeros_like(p).index_copy_(0, rows, g) for p, g in zip(self.params, grads)])

@@ -32,7 +32,7 @@ from pathlib import Path
 from shared.archive import MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, RUN_FILES, megabytes, sha256
 from shared.catalog import DATASETS, is_sha256
 from shared.experiments import SCALES
-from shared.ledger import LEDGER, RUN_ID, ledger_problem
+from shared.ledger import BUNDLED, LEDGER, RUN_ID, ledger_problem
 from shared.run_files import CLIENT_STATE, CLIENT_STATE_NAME
 
 STATE_FORMAT = "fedrepro-campaign/1"
@@ -50,7 +50,7 @@ TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
 IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
 REQUIRED_KEYS = {"format", "targets", "scale", "copy", "members", "written_at"}
-OPTIONAL_KEYS = {LEDGER}  # run ids finished elsewhere, which `train` skips
+OPTIONAL_KEYS = {LEDGER, BUNDLED}  # run ids finished elsewhere, which `train` skips; a bundle's mark
 COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 # What a state may expand to: checkpoints barely compress and a run's text some 5 to 20 times,
 # while gzip reaches 1000 times on a crafted stream
@@ -212,7 +212,8 @@ def check_manifest(path: Path, manifest) -> None:
     problem = (keys_problem(manifest, REQUIRED_KEYS, OPTIONAL_KEYS) or targets_problem(manifest["targets"])
                or scale_problem(manifest["scale"]) or copy_problem(manifest["copy"])
                or entries_problem(manifest["members"]) or written_at_problem(manifest["written_at"])
-               or ledger_problem(manifest.get(LEDGER, [])))
+               or ledger_problem(manifest.get(LEDGER, []))
+               or (None if manifest.get(BUNDLED, True) is True else f"{BUNDLED} is not true"))
     if problem:
         raise CampaignError(f"{path}: its manifest {problem}")
 

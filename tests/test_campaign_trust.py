@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from shared import campaign
 from shared.archive import sha256

@@ -194,7 +194,7 @@ def test_bundle_carries_a_ledger_and_the_checkpoints_that_fit_never_finished_run
     bundle = ["bundle", TARGET, "--scale", "smoke", "--no-wheels", "--root", str(tmp_path)]
     assert main([*bundle, "-o", str(tmp_path / "carry")]) == 0
     manifest, members = read_state(tmp_path / "carry" / "state.tar.gz")
-    assert manifest["ledger"] == sorted(ids[:2])
+    assert manifest["ledger"] == sorted(ids[:2]) and manifest["bundled"] is True  # its checkpoints are at home
     assert not [m for m in members if m.startswith("finished/")]
     assert {m.split("/")[1] for m in members} == {ids[3], ids[4]}
     assert "ledger of 2 finished runs" in capsys.readouterr().out
@@ -230,6 +230,11 @@ def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
     campaign.save(args, runs_dir)
     manifest, written = read_state(args.state)
     assert manifest["ledger"] == [ids[3]] and f"finished/{ids[2]}/metrics.json" in written
+    # a session's state carries no bundle's mark: carried on unimported, it keeps every checkpoint it holds
+    assert "bundled" not in manifest
+    again = types.SimpleNamespace(state=args.state, scale=None, targets=[TARGET], copy=None)
+    campaign.state_defaults(again)
+    assert again.carried_rounds is None and again.ledger == frozenset([ids[3]])
     assert not [m for m in written if ids[0] in m or ids[3] in m]
     with tarfile.open(args.state) as tar:  # the manifest is the archive's last member, as before
         assert tar.getnames()[-1] == "manifest.json"

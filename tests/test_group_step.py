@@ -40,6 +40,7 @@ CEILINGS = {
     "fedssd-table2-FedNTD": 145,  # 142
     "fedssd-table2-FedCAD": 137,  # 134
     "fedssd-table2-FedSSD": 143,  # 140
+    "fedssd-table2-FedSSD (weight M)": 142,  # 139
     "fedgkd-table5-FedAvg": 447,  # 438
     "fedgkd-table5-FedProx": 691,  # 677
     "fedgkd-table5-MOON": 689,  # 675

@@ -280,9 +280,10 @@ def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):
     assert rates[-1] < rates[0]  # the mask filters less as the teacher improves (Fig. 5)
 
 
-def test_the_readings_benchmark_trains_fedavg_and_both_fedssd_readings(tmp_path, monkeypatch):
+def test_the_readings_benchmark_trains_fedavg_both_fedssd_readings_and_the_constant_mse(tmp_path, monkeypatch):
     """benchmarks/fedssd_readings.py on a generated image folder (70 images a class: FedSSD's
-    server takes 64 of each), one round of one epoch: a curve per reading, written as JSON."""
+    server takes 64 of each), one round of one epoch: a curve per arm, written as JSON and CSV,
+    and a figure; two processes' outputs joined into one."""
     import numpy as np
     from PIL import Image
 
@@ -299,5 +300,19 @@ def test_the_readings_benchmark_trains_fedavg_and_both_fedssd_readings(tmp_path,
     out = tmp_path / "bench" / "readings.json"
     fedssd_readings.main([str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--out", str(out)])
     curves = json.loads(out.read_text())["curves"]
-    assert list(curves) == ["FedAvg", "FedSSD, M^2 (the paper's text)", "FedSSD, M (mask_weight=m)"]
+    arms = ["FedAvg", "FedSSD, M^2 (the paper's text)", "FedSSD, M (mask_weight=m)",
+            "Constant MSE, alpha 0.01 (Table III's MSE row)"]
+    assert list(curves) == arms
     assert all(len(c["global_acc"]) == 1 for c in curves.values())
+    rows = out.with_suffix(".csv").read_text().splitlines()
+    assert rows[0] == "round,arm,global_acc" and len(rows) == 1 + len(arms)
+    assert out.with_suffix(".png").stat().st_size > 0
+
+    # one arm per process, joined: the same curves (each arm's run directory is reused)
+    half = [tmp_path / "bench" / f"{n}.json" for n in ("a", "b")]
+    for path, chosen in zip(half, (["fedavg", "fedssd-m2"], ["fedssd-m", "mse"])):
+        fedssd_readings.main([str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--arms", *chosen,
+                              "--out", str(path)])
+    joined = tmp_path / "bench" / "joined.json"
+    fedssd_readings.main(["--join", *map(str, half), "--out", str(joined)])
+    assert json.loads(joined.read_text())["curves"] == curves
