@@ -32,10 +32,9 @@ from torch.profiler import ProfilerActivity, profile
 from shared.config import RunConfig
 from shared.config_loading import load_config
 from shared.experiments import expand, get_table
-from benchmarks.group_step import non_view, record_group_step, small_group, table_methods
-from shared.group_training import DatasetCache, GroupClients
-from shared.run_directory import RunDirectory
-from shared.trainer import Member, begin_round, start_member, train_alone
+from benchmarks.group_step import non_view, record_group_step, small_group, start_members, table_methods
+from shared.group_training import GroupClients
+from shared.trainer import Member, begin_round, train_alone
 
 # FedSSD's Table II setting cut to seconds on a CPU: CIFAR-shaped synthetic data, its 10
 # clients all taking part, about 5 batches of 64 per client and 2 local epochs (10 steps a round)
@@ -76,16 +75,6 @@ def measure(members: list[Member], train_clients, repeats: int) -> tuple[int, fl
     return ops, statistics.median(seconds) if seconds else None
 
 
-def set_up(cfgs: list[RunConfig], root: Path, alone: bool) -> list[Member]:
-    datasets = DatasetCache()
-    members = []
-    for i, cfg in enumerate(cfgs):
-        directory = RunDirectory(root / f"run{i}", cfg)
-        directory.path.mkdir(parents=True, exist_ok=True)
-        members.append(start_member(cfg, directory, datasets.get(cfg), alone=alone))
-    return members
-
-
 def step_counts() -> dict[str, int]:
     """Row label -> non-view operators of one group step, for each method of FedSSD's Table II."""
     return {case.split("-", 2)[2]: len(non_view(record_group_step(small_group(cfg)).ops))  # "fedssd-table2-<row>"
@@ -105,9 +94,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     cfgs = fedssd_row(args.overrides)
     with tempfile.TemporaryDirectory() as root:
-        single = set_up(cfgs[:1], Path(root) / "single", alone=True)
+        single = start_members(cfgs[:1], Path(root) / "single", alone=True)
         single_ops, single_seconds = measure(single, train_alone, args.repeats)
-        group = set_up(cfgs, Path(root) / "group", alone=False)
+        group = start_members(cfgs, Path(root) / "group")
         group_ops, group_seconds = measure(group, GroupClients(group), args.repeats)
     print(f"threads: {torch.get_num_threads()}, runs in the group: {len(cfgs)}")
     print(f"aten ops per round: single run {single_ops}, group {group_ops}; group / single = {group_ops / single_ops:.2f}")

@@ -93,13 +93,15 @@ class Recorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def start_group(cfgs: list[RunConfig], root: Path) -> list[Member]:
+def start_members(cfgs: list[RunConfig], root: Path, alone: bool = False) -> list[Member]:
+    """The runs set up under `root`, sharing their datasets' loads; `alone`: each with its own
+    way of training its clients (else a group trains them)."""
     datasets = DatasetCache()
     members = []
     for i, cfg in enumerate(cfgs):
         directory = RunDirectory(root / f"run{i}", cfg)
         directory.path.mkdir(parents=True, exist_ok=True)
-        members.append(start_member(cfg, directory, datasets.get(cfg), alone=False))
+        members.append(start_member(cfg, directory, datasets.get(cfg), alone=alone))
     return members
 
 
@@ -108,7 +110,7 @@ def record_group_step(cfgs: list[RunConfig], default: str | None = None) -> Reco
     default device while the group's clients train (every round's hooks, batches and steps)."""
     recorder = Recorder()
     with tempfile.TemporaryDirectory() as root:
-        members = start_group(cfgs, Path(root))
+        members = start_members(cfgs, Path(root))
         group = GroupClients(members)
         batched, step = group.clients, group.clients.step
 

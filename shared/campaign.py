@@ -68,8 +68,7 @@ from shared.carried_runs import trusted
 from shared.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config import ConfigError, RunConfig, identity, run_id
 from shared.dotted import deep_merge
-from shared.ledger import (BUNDLED, LEDGER, LedgerError, advanced, finished_elsewhere, read_ledger, state_parts,
-                           upload_budget)
+from shared.ledger import BUNDLED, LEDGER, LedgerError, advanced, read_ledger, state_parts, upload_budget
 from shared.run_files import CLIENT_STATE, aside_path, move_aside_checkpoint, write_atomically, write_folder_atomically
 # the state file's form and its checks: shared/state_reading.py (CampaignError: a refusal in one line)
 from shared.state_reading import (CLIENT_STATE_FILE, FINISHED_FILES, IMAGE_KINDS, MANIFEST, MEMBER, PROGRESS_FILES,
@@ -1201,7 +1200,7 @@ def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
     text), and the checkpoints here, the most advanced first, while data, wheels and state stay
     within --max-upload-mib; each checkpoint left out is said in one line."""
     runs_dir, shipped_runs = args.root / RUNS_DIR, args.root / SHIPPED / "runs"
-    args.ledger = frozenset(finished_elsewhere(runs, holds_result, runs_dir, shipped_runs))
+    args.ledger = frozenset(rid for rid in runs if is_finished(rid, runs_dir, shipped_runs))  # shipped or here
     args.carried_rounds, args.bundling = None, True
     others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
     budget = upload_budget(args.max_upload_mib, others)

@@ -10,8 +10,6 @@ the campaign.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from shared.archive import RUN_ID
 
 LEDGER = "ledger"  # the manifest's key
@@ -37,12 +35,6 @@ def read_ledger(manifest: dict) -> frozenset[str]:
     """The run ids a state's manifest says are finished elsewhere (none without a ledger); the
     manifest was checked when its state was read (`ledger_problem`)."""
     return frozenset(manifest.get(LEDGER, []))
-
-
-def finished_elsewhere(run_ids, holds_result, runs_dir: Path, shipped_runs: Path) -> list[str]:
-    """The ledger of these runs: those with a result shipped or in runs_dir (`holds_result`,
-    a recorded failure is no result), sorted."""
-    return sorted(rid for rid in run_ids if holds_result(Path(shipped_runs) / rid) or holds_result(Path(runs_dir) / rid))
 
 
 def advanced(rid: str, rounds_here: int, carried_rounds: dict[str, int]) -> bool:

@@ -46,12 +46,15 @@ class RoundTiming:
         return self.passes * max(self.slot_steps) if self.passes else sum(self.slot_steps)
 
     @property
+    def paid_slot_steps(self) -> int:
+        """The slot-steps the round paid for: each batched step as wide as its slots."""
+        return self.steps * (min(self.slots_per_step, self.slots) if self.passes else 1)
+
+    @property
     def useful_share(self) -> float | None:
         """Of the slot-steps the round paid for, those a client had a batch for (the rest is
         padding: a slot waiting for the longest client of its step)."""
-        if not self.steps:
-            return None
-        return sum(self.slot_steps) / (self.steps * min(self.slots_per_step, self.slots)) if self.passes else 1.0
+        return sum(self.slot_steps) / self.paid_slot_steps if self.steps else None
 
 
 class Laps:

@@ -87,7 +87,7 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
     if not rounds:
         return {"rounds": 0, "slots": None, "steps_per_round": None, "useful_share": None,
                 "seconds_per_round": None, "first_round_s": None}
-    paid = sum(r.steps * (min(r.slots_per_step, r.slots) if r.passes else 1) for r in rounds)
+    paid = sum(r.paid_slot_steps for r in rounds)
     useful = sum(sum(r.slot_steps) for r in rounds)
     later = rounds[1:] or rounds  # the first round pays for capture and warm-up
     per_round = {phase: round(statistics.fmean(r.seconds.get(phase, 0.0) for r in later), 3) for phase in PHASES}
