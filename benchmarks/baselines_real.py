@@ -9,8 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
-from shared.config_loading import load_config
-from shared.trainer import run
+from shared.targets.configs import load_config
+from shared.training.trainer import run
 
 METHODS = {
     "fedavg": [],

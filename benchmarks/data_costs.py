@@ -7,7 +7,7 @@ NAME is a dataset (`cifar10`, `femnist_digits`, `tiny_imagenet`, `sst5`, ...); t
 overrides apply to each (`data_root=DIR`, `model.pretrained=DIR` for the text datasets,
 `dataset.path=...` for `imagefolder`). `--rebuild` deletes a dataset's cached tensors first, so
 that the conversion is timed even where it ran before (the raw files stay). The log lines of
-shared.data split the first load into download and conversion. Prints a table and writes JSON
+shared.data.datasets split the first load into download and conversion. Prints a table and writes JSON
 (default results/benchmarks/data_costs.json).
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from shared.config import ConfigError, data_root
-from shared.config_loading import load_config
-from shared.catalog import DataError, dataset_info
-from shared.data import load_dataset
+from shared.config.schema import ConfigError, data_root
+from shared.targets.configs import load_config
+from shared.data.catalog import DataError, dataset_info
+from shared.data.datasets import load_dataset
 
 
 def cache_files(root: Path, name: str) -> list[Path]:

@@ -13,7 +13,7 @@ Then one FedSSD run against a group of 15 (the FedSSD row of FedSSD's Table II: 
 M_class), the clients' local training and the aggregation; evaluation is left out. The count
 is every aten operator torch.profiler records (nested ones included). The single run trains
 the way a run trains by default (one client after another); the group trains every (run,
-client) pair in one batched step (shared/group_training.py). Prints both counts, the ratio
+client) pair in one batched step (shared/training/group_training.py). Prints both counts, the ratio
 `group ops / single-run ops` (the target is at most 1.5), and the CPU seconds per run and
 round of the group against the single run's default path (median of --repeats rounds; none
 with --repeats 0).
@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from shared.config import RunConfig
-from shared.config_loading import load_config
-from shared.experiments import expand, get_table
+from shared.config.schema import RunConfig
+from shared.targets.configs import load_config
+from shared.targets.experiments import expand, get_table
 from benchmarks.group_step import non_view, record_group_step, small_group, start_members, table_methods
-from shared.group_training import GroupClients
-from shared.trainer import Member, begin_round, train_alone
+from shared.training.group_training import GroupClients
+from shared.training.trainer import Member, begin_round, train_alone
 
 # FedSSD's Table II setting cut to seconds on a CPU: CIFAR-shaped synthetic data, its 10
 # clients all taking part, about 5 batches of 64 per client and 2 local epochs (10 steps a round)

@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from shared.config_loading import load_config
-from shared.evaluation import evaluate, evaluate_many
-from shared.fedavg import snapshot
-from shared.federation import build_federation
+from shared.targets.configs import load_config
+from shared.training.evaluation import evaluate, evaluate_many
+from shared.methods.fedavg import snapshot
+from shared.data.federation import build_federation
 from shared.models import model_for
 
 

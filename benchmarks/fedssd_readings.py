@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from shared.config_loading import load_config
-from shared.dotted import flatten
-from shared.experiments import MOON_CIFAR10
-from shared.trainer import run
+from shared.targets.configs import load_config
+from shared.config.dotted import flatten
+from shared.targets.experiments import MOON_CIFAR10
+from shared.training.trainer import run
 
 READINGS = {  # run directory -> (label, overrides)
     "fedavg": ("FedAvg", ["method=fedavg"]),

@@ -8,7 +8,7 @@ it goes (a step that fails or runs out of time is recorded and the next one star
 at most 8 files:
 
     environment.json    Python, packages, torch, CUDA, cuDNN, driver, the GPU and its memory,
-                        nvidia-smi's report (shared/gpu_session.py, as a session records it)
+                        nvidia-smi's report (shared/campaign/session.py, as a session records it)
     gpu-tests.xml       `pytest -m gpu` as JUnit XML
     speed.json          benchmarks/speed.py's FedSSD benchmark, rewritten after every variant
     trace.json          a torch.profiler trace of PROFILED_STEPS replays of the campaign's group
@@ -71,7 +71,7 @@ def subprocess_env() -> dict:
 
 
 def write_environment(out: Path) -> dict:
-    from shared.gpu_session import environment_record
+    from shared.campaign.session import environment_record
 
     env = environment_record(out / "environment.json")
     gpu = env["gpu0"]["name"] if env["cuda_available"] else "no CUDA device"
@@ -145,11 +145,11 @@ def group_configs(overrides: list[str], cuda: bool) -> list:
     """FedSSD Table II's first unit as the campaign trains it (seed 0 of the first row's
     settings, one batched step), on this data, for one round; on a CPU a tiny federation, its
     batched step asked for."""
-    from shared.campaign import GROUP_LIMIT, campaign_runs
-    from shared.config import identity
-    from shared.config_loading import load_config
+    from shared.campaign.commands import GROUP_LIMIT, campaign_runs
+    from shared.config.schema import identity
+    from shared.targets.configs import load_config
     from shared.run import as_overrides
-    from shared.run_groups import form_groups
+    from shared.targets.run_groups import form_groups
 
     runs, _ = campaign_runs(["papers/fedssd/table2"], "paper", None)
     group = form_groups(runs, GROUP_LIMIT)[0]
@@ -164,8 +164,8 @@ def profile_group(out: Path, overrides: list[str], cuda: bool) -> dict:
     the round stops once they are taken. Runs in a child process (`profile`): bounded in time."""
     from torch.profiler import ProfilerActivity, schedule
 
-    from shared.batched import BatchedClients
-    from shared.group_training import run_group
+    from shared.training.batched import BatchedClients
+    from shared.training.group_training import run_group
 
     cfgs = group_configs(overrides, cuda)
     sort = "cuda_time_total" if cuda else "cpu_time_total"

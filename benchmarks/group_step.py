@@ -23,12 +23,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shared.archive import target_cells
-from shared.config import RunConfig, identity
-from shared.config_loading import load_config
-from shared.dotted import deep_merge
-from shared.group_training import DatasetCache, GroupClients
-from shared.run_directory import RunDirectory
-from shared.trainer import Member, start_member, train_members
+from shared.config.schema import RunConfig, identity
+from shared.targets.configs import load_config
+from shared.config.dotted import deep_merge
+from shared.training.group_training import DatasetCache, GroupClients
+from shared.runs.directory import RunDirectory
+from shared.training.trainer import Member, start_member, train_members
 
 # A group of two runs (two seeds) of 2 clients of 16x16 synthetic images for two rounds, each
 # client a batch or two a round: the step's operators are those of the paper's settings (the

@@ -17,8 +17,8 @@ import argparse
 
 import numpy as np
 
-from shared.config import PartitionConfig
-from shared.partition import count_matrix, dirichlet_balanced_lists, partition
+from shared.config.schema import PartitionConfig
+from shared.data.partition import count_matrix, dirichlet_balanced_lists, partition
 
 # (setting, labels per class, classes, clients, kind, beta or k)
 SETTINGS = [

@@ -26,12 +26,12 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from shared.config import RunConfig
-from shared.fedavg import ClientUpdate
-from shared.federation import build_federation
-from shared.methods import build_method
+from shared.config.schema import RunConfig
+from shared.methods.fedavg import ClientUpdate
+from shared.data.federation import build_federation
+from shared.methods.registry import build_method
 from shared.models import model_for
-from shared.trainer import resolve_device, sample_clients
+from shared.training.trainer import resolve_device, sample_clients
 
 
 def to_tensor(image) -> torch.Tensor:
@@ -105,7 +105,7 @@ def test_accuracy(model, loader, device) -> float:
 def pytorch_defaults() -> None:
     """How the codes the reference stands for compute: PyTorch's defaults (nondeterministic
     kernels allowed, no cuDNN benchmarking, TF32 in cuDNN's convolutions, not in matmuls),
-    whatever a run of ours in this process set before (shared.seeding.set_numerics)."""
+    whatever a run of ours in this process set before (shared.runs.seeding.set_numerics)."""
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.deterministic = torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True

@@ -22,9 +22,15 @@ from unittest import mock
 
 import torch
 
-from shared import client_training, run_directory, run_files, trainer
-from shared.config_loading import load_config
-from shared.methods import method_names
+from shared.training import clients as client_training
+
+from shared.runs import directory as run_directory
+
+from shared.runs import files as run_files
+
+from shared.training import trainer
+from shared.targets.configs import load_config
+from shared.methods.registry import method_names
 
 TINY = ["dataset=synthetic", "dataset.synthetic.train_per_class=60", "dataset.synthetic.test_per_class=20",
         "dataset.synthetic.image_size=16", "partition.clients=4", "federation.participation=0.5", "local.epochs=1",

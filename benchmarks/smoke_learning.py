@@ -9,7 +9,7 @@ column the paper's own method minus FedAvg, and the single seeds at chance.
 `--set` overrides the smoke configs (dotted key=value, as `python -m shared.run` takes them),
 so that another smoke data set or scale can be tried without editing the code; finished runs
 under --out are reused (a run's directory is its run id). The evidence behind the smoke scale's
-data and sizes in shared/experiments.py (README: Two commands on a fresh machine).
+data and sizes in shared/targets/experiments.py (README: Two commands on a fresh machine).
 
 Measured (2 seeds, FedSSD Table II; the earlier scale is `--smoke SMOKE_ROUNDS=3 --smoke
 SMOKE_LOCAL_EPOCHS=2 --smoke SMOKE_SAMPLES_PER_CLIENT=100 --smoke SMOKE_OVERLAP=null --smoke
@@ -35,11 +35,11 @@ import pandas as pd
 import torch
 import yaml
 
-from shared.dotted import nested
-from shared import experiments
-from shared.experiments import expand, get_table
-from shared.tables import REFERENCE_ROW, equals_reference
-from shared.trainer import run
+from shared.config.dotted import nested
+from shared.targets import experiments
+from shared.targets.experiments import expand, get_table
+from shared.reporting.tables import REFERENCE_ROW, equals_reference
+from shared.training.trainer import run
 
 
 def train(job: tuple) -> tuple[str, str, int, float, str]:
@@ -60,7 +60,7 @@ def main(argv=None):
     parser.add_argument("table")
     parser.add_argument("--set", action="append", default=[], dest="sets", help="dotted key=value on the smoke configs")
     parser.add_argument("--smoke", action="append", default=[], help="NAME=VALUE: another value of a SMOKE_* "
-                        "constant of shared/experiments.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale")
+                        "constant of shared/targets/experiments.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale")
     parser.add_argument("--seeds", type=int, default=None, help="at most this many of the smoke scale's seeds")
     parser.add_argument("--rows", nargs="*", help="only these rows (default: all)")
     parser.add_argument("--columns", nargs="*", help="only these columns (default: all)")
@@ -69,7 +69,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for name, _, value in (s.partition("=") for s in args.smoke):
         if not name.startswith("SMOKE_") or not hasattr(experiments, name):
-            parser.error(f"--smoke {name}: shared/experiments.py has no such SMOKE_* constant")
+            parser.error(f"--smoke {name}: shared/targets/experiments.py has no such SMOKE_* constant")
         setattr(experiments, name, yaml.safe_load(value))
     table = get_table(args.paper, args.table)
     overrides = {**parse_sets(args.sets), "trainer": {"device": "cpu", "progress": False}}

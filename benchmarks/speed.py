@@ -5,7 +5,7 @@ config and seed: seconds per round, training samples per second, the ratio, fina
                                [--variants NAME ...] [--repeats N] [--peak-tflops X] [--out FILE]
 
 CONFIG is one of CONFIGS: the papers' defaults (`fedssd`, `fedssd-noteacher`, `fedgkd`,
-`resnet50`, real CIFAR through shared.data) and `cpu` (FedSSD's setting cut to CPU size). The
+`resnet50`, real CIFAR through shared.data.datasets) and `cpu` (FedSSD's setting cut to CPU size). The
 key=value overrides apply to every variant: `dataset=imagefolder dataset.path=cifar10-jpeg.zip`
 for a local copy of CIFAR-10, `dataset=synthetic` (shaped like CIFAR) where there is no data,
 `trainer.device=cpu`. `--reference-rounds` times fewer rounds of the reference than of ours
@@ -42,12 +42,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.reference import run_reference
-from shared.config import RunConfig
-from shared.config_loading import load_config
-from shared.dotted import deep_merge
-from shared.experiments import MOON_CIFAR10
+from shared.config.schema import RunConfig
+from shared.targets.configs import load_config
+from shared.config.dotted import deep_merge
+from shared.targets.experiments import MOON_CIFAR10
 from shared.run import as_overrides
-from shared.trainer import resolve_device, sample_clients
+from shared.training.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
 FEDGKD = {  # papers/fedgkd/tables.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
@@ -97,13 +97,12 @@ def variant_config(base: dict, overrides: list[str], variant: str) -> RunConfig:
 
 
 def epoch_samples(n: int, batch_size: int) -> int:
-    """Samples a client trains per epoch (shared.federation.Client.epoch_length)."""
+    """Samples a client trains per epoch (shared.data.federation.Client.epoch_length)."""
     return n - 1 if n > 1 and n % batch_size == 1 else n
 
 
 def run_ours(cfg: RunConfig, rounds: int) -> dict:
-    from shared import trainer
-
+    from shared.training import trainer
     cfg = copy.deepcopy(cfg)
     cfg.federation.rounds = rounds
     with tempfile.TemporaryDirectory() as out:
@@ -135,12 +134,12 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     torch's FlopCounterMode on one batch) and, given the peak, its fraction."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from shared.federation import build_federation
-    from shared.seeding import client_generator
-    from shared.methods import build_method
-    from shared.client_training import compile_for_full_batches, train_client
+    from shared.data.federation import build_federation
+    from shared.runs.seeding import client_generator
+    from shared.methods.registry import build_method
+    from shared.training.clients import compile_for_full_batches, train_client
     from shared.models import model_for
-    from shared.seeding import set_numerics
+    from shared.runs.seeding import set_numerics
 
     cfg = copy.deepcopy(cfg)
     cfg.local.epochs = 1

@@ -7,7 +7,7 @@
 # environment.json, a gate of the gpu tests on the campaign's path (gate.xml), `campaign train`
 # from $CARRY/state.tar.gz on $CARRY/data (default CARRY=.carry, made by `python -m
 # shared.campaign bundle ... -o .carry`) until M minutes less a margin, timing.json,
-# session.log, the state file (or its parts): all in OUTDIR (shared/gpu_session.py). No
+# session.log, the state file (or its parts): all in OUTDIR (shared/campaign/session.py). No
 # Snakemake, no network: the machine's own Python (PYTHON, default python3, the one with CUDA's
 # torch) with the checkout on PYTHONPATH; PyYAML from $CARRY/wheels where the machine lacks it.
 set -euo pipefail
@@ -21,4 +21,4 @@ if [ -d "$carry/site" ]; then
     export PYTHONPATH="$(cd "$carry/site" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-exec "$python" -m shared.gpu_session "$@" --carry "$carry"
+exec "$python" -m shared.campaign.session "$@" --carry "$carry"

@@ -53,7 +53,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from shared.run_files import CLIENT_STATE, LockHeld, aside_path, hold_lock
+from shared.runs.files import CLIENT_STATE, LockHeld, aside_path, hold_lock
 
 FORMAT = "fedrepro-runs/1"
 MANIFEST = "manifest.json"
@@ -82,9 +82,9 @@ class ArchiveError(Exception):
 # --- which runs a target needs --------------------------------------------------------------
 
 def target_cells(target: str, scale: str) -> list:
-    """The cells (shared.experiments.Cell) of one Snakemake-style target at `scale`, found
+    """The cells (shared.targets.experiments.Cell) of one Snakemake-style target at `scale`, found
     through the same declarations the workflow expands, so the run ids agree with it."""
-    from shared.config import ConfigError
+    from shared.config.schema import ConfigError
 
     parts = target_parts(target)
     try:
@@ -107,9 +107,9 @@ def target_parts(target: str) -> list[str]:
 
 def named_cells(paper: str, name: str, scale: str) -> list:
     """A table, a figure or a search, told apart by name as the workflow's rules tell them apart."""
-    from shared.config import ConfigError
-    from shared.experiments import expand, get_search, get_table, paper_searches, paper_tables
-    from shared.figures import get_figure, paper_figures
+    from shared.config.schema import ConfigError
+    from shared.targets.experiments import expand, get_search, get_table, paper_searches, paper_tables
+    from shared.reporting.figures import get_figure, paper_figures
 
     if name.startswith("table"):
         return expand(get_table(paper, name), scale)
@@ -123,8 +123,8 @@ def named_cells(paper: str, name: str, scale: str) -> list:
 
 def paper_cells(paper: str, scale: str) -> list:
     """A whole paper: its tables and figures (not its searches), as `snakemake <paper>`."""
-    from shared.experiments import paper_tables
-    from shared.figures import paper_figures
+    from shared.targets.experiments import paper_tables
+    from shared.reporting.figures import paper_figures
 
     names = [*paper_tables(paper), *paper_figures(paper)]
     return [cell for name in names for cell in named_cells(paper, name, scale)]
@@ -132,15 +132,15 @@ def paper_cells(paper: str, scale: str) -> list:
 
 def searches_cells(paper: str, scale: str) -> list:
     """Every search of a paper, as `snakemake <paper>_searches`."""
-    from shared.experiments import paper_searches
+    from shared.targets.experiments import paper_searches
 
     return [cell for name in paper_searches(paper) for cell in named_cells(paper, name, scale)]
 
 
 def needed_runs(targets: list[str], scale: str) -> list[str]:
     """The run ids the targets need, each once, in the order the targets list them."""
-    from shared.config import ConfigError
-    from shared.experiments import check_scale
+    from shared.config.schema import ConfigError
+    from shared.targets.experiments import check_scale
 
     try:
         check_scale(scale)
@@ -160,7 +160,7 @@ def sha256(data: bytes) -> str:
 
 def run_state(run_dir: Path) -> str:
     """finished (a metrics.json is there: a result, or a recorded failure, which is not final
-    but retried: shared/run_files.py FINAL), unfinished (started, possibly with a checkpoint)
+    but retried: shared/runs/files.py FINAL), unfinished (started, possibly with a checkpoint)
     or absent."""
     if (run_dir / "metrics.json").is_file():
         return "finished"
@@ -179,8 +179,8 @@ def holds_result(run_dir: Path) -> bool:
 
 def records_result(metrics: bytes) -> bool:
     """Whether a metrics.json's bytes are a run's summary recording a result (the workflow
-    neither retries nor retrains one: shared/run_files.py FINAL), not a failure."""
-    from shared.run_files import is_final, summary_problem
+    neither retries nor retrains one: shared/runs/files.py FINAL), not a failure."""
+    from shared.runs.files import is_final, summary_problem
 
     try:
         summary = json.loads(metrics.decode("utf-8"))
@@ -361,7 +361,7 @@ def parse_manifest(data: bytes) -> dict:
 def check_identity(run: str, small: dict[str, bytes]) -> None:
     """A run's files are the run its directory names: metrics.json says so, and its config.yaml
     hashes to it (a file moved from another run, or edited, would be installed as finished)."""
-    from shared.config import ConfigError, RunConfig, from_dict, run_id
+    from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
 
     metrics, config = small.get(f"runs/{run}/metrics.json"), small.get(f"runs/{run}/config.yaml")
     try:
@@ -469,7 +469,7 @@ def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
 
 def check_run_destination(run_dir: Path, rid: str) -> None:
     """Where run `rid` is unpacked: no link, no file, no other run's directory."""
-    from shared.run_files import recorded_run_id
+    from shared.runs.files import recorded_run_id
 
     # the lock is opened and truncated, the per-client folder written into and pruned: a link
     # at any of these would write or delete elsewhere

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from shared.palette import style
+from shared.reporting.palette import style
 
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from shared.catalog import TextVocabulary, image_shape, is_text, names_where
-from shared.config import ConfigError, RunConfig, check
+from shared.data.catalog import TextVocabulary, image_shape, is_text, names_where
+from shared.config.schema import ConfigError, RunConfig, check
 
 
 class Net(nn.Module):
@@ -220,7 +220,7 @@ class DistilBert(nn.Module):
 
     def __init__(self, pretrained: str, pad_id: int):
         super().__init__()
-        from shared.text_datasets import from_pretrained
+        from shared.data.text import from_pretrained
 
         self.encoder = from_pretrained("AutoModel", pretrained, "DistilBERT weights")
         dim = self.encoder.config.hidden_size
@@ -315,6 +315,6 @@ def validate_model(cfg: RunConfig) -> None:
 
 def model_for(cfg: RunConfig, federation) -> Net:
     """The run's model, sized for its federation's data: classes, input shape and, for text,
-    the vocabulary and the pretrained weights (`federation`: shared.federation.Federation)."""
+    the vocabulary and the pretrained weights (`federation`: shared.data.federation.Federation)."""
     return build_model(cfg.model.name, federation.num_classes, federation.input_shape[0], federation.input_shape[-1],
                        cfg.model.projection_dim, text=federation.dataset.text, pretrained=cfg.model.pretrained)

@@ -28,10 +28,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.catalog import DATASETS, DatasetInfo
-from shared.config import ConfigError, RunConfig, run_id
-from shared.experiments import Cell, all_tables, expand, load_metrics, paper_searches, paper_tables
-from shared.metrics import cell_value
+from shared.data.catalog import DATASETS, DatasetInfo
+from shared.config.schema import ConfigError, RunConfig, run_id
+from shared.targets.experiments import Cell, all_tables, expand, load_metrics, paper_searches, paper_tables
+from shared.runs.metrics import cell_value
 
 if TYPE_CHECKING:  # imported where a listing is made: the workflow's start (gpu_hours) never needs pandas
     import pandas as pd
@@ -172,7 +172,7 @@ def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", run
     one row per table cell using it, with the paper's number and ours."""
     import pandas as pd
 
-    from shared.claims import data_label
+    from shared.reporting.claims import data_label
 
     uses: dict[str, list] = {}
     for table in all_tables():
@@ -235,7 +235,7 @@ def write_shared_files(df: pd.DataFrame, scale: str, out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from shared.figures import paper_figures
+    from shared.reporting.figures import paper_figures
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paper", nargs="?")

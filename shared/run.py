@@ -9,7 +9,7 @@ Overrides use dotted keys (`partition.beta=0.1`, `local.epochs=2`); `method=fedp
 `model=resnet8` and `dataset=cifar100` set the name, and apply to every --json config. Without
 --out, a run goes to results/runs/<run id>/. `--print-config` shows the resolved config and
 exits. Several runs share the process: those that can train in one batched step train as a
-group (shared/group_training.py), the others one after another.
+group (shared/training/group_training.py), the others one after another.
 
 The workflow's jobs name their runs by output directory (`--runs results/runs/<run id>`) and
 scale; the config is looked up among the workflow's tables, figures and searches at that scale,
@@ -36,11 +36,11 @@ from pathlib import Path
 
 import yaml
 
-from shared.config import ConfigError, excerpt, run_id, to_dict
-from shared.config_loading import load_config
-from shared.dotted import flatten
-from shared.catalog import DataError
-from shared.run_directory import (DISK_FULL, KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error,
+from shared.config.schema import ConfigError, excerpt, run_id, to_dict
+from shared.targets.configs import load_config
+from shared.config.dotted import flatten
+from shared.data.catalog import DataError
+from shared.runs.directory import (DISK_FULL, KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error,
                                   write_json)
 
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print("---\n".join(yaml.safe_dump({"run_id": run_id(cfg), **to_dict(cfg)}, sort_keys=False) for cfg in cfgs), end="")
         return 0
 
-    from shared.trainer import resolve_device, select_device
+    from shared.training.trainer import resolve_device, select_device
 
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
     try:  # every output directory, before any data loads
@@ -138,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, attempt: int) -> list[int]:
     """Exit codes of the runs, trained in groups where they can share one batched step (runs
-    with one `group_key`, shared/group_training.py), else one after another with a one-line
+    with one `group_key`, shared/training/group_training.py), else one after another with a one-line
     note saying why. A group that raises is trained again one run after another, each from
     its checkpoint, so that a failure is recorded (or retried) for the run that fails."""
-    from shared.group_training import GroupRefused, run_group
-    from shared.run_groups import form_groups
+    from shared.training.group_training import GroupRefused, run_group
+    from shared.targets.run_groups import form_groups
 
     codes = {}
     for group in form_groups({str(i): cfg for i, cfg in enumerate(cfgs)}, len(cfgs)):
@@ -173,8 +173,8 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
     which enforces time limits every 30 s or so, killed the job just after the run ended), the
     workflow's retry (`restore`) puts them back instead of training the run again. Every
     change to the directory happens in `run`, holding its lock, once it is known to be this
-    run's (shared/run_directory.py)."""
-    from shared.trainer import run
+    run's (shared/runs/directory.py)."""
+    from shared.training.trainer import run
 
     rid = run_id(cfg)
     try:
@@ -214,7 +214,7 @@ def report(summary: dict, out: str) -> int:
 def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
     """Record a failure in metrics.json and failure.json, holding the run's lock (None: another
     process took it meanwhile, and nothing is written)."""
-    from shared.trainer import record_failure
+    from shared.training.trainer import record_failure
 
     directory = RunDirectory(out, cfg)
     try:
@@ -240,9 +240,9 @@ def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
 def workflow_grids() -> list[tuple[str, str, object]]:
     """Every grid the workflow trains, as (paper, target name, Table): each table, each figure
     with a grid of its own (the others draw a table's runs) and each search."""
-    from shared.experiments import all_tables, paper_searches
-    from shared.figures import paper_figures
-    from shared.papers import paper_names
+    from shared.targets.experiments import all_tables, paper_searches
+    from shared.reporting.figures import paper_figures
+    from shared.methods.papers import paper_names
 
     grids = [(t.paper, t.name, t) for t in all_tables()]
     for paper in paper_names():
@@ -253,7 +253,7 @@ def workflow_grids() -> list[tuple[str, str, object]]:
 
 def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, str, object]]:
     """(paper, target name, Cell) for every run of every grid at `scale`."""
-    from shared.experiments import expand
+    from shared.targets.experiments import expand
 
     return [(paper, name, cell) for paper, name, grid in workflow_grids() for cell in expand(grid, scale, runtime)]
 
@@ -261,7 +261,7 @@ def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, s
 def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], configs: str | None = None) -> list:
     """The configs of the workflow's runs `run_ids` at `scale`, with the runtime overrides;
     from `configs` (run id -> config, written by the workflow) where it has them all."""
-    from shared.config import RUNTIME_KEYS
+    from shared.config.schema import RUNTIME_KEYS
 
     names = {o.split("=", 1)[0] for o in overrides}
     if not names <= set(RUNTIME_KEYS):

@@ -1,5 +1,5 @@
 """Genuine campaign states without training: a run's files as the trainer writes them (its
-config.yaml, a history of its config's rounds, the summary `shared.trainer.summarize` makes of
+config.yaml, a history of its config's rounds, the summary `shared.training.trainer.summarize` makes of
 it, a checkpoint of tensors), put into a state file by `write_state`. The trust tests mutate
 such a state along each class of damage or forgery."""
 import io
@@ -8,10 +8,10 @@ import json
 import torch
 import yaml
 
-from shared.campaign import write_state
-from shared.catalog import num_classes
-from shared.config import RunConfig, identity, run_id, to_dict
-from shared.trainer import summarize
+from shared.campaign.commands import write_state
+from shared.data.catalog import num_classes
+from shared.config.schema import RunConfig, identity, run_id, to_dict
+from shared.training.trainer import summarize
 
 
 def history(cfg: RunConfig, rounds: int) -> list[dict]:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from shared.config_loading import load_config
+from shared.targets.configs import load_config
 
 # A federation small enough to train in about a second on one CPU core.
 TINY = [
@@ -33,8 +33,7 @@ def kill_in_round(monkeypatch):
     """kill_in_round(cfg, out, r): run `cfg` into `out`, killed as round r (from 0) starts
     training its clients, so that its checkpoint holds rounds 1..r."""
     from benchmarks.resume_matrix import killed_at_round
-    from shared import trainer
-
+    from shared.training import trainer
     def kill(cfg, out, round):
         with killed_at_round(round), pytest.raises(KeyboardInterrupt):
             trainer.run(cfg, out)

@@ -1,6 +1,6 @@
 import torch
 
-from shared.fedavg import weighted_average
+from shared.methods.fedavg import weighted_average
 
 
 def test_weighted_average_is_exact_on_hand_made_states():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from shared import trainer
+from shared.training import trainer
 from shared.archive import MANIFEST, main
-from shared.experiments import expand, get_table
+from shared.targets.experiments import expand, get_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "papers/fedcad/table4"
@@ -362,7 +362,7 @@ def test_a_run_locked_by_another_writer_is_refused_naming_its_pid_and_the_lock_r
     from contextlib import ExitStack
 
     from shared.archive import ArchiveError, claim_runs
-    from shared.run_files import hold_lock
+    from shared.runs.files import hold_lock
 
     (tmp_path / "a").mkdir()
     with hold_lock(tmp_path / "a" / ".lock"), ExitStack() as stack:  # as a trainer holds it

@@ -1,5 +1,5 @@
 """Bad inputs stop before any data is loaded or model built, with one line that names the key
-and what it may be. Ranges are declared with each field (shared.config.Range), checks across
+and what it may be. Ranges are declared with each field (shared.config.schema.Range), checks across
 keys with each registry and method (`check_config`). Files and command lines (--json,
 --configs, --out) are checked as they are read; what only the data tells (an empty client,
 one class, images too small to augment) is one line once it has loaded, before training."""
@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-from shared.config import ConfigError
-from shared.config_loading import load_config
+from shared.config.schema import ConfigError
+from shared.targets.configs import load_config
 from shared.run import main
 
 AUX = "aux.per_class=8"
@@ -123,7 +123,7 @@ BAD_CONFIGS = [
     (["trainer.device=mps:2"], r"^trainer.device='mps:2': use auto, cpu, cuda or cuda:N$"),
     (["trainer.device=cuda:0:1"], r"^trainer.device='cuda:0:1': use auto, cpu, cuda or cuda:N$"),
     (["trainer.device=CUDA"], r"^trainer.device='CUDA': use auto, cpu, cuda or cuda:N$"),
-    # a key that another setting makes meaningless (shared.config_loading.IDLE_KEYS)
+    # a key that another setting makes meaningless (shared.targets.configs.IDLE_KEYS)
     (["partition=iid", "partition.beta=0.1"], r"^partition.beta=0.1 has no effect with partition.kind=iid "
      r"\(it applies with partition.kind=dirichlet or dirichlet_balanced\); remove it$"),
     (["partition=classes", "partition.beta=0.1"], r"^partition.beta=0.1 has no effect with partition.kind=classes "),
@@ -162,7 +162,7 @@ def test_a_key_that_has_an_effect_or_sits_at_its_default_passes(overrides):
 
 def test_a_resolved_config_read_back_passes():
     """A run's config.yaml names every key, those another key makes idle too (at their defaults)."""
-    from shared.config import identity, run_id
+    from shared.config.schema import identity, run_id
 
     cfg = load_config(None, ["partition=iid", "local.optimizer=adam"])
     assert run_id(load_config(None, identity(cfg))) == run_id(cfg)
@@ -171,7 +171,7 @@ def test_a_resolved_config_read_back_passes():
 def test_every_grid_expands_at_every_scale():
     """No table, figure or search sets a key that another of its settings makes idle (nor any
     other bad value): every cell of every grid loads, at each scale."""
-    from shared.experiments import SCALES
+    from shared.targets.experiments import SCALES
     from shared.run import workflow_cells
 
     for scale in SCALES:

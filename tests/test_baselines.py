@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from shared import trainer
-from shared.config_loading import load_config
-from shared.fedavg import ClientUpdate
-from shared.methods import method_class, method_names
+from shared.training import trainer
+from shared.targets.configs import load_config
+from shared.methods.fedavg import ClientUpdate
+from shared.methods.registry import method_class, method_names
 from shared.models import Net
 from shared.run import main
 
@@ -111,7 +111,7 @@ def test_fedcurv_penalty_uses_the_other_clients_sums():
 
 
 def test_fedcurv_fisher_is_the_mean_squared_batch_gradient():
-    from shared.baselines.fedcurv import diagonal_fisher
+    from shared.methods.baselines.fedcurv import diagonal_fisher
 
     batches = [(torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64), torch.tensor([0, 1])),
                (torch.tensor([[1.0, 1.0]], dtype=torch.float64), torch.tensor([2]))]
@@ -134,7 +134,7 @@ def test_fedcurv_fisher_is_the_mean_squared_batch_gradient():
 
 
 def test_fednova_normalised_averaging_by_hand():
-    from shared.baselines.fednova import normaliser
+    from shared.methods.baselines.fednova import normaliser
 
     assert normaliser(3, 0.0) == 3
     assert normaliser(2, 0.5) == pytest.approx((2 - 0.5 * (1 - 0.25) / 0.5) / 0.5)  # = 2.5
@@ -200,7 +200,7 @@ def test_scaffold_with_momentum_counts_effective_steps():
 
 
 def test_fedproto_prototype_average_and_loss():
-    from shared.baselines.class_stats import average_per_class
+    from shared.methods.baselines.class_stats import average_per_class
 
     means = [torch.tensor([[1.0, 1.0], [0.0, 0.0], [9.0, 9.0]]), torch.tensor([[3.0, 1.0], [2.0, 4.0], [0.0, 0.0]])]
     counts = [torch.tensor([5.0, 0.0, 1.0]), torch.tensor([1.0, 2.0, 0.0])]
@@ -222,7 +222,7 @@ def test_feddistill_per_class_logit_distillation():
 
 
 def test_fedgen_diversity_loss_by_hand():
-    from shared.baselines.fedgen import diversity_loss
+    from shared.methods.baselines.fedgen import diversity_loss
 
     noise = torch.tensor([[0.0], [1.0]])
     output = torch.tensor([[0.0, 0.0], [1.0, 3.0]])

@@ -6,17 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from shared import batched as batched_module
-from shared import federation as federation_module
-from shared import trainer
-from shared.batched import BatchedClients, Slot
-from shared.client_training import train_client, unbatchable_reason
-from shared.config import LocalConfig, run_id
-from shared.fedavg import FedAvg, frozen_copy
-from shared.federation import build_federation
-from shared.methods import build_method
+from shared.training import batched as batched_module
+from shared.data import federation as federation_module
+from shared.training import trainer
+from shared.training.batched import BatchedClients, Slot
+from shared.training.clients import train_client, unbatchable_reason
+from shared.config.schema import LocalConfig, run_id
+from shared.methods.fedavg import FedAvg, frozen_copy
+from shared.data.federation import build_federation
+from shared.methods.registry import build_method
 from shared.models import build_model
-from shared.stacked_sgd import StackedSGD
+from shared.training.stacked_sgd import StackedSGD
 
 # Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients
 # run out of steps at different times and take short last batches. 16x16 images keep float64

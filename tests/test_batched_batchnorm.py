@@ -7,13 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import batched, trainer
-from shared.batched import BatchedClients, Slot, slots_that_fit
-from shared.client_training import train_client, unbatchable_reason
-from shared.config import run_id
-from shared.federation import build_federation
-from shared.group_training import run_group
-from shared.methods import build_method
+from shared.training import batched
+
+from shared.training import trainer
+from shared.training.batched import BatchedClients, Slot, slots_that_fit
+from shared.training.clients import train_client, unbatchable_reason
+from shared.config.schema import run_id
+from shared.data.federation import build_federation
+from shared.training.group_training import run_group
+from shared.methods.registry import build_method
 from shared.models import MODELS, Bottleneck, ImageModel, build_model
 from tests.test_group_training import assert_same_run
 

@@ -22,15 +22,19 @@ import pytest
 import yaml
 from PIL import Image
 
-from shared import campaign, trainer, unit_sizing
-from shared.campaign import Copy, build_shipped_figure, build_shipped_table, main, read_state, write_listing, write_state
-from shared.catalog import DataError
-from shared.config import ConfigError, run_id
-from shared.config_loading import load_config
-from shared.dotted import deep_merge
-from shared.data import CIFAR, file_digest, load_dataset
-from shared.experiments import SMOKE_ROUNDS, expand, get_table
-from shared.figures import get_figure
+from shared.campaign import commands as campaign
+
+from shared.training import trainer
+
+from shared.campaign import unit_sizing
+from shared.campaign.commands import Copy, build_shipped_figure, build_shipped_table, main, read_state, write_listing, write_state
+from shared.data.catalog import DataError
+from shared.config.schema import ConfigError, run_id
+from shared.targets.configs import load_config
+from shared.config.dotted import deep_merge
+from shared.data.datasets import CIFAR, file_digest, load_dataset
+from shared.targets.experiments import SMOKE_ROUNDS, expand, get_table
+from shared.reporting.figures import get_figure
 from tests.carried_states import finished_files, write_genuine_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,7 +331,7 @@ def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_l
 
 
 def test_the_memo_of_copies_digests_is_written_only_when_it_changes(tmp_path):
-    from shared.data import find_copy
+    from shared.data.datasets import find_copy
 
     copies = tmp_path / "copies"
     copies.mkdir()
@@ -357,8 +361,8 @@ def put_run(run_dir: Path, rid: str, status: str, checkpoint: bool = False) -> N
 def test_a_recorded_failure_is_no_finished_run_anywhere_and_a_diverged_run_is(tmp_path, capsys):
     """A metrics.json that records a failure (the workflow's last attempt) is neither packed nor
     shipped as finished, never blocks training the run again, and is replaced (moved aside) by
-    a result; a diverged run is a result (shared/run_files.py FINAL)."""
-    from shared.campaign import is_finished, restore, restore_shipped, ship, state_members
+    a result; a diverged run is a result (shared/runs/files.py FINAL)."""
+    from shared.campaign.commands import is_finished, restore, restore_shipped, ship, state_members
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     failed, diverged, elsewhere = "a" * 16, "b" * 16, "c" * 16
@@ -416,8 +420,8 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     """A trainer (a Snakemake job, another campaign) holding a run's lock: `import` and `train`
     refuse in one line before writing anything; the workflow's copy of shipped runs leaves that
     run to its trainer."""
-    from shared.campaign import restore, restore_shipped, ship
-    from shared.run_files import hold_lock
+    from shared.campaign.commands import restore, restore_shipped, ship
+    from shared.runs.files import hold_lock
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     rid, other = "d" * 16, "e" * 16
@@ -489,7 +493,7 @@ def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships
         with monkeypatch.context() as patch:
             clock_of_rounds(patch)
             # a round of any unit a tick: no part of the group finishes in the first budget, so
-            # it starts whole (shared/unit_sizing.py), and the whole group finishes in the second
+            # it starts whole (shared/campaign/unit_sizing.py), and the whole group finishes in the second
             patch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0, "test"))
             assert main(["train", target, "--scale", "smoke", "--device", "cpu", "--clients-per-step", "2",
                          "--minutes", str((deadline_s + 30) / 60), "--state", str(state), "--root", str(root)]) == 0
@@ -514,7 +518,7 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
     where a run that raises is said in one line and the next still trains; a held lock
     (ConfigError) is no refusal of the group: it is raised, not trained around."""
     runs, _ = campaign.campaign_runs([TARGET], "smoke", None)
-    from shared.run_groups import form_groups
+    from shared.targets.run_groups import form_groups
 
     group = form_groups(runs, campaign.GROUP_LIMIT)[0][:2]
     trained = []
@@ -531,7 +535,7 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
     err = capsys.readouterr().err
     assert "2 runs train one after another: on a CPU" in err and f"run {group[0]} raised RuntimeError" in err
 
-    from shared.run_files import hold_lock
+    from shared.runs.files import hold_lock
 
     (tmp_path / group[0]).mkdir(exist_ok=True)
     held = hold_lock(tmp_path / group[0] / ".lock")

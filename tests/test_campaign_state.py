@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import campaign, unit_sizing
-from shared.campaign import LeftOut, read_state, write_state
-from shared.experiments import SMOKE_ROUNDS
+from shared.campaign import commands as campaign
+
+from shared.campaign import unit_sizing
+from shared.campaign.commands import LeftOut, read_state, write_state
+from shared.targets.experiments import SMOKE_ROUNDS
 from tests.test_campaign import TARGET, checkout, clock_of_rounds, summary, train
 
 ABOUT = {"targets": [TARGET], "scale": "smoke", "copy": None}
@@ -191,12 +193,12 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
 
 def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round(tmp_path, monkeypatch):
     """MOON keeps each client's previous local model in files its checkpoint names
-    (shared/client_state.py): the state carries them, so a run stopped between rounds
+    (shared/methods/client_state.py): the state carries them, so a run stopped between rounds
     continues from its round on a fresh machine, its checkpoint not set aside, and ends as an
     uninterrupted run does."""
-    from shared import trainer
-    from shared.campaign import restore, state_members
-    from shared.experiments import expand, get_table
+    from shared.training import trainer
+    from shared.campaign.commands import restore, state_members
+    from shared.targets.experiments import expand, get_table
 
     cell = next(c for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
                 if c.row.label == "MOON" and c.seed == 0)
@@ -230,7 +232,7 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
 def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_client_state(tmp_path):
     """A run finished elsewhere replaces its checkpoint here, and the per-client files only that
     checkpoint needed (for a ResNet-50 MOON run, gigabytes) go with it."""
-    from shared.campaign import put_finished
+    from shared.campaign.commands import put_finished
     from tests.test_campaign import finish_for_table
 
     finish_for_table(tmp_path / "elsewhere", "0123456789abcdef", 60.0)

@@ -22,16 +22,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared import campaign
+from shared.campaign import commands as campaign
 from shared.archive import sha256
-from shared.config import identity, run_id
-from shared.config_loading import load_config
-from shared.dotted import deep_merge
-from shared.experiments import expand, get_table
-from shared.run_files import write_atomically
-from shared import state_reading
-from shared.state_reading import MAX_SMALL_BYTES, REQUIRED_KEYS
-from shared.trainer import summarize
+from shared.config.schema import identity, run_id
+from shared.targets.configs import load_config
+from shared.config.dotted import deep_merge
+from shared.targets.experiments import expand, get_table
+from shared.runs.files import write_atomically
+from shared.campaign import state_reading
+from shared.campaign.state_reading import MAX_SMALL_BYTES, REQUIRED_KEYS
+from shared.training.trainer import summarize
 from tests.carried_states import checkpoint, config_yaml, finished_files, history, jsonl, progress_files, write_genuine_state
 
 TARGET = "papers/fedcad/table4"
@@ -456,8 +456,7 @@ def test_a_failed_table_build_leaves_the_table_before_it_and_names_its_folder(ge
     table = root / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
     assert code == 0 and (table / "table.tex").is_file()
     before = {p.name: p.read_bytes() for p in table.iterdir()}
-    from shared import tables
-
+    from shared.reporting import tables
     def disk_full(table_, scale, runs_dir, out, runtime=None):
         Path(out).mkdir(parents=True)
         (Path(out) / "table.tex").write_text("half")
@@ -485,8 +484,7 @@ def test_a_failed_write_names_its_file(tmp_path):
 
 def fake_trainer(monkeypatch) -> list[str]:
     """trainer.run as a run that finishes at once with genuine files, its id recorded."""
-    from shared import trainer
-
+    from shared.training import trainer
     trained = []
 
     def run(cfg, out, deadline=None):

@@ -6,12 +6,12 @@ import math
 import pandas as pd
 import pytest
 
-import shared.claims
-from shared.claims import (HELD, NOT_HELD, NOT_MEASURED, WITHIN_NOISE, BeatsAblations, Best, FewestRounds, Trend,
+import shared.reporting.claims
+from shared.reporting.claims import (HELD, NOT_HELD, NOT_MEASURED, WITHIN_NOISE, BeatsAblations, Best, FewestRounds, Trend,
                            evaluate, paper_claims, paper_values, run_values)
-from shared.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
-from shared.papers import paper_names
-from shared.tables import build_paper_claims, build_table
+from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
+from shared.methods.papers import paper_names
+from shared.reporting.tables import build_paper_claims, build_table
 from tests.test_tables import BASE, write_runs
 
 
@@ -37,7 +37,7 @@ def test_a_wrongly_written_claim_fails_on_the_papers_numbers():
 
 
 def seeds_frame(values: dict) -> pd.DataFrame:
-    """Generated run results: {(row, column): [value per seed]} as shared.tables.collect's rows."""
+    """Generated run results: {(row, column): [value per seed]} as shared.reporting.tables.collect's rows."""
     return pd.DataFrame([dict(row=r, column=c, seed=s, status="completed", value=v, run_id=f"{r}{c}{s}")
                          for (r, c), per_seed in values.items() for s, v in enumerate(per_seed)])
 
@@ -130,7 +130,7 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
 
     table = make_table()
     claims = [Best("tabletest", "FedProx beats FedAvg.", "test", rows=("FedProx",), against=("FedAvg",))]
-    monkeypatch.setattr(shared.claims, "paper_claims", lambda paper: claims)
+    monkeypatch.setattr(shared.reporting.claims, "paper_claims", lambda paper: claims)
     write_runs(table, tmp_path / "runs", CURVES, failed={("FedProx", "b")})
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     verdicts = pd.read_csv(tmp_path / "out" / "claims.csv")
@@ -141,7 +141,7 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
     assert "Scale: **paper**. Data: synthetic." in text and "held in 2 of 2 groups" in text
     assert "held within noise" in (tmp_path / "out" / "claims.html").read_text()
 
-    monkeypatch.setattr(shared.tables, "paper_tables", lambda paper: {"tabletest": table})
+    monkeypatch.setattr(shared.reporting.tables, "paper_tables", lambda paper: {"tabletest": table})
     for cell in expand(table, "paper"):  # FedAvg at "a" has not run yet
         if (cell.row.label, cell.column.label) == ("FedAvg", "a"):
             (tmp_path / "runs" / cell.run_id / "metrics.json").unlink()
@@ -154,9 +154,9 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
 def test_a_claim_naming_a_cell_the_table_lacks_is_refused(monkeypatch):
     table = grid_table()
     typo = Best("tablegen", "Ours beats Rivals.", "t", rows=("Ours",), against=("Rivals",))
-    monkeypatch.setattr(shared.claims, "paper_claims", lambda paper: [typo])
+    monkeypatch.setattr(shared.reporting.claims, "paper_claims", lambda paper: [typo])
     with pytest.raises(ValueError, match=r"names cells the table lacks: \[\('Rivals', 'clear'\)"):
-        shared.claims.table_claims(table)
+        shared.reporting.claims.table_claims(table)
 
 
 def test_an_inconsistency_must_name_a_reported_cell():
@@ -172,18 +172,18 @@ def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_d
     Table 1's part on the copy (its CIFAR-10 columns) leaves out the claims on the other datasets."""
     import json
 
-    from shared.campaign import Copy, copy_part, copy_runtime, labelled
-    from shared.experiments import get_table
+    from shared.campaign.commands import Copy, copy_part, copy_runtime, labelled
+    from shared.targets.experiments import get_table
 
     # no kind ("JPEG"): a run's config records the copy's checksum alone, which names the claims' data
     copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228")
     declared = get_table("fedcad", "table4")
     table = labelled(copy_part(declared, "paper", copy), copy)
     assert (table.name, table.declared_name) == ("table4-cifar10-copy-dfaab4e", "table4")
-    assert shared.claims.table_claims(table) == shared.claims.table_claims(declared) and len(table.rows) == 4
+    assert shared.reporting.claims.table_claims(table) == shared.reporting.claims.table_claims(declared) and len(table.rows) == 4
     table1 = labelled(copy_part(get_table("fedcad", "table1"), "paper", copy), copy)
     assert [c.label for c in table1.columns] == ["CIFAR10 acc", "CIFAR10 T(65%)"]
-    assert shared.claims.table_claims(table1) == []  # each names a CIFAR-100 or FEMNIST column too
+    assert shared.reporting.claims.table_claims(table1) == []  # each names a CIFAR-100 or FEMNIST column too
 
     epochs = [c.label for c in table.columns]
     for cell in expand(table, "paper", copy_runtime(copy)):  # FedCAD ahead, by more the longer clients train

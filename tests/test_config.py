@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from shared.config import run_id
-from shared.config_loading import load_config, parse_override
+from shared.config.schema import run_id
+from shared.targets.configs import load_config, parse_override
 from shared.run import main
 
 
@@ -33,7 +33,7 @@ def test_run_id_ignores_runtime_keys_only():
 
 def test_run_id_leaves_out_unset_keys():
     """An optional switch that is off (None) by default, added later, keeps every run's id."""
-    from shared.config import identity
+    from shared.config.schema import identity
 
     cfg = load_config(None, [])
     assert cfg.partition.domain_share is None and "domain_share" not in identity(cfg)["partition"]
@@ -84,8 +84,8 @@ def test_known_run_ids_stay_the_same(overrides):
 
 
 def test_the_cached_defaults_of_idle_keys_cannot_be_changed_by_a_caller():
-    from shared.config import ConfigError
-    from shared.config_loading import idle_key_defaults
+    from shared.config.schema import ConfigError
+    from shared.targets.configs import idle_key_defaults
 
     with pytest.raises(TypeError):
         idle_key_defaults()["partition.beta"] = 0.1

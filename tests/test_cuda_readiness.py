@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import first_run
-from shared.class_sums import count_by_class, sum_by_class
-from shared.client_state import ClientStates
-from shared.config import RUNTIME_KEYS, run_id
-from shared.config_loading import load_config
+from shared.methods.class_sums import count_by_class, sum_by_class
+from shared.methods.client_state import ClientStates
+from shared.config.schema import RUNTIME_KEYS, run_id
+from shared.targets.configs import load_config
 from shared.models import AdaptiveAvgPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def test_deterministic_is_a_runtime_switch_on_by_default_that_keeps_run_ids():
 
 
 def test_a_run_records_its_numerics_and_deterministic_mode_changes_no_cpu_result(tiny_cfg, tmp_path):
-    from shared.trainer import run
+    from shared.training.trainer import run
 
     on = run(tiny_cfg("federation.rounds=1"), tmp_path / "on")
     assert on["environment"]["numerics"] == {
@@ -45,7 +45,7 @@ def test_a_run_records_its_numerics_and_deterministic_mode_changes_no_cpu_result
 
 
 def test_cublas_gets_a_fixed_workspace_before_any_run_touches_cuda():
-    code = "import shared.trainer, os; print(os.environ['CUBLAS_WORKSPACE_CONFIG'])"
+    code = "import shared.training.trainer, os; print(os.environ['CUBLAS_WORKSPACE_CONFIG'])"
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
     assert proc.stdout.strip() == ":4096:8", proc.stderr
@@ -75,7 +75,7 @@ def test_adaptive_pooling_by_products_equals_torchs_forward_and_backward(side):
 # --- compiled steps ----------------------------------------------------
 
 def test_only_a_full_batch_takes_the_compiled_model():
-    from shared.client_training import step_model
+    from shared.training.clients import step_model
 
     model, compiled = torch.nn.Linear(2, 2), torch.nn.Identity()
     assert step_model(model, compiled, 16, 16) is compiled
@@ -95,7 +95,7 @@ def test_client_state_lives_on_the_host_and_is_a_copy():
 
 
 def test_a_checkpoint_rewrites_only_the_clients_whose_state_changed(tmp_path):
-    from shared.client_state import persist, prune, restore
+    from shared.methods.client_state import persist, prune, restore
 
     states = ClientStates("u")
     states[0], states[1] = [torch.zeros(2)], {"w": torch.ones(2)}
@@ -120,8 +120,8 @@ PER_CLIENT = {"moon": ["previous"], "fedcurv": ["u", "v"], "scaffold": ["c_clien
 @pytest.mark.parametrize("method", sorted(PER_CLIENT))
 def test_per_client_state_is_checkpointed_in_its_own_files_and_a_finished_run_keeps_none(
         method, tiny_cfg, tmp_path, kill_in_round):
-    from shared.client_state import MANIFEST
-    from shared.trainer import run
+    from shared.methods.client_state import MANIFEST
+    from shared.training.trainer import run
 
     extra = ["model.projection_dim=8"] if method == "moon" else []
     cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "federation.participation=0.5", *extra)
@@ -224,7 +224,7 @@ def test_gpu_tests_collect_and_runs_go_without_snakemake_tqdm_or_transformers(tm
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{bare}"}
     code = ("import importlib.util, sys, pytest; "
             "assert not any(importlib.util.find_spec(m) for m in ('snakemake', 'tqdm', 'transformers')); "
-            "from shared.config_loading import load_config; "
+            "from shared.targets.configs import load_config; "
             "print(load_config(None, ['eval.target_acc=[60, 70]']).eval.target_acc); "
             "sys.exit(pytest.main(['-m', 'gpu', '--collect-only', '-q', '-p', 'no:cacheprovider', 'tests']))")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=REPO, env=env)

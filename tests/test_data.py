@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from shared import data
-from shared.config import ConfigError
-from shared.config_loading import load_config
-from shared.data import Archive, DataError, load_dataset
+from shared.data import datasets as data
+from shared.config.schema import ConfigError
+from shared.targets.configs import load_config
+from shared.data.datasets import Archive, DataError, load_dataset
 
 
 def make_fake_cifar10(path, per_batch=20):

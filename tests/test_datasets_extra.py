@@ -14,14 +14,18 @@ import pytest
 import torch
 from PIL import Image
 
-from shared import text_datasets, trainer, vision_datasets
-from shared.config import ConfigError, PartitionConfig
-from shared.config_loading import load_config
-from shared.data import Archive, DataError, load_dataset
-from shared.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
-from shared.federation import Augmenter, build_federation
+from shared.data import text as text_datasets
+
+from shared.training import trainer
+
+from shared.data import vision as vision_datasets
+from shared.config.schema import ConfigError, PartitionConfig
+from shared.targets.configs import load_config
+from shared.data.datasets import Archive, DataError, load_dataset
+from shared.targets.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
+from shared.data.federation import Augmenter, build_federation
 from shared.models import build_model
-from shared.partition import partition
+from shared.data import partition
 
 CPU = ["trainer.device=cpu", "trainer.progress=false"]
 
@@ -509,7 +513,7 @@ def test_unreachable_pretrained_weights_are_explained(text_server, tiny_distilbe
 def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_cfg):
     """dataset.augmentation=moon_cifar100: RandomCrop(32, padding=4) (black padding),
     RandomHorizontalFlip, RandomRotation(15), in that order, as MOON's and FedCSD's code."""
-    from shared.data import load_dataset
+    from shared.data.datasets import load_dataset
 
     ds = load_dataset(tiny_cfg("dataset.augmentation=moon_cifar100"))
     assert (ds.crop_pad, ds.pad_mode, ds.max_rotation) == (4, "constant", 15.0)
@@ -530,7 +534,7 @@ def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_c
 def test_each_papers_tables_augment_as_its_code_does():
     """FedCSD's CIFAR-100 as MOON's code, FedGKD's images as FedDF's (black padding, no
     rotation); text is never augmented; the others keep CIFAR's default (NIID-Bench's)."""
-    from shared.experiments import all_tables
+    from shared.targets.experiments import all_tables
 
     seen = {}
     for table in all_tables():

@@ -3,9 +3,9 @@ import json
 import pytest
 import torch
 
-from shared import client_training, trainer
+from shared.training import clients as client_training
 
-
+from shared.training import trainer
 def history(out):
     """Per-round records without the wall-clock fields, for exact comparison."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -74,7 +74,7 @@ def test_divergence_is_recorded_not_raised(tiny_cfg, tmp_path):
 
 
 def test_auxiliary_data_rules(tiny_cfg):
-    from shared.federation import build_federation
+    from shared.data.federation import build_federation
 
     device = torch.device("cpu")
     head = build_federation(tiny_cfg("aux.per_class=5"), device)
@@ -88,7 +88,7 @@ def test_auxiliary_data_rules(tiny_cfg):
 
 
 def test_augmentation_crops_and_flips_on_device():
-    from shared.federation import Augmenter
+    from shared.data.federation import Augmenter
 
     aug = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4)
     x = torch.arange(64, dtype=torch.uint8).view(1, 1, 8, 8).repeat(256, 1, 1, 1)

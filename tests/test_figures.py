@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import yaml
 
-from shared.dotted import flatten
-from shared.experiments import Column, Metric, Row, Table, expand
-from shared.figures import (DATASET_NAMES, METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
+from shared.config.dotted import flatten
+from shared.targets.experiments import Column, Metric, Row, Table, expand
+from shared.reporting.figures import (DATASET_NAMES, METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
                             paper_figures, paper_overrides, setting_titles, sweep_panel, sweep_titles,
                             series_styles, swept_key, SWEPT)
-from shared.papers import paper_names
+from shared.methods.papers import paper_names
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
 ROWS = [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
@@ -168,7 +168,7 @@ def test_warning_where_a_reduced_scale_makes_the_points_the_same_runs(tmp_path, 
 def test_a_table_whose_columns_are_the_same_runs_at_a_reduced_scale_says_so(tmp_path, capsys):
     """FedCAD Table 4's local epochs collapse at smoke scale as Fig. 9's do: the comparison, the
     provenance and the job's output say which columns are one experiment."""
-    from shared.tables import build_table
+    from shared.reporting.tables import build_table
 
     table = sweep_table()
     write_runs(expand(table, "smoke"), tmp_path / "runs")
@@ -207,7 +207,7 @@ def test_round_metric_whole_round_ticks(tmp_path):
 
 @pytest.mark.parametrize("paper", ["fedcad", "fedssd", "fedcsd", "fedgkd"])
 def test_papers_figures_are_titled_with_their_caption(paper):
-    from shared.figures import paper_figures
+    from shared.reporting.figures import paper_figures
 
     for figure in paper_figures(paper).values():
         title = figure_title(figure, "smoke")

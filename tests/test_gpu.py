@@ -26,9 +26,9 @@ import math
 import pytest
 import torch
 
-from shared import trainer
-from shared.config import run_id, to_dict
-from shared.config_loading import load_config
+from shared.training import trainer
+from shared.config.schema import run_id, to_dict
+from shared.targets.configs import load_config
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]
@@ -183,7 +183,7 @@ MODELS = {
 
 def initial_weights(tmp_path, *overrides) -> dict:
     """The run's global model before round 1 (seeded by the run's seed), on the CPU."""
-    from shared.federation import build_federation
+    from shared.data.federation import build_federation
     from shared.models import model_for
 
     cfg = make_cfg(tmp_path, *overrides)
@@ -314,7 +314,7 @@ def test_runs_that_cannot_share_a_step_go_one_after_another(tmp_path, capsys):
 def interrupted_in_round(method_name: str, round_index: int):
     """The method's prepare_round raises KeyboardInterrupt at `round_index` (0-based), as a
     job killed between rounds; the class is restored exactly afterwards."""
-    from shared.methods import method_class
+    from shared.methods.registry import method_class
 
     cls = method_class(method_name)
     own = vars(cls).get("prepare_round")

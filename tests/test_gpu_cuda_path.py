@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from shared import trainer
-from shared.config import to_dict
+from shared.training import trainer
+from shared.config.schema import to_dict
 from tests.test_gpu import BASE, MODELS, history, make_cfg, relative_difference, train
 
 pytestmark = [pytest.mark.gpu,
@@ -33,7 +33,7 @@ def weights(out: Path) -> dict:
 
 def set_up(cfg, folder: Path) -> trainer.Setup:
     """A run's setup (data, model, method, the way its clients train) without training it."""
-    from shared.run_directory import RunDirectory
+    from shared.runs.directory import RunDirectory
 
     folder.mkdir(parents=True)
     return trainer.set_up(cfg, RunDirectory(folder, cfg))
@@ -86,7 +86,7 @@ def test_a_run_sets_deterministic_kernels_no_benchmarking_and_no_tf32(tmp_path):
 
 @pytest.mark.gate
 def test_sums_by_class_on_cuda_repeat_bit_for_bit_and_match_the_cpu():
-    from shared.class_sums import sum_by_class
+    from shared.methods.class_sums import sum_by_class
 
     generator = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 10, (4096,), generator=generator)
@@ -119,7 +119,7 @@ def test_alexnet_pooling_has_a_deterministic_backward_where_torchs_has_none():
 @pytest.mark.gate
 @pytest.mark.parametrize("pad_mode", ["reflect", "constant"])
 def test_augmentation_on_cuda_crops_and_flips_the_padded_image(pad_mode):
-    from shared.federation import Augmenter
+    from shared.data.federation import Augmenter
 
     images = torch.randint(0, 256, (64, 3, 8, 8), dtype=torch.uint8)
     augmenter = Augmenter((0.0,) * 3, (1 / 255,) * 3, True, torch.device("cuda"), pad=2, pad_mode=pad_mode)
@@ -133,7 +133,7 @@ def test_augmentation_on_cuda_crops_and_flips_the_padded_image(pad_mode):
 
 @pytest.mark.gate
 def test_rotation_on_cuda_keeps_the_centre_and_blackens_corners():
-    from shared.federation import Augmenter
+    from shared.data.federation import Augmenter
 
     images = torch.full((32, 1, 16, 16), 200, dtype=torch.uint8, device="cuda")
     augmenter = Augmenter((0.0,), (1 / 255,), True, torch.device("cuda"), pad=0, max_rotation=30.0)
@@ -241,8 +241,8 @@ def test_compile_with_uneven_clients_and_local_tests_compiles_one_graph_and_give
 
 @pytest.mark.parametrize("model", ["fedavg_cnn", "resnet8", "alexnet_bn"])
 def test_cuda_evaluation_equals_cpu_evaluation_of_the_same_weights(tmp_path, model):
-    from shared.evaluation import evaluate
-    from shared.federation import build_federation
+    from shared.training.evaluation import evaluate
+    from shared.data.federation import build_federation
     from shared.models import model_for
 
     results = {}
@@ -268,7 +268,7 @@ MEMORY = {
 @pytest.mark.parametrize("case", sorted(MEMORY))
 def test_gpu_memory_does_not_grow_over_rounds(tmp_path, monkeypatch, case):
     """Half the clients a round, so that per-client state would pile up on the GPU if it lived there."""
-    from shared.run_directory import RunDirectory
+    from shared.runs.directory import RunDirectory
 
     allocated = []
     real = RunDirectory.save_round
@@ -307,10 +307,10 @@ def test_per_client_state_stays_in_pinned_host_memory(tmp_path, method, key):
 
 KILL_AFTER_ROUND_1 = """
 import json, sys
-from shared import trainer
-from shared.config_loading import load_config
+from shared.training import trainer
+from shared.targets.configs import load_config
 from shared.run import as_overrides
-from shared.run_directory import RunDirectory
+from shared.runs.directory import RunDirectory
 
 save_round = RunDirectory.save_round
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from shared import campaign, unit_sizing
-from shared.campaign import main, read_state, with_runtime
-from shared.config import ConfigError, run_id
-from shared.round_timing import RoundTiming
-from shared.runtime_settings import parse_settings
-from shared.session_timing import unit_summary
+from shared.campaign import commands as campaign
+
+from shared.campaign import unit_sizing
+from shared.campaign.commands import main, read_state, with_runtime
+from shared.config.schema import ConfigError, run_id
+from shared.training.round_timing import RoundTiming
+from shared.config.runtime_settings import parse_settings
+from shared.campaign.session_timing import unit_summary
 from tests.test_campaign import TARGET, checkout, put_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     project = checkout(tmp_path / "project")
     shutil.copytree(ROOT / "scripts", project / "scripts")
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": sys.executable}  # --device cpu: one torch thread (shared.gpu_session.child_env)
+    env = {**os.environ, "PYTHON": sys.executable}  # --device cpu: one torch thread (shared.campaign.session.child_env)
     started = time.monotonic()
     proc = subprocess.run(["bash", "scripts/gpu-session.sh", str(out), TARGET, "--scale", "smoke", "--device", "cpu",
                            "--minutes", "1.5", "--max-files", "6", "--max-file-mib", "1",
@@ -75,7 +77,7 @@ def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_wr
                                    (TARGET, ["--set", "seed=3"], "not a runtime key"),
                                    (TARGET, ["--minutes", "0"], "--minutes 0"),
                                    ("papers/fedssd/table99", [], "papers/fedssd/table99: ")):
-        proc = subprocess.run([sys.executable, "-m", "shared.gpu_session", str(tmp_path / "out"), target,
+        proc = subprocess.run([sys.executable, "-m", "shared.campaign.session", str(tmp_path / "out"), target,
                                "--minutes", "1", *extra], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()

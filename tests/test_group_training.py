@@ -5,11 +5,11 @@ import time
 import pytest
 import torch
 
-from shared import trainer
-from shared.client_training import missing_capabilities
-from shared.config import run_id, to_dict
-from shared.group_training import group_reason, run_group
-from shared.methods import method_class
+from shared.training import trainer
+from shared.training.clients import missing_capabilities
+from shared.config.schema import run_id, to_dict
+from shared.training.group_training import group_reason, run_group
+from shared.methods.registry import method_class
 from shared.run import main
 
 # Three runs of one row: different seeds and Dirichlet partitions, one with two local epochs,
@@ -99,7 +99,7 @@ def test_a_run_that_diverges_leaves_its_group_and_the_others_train_as_alone(tiny
     """Run seed=2's global model turns non-finite in its first aggregation: it ends as diverged
     after round 1, tested in the same vmapped pass as the others, and the others' rounds 2 and 3
     (one step, one evaluation pass without it) equal their runs trained alone."""
-    from shared.fedavg import FedAvg
+    from shared.methods.fedavg import FedAvg
 
     aggregate = FedAvg.aggregate
 

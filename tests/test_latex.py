@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import shared.tables as tables_module
-from shared.experiments import all_tables, expand
-from shared.tables import LATEX_PACKAGES, MIN_SCALE, build_table
+import shared.reporting.tables as tables_module
+from shared.targets.experiments import all_tables, expand
+from shared.reporting.tables import LATEX_PACKAGES, MIN_SCALE, build_table
 
 pytestmark = [pytest.mark.latex,
               pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not on PATH")]

@@ -2,10 +2,10 @@
 import json
 import re
 
-from shared.config import to_dict
-from shared.experiments import expand, get_table
+from shared.config.schema import to_dict
+from shared.targets.experiments import expand, get_table
 from shared.run import main
-from shared.run_groups import group_key
+from shared.targets.run_groups import group_key
 from tests.test_workflow import project, snakemake  # noqa: F401  (project is a fixture)
 
 
@@ -25,7 +25,7 @@ def test_several_runs_in_one_process_give_what_each_gives_alone(tiny_cfg, tmp_pa
 
 
 def test_runs_per_job_makes_one_job_of_each_group(project):  # noqa: F811
-    """The workflow groups every run of the scale (shared/run_groups.py), so a table's run may
+    """The workflow groups every run of the scale (shared/targets/run_groups.py), so a table's run may
     share its job with another table's run of the same row; a job is one group."""
     proc = snakemake(project, "-n", "-p", "--config", "scale=smoke", "runs_per_job=4", "--", "papers/fedssd/table2")
     assert proc.returncode == 0, proc.stderr + proc.stdout

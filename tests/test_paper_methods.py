@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from shared import trainer
+from shared.training import trainer
 from tests.test_baselines import CE, CLIENT, W, X, Y, kl, linear_net, make, softmax
 
 
@@ -96,8 +96,8 @@ def test_fedssd_mask_weight_m_weights_the_squared_difference_by_m_not_m_squared(
 
 
 def test_fedssd_mask_weight_stays_out_of_the_run_id_while_unset():
-    from shared.config import identity, run_id
-    from shared.config_loading import load_config
+    from shared.config.schema import identity, run_id
+    from shared.targets.configs import load_config
 
     paper = load_config(None, ["method=fedssd", "aux.per_class=64"])
     assert "mask_weight" not in str(identity(paper))
@@ -156,7 +156,7 @@ def test_fedgkd_mse_regulariser_is_a_mean_over_the_classes():
 def test_fedgkd_released_code_is_the_released_loop():
     """CGCL-codes/FedGKD: aggregated models only in the buffer (no distillation in the first
     round), gamma / 2 * T^2 * KL, gradient norms clipped at 10, uniform averaging."""
-    from shared.config_loading import load_config
+    from shared.targets.configs import load_config
 
     cfg = load_config(None, ["method=fedgkd", "method.released_code=true"])
     assert cfg.local.grad_clip == 10.0 and cfg.federation.weighting == "uniform"
@@ -236,7 +236,7 @@ def test_fedcsd_teacher_is_a_moving_average():
 
 
 def test_fedcsd_released_code_defaults_to_its_mu_and_tau_unless_set():
-    from shared.config_loading import load_config
+    from shared.targets.configs import load_config
 
     def method(*overrides):
         params = load_config(None, ["method=fedcsd", *overrides]).method

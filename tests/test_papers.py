@@ -6,7 +6,7 @@ import textwrap
 
 import pandas as pd
 
-from shared.papers import paper_methods, paper_names
+from shared.methods.papers import paper_methods, paper_names
 from tests.test_workflow import project, snakemake  # noqa: F401  (the fixture: a copy of the project)
 
 NEW_PAPER = {
@@ -20,7 +20,7 @@ NEW_PAPER = {
 
         import torch.nn.functional as F
 
-        from shared.fedavg import FedAvg
+        from shared.methods.fedavg import FedAvg
 
 
         class FedHalf(FedAvg):
@@ -32,8 +32,8 @@ NEW_PAPER = {
                 return self.params.scale * F.cross_entropy(model(x), y)
     ''',
     "tables.py": '''
-        from shared.claims import Best
-        from shared.experiments import MOON_CIFAR10, Column, Reported, Row, Table
+        from shared.reporting.claims import Best
+        from shared.targets.experiments import MOON_CIFAR10, Column, Reported, Row, Table
 
         TABLES = [Table(
             paper="newpaper", name="table1", caption="FedHalf against FedAvg", base=MOON_CIFAR10,
@@ -86,8 +86,8 @@ KNOWN_INCONSISTENCIES = {
 
 
 def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
-    from shared.experiments import get_table
-    from shared.tables import comparison, comparison_html, comparison_markdown, summarize_cells
+    from shared.targets.experiments import get_table
+    from shared.reporting.tables import comparison, comparison_html, comparison_markdown, summarize_cells
 
     for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
         table = get_table(paper, name)
@@ -109,8 +109,8 @@ def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
 def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the_default():
     import numpy as np
 
-    from shared.config import ConfigError, PartitionConfig
-    from shared.partition import writers
+    from shared.config.schema import ConfigError, PartitionConfig
+    from shared.data.partition import writers
 
     groups = np.repeat(np.arange(50), 3)  # 50 writers, 3 samples each
     chosen = [writers(groups, PartitionConfig(kind="writers", clients=5, writers=20), np.random.default_rng(s))
@@ -137,9 +137,9 @@ def test_every_grid_draws_its_partitions_at_smoke_scale():
 
     import torch
 
-    from shared.config import to_dict
-    from shared.data import load_dataset
-    from shared.federation import build_federation
+    from shared.config.schema import to_dict
+    from shared.data.datasets import load_dataset
+    from shared.data.federation import build_federation
     from shared.run import workflow_cells
 
     setups, datasets = {}, {}
@@ -158,7 +158,7 @@ def test_every_grid_draws_its_partitions_at_smoke_scale():
 
 
 def test_the_smoke_scale_caps_min_size_only_for_many_clients():
-    from shared.experiments import expand, get_table
+    from shared.targets.experiments import expand, get_table
 
     [many] = {c.config.partition.min_size for c in expand(get_table("fedcad", "table3"), "smoke")}
     [ten] = {c.config.partition.min_size for c in expand(get_table("fedcad", "table2"), "smoke")}

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from shared.config import ConfigError, PartitionConfig
-from shared.partition import count_matrix, partition, plot_count_matrix, save_count_matrix
+from shared.config.schema import ConfigError, PartitionConfig
+from shared.data.partition import count_matrix, partition, plot_count_matrix, save_count_matrix
 
 LABELS = np.repeat(np.arange(10), 100)  # 1,000 samples, 10 balanced classes
 rng = np.random.default_rng(0)

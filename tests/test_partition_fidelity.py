@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.config import ConfigError, PartitionConfig
-from shared.partition import count_matrix, dirichlet_balanced_lists, partition
+from shared.config.schema import ConfigError, PartitionConfig
+from shared.data.partition import count_matrix, dirichlet_balanced_lists, partition
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "partition_golden.json").read_text())
 # NIID-Bench's partition names -> (partition.kind, partition.k)

@@ -5,7 +5,7 @@ import json
 import yaml
 
 from shared import plan
-from shared.experiments import expand, get_table
+from shared.targets.experiments import expand, get_table
 
 
 def test_prints_a_total_and_says_the_throughput_is_assumed(capsys, tmp_path, monkeypatch):

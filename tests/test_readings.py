@@ -6,11 +6,11 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-import shared.claims
-from shared.campaign import campaign_runs
-from shared.claims import HELD, NOT_HELD, Best
-from shared.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
-from shared.tables import build_table
+import shared.reporting.claims
+from shared.campaign.commands import campaign_runs
+from shared.reporting.claims import HELD, NOT_HELD, Best
+from shared.targets.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
+from shared.reporting.tables import build_table
 from tests.test_tables import BASE, write_runs
 
 
@@ -37,7 +37,7 @@ CURVES = {  # the reading beats everything at "a" and loses to FedAvg at "b"; th
 def test_a_reading_row_is_labelled_everywhere_and_has_no_paper_number_or_mark(tmp_path, monkeypatch):
     table = reading_table()
     claims = [Best("tabletest", "FedProx beats FedAvg.", "test", rows=("FedProx",))]
-    monkeypatch.setattr(shared.claims, "paper_claims", lambda paper: claims)
+    monkeypatch.setattr(shared.reporting.claims, "paper_claims", lambda paper: claims)
     write_runs(table, tmp_path / "runs", CURVES)
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     out = tmp_path / "out"

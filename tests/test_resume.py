@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from benchmarks.resume_matrix import NEEDS, killed_writing
-from shared import trainer
-from shared.methods import method_names
-from shared.run_directory import RunDirectoryError
+from shared.training import trainer
+from shared.methods.registry import method_names
+from shared.runs.directory import RunDirectoryError
 from tests.test_fedavg import history
 
 
@@ -76,7 +76,7 @@ def test_a_directory_of_another_run_is_refused_never_overwritten(tiny_cfg, tmp_p
 
 
 def test_a_second_writer_is_refused(tiny_cfg, tmp_path):
-    from shared.run_directory import RunDirectory
+    from shared.runs.directory import RunDirectory
 
     holder = RunDirectory(tmp_path / "run", tiny_cfg())
     holder.lock()
@@ -206,7 +206,7 @@ def test_another_runs_summary_in_a_runs_directory_is_set_aside(tiny_cfg, tmp_pat
 
 def test_a_recorded_failure_is_moved_aside_not_deleted_when_tried_again(tiny_cfg, tmp_path, capsys):
     cfg = tiny_cfg()
-    from shared.trainer import record_failure
+    from shared.training.trainer import record_failure
 
     out = tmp_path / "run"
     out.mkdir()

@@ -1,7 +1,7 @@
 """Which runs train together: a table row across its settings and seeds, nothing wider."""
-from shared.config import RunConfig
-from shared.experiments import declared, expand
-from shared.run_groups import form_groups, group_key
+from shared.config.schema import RunConfig
+from shared.targets.experiments import declared, expand
+from shared.targets.run_groups import form_groups, group_key
 
 
 def table_runs(paper: str, name: str, scale: str) -> dict[str, RunConfig]:
@@ -31,7 +31,7 @@ def test_largest_splits_a_row_and_groups_never_mix_methods_or_models():
 def test_the_campaign_trains_every_groups_first_seed_before_further_seeds():
     from types import SimpleNamespace
 
-    from shared.campaign import training_units
+    from shared.campaign.commands import training_units
 
     runs = table_runs("fedssd", "table2", "smoke")
     units = training_units(runs, SimpleNamespace(device="cpu", data_root=None, clients_per_step=1))

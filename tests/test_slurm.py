@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from shared.experiments import SMOKE_ROUNDS
+from shared.targets.experiments import SMOKE_ROUNDS
 from tests.test_workflow import make_project, paper_runs
 
 

@@ -12,11 +12,11 @@ import torch
 
 from benchmarks.smoke_learning import report
 
-from shared.config import ConfigError, data_root
-from shared.config_loading import load_config
-from shared.data import load_synthetic
-from shared.experiments import expand, get_table
-from shared.trainer import run
+from shared.config.schema import ConfigError, data_root
+from shared.targets.configs import load_config
+from shared.data.datasets import load_synthetic
+from shared.targets.experiments import expand, get_table
+from shared.training.trainer import run
 
 CHANCE = 10.0  # CIFAR-10's stand-in: 10 classes
 

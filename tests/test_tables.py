@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.experiments import Column, Metric, Reported, Row, Table, expand
-from shared.tables import build_table
+from shared.targets.experiments import Column, Metric, Reported, Row, Table, expand
+from shared.reporting.tables import build_table
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}
 
@@ -154,9 +154,9 @@ def test_domain_metrics(tmp_path):
 def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     import yaml
 
-    from shared import experiments
-    from shared.experiments import Search
-    from shared.tables import build_search
+    from shared.targets import experiments
+    from shared.targets.experiments import Search
+    from shared.reporting.tables import build_search
 
     table = make_table()
     monkeypatch.setattr(experiments, "get_table", lambda paper, name: table)
@@ -176,7 +176,7 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
 def test_sweep_and_round_metric_figures(tmp_path, methods):
     """FedCSD Figs. 3 and 5 from hand-written runs: one panel per hyperparameter, and a
     method's own per-round number read from metrics.jsonl."""
-    from shared.figures import Figure, build_figure
+    from shared.reporting.figures import Figure, build_figure
 
     table = make_table()
     table.rows = table.rows[:methods]
@@ -229,7 +229,7 @@ def test_ties_share_their_mark_and_failed_or_suspect_cells_are_not_ranked(tmp_pa
 
 
 def test_escape_text_fields():
-    from shared.tables import escape
+    from shared.reporting.tables import escape
 
     assert escape("5% of α=0.1, β = 0.5") == r"5\% of $\alpha$=0.1, $\beta$ = 0.5"
     assert escape("M1 (δ̂, M)") == r"M1 ($\hat{\delta}$, M)"
@@ -242,7 +242,7 @@ def test_escape_text_fields():
 def test_grouped_headers_and_rows(tmp_path):
     """Columns sharing a dataset get a spanning header over their settings (FedSSD Table I);
     rows sharing a dataset print it once beside their settings (FedGKD Table 7)."""
-    from shared.tables import latex_table, summarize_cells
+    from shared.reporting.tables import latex_table, summarize_cells
 
     table = make_table()
     table.columns = [Column("CIFAR10 acc", {}, r"CIFAR10 acc $\uparrow$"), Column("CIFAR10 T(45%)", {}),
@@ -258,7 +258,7 @@ def test_grouped_headers_and_rows(tmp_path):
 
 
 def test_kendall_tau_matches_scipys_tau_b():
-    from shared.tables import kendall_tau
+    from shared.reporting.tables import kendall_tau
 
     assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
     assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
@@ -267,19 +267,19 @@ def test_kendall_tau_matches_scipys_tau_b():
 
 
 def test_reporting_imports_no_training_code():
-    """shared.tables and shared.figures load no part of the training loop, and neither imports
+    """shared.reporting.tables and shared.reporting.figures load no part of the training loop, and neither imports
     the other's module back (no cycle)."""
     import subprocess
     import sys
 
-    training = ("shared.trainer", "shared.federation", "shared.fedavg", "shared.batched")
-    code = (f"import sys, shared.tables, shared.figures; bad = [m for m in {training!r} if m in sys.modules]; "
+    training = ("shared.training.trainer", "shared.data.federation", "shared.methods.fedavg", "shared.training.batched")
+    code = (f"import sys, shared.reporting.tables, shared.reporting.figures; bad = [m for m in {training!r} if m in sys.modules]; "
             "print(bad); sys.exit(bool(bad))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    for module in ("shared/figures.py", "shared/metrics.py", "shared/provenance.py"):
+    for module in ("shared/reporting/figures.py", "shared/runs/metrics.py", "shared/runs/provenance.py"):
         source = Path(module).read_text()
-        assert "shared.tables" not in source and "shared.trainer" not in source, module
+        assert "shared.reporting.tables" not in source and "shared.training.trainer" not in source, module
 
 
 def test_a_table_from_several_commits_says_so_in_its_provenance(tmp_path):

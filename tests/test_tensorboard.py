@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from shared.config import run_id
-from shared.trainer import run
+from shared.config.schema import run_id
+from shared.training.trainer import run
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402

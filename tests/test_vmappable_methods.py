@@ -1,4 +1,4 @@
-"""Every method that declares `per_sample_loss` keeps its promise (shared/fedavg.py, Capabilities):
+"""Every method that declares `per_sample_loss` keeps its promise (shared/methods/fedavg.py, Capabilities):
 its `local_loss` on a batch equals the mean over the batch of `local_loss` on each sample alone,
 run under `torch.func.vmap` with the weights passed through `functional_call` and client=None,
 each sample with its row of the step's `step_inputs` (FedGen's generated samples), in loss and
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from shared.client_training import missing_capabilities, train_client
-from shared.federation import build_federation
-from shared.methods import build_method, method_class, method_names
+from shared.training.clients import missing_capabilities, train_client
+from shared.data.federation import build_federation
+from shared.methods.registry import build_method, method_class, method_names
 from shared.models import model_for
 
 # Methods whose loss is not a batch mean of per-sample terms, and why (each class's
@@ -108,7 +108,7 @@ def attributes_local_loss_reads(method, *args, **inputs) -> dict:
 
 def shared_by_slots(values: dict) -> dict:
     """Those that the batched step does not stack per slot: all but tensors, modules and floats
-    (stacked where slots differ in them, shared/slot_state.py), and None, which says a term is
+    (stacked where slots differ in them, shared/training/slot_state.py), and None, which says a term is
     off for every slot. A container of tensors or modules would be shared by every slot: the
     test refuses it outright."""
     shared = {k: v for k, v in values.items()

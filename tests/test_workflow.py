@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.experiments import SCALES, all_tables, expand, get_table, paper_searches
-from shared.figures import paper_figures
-from shared.papers import paper_names
+from shared.targets.experiments import SCALES, all_tables, expand, get_table, paper_searches
+from shared.reporting.figures import paper_figures
+from shared.methods.papers import paper_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch.nn.functional as F
 
-from shared.fedavg import FedAvg
+from shared.methods.fedavg import FedAvg
 
 
 class Flaky(FedAvg):
@@ -67,7 +67,7 @@ class Stalling(FedAvg):
             time.sleep(3600)
         super().prepare_round(round, global_model)
 '''
-CHECK_PAPER_TABLES = '''from shared.experiments import Column, Row, Table
+CHECK_PAPER_TABLES = '''from shared.targets.experiments import Column, Row, Table
 
 BASE = {"dataset": {"name": "cifar10"}, "model": {"name": "fedavg_cnn"},
         "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 4}, "federation": {"rounds": 3}}
@@ -106,7 +106,7 @@ def make_project(copy: Path, check_paper: bool = False) -> Path:
 
 def paper_runs(paper: str, table: str, project: Path, scale: str = "smoke") -> list[str]:
     """Run ids of a table as the project copy expands it (the test paper is only there)."""
-    code = ("import json; from shared.experiments import expand, get_table; "
+    code = ("import json; from shared.targets.experiments import expand, get_table; "
             f"print(json.dumps([c.run_id for c in expand(get_table({paper!r}, {table!r}), {scale!r})]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -376,8 +376,7 @@ RUNTIME = {"data_root": "data", "trainer": {"device": "cpu", "clients_per_step":
 
 
 def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, monkeypatch):
-    from shared import expansion as module
-
+    from shared.targets import expansion as module
     first = module.expansion("smoke", RUNTIME, tmp_path)
     assert (tmp_path / "smoke.pickle").exists()
     table = get_table("fedssd", "table2")
@@ -404,7 +403,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
 
 
 def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
-    code = ("import sys; from shared.expansion import expansion; "
+    code = ("import sys; from shared.targets.expansion import expansion; "
             f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
             "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))")
     fill, cached = (subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -424,8 +423,8 @@ def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
     """`--config copy=cifar10=<sha256>`: the table's part on CIFAR-10 trained on the copy (the
     campaign's run ids), built into the folder the campaign names, labelled; the official
     paper-scale table untouched. Runs stood in for by a metrics.json (all a table reads)."""
-    from shared.campaign import Copy, campaign_runs
-    from shared.data import CIFAR, file_digest
+    from shared.campaign.commands import Copy, campaign_runs
+    from shared.data.datasets import CIFAR, file_digest
     from tests.test_campaign import finish_for_table, write_copy
 
     project = make_project(tmp_path / "project")

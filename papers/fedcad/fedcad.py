@@ -20,10 +20,10 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from shared.baselines.fedlsd import FedLSD
-from shared.class_sums import count_by_class, sum_by_class
-from shared.config import Positive, Probability, check
-from shared.fedavg import predict
+from shared.methods.baselines.fedlsd import FedLSD
+from shared.methods.class_sums import count_by_class, sum_by_class
+from shared.config.schema import Positive, Probability, check
+from shared.methods.fedavg import predict
 
 
 def class_wise_weights(p: torch.Tensor, y: torch.Tensor, beta: float, gamma: float) -> torch.Tensor:

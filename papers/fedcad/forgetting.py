@@ -14,17 +14,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shared.config import to_dict
-from shared.config_loading import load_config
-from shared.dotted import deep_merge
-from shared.experiments import Cell, Table
-from shared.federation import build_federation
-from shared.methods import build_method
-from shared.run_directory import load_tensors
-from shared.client_training import train_client
-from shared.evaluation import evaluate
+from shared.config.schema import to_dict
+from shared.targets.configs import load_config
+from shared.config.dotted import deep_merge
+from shared.targets.experiments import Cell, Table
+from shared.data.federation import build_federation
+from shared.methods.registry import build_method
+from shared.runs.directory import load_tensors
+from shared.training.clients import train_client
+from shared.training.evaluation import evaluate
 from shared.models import model_for
-from shared.trainer import resolve_device
+from shared.training.trainer import resolve_device
 
 # Student abstract, Fig. 2: per-class share of the client's data and per-class accuracy.
 REPORTED = pd.DataFrame(
@@ -73,7 +73,7 @@ def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str
     """Ours above, the paper's numbers below, as the student abstract prints them."""
     import seaborn as sns
 
-    from shared.figures import finish, pyplot
+    from shared.reporting.figures import finish, pyplot
 
     plt = pyplot()
 

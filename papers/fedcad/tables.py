@@ -1,9 +1,9 @@
 """FedCAD (He et al., "Class-Wise Adaptive Self Distillation for Heterogeneous Federated
 Learning", FL-AAAI-22): its tables, figures and searches as data, with the numbers the paper
 reports. The paper prints single numbers (no spread); we run three seeds."""
-from shared.claims import Best, FewestRounds, Trend
-from shared.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.figures import Figure
+from shared.reporting.claims import Best, FewestRounds, Trend
+from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
+from shared.reporting.figures import Figure
 
 from papers.fedcad.forgetting import draw_per_class
 

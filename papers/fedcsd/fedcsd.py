@@ -26,11 +26,11 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from shared.baselines.class_stats import average_per_class, class_means
-from shared.class_sums import count_by_class, sum_by_class
-from shared.config import NonNegative, Positive, Probability
-from shared.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
-from shared.seeding import derive_seed
+from shared.methods.baselines.class_stats import average_per_class, class_means
+from shared.methods.class_sums import count_by_class, sum_by_class
+from shared.config.schema import NonNegative, Positive, Probability
+from shared.methods.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
+from shared.runs.seeding import derive_seed
 
 PROTOTYPE_STREAM = 0xC5D  # the released prototypes' pass over a client's data draws from its own stream
 

@@ -3,10 +3,10 @@ tables, figures and searches as data, with the numbers the paper reports (single
 paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed from the means)."""
 from dataclasses import replace
 
-from shared.claims import BeatsAblations, Best
-from shared.dotted import deep_merge
-from shared.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.figures import Figure
+from shared.reporting.claims import BeatsAblations, Best
+from shared.config.dotted import deep_merge
+from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
+from shared.reporting.figures import Figure
 
 R = Reported
 

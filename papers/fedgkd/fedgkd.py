@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.config import Count, NonNegative, Positive, check
-from shared.fedavg import FedAvg, frozen_copy, kl_div, predict, snapshot, weighted_average
+from shared.config.schema import Count, NonNegative, Positive, check
+from shared.methods.fedavg import FedAvg, frozen_copy, kl_div, predict, snapshot, weighted_average
 
 
 class FedGKD(FedAvg):

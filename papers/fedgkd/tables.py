@@ -4,10 +4,10 @@ reports. Its tables report the best test accuracy over the rounds (Table 3's num
 5's "Best" column), except Table 5's "Final" and Table 6's accuracy at a given round."""
 from dataclasses import replace
 
-from shared.claims import Best
-from shared.dotted import deep_merge
-from shared.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.figures import Figure
+from shared.reporting.claims import Best
+from shared.config.dotted import deep_merge
+from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
+from shared.reporting.figures import Figure
 
 R = Reported
 BEST = Metric("best_acc")

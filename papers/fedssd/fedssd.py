@@ -25,8 +25,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from shared.config import NonNegative, Probability, check
-from shared.fedavg import GlobalTeacher, kl_div, predict
+from shared.config.schema import NonNegative, Probability, check
+from shared.methods.fedavg import GlobalTeacher, kl_div, predict
 
 
 def credibility_matrix(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables, figures and searches as data, with the numbers the paper reports."""
-from shared.claims import BeatsAblations, Best, FewestRounds
-from shared.dotted import deep_merge
-from shared.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.figures import Figure
+from shared.reporting.claims import BeatsAblations, Best, FewestRounds
+from shared.config.dotted import deep_merge
+from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
+from shared.reporting.figures import Figure
 
 R = Reported
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from shared.campaign import CampaignError, copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
-from shared.catalog import DataError
-from shared.config import ConfigError, identity
-from shared.dotted import deep_merge
-from shared.expansion import expansion
-from shared.run_files import write_atomically
+from shared.campaign.commands import CampaignError, copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
+from shared.data.catalog import DataError
+from shared.config.schema import ConfigError, identity
+from shared.config.dotted import deep_merge
+from shared.targets.expansion import expansion
+from shared.runs.files import write_atomically
 
 SCALE = config["scale"]
 
@@ -30,7 +30,7 @@ RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
 RUNTIME_ARGS = " ".join(shlex.quote(f"{key}={value}") for key, value in [
     ("data_root", RUNTIME["data_root"]), *((f"trainer.{k}", v) for k, v in RUNTIME["trainer"].items())])
 
-# A copy of the official data (`--config copy=cifar10=<sha256>`, or =FILE; shared/campaign.py):
+# A copy of the official data (`--config copy=cifar10=<sha256>`, or =FILE; shared/campaign/commands.py):
 # every run of that dataset trains on it (dataset.copy: ids of their own), each table is cut to
 # its part on it and labelled, and everything lands in a folder named as the shipped tables of
 # that copy are (`data_folder`), never where the official tables belong.
@@ -55,7 +55,7 @@ INDEX = "results/index.csv"
 
 # Every run any table, figure or search needs at this scale, by run id: a run two of them
 # share is one job. Read from results/.expansion/<scale>.pickle where the code and settings
-# that decide it are unchanged (shared/expansion.py), so that a process starts in about a second.
+# that decide it are unchanged (shared/targets/expansion.py), so that a process starts in about a second.
 EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion", COPY)
 RUNS = EXPANSION.runs
 
@@ -118,8 +118,8 @@ def paper_targets(paper):
 def paper_caption(kind, paper, name):
     """The paper's own caption of a table or figure, for the report (workflow/report/*.rst);
     imported when the report is written, since a start that plans or trains never needs it."""
-    from shared.experiments import get_table
-    from shared.figures import get_figure
+    from shared.targets.experiments import get_table
+    from shared.reporting.figures import get_figure
 
     return {"table": get_table, "figure": get_figure}[kind](paper, name).caption
 
@@ -204,9 +204,9 @@ def build(kind, paper, name, out_dir, log):
     """Build target `name` (a table, figure or search) of `paper` into `out_dir`, writing what
     it did to `log`: the target, the scale, each run's status, the files written, the seconds
     taken, and a traceback if it raised; then rebuild the run index."""
-    from shared.experiments import get_search, get_table  # here: the builders import torch and
-    from shared.figures import build_figure, get_figure  # matplotlib, which a process that
-    from shared.tables import build_search, build_table  # only plans or trains never needs
+    from shared.targets.experiments import get_search, get_table  # here: the builders import torch and
+    from shared.reporting.figures import build_figure, get_figure  # matplotlib, which a process that
+    from shared.reporting.tables import build_search, build_table  # only plans or trains never needs
 
     builder, getter = {"table": (build_table, get_table), "figure": (build_figure, get_figure),
                        "search": (build_search, get_search)}[kind]
@@ -253,7 +253,7 @@ def build_summary(kind, out_dir, log, *args):
     """Build a summary over built tables (`claims` of a paper, or `shared_runs` across papers)
     into `out_dir`, then say in the job's log what it wrote."""
     from shared.plan import write_shared_runs  # here: the builders import torch and pandas
-    from shared.tables import build_paper_claims
+    from shared.reporting.tables import build_paper_claims
 
     builder = {"claims": build_paper_claims, "shared_runs": write_shared_runs}[kind]
     builder(*args, SCALE, RUNS_DIR, out_dir=out_dir, runtime=BUILD_RUNTIME)

@@ -6,11 +6,11 @@
 # scheduled again because a speed switch, the data root or runs_per_job changed.
 import math
 
-from shared.campaign import restore_shipped
+from shared.campaign.commands import restore_shipped
 from shared.plan import gpu_hours
-from shared.run_files import is_final, summary_problem
+from shared.runs.files import is_final, summary_problem
 
-# Shipped runs (results/shipped/runs/, tracked; shared/campaign.py) are finished runs: copied
+# Shipped runs (results/shipped/runs/, tracked; shared/campaign/commands.py) are finished runs: copied
 # into the runs folder before the DAG is built, so their jobs are never scheduled.
 restore_shipped(RUNS, RUNS_DIR)
 
@@ -161,12 +161,12 @@ def known_run(wildcards):
 if RUNS_PER_JOB == 1:
     define_run_rule("run", f"{RUNS_DIR}/{{run_id}}/metrics.json", "results/logs/runs/{run_id}.log",
                     "results/benchmarks/runs/{run_id}.tsv", known_run, {"run_id": "[0-9a-f]{16}"})
-else:  # one job per group of runs that train in one batched step (shared/run_groups.py), at most
+else:  # one job per group of runs that train in one batched step (shared/targets/run_groups.py), at most
     # runs_per_job of them. Groups depend on the scale's runs alone, never on what is finished, so
     # every process (the main one, a SLURM job's) defines the same rules. A group of finished and
     # unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.run
     # restores the finished ones from their kept metrics.json and trains only the others.
-    from shared.run_groups import form_groups
+    from shared.targets.run_groups import form_groups
 
     for _group in form_groups(RUNS, RUNS_PER_JOB):
         define_run_rule(f"runs_{_group[0]}", [f"{RUNS_DIR}/{rid}/metrics.json" for rid in _group],

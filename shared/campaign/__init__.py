@@ -1,0 +1,1 @@
+"""Training a target in time-limited pieces: the state file, bundles, GPU sessions."""

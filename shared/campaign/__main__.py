@@ -1,0 +1,5 @@
+import sys
+
+from shared.campaign.commands import main
+
+sys.exit(main())

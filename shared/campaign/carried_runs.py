@@ -1,0 +1,180 @@
+"""The runs a campaign state carries, each checked before it ships or is restored.
+
+A finished run ships into the tables reviewers read, and a run in progress replaces what this
+machine trains from, so each is checked as if an adversary wrote it (shared/campaign/state_reading.py
+has checked the file around them):
+
+- a finished run: its config.yaml hashes to its run id, which config.yaml, metrics.json and
+  its directory name alike (`check_identity`, as unpacking an archive checks it); it is one of
+  the runs the state's targets need at its scale and on its data; its summary records a
+  result, after the config's rounds (fewer only where it diverged or is suspect); every
+  accuracy is finite and within [0, 100]; and its summary is what its history (metrics.jsonl)
+  says, round by round;
+- a run in progress: the same identity and target; its history one record per round, at most
+  the config's rounds; its checkpoint loads as tensors and plain values only, fits the config,
+  and holds that same history.
+
+A run that fails is named in one line and left out; the others go on.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import warnings
+
+from shared.archive import ArchiveError, check_identity
+from shared.config.schema import RunConfig
+from shared.runs.files import history_problem, is_final, is_number, summary_problem
+from shared.campaign.state_reading import MEMBER
+
+ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
+ACCURACIES = ("final_acc", "best_acc", "global_acc", "local_acc", "per_class_acc", "domain_acc")
+# what a summary repeats of its history (shared/training/trainer.py `summarize`), by the record's key
+REPEATED = {"eval_rounds": "round", "global_acc": "global_acc", "global_loss": "global_loss", "local_acc": "local_acc"}
+
+
+def carried_runs(members: dict[str, bytes]) -> dict[tuple[str, str], dict[str, bytes]]:
+    """(kind, run id) -> file -> bytes of a state's runs."""
+    runs: dict[tuple[str, str], dict[str, bytes]] = {}
+    for name, content in members.items():
+        kind, rid, file = MEMBER.fullmatch(name).groups()
+        runs.setdefault((kind, rid), {})[file] = content
+    return runs
+
+
+def trusted(members: dict[str, bytes], expected: dict[str, RunConfig],
+            where: str) -> tuple[dict[str, bytes], list[str]]:
+    """The members of the runs that pass their checks, and one line for each run that does not.
+    `expected`: run id -> config of the runs the state's targets need; `where`: what it is
+    (scale, data) for the message."""
+    kept, refused = {}, []
+    for (kind, rid), files in sorted(carried_runs(members).items()):
+        cfg = expected.get(rid)
+        check = finished_problem if kind == "finished" else progress_problem
+        problem = (f"is not one of the runs its targets need {where}" if cfg is None else check(rid, files, cfg))
+        if problem:
+            refused.append(f"run {rid} ({kind}) is left out of the state: {problem}")
+            continue
+        kept.update({f"{kind}/{rid}/{file}": content for file, content in files.items()})
+    return kept, refused
+
+
+def identity_problem(rid: str, files: dict[str, bytes]) -> str | None:
+    """config.yaml there, naming the run and hashing to it; metrics.json, where there, naming it."""
+    if "config.yaml" not in files:
+        return "it has no config.yaml"
+    small = {f"runs/{rid}/{name}": files[name] for name in ("config.yaml", "metrics.json") if name in files}
+    try:
+        check_identity(rid, small)
+    except ArchiveError as exc:
+        return str(exc).removeprefix(f"run {rid}: ")
+    named = config_run_id(files["config.yaml"])
+    return None if named == rid else "its config.yaml names no run id"
+
+
+def config_run_id(config: bytes):
+    import yaml
+
+    try:
+        values = yaml.safe_load(config)
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return None
+    return values.get("run_id") if isinstance(values, dict) else None
+
+
+def history_of(files: dict[str, bytes], rounds: int) -> tuple[list | None, str | None]:
+    """metrics.jsonl's records, and what is wrong with them (None: nothing)."""
+    if "metrics.jsonl" not in files:
+        return None, "it has no metrics.jsonl"
+    try:
+        history = [json.loads(line) for line in files["metrics.jsonl"].decode("utf-8").splitlines()]
+    except (ValueError, RecursionError):
+        return None, "its metrics.jsonl is not one JSON record a line"
+    problem = history_problem(history, rounds) or accuracy_problem(history)
+    return history, (f"metrics.jsonl: {problem}" if problem else None)
+
+
+def accuracy_problem(value, name: str = "") -> str | None:
+    """An accuracy (a percentage) anywhere in `value` that is not finite or not within [0, 100];
+    a value is an accuracy where its key, or the nearest key above it, ends in acc or accs."""
+    if isinstance(value, dict):
+        items = [(key if key.endswith(ACCURACY_KEYS) else name, item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(name, item) for item in value]
+    else:
+        bad = name.endswith(ACCURACY_KEYS) and value is not None and (
+            not is_number(value) or not math.isfinite(value) or not 0 <= value <= 100)
+        return f"an accuracy ({name}) of {str(value)[:20]}, not a number within [0, 100]" if bad else None
+    return next(filter(None, (accuracy_problem(item, key) for key, item in items)), None)
+
+
+def finished_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str | None:
+    """Why a finished run may not ship (None: it may)."""
+    if "metrics.json" not in files:
+        return "it has no metrics.json"
+    problem = identity_problem(rid, files)
+    if problem:
+        return problem
+    try:
+        summary = json.loads(files["metrics.json"].decode("utf-8"))
+    except (ValueError, RecursionError):
+        return "its metrics.json is not JSON"
+    problem = summary_problem(summary)
+    if problem or not is_final(summary["status"]):
+        return f"its metrics.json {problem or 'records no result (' + summary['status'][:60] + ')'}"
+    history, problem = history_of(files, cfg.federation.rounds)
+    if problem:
+        return problem
+    rounds = summary.get("rounds_completed")
+    if rounds != len(history) or (len(history) != cfg.federation.rounds
+                                  and summary["status"].split(":")[0] not in ("diverged", "suspect")):
+        return (f"it records {rounds} rounds and its history {len(history)}, of the config's "
+                f"{cfg.federation.rounds}, with status {summary['status'][:40]!r}")
+    return accuracy_problem({key: summary.get(key) for key in ACCURACIES}) or summary_mismatch(summary, history)
+
+
+def summary_mismatch(summary: dict, history: list[dict]) -> str | None:
+    """Where the summary says other than its history (as shared/training/trainer.py summarizes it)."""
+    evaluated = [h for h in history if "global_acc" in h]
+    accs = [h["global_acc"] for h in evaluated]
+    derived = {key: [h.get(field) for h in evaluated] for key, field in REPEATED.items()}
+    derived.update(final_acc=accs[-1] if accs else None, best_acc=max(accs) if accs else None,
+                   per_class_acc=evaluated[-1].get("per_class_acc") if evaluated else None)
+    for key, value in derived.items():
+        if json.dumps(summary.get(key)) != json.dumps(value):  # as JSON: NaN and infinity compare too
+            return f"its metrics.json's {key} is not what its metrics.jsonl records"
+    return None
+
+
+def progress_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str | None:
+    """Why a run in progress may not be restored (None: it may)."""
+    if "checkpoint.pt" not in files:
+        return "it has no checkpoint.pt"
+    problem = identity_problem(rid, files)
+    if problem:
+        return problem
+    history, problem = history_of(files, cfg.federation.rounds)
+    return problem or checkpoint_mismatch(files["checkpoint.pt"], cfg, history)
+
+
+def checkpoint_mismatch(checkpoint: bytes, cfg: RunConfig, history: list[dict]) -> str | None:
+    """A checkpoint that loads as tensors and plain values, fits the config and holds the history."""
+    import pickle
+
+    from shared.runs.directory import checkpoint_problem, load_tensors
+
+    try:
+        with warnings.catch_warnings():  # torch's about a pickle protocol: the refusal below is the one line
+            warnings.simplefilter("ignore")
+            state = load_tensors(io.BytesIO(checkpoint))
+    except pickle.UnpicklingError:
+        return "its checkpoint holds something other than tensors and plain values (refused unread)"
+    except (EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError) as exc:
+        return f"its checkpoint is unreadable ({type(exc).__name__})"
+    problem = checkpoint_problem(state, cfg)
+    if problem:
+        return f"its checkpoint {problem}"
+    if json.dumps(state["history"], sort_keys=True) != json.dumps(history, sort_keys=True):
+        return "its metrics.jsonl is not the history its checkpoint holds"
+    return None

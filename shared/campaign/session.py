@@ -1,0 +1,354 @@
+"""One GPU session of the campaign, in one command (scripts/gpu-session.sh runs it):
+
+    python -m shared.campaign.session OUTDIR TARGET... --minutes M [--scale S] [--device D] [--carry DIR]
+                                 [--max-files N] [--max-file-mib X] [--set KEY=VALUE ...]
+
+In this order, each step writing into OUTDIR as it goes, so that a session killed at its
+deadline still returns what it did:
+
+    environment.json    Python, packages, torch, CUDA, the GPU, nvidia-smi's report (seconds)
+    gate.xml            at most GATE_SECONDS of the gpu tests on the campaign's path, as JUnit XML
+                        (`gate_selection`); with no CUDA device to test, a report of no tests
+                        saying why
+    state.tar.gz        `python -m shared.campaign train` of the targets from the carried state
+                        (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
+                        END_SECONDS, the state (or its parts) rewritten after every unit; where the
+                        gate failed in a CUDA graph's capture, with trainer.cuda_graphs=false; where
+                        it failed otherwise, no training: the whole `pytest -m gpu` instead, its
+                        report in gate.xml
+    timing.json         per unit: runs, slots, steps, useful share, seconds per round by phase,
+                        peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
+    session.log         every step's output, at most --max-file-mib (the middle left out)
+
+OUTDIR then holds these files only: at most --max-files (the state takes what the other four
+leave) of at most --max-file-mib each (default: no limit). Needs neither Snakemake nor network:
+the checkout (tests/ for the gate) and the machine's Python with torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from shared.runs.files import write_atomically
+
+REPO = Path(__file__).resolve().parents[2]
+GATE_SECONDS = 90
+END_SECONDS = 15  # kept free after training: the last lines, the listing of OUTDIR
+STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
+NAMED_FILES = ("environment.json", "gate.xml", "timing.json", "session.log")  # beside the state file(s)
+STATE = "state.tar.gz"
+# The gpu tests on the campaign's path carry the `gate` marker (pyproject.toml): a group of runs
+# in one CUDA graph equal to the runs alone, capture and replay, determinism and TF32 settings,
+# augmentation on CUDA, and each campaign method's batched captured step, of which the gate
+# takes the targets' methods
+GATE_MARKER = "gpu and gate"
+PER_METHOD_GATE_TEST = "a_campaign_method_in_a_batched_captured_step"
+CAPTURE_FAILURE = re.compile(r"captur|cuda ?graph|cudagraph", re.IGNORECASE)
+
+
+class SessionError(Exception):
+    """Refused input; the message is one line."""
+
+
+class Log:
+    """session.log, each line also on stdout; past `cap` bytes the lines are counted, not kept."""
+
+    def __init__(self, path: Path, cap: int | None):
+        self.handle, self.cap, self.size, self.dropped = open(path, "a", encoding="utf-8"), cap, 0, 0
+        self.lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        text = text.rstrip("\n") + "\n"
+        with self.lock:
+            print(text, end="", flush=True)
+            data = len(text.encode())
+            if self.cap is not None and self.size + data > self.cap - 200:  # room for the closing line
+                self.dropped += 1
+                return
+            self.size += data
+            self.handle.write(text)
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.dropped:
+            self.handle.write(f"... {self.dropped} lines left out: session.log keeps --max-file-mib\n")
+        self.handle.close()
+
+
+def environment_record(path: Path) -> dict:
+    """environment.json: what the session ran on (shared.runs.provenance's record, torch's view of the
+    GPU, nvidia-smi's report). Run in a child process, so the session's own opens no CUDA context."""
+    import torch
+
+    from shared.runs.provenance import environment
+
+    cuda = torch.cuda.is_available()
+    env = {**environment(), "torch": torch.__version__, "cuda_available": cuda, "executable": sys.executable,
+           "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        env["gpu0"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
+                       "memory_gib": round(props.total_memory / 2**30, 1),
+                       "multiprocessors": props.multi_processor_count}
+        env["bf16_supported"] = torch.cuda.is_bf16_supported()
+    try:
+        env["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        env["nvidia_smi"] = None
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(env, indent=1, default=str) + "\n"))
+    return env
+
+
+def child_env(device: str) -> dict:
+    """A child sees this checkout first, whatever the caller's PYTHONPATH. A rehearsal on a CPU
+    (--device cpu) trains with one torch thread unless OMP_NUM_THREADS says otherwise: on cores
+    that other work keeps busy, torch's threads wait on each other (a smoke round measured 3-4 s
+    with one thread and over 140 s with two, on 2 cores under a load of 6)."""
+    threads = {"OMP_NUM_THREADS": "1"} if device == "cpu" and "OMP_NUM_THREADS" not in os.environ else {}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "PYTHONUNBUFFERED": "1", **threads}
+
+
+class Session:
+    """The session's clock, its log and the step running now (stopped on SIGTERM)."""
+
+    def __init__(self, args):
+        self.args, self.out = args, args.out
+        self.deadline = time.monotonic() + 60 * args.minutes
+        cap = int(args.max_file_mib * 2**20) if args.max_file_mib else None
+        self.log, self.child = Log(self.out / "session.log", cap), None
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self, command: list[str], seconds: float, stop=signal.SIGINT) -> int | None:
+        """Run a step with its output in the log; its exit status, None where it ran past
+        `seconds` (then `stop`: ^C, on which pytest still writes its report; SIGTERM, on which
+        train writes its state) and killed STOP_SECONDS later if still running."""
+        self.log.line(f"$ {' '.join(command)}  (at most {max(seconds, 0):.0f} s)")
+        self.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=child_env(self.args.device), cwd=REPO, errors="replace")
+        reader = threading.Thread(target=lambda: [self.log.line(line) for line in self.child.stdout], daemon=True)
+        reader.start()
+        try:
+            code = self.child.wait(timeout=max(seconds, 1))
+        except subprocess.TimeoutExpired:
+            code = self.stop_child(stop)
+            self.log.line(f"stopped after {seconds:.0f} s (the session's time for this step)")
+            code = None
+        reader.join(timeout=5)
+        self.child = None
+        return code
+
+    def stop_child(self, stop=signal.SIGTERM) -> int:
+        child = self.child
+        if child is None or child.poll() is not None:
+            return child.returncode if child is not None else 0
+        child.send_signal(stop)
+        try:
+            return child.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            return child.wait()
+
+
+def gate_selection(methods: list[str]) -> str:
+    """pytest's -k within GATE_MARKER: every gate test but the per-method ones of methods the
+    targets do not train."""
+    return f"not {PER_METHOD_GATE_TEST}" + (f" or {' or '.join(sorted(set(methods)))}" if methods else "")
+
+
+def junit_failures(xml: Path) -> list[tuple[str, str]]:
+    """(test, message and text) of each failed or erroring test case in a JUnit report."""
+    root = ET.parse(xml).getroot()
+    failed = []
+    for case in root.iter("testcase"):
+        for problem in [*case.iter("failure"), *case.iter("error")]:
+            failed.append((case.get("name", "?"), f"{problem.get('message', '')} {problem.text or ''}"))
+    return failed
+
+
+def no_tests_report(path: Path, why: str) -> None:
+    """A JUnit report of no tests, saying why (a session on a CPU has no gpu test to run)."""
+    suite = ET.Element("testsuite", name="gate", tests="0", failures="0", errors="0", skipped="0")
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="not_run", value=why)
+    root = ET.Element("testsuites")
+    root.append(suite)
+    write_atomically(path, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True))
+
+
+def target_methods(args) -> list[str]:
+    """The methods of the targets' runs (the gate tests each one's captured batched step)."""
+    from shared.campaign.commands import campaign_runs
+
+    return sorted({cfg.method["name"] for cfg in campaign_runs(args.targets, args.scale or "paper", None)[0].values()})
+
+
+def gate(session: Session, cuda: bool) -> str:
+    """The gate's verdict: "passed", "capture" (failed in a CUDA graph's capture only),
+    "failed", or "not run" (no CUDA device to test: gate.xml says so)."""
+    xml = session.out / "gate.xml"
+    if not cuda:
+        why = (f"--device {session.args.device}: no CUDA device to test, the gpu tests are not run"
+               if session.args.device == "cpu" else "torch sees no CUDA device: the gpu tests are not run")
+        no_tests_report(xml, why)
+        session.log.line(f"gate: {why}")
+        return "not run"
+    command = [sys.executable, "-m", "pytest", "-m", GATE_MARKER, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+               "-k", gate_selection(session.args.methods), "tests"]
+    code = session.run(command, min(GATE_SECONDS, session.left() / 3))
+    if not xml.is_file():
+        no_tests_report(xml, f"pytest wrote no report (exit {code})")
+        return "failed"
+    failures = junit_failures(xml)
+    # exit 5: no gate test was collected, which on CUDA means the gate itself is broken
+    verdict = ("passed" if not failures and code in (0, None) else
+               "capture" if failures and all(CAPTURE_FAILURE.search(f"{name} {text}") for name, text in failures)
+               else "failed")
+    session.log.line(f"gate: {verdict} ({len(failures)} failed{', stopped at its time' if code is None else ''})")
+    return verdict
+
+
+def carried_state(session: Session) -> None:
+    """The carried state (or its parts) into OUTDIR, where train continues it and rewrites it
+    after every unit: OUTDIR holds a readable state at every moment."""
+    import shutil
+
+    carry = session.args.carry
+    for part in sorted(carry.glob(f"{STATE}*")):
+        if part.name == STATE or re.fullmatch(rf"{re.escape(STATE)}\.part-[0-9][0-9]", part.name):
+            shutil.copy2(part, session.out / part.name)
+    if not any(session.out.glob(f"{STATE}*")):
+        session.log.line(f"no carried state in {carry}: train starts a new one (--scale, --copy as given)")
+
+
+def train(session: Session, settings: list[str]) -> int | None:
+    """`campaign train` until the session's end less END_SECONDS (train keeps its own margin
+    to write the state), SIGTERM'd should a round overrun (the state then written within
+    STOP_SECONDS, at worst past the session's end by that much less END_SECONDS)."""
+    args = session.args
+    seconds = session.left() - END_SECONDS
+    if seconds < 30:
+        session.log.line(f"train: not started, {session.left():.0f} s left")
+        return None
+    carried_state(session)
+    command = [sys.executable, "-m", "shared.campaign", "train", *args.targets, "--minutes", f"{seconds / 60:.3f}",
+               "--state", str(session.out / STATE), "--data-root", str(args.carry / "data"), "--device", args.device,
+               "--timing", str(session.out / "timing.json"),
+               *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
+               *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
+               *(["--scale", args.scale] if args.scale else []), *(f"--set={s}" for s in settings)]
+    return session.run(command, seconds + 5, stop=signal.SIGTERM)
+
+
+def all_gpu_tests(session: Session) -> int | None:
+    """The gate failed otherwise than in capture: the whole `pytest -m gpu` until the end,
+    its report in gate.xml (the gate's failures are in session.log)."""
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={session.out / 'gate.xml'}", "tests"]
+    return session.run(command, session.left() - END_SECONDS)
+
+
+def finish(session: Session) -> bool:
+    """timing.json where train wrote none; the listing of OUTDIR against the limits."""
+    args, timing = session.args, session.out / "timing.json"
+    if not timing.is_file():
+        record = {"format": "fedrepro-session-timing/1", "device": args.device, "units": [], "gpu": None,
+                  "note": "no unit trained in this session (session.log says why)"}
+        write_atomically(timing, lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
+    files = sorted(p for p in session.out.iterdir() if p.is_file())
+    largest = max((p.stat().st_size for p in files), default=0)
+    within = ((not args.max_files or len(files) <= args.max_files)
+              and (not args.max_file_mib or largest <= args.max_file_mib * 2**20))
+    limits = f"--max-files {args.max_files or 'none'}, --max-file-mib {args.max_file_mib or 'none'}"
+    session.log.line(f"{session.out}: {len(files)} files ({', '.join(p.name for p in files)}), the largest "
+                     f"{largest / 2**20:.2f} MiB; {'within' if within else 'OVER'} {limits}")
+    return within
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/gpu-session.sh", description=__doc__.split("\n\n")[0])
+    p.add_argument("out", type=Path, metavar="OUTDIR", help="where the session's files go (empty or new)")
+    p.add_argument("targets", nargs="+", metavar="TARGET", help="papers/<paper>/<table|fig*>")
+    p.add_argument("--minutes", type=float, required=True, help="the whole session, every step in it")
+    p.add_argument("--scale", choices=["paper", "small", "smoke"], help="default: the carried state's, else paper")
+    p.add_argument("--device", default="auto", help="trainer.device (default: auto)")
+    p.add_argument("--carry", type=Path, default=Path(".carry"), help="the bundle: data, state (default: .carry)")
+    p.add_argument("--max-files", type=int, metavar="N", help="OUTDIR's files at most (default: no limit)")
+    p.add_argument("--max-file-mib", type=float, metavar="X", help="each file at most X MiB (default: no limit)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runtime key for every run")
+    return p
+
+
+def check(args) -> None:
+    """Refused in one line, before anything is written."""
+    from shared.config.runtime_settings import parse_settings
+
+    if not args.minutes > 0:
+        raise SessionError(f"--minutes {args.minutes:g}: a session needs some minutes")
+    if args.max_files is not None and not len(NAMED_FILES) < args.max_files <= len(NAMED_FILES) + 100:
+        raise SessionError(f"--max-files {args.max_files}: {len(NAMED_FILES)} files ({', '.join(NAMED_FILES)}) "
+                           f"and at least one for the state, at most 100 state parts")
+    if args.max_file_mib is not None and not args.max_file_mib >= 0.1:
+        raise SessionError(f"--max-file-mib {args.max_file_mib:g}: a file of at least 0.1 MiB")
+    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
+        raise SessionError(f"{args.out} is not an empty folder: the session's files must be all it holds")
+    parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
+    try:
+        args.methods = target_methods(args)
+    except Exception as exc:  # an unknown target: what shared.archive and shared.targets.experiments raise, in one line
+        raise SessionError(f"{' '.join(args.targets)}: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """0: trained (or rehearsed) within the limits; 1: the gate failed, a step failed, or a
+    limit was passed; 2: refused input (one line)."""
+    args = parser().parse_args(argv)
+    try:
+        check(args)
+    except (SessionError, ValueError) as exc:  # ValueError: shared.config.schema's ConfigError from --set
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out, args.carry = args.out.resolve(), args.carry.resolve()  # the steps run in the checkout
+    args.out.mkdir(parents=True, exist_ok=True)
+    session = Session(args)
+    # killed at its deadline: the step's own files written (stop_child), timing.json too
+    signal.signal(signal.SIGTERM, lambda signum, frame: (session.stop_child(), finish(session), sys.exit(143)))
+    try:
+        return run_session(session)
+    finally:
+        session.log.close()
+
+
+def run_session(session: Session) -> int:
+    args, started = session.args, time.monotonic()
+    session.log.line(f"session: {' '.join(args.targets)} for {args.minutes:g} min on --device {args.device}")
+    code = session.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                        "from shared.campaign.session import environment_record as e; "
+                        "print(e(Path(sys.argv[1]))['cuda_available'])", str(session.out / "environment.json")], 120)
+    env = json.loads((session.out / "environment.json").read_text()) if code == 0 else {}
+    verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu")
+    settings = list(args.set)
+    if verdict == "capture":
+        session.log.line("the gate failed in capture only: training with trainer.cuda_graphs=false")
+        settings.append("trainer.cuda_graphs=false")
+    trained = all_gpu_tests(session) if verdict == "failed" else train(session, settings)
+    within = finish(session)
+    session.log.line(f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, "
+                     f"{'all gpu tests' if verdict == 'failed' else 'train'} exit {trained}")
+    return 0 if within and verdict != "failed" and trained in (0, None) and code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

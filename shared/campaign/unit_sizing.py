@@ -1,0 +1,123 @@
+"""How long a unit's round takes, and how many of its runs fit the time a session has left.
+
+A unit is a run, or a group of runs in one batched step (shared/campaign/commands.py, `training_units`).
+Its round's seconds are estimated, in this order, from
+
+    measured    rounds of the same method and model with the same number of slots (the
+                (run, client) pairs a round trains together), read from the runs' metrics.jsonl
+                (each round records its `seconds` and `slots`): the carried checkpoints' history,
+                and every round this session trained so far
+    scaled      the nearest measured unit of the same model (the same method first, then the
+                nearest number of slots), scaled by the training samples a round processes
+    planned     shared.plan's estimate of each run's round, the unit's runs one after another
+                (a group's step saves launches, not arithmetic: a large model's group takes
+                about as long as its runs alone, and a first round that overran would be lost)
+
+`size_unit` then takes as many of the unit's runs (those with fewest rounds left first) as can
+finish before the deadline; where none can, the whole unit, which trains until the deadline
+and is carried on in its checkpoints.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config.schema import RunConfig
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured unit round: its method, model, slots, training samples and seconds."""
+
+    method: str
+    model: str
+    slots: int
+    samples: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float  # a round of the unit
+    source: str  # "measured", "scaled from ...", "planned"
+
+
+def clients_per_round(cfg: RunConfig) -> int:
+    return max(1, math.ceil(cfg.federation.participation * cfg.partition.clients - 1e-9))
+
+
+def samples_per_round(cfg: RunConfig) -> float:
+    """Training samples plus a third of the test forward passes of one of the run's rounds
+    (shared.plan's count): what a round's seconds scale with."""
+    from shared.plan import samples
+
+    trained, tested = samples(cfg)
+    return (trained + tested / 3) / cfg.federation.rounds
+
+
+def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path) -> list[Measured]:
+    """Each run's rounds in runs_dir by the slots they trained with: the median seconds (a
+    resumed run's first round pays for warm-up and capture). A run of a group records the
+    group's round: its samples are its own per slot times the group's slots."""
+    found = []
+    for rid, cfg in runs.items():
+        path = Path(runs_dir) / rid / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        by_slots: dict[int, list[float]] = {}
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+                slots, seconds = int(record["slots"]), float(record["seconds"])
+            except (ValueError, KeyError, TypeError):  # a round recorded before slots were, or a torn line
+                continue
+            if slots > 0 and seconds > 0:
+                by_slots.setdefault(slots, []).append(seconds)
+        per_slot = samples_per_round(cfg) / clients_per_round(cfg)
+        found += [Measured(cfg.method["name"], cfg.model.name, slots, per_slot * slots, statistics.median(seconds))
+                  for slots, seconds in by_slots.items()]
+    return found
+
+
+def planned_seconds(cfg: RunConfig) -> float:
+    """shared.plan's estimate of one run's round."""
+    from shared.plan import gpu_hours
+
+    return 3600 * gpu_hours(cfg) / cfg.federation.rounds
+
+
+def round_seconds(cfgs: list[RunConfig], measured: list[Measured]) -> Estimate:
+    """A round of the unit of these runs, from what was measured (module docstring)."""
+    method, model = cfgs[0].method["name"], cfgs[0].model.name
+    slots = sum(clients_per_round(cfg) for cfg in cfgs)
+    exact = [m.seconds for m in measured if (m.method, m.model, m.slots) == (method, model, slots)]
+    if exact:
+        return Estimate(statistics.median(exact), "measured")
+    same_model = [m for m in measured if m.model == model]
+    if same_model:
+        nearest = min(same_model, key=lambda m: (m.method != method, abs(math.log(m.slots / slots))))
+        samples = sum(samples_per_round(cfg) for cfg in cfgs)
+        return Estimate(nearest.seconds * samples / nearest.samples,
+                        f"scaled from {nearest.method} {nearest.model} with {nearest.slots} slots")
+    return Estimate(sum(planned_seconds(cfg) for cfg in cfgs), "planned")
+
+
+def rounds_left(cfg: RunConfig, done: int) -> int:
+    return max(cfg.federation.rounds - max(done, 0), 0)
+
+
+def size_unit(rids: list[str], runs: dict[str, RunConfig], done: dict[str, int], seconds_left: float,
+              measured: list[Measured]) -> tuple[list[str], Estimate]:
+    """The runs of the unit to train now and their round's estimate: as many as finish in
+    `seconds_left` (those with fewest rounds left first; `done`: rounds each has), else all of
+    them (none can finish: the unit trains until the deadline, carried on in its checkpoints)."""
+    order = sorted(rids, key=lambda rid: rounds_left(runs[rid], done.get(rid, 0)))
+    for take in range(len(order), 0, -1):
+        chosen = order[:take]
+        estimate = round_seconds([runs[rid] for rid in chosen], measured)
+        if max(rounds_left(runs[rid], done.get(rid, 0)) for rid in chosen) * estimate.seconds <= seconds_left:
+            return [rid for rid in rids if rid in chosen], estimate
+    return rids, round_seconds([runs[rid] for rid in rids], measured)

@@ -1,0 +1,1 @@
+"""Datasets, their catalog, partitions across clients and each run's federation."""

@@ -1,0 +1,484 @@
+"""Datasets: download, verify, convert once into a compact tensor cache, load in seconds.
+
+Every dataset ends up as two `Split`s of uint8 images (N, C, H, W) (or, for text, int64 token
+ids (N, L)) and int64 labels, which the trainer moves to its device once. Normalisation and
+augmentation happen there, batched (`shared.data.federation.Augmenter`), so no per-sample Python
+runs in the training loop. CIFAR, image folders and synthetic data live here; FEMNIST,
+Tiny-ImageNet and Office-Caltech-10 in `shared.data.vision`; AG News and SST-5 in
+`shared.data.text`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import os
+import pickle
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+import numpy as np
+import torch
+
+from shared.data.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
+from shared.config.schema import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
+from shared.runs.directory import save_tensors
+from shared.runs.files import write_atomically
+
+
+@dataclass
+class Split:
+    x: torch.Tensor  # uint8 images (N, C, H, W), or int64 token ids (N, L) for text
+    y: torch.Tensor  # int64, (N,)
+    group: torch.Tensor | None = None  # int64 (N,): the sample's writer or domain (Dataset.group_kind)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def subset(self, index: np.ndarray | torch.Tensor) -> "Split":
+        index = torch.as_tensor(index, dtype=torch.long)
+        return Split(self.x[index], self.y[index], None if self.group is None else self.group[index])
+
+
+@dataclass
+class Dataset:
+    name: str
+    train: Split
+    test: Split
+    classes: list[str]
+    mean: tuple[float, ...]  # per channel, on the 0..1 scale
+    std: tuple[float, ...]
+    augment: bool  # random crop (pad 4, reflect) + horizontal flip by default
+    crop_pad: int = 4  # augmentation: pad by this much, then crop back (0: flip only)
+    max_rotation: float = 0.0  # augmentation: rotate by a uniform angle in +-this many degrees
+    pad_mode: str = "reflect"  # augmentation's padding: "reflect" or "constant" (black)
+    # "writer" (FEMNIST: partition.kind=writers) or "domain" (Office-Caltech-10: one client per
+    # domain, accuracy reported per domain); `groups` names the values of Split.group.
+    group_kind: str | None = None
+    groups: list[str] = field(default_factory=list)
+    text: TextVocabulary | None = None  # set for token-id datasets
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+# --- caching ------------------------------------------------------------------------------
+
+def cached(cache: Path, build: Callable[[], dict]) -> dict:
+    """The arrays of `cache`, built (and saved) first where it is absent, unreadable or does not
+    hold a dataset's arrays; a cache is derived data, so a bad one is rebuilt, never trusted."""
+    if cache.exists():
+        try:
+            arrays = torch.load(cache, weights_only=True)
+            problem = cache_problem(arrays)
+        except Exception as exc:
+            problem = f"unreadable ({type(exc).__name__})"
+        if problem is None:
+            return arrays
+        print(f"[data] cache {cache} {problem}; rebuilding it", file=sys.stderr)
+    started = time.perf_counter()
+    arrays = build()
+    save_tensors(arrays, cache)  # atomically; a full disk is an OSError that says so
+    # what a first run pays once: the job's log says so
+    print(f"[data] built {cache} ({cache.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
+    return arrays
+
+
+def cache_problem(arrays) -> str | None:
+    """Why a loaded cache is not a dataset's arrays (None: it is): the keys, each split's
+    samples and labels of one length, int64 labels that index `classes`, one sample shape."""
+    keys = ("train_x", "train_y", "test_x", "test_y", "classes")
+    if not isinstance(arrays, dict) or not all(k in arrays for k in keys):
+        return f"lacks some of the keys {', '.join(keys)}"
+    classes = arrays["classes"]
+    if not isinstance(classes, (list, tuple)) or not all(isinstance(c, str) for c in classes):
+        return "holds no list of class names"
+    for split in ("train", "test"):
+        x, y, group = arrays[f"{split}_x"], arrays[f"{split}_y"], arrays.get(f"{split}_group")
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or y.dtype != torch.int64 or y.dim() != 1:
+            return f"holds no {split} tensors (int64 labels)"
+        if len(x) != len(y) or group is not None and (not isinstance(group, torch.Tensor) or len(group) != len(y)):
+            return f"holds {split} samples, labels or groups of different lengths"
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
+            return f"holds {split} labels outside the {len(classes)} classes"
+    if arrays["train_x"].shape[1:] != arrays["test_x"].shape[1:]:
+        return "holds train and test samples of different shapes"
+    return None
+
+
+def dataset_from_arrays(name: str, arrays: dict, mean, std, augment: bool, **options) -> Dataset:
+    """A Dataset from a cache's arrays; `train_group`/`test_group` and `groups` where present."""
+    return Dataset(
+        name=name,
+        train=Split(arrays["train_x"], arrays["train_y"], arrays.get("train_group")),
+        test=Split(arrays["test_x"], arrays["test_y"], arrays.get("test_group")),
+        classes=list(arrays["classes"]),
+        mean=tuple(mean),
+        std=tuple(std),
+        augment=augment,
+        groups=list(arrays.get("groups", [])),
+        **options,
+    )
+
+
+# --- CIFAR-10 / CIFAR-100 from the official archives --------------------------------------
+
+@dataclass(frozen=True)
+class Archive:
+    url: str
+    filename: str
+    md5: str | None = None  # the checksum published with the archive (also torchvision's)
+    sha256: str | None = None  # where no MD5 is published
+
+
+CIFAR = {
+    "cifar10": dict(
+        archive=Archive("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+                        "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
+        train=[f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)],
+        test=["cifar-10-batches-py/test_batch"],
+        meta=("cifar-10-batches-py/batches.meta", "label_names"),
+        labels=b"labels",
+        # in label order (the archive's batches.meta); a copy (dataset.copy) must hold these
+        classes=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+        # MOON / NIID-Bench normalisation constants.
+        mean=(125.3 / 255, 123.0 / 255, 113.9 / 255),
+        std=(63.0 / 255, 62.1 / 255, 66.7 / 255),
+    ),
+    "cifar100": dict(
+        archive=Archive("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+                        "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),
+        train=["cifar-100-python/train"],
+        test=["cifar-100-python/test"],
+        meta=("cifar-100-python/meta", "fine_label_names"),
+        labels=b"fine_labels",
+        mean=(0.5071, 0.4865, 0.4409),
+        std=(0.2673, 0.2564, 0.2762),
+    ),
+}
+
+
+def file_digest(path: Path, algorithm: str = "md5") -> str:
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_archive(archive: Archive, root: Path) -> Path:
+    """Return the verified archive under `root`, downloading it if it is not there."""
+    path = root / archive.filename
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")
+        print(f"[data] downloading {archive.url} -> {path}")
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(archive.url, timeout=60) as response, open(tmp, "wb") as out:
+                while block := response.read(1 << 20):
+                    out.write(block)
+        except (urllib.error.URLError, OSError) as exc:
+            tmp.unlink(missing_ok=True)
+            raise DataError(
+                f"{archive.filename} is not in {root} and downloading {archive.url} failed ({exc}). "
+                f"Download it by hand into {root}, or point data_root (or ${DATA_ROOT_ENV}) "
+                f"at a directory that holds it."
+            ) from exc
+        os.replace(tmp, path)
+        print(f"[data] downloaded {path.name} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.0f} s")
+    algorithm, expected = ("md5", archive.md5) if archive.md5 else ("sha256", archive.sha256)
+    actual = file_digest(path, algorithm)
+    if actual != expected:
+        raise DataError(
+            f"{path} fails verification: {algorithm} {actual}, expected {expected}. "
+            f"The file is corrupt or not the official archive; delete it to download it again."
+        )
+    return path
+
+
+def _unpickle(tar: tarfile.TarFile, member: str) -> dict:
+    # Only ever called on an archive whose checksum matched the official one.
+    with tar.extractfile(member) as f:
+        return pickle.load(f, encoding="bytes")
+
+
+def convert_cifar(archive_path: Path, spec: dict) -> dict:
+    with tarfile.open(archive_path, "r:gz") as tar:
+        def read(members):
+            batches = [_unpickle(tar, m) for m in members]
+            x = np.concatenate([b[b"data"] for b in batches]).reshape(-1, 3, 32, 32)
+            y = np.concatenate([np.asarray(b[spec["labels"]]) for b in batches])
+            return torch.from_numpy(np.ascontiguousarray(x, dtype=np.uint8)), torch.from_numpy(y.astype(np.int64))
+
+        train_x, train_y = read(spec["train"])
+        test_x, test_y = read(spec["test"])
+        meta_member, meta_key = spec["meta"]
+        with tar.extractfile(meta_member) as f:
+            classes = [c.decode() for c in pickle.load(f, encoding="bytes")[meta_key.encode()]]
+    return dict(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y, classes=classes)
+
+
+def load_cifar(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
+    spec = CIFAR[name]
+    if cfg.copy is not None:
+        return load_copy(name, cfg.copy, spec, root)
+    cache = root / "cache" / f"{name}.pt"
+    arrays = cached(cache, lambda: convert_cifar(fetch_archive(spec["archive"], root), spec))
+    return dataset_from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
+
+
+# --- a copy of the official data (dataset.copy): found by its SHA-256 ----------------------
+
+COPIES = "copies"  # under the data root
+
+
+def find_copy(root: Path, sha256: str) -> Path:
+    """The file under <root>/copies/ whose SHA-256 is `sha256`. Digests are remembered per
+    (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once."""
+    folder, memo_path = root / COPIES, root / "cache" / "copies.json"
+    try:
+        remembered = json.loads(memo_path.read_text()) if memo_path.exists() else {}
+    except ValueError:  # a torn memo is only a cache: hash again
+        remembered = {}
+    memo = dict(remembered)
+    found = None
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        key = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
+        memo[key] = memo.get(key) or file_digest(path, "sha256")
+        if memo[key] == sha256:
+            found = path
+            break
+    if memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
+        write_atomically(memo_path, lambda tmp: tmp.write_text(json.dumps(memo, indent=1)))
+    if found is None:
+        raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
+                        f"put the copy (e.g. cifar10-jpeg.zip) there")
+    return found
+
+
+def load_copy(name: str, sha256: str, spec: dict, root: Path) -> Dataset:
+    """The copy in place of the official files, with the official classes in their order and
+    the official normalisation; its images in class order, each class's files by name."""
+    path = find_copy(root, sha256)
+    arrays = cached(root / "cache" / f"{name}-copy-{sha256[:16]}.pt", lambda: convert_image_folder(path))
+    if tuple(arrays["classes"]) != spec["classes"]:
+        raise DataError(f"{path}: its classes {list(arrays['classes'])} are not {name}'s {list(spec['classes'])}")
+    return dataset_from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
+
+
+# --- image folders: train/<class>/*, test/<class>/* (a directory or a .zip) ----------------
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp")
+
+
+def _list_image_folder(names: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """Relative file names -> {split: [(class, name), ...]}, classes sorted like ImageFolder."""
+    splits: dict[str, list[tuple[str, str]]] = {"train": [], "test": []}
+    for name in names:
+        parts = Path(name).parts
+        # Allow one wrapping directory (an archive of `cifar10/train/...`).
+        if len(parts) >= 3 and parts[-3] in splits and name.lower().endswith(IMAGE_SUFFIXES):
+            splits[parts[-3]].append((parts[-2], name))
+    return splits
+
+
+def open_tree(path: Path) -> tuple[list[str], Callable[[str], BinaryIO]]:
+    """The relative names of the files under a directory or inside a .zip, and how to open one."""
+    if path.suffix == ".zip":
+        try:
+            archive = zipfile.ZipFile(path)
+        except zipfile.BadZipFile as exc:
+            raise DataError(f"{path} is not a readable zip file ({exc})") from exc
+        return archive.namelist(), lambda name: io.BytesIO(archive.read(name))
+    names = [str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()]
+    return names, lambda name: open(path / name, "rb")
+
+
+def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source: Path,
+                  size: int | None = None) -> torch.Tensor:
+    """Image files -> uint8 (N, 3, H, W), converted to RGB and, given `size`, resized to
+    size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover - pillow ships with the environment
+        raise DataError("reading images needs Pillow (pip install pillow)") from exc
+
+    images = None  # allocated once the first image gives the size: Tiny-ImageNet is 1.2 GB
+    for i, name in enumerate(names):
+        try:
+            with open_file(name) as f:
+                image = Image.open(f).convert("RGB")
+                if size is not None:
+                    image = image.resize((size, size), Image.BILINEAR)
+                pixels = np.asarray(image).transpose(2, 0, 1)
+        except Exception as exc:
+            raise DataError(f"{source}: cannot decode image {name} ({exc})") from exc
+        if images is None:
+            images = np.empty((len(names), *pixels.shape), dtype=np.uint8)
+        elif pixels.shape != images.shape[1:]:
+            raise DataError(f"{source}: images differ in size ({name} is {pixels.shape[2]}x{pixels.shape[1]}, "
+                            f"{names[0]} {images.shape[3]}x{images.shape[2]}); resize them first")
+        images[i] = pixels
+    return torch.from_numpy(images)
+
+
+def convert_listing(listing: dict[str, list[tuple[str, str]]], open_file: Callable[[str], BinaryIO],
+                    source: Path) -> dict:
+    """{"train"/"test": [(class, file name), ...]} -> uint8 arrays, classes sorted like
+    torchvision's ImageFolder."""
+    for split, files in listing.items():
+        if not files:
+            raise DataError(f"{source} has no images under {split}/<class>/; expected train/ and test/ folders")
+    classes = sorted({c for c, _ in listing["train"]})
+    unknown = sorted({c for c, _ in listing["test"]} - set(classes))
+    if unknown:
+        raise DataError(f"{source}: test classes {unknown} do not occur in train/")
+    index = {c: i for i, c in enumerate(classes)}
+
+    arrays = {"classes": classes}
+    for split, files in listing.items():
+        files.sort(key=lambda item: (index[item[0]], item[1]))
+        arrays[f"{split}_x"] = decode_images([name for _, name in files], open_file, source)
+        arrays[f"{split}_y"] = torch.tensor([index[c] for c, _ in files], dtype=torch.int64)
+    return arrays
+
+
+def convert_image_folder(path: Path) -> dict:
+    names, open_file = open_tree(path)
+    return convert_listing(_list_image_folder(names), open_file, path)
+
+
+def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
+    path = Path(cfg.path).expanduser().resolve()
+    if not path.exists():
+        raise DataError(f"dataset.path={cfg.path} does not exist")
+    stat = path.stat()
+    key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    arrays = cached(root / "cache" / f"imagefolder-{path.stem}-{key}.pt", lambda: convert_image_folder(path))
+    pixels = arrays["train_x"].float().div_(255)
+    mean = pixels.mean(dim=(0, 2, 3)).tolist()
+    std = pixels.std(dim=(0, 2, 3)).tolist()
+    return dataset_from_arrays(name, arrays, mean, std, augment=arrays["train_x"].shape[-1] <= 64)
+
+
+# --- synthetic data for tests and the smoke scale ------------------------------------------
+
+def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
+    """Seeded images whose class is learnable: each class is a smooth random template, and a
+    sample is its template plus pixel noise. Deterministic for a given config. A template is a
+    4x4 pattern of dark and bright cells per channel, blown up: classes differ by full contrast
+    over about half their area, so that a few SGD steps separate them (the smoke scale's 4
+    rounds; uniform grey levels left its global models at chance). `synthetic.overlap=a` blends
+    into each sample another class's template by a share up to a (`blend`): harder classes,
+    some of them ambiguous, so that accuracy stays below 100%.
+
+    `synthetic.domains=[names]` gives every sample (train and test) one of these domains, each
+    shifting the brightness of the channels its own way (Office-Caltech-10's feature skew);
+    `synthetic.writers=n` gives every training sample one of n writers (FEMNIST's);
+    `synthetic.text_length=L` makes token sequences instead of images."""
+    s = cfg.synthetic
+    if s.text_length:
+        return synthetic_text(name, s)
+    g = torch.Generator().manual_seed(12345)
+    coarse = (torch.rand(s.num_classes, s.channels, 4, 4, generator=g) > 0.5).float()
+    templates = torch.nn.functional.interpolate(coarse, size=(s.image_size, s.image_size),
+                                                mode="bilinear", align_corners=False)
+    shifts = (torch.rand(len(s.domains), s.channels, 1, 1, generator=g) - 0.5) * 0.5 if s.domains else None
+
+    def draw(per_class: int) -> Split:
+        y = torch.arange(s.num_classes).repeat_interleave(per_class)
+        noise = torch.randn(len(y), s.channels, s.image_size, s.image_size, generator=g)
+        x = blend(templates, y, s.overlap, g) + s.noise * 0.25 * noise
+        domain = None
+        if shifts is not None:
+            domain = torch.arange(len(y)) % len(s.domains)  # every class in every domain
+            x = x + shifts[domain]
+        return Split((x.clamp(0, 1) * 255).round().to(torch.uint8), y, domain)
+
+    train, test = draw(s.train_per_class), draw(s.test_per_class)
+    classes = [f"class{i}" for i in range(s.num_classes)]
+    dataset = Dataset(name, train, test, classes, (0.5,) * s.channels, (0.25,) * s.channels, augment=False)
+    if s.domains:
+        dataset.group_kind, dataset.groups = "domain", list(s.domains)
+    if s.writers:
+        train.group = torch.randint(s.writers, (len(train),), generator=g)
+        dataset.group_kind, dataset.groups = "writer", [f"writer{i}" for i in range(s.writers)]
+    return dataset
+
+
+def blend(templates: torch.Tensor, y: torch.Tensor, overlap: float | None, g: torch.Generator) -> torch.Tensor:
+    """Each sample's class template, mixed with another class's by a share drawn uniformly from
+    [0, overlap): the samples mixed by nearly half lie near the class boundary, where a small
+    change of the weights changes predictions, and those mixed by more than half look like the
+    other class, so that accuracy stays below 100%. None: the template alone (draws nothing)."""
+    if overlap is None:
+        return templates[y]
+    classes = len(templates)
+    other = (y + torch.randint(1, classes, y.shape, generator=g)) % classes
+    share = (torch.rand(len(y), generator=g) * overlap).view(-1, 1, 1, 1)
+    return (1 - share) * templates[y] + share * templates[other]
+
+
+def synthetic_text(name: str, s: SyntheticConfig) -> Dataset:
+    """Seeded token sequences whose class is learnable: each class owns a band of the
+    vocabulary, and a sequence of random length mixes tokens of its class's band with tokens
+    drawn from the whole vocabulary (more of those the higher `noise`); 0 pads."""
+    g = torch.Generator().manual_seed(12345)
+    band = (s.vocab_size - 1) // s.num_classes
+    signal = 1 / (1 + s.noise)  # the share of a sequence's tokens that come from its class's band
+
+    def draw(per_class: int) -> Split:
+        y = torch.arange(s.num_classes).repeat_interleave(per_class)
+        shape = (len(y), s.text_length)
+        own = 1 + y[:, None] * band + torch.randint(band, shape, generator=g)
+        anywhere = torch.randint(1, s.vocab_size, shape, generator=g)
+        ids = torch.where(torch.rand(shape, generator=g) < signal, own, anywhere)
+        lengths = torch.randint(max(1, s.text_length // 2), s.text_length + 1, (len(y), 1), generator=g)
+        ids[torch.arange(s.text_length) >= lengths] = 0
+        return Split(ids, y)
+
+    train, test = draw(s.train_per_class), draw(s.test_per_class)
+    classes = [f"class{i}" for i in range(s.num_classes)]
+    return Dataset(name, train, test, classes, (), (), augment=False, text=TextVocabulary(s.vocab_size, pad_id=0))
+
+
+def load_dataset(cfg: RunConfig) -> Dataset:
+    name = cfg.dataset.name
+    info = dataset_info(name)
+    module, function = info.loader.split(":")
+    loader = getattr(importlib.import_module(module), function)
+    tokenizer = {"tokenizer": cfg.model.pretrained} if info.text else {}
+    dataset = loader(name, cfg.dataset, data_root(cfg), **tokenizer)
+    if cfg.dataset.augment is not None:
+        dataset.augment = cfg.dataset.augment
+    if cfg.dataset.augmentation is not None:
+        recipe = AUGMENTATIONS[cfg.dataset.augmentation]
+        dataset.crop_pad, dataset.pad_mode, dataset.max_rotation = recipe.crop_pad, recipe.pad_mode, recipe.max_rotation
+    check_loaded(dataset)
+    return dataset
+
+
+def check_loaded(dataset: Dataset) -> None:
+    """What only the loaded data tells (an image folder's classes and image size): a classifier
+    needs two classes with training samples, and reflection padding an image wider than it."""
+    present = len(torch.unique(dataset.train.y)) if len(dataset.train) else 0
+    if dataset.num_classes < 2 or present < 2:
+        raise DataError(f"dataset {dataset.name} has {present} class(es) with training samples "
+                        f"({dataset.num_classes} named); a classifier needs at least two")
+    side = dataset.train.x.shape[-1]
+    if dataset.text is None and dataset.augment and dataset.pad_mode == "reflect" and dataset.crop_pad >= side:
+        raise DataError(f"dataset {dataset.name}'s {side}x{side} images cannot be padded by {dataset.crop_pad} pixels "
+                        f"by reflection for augmentation; set dataset.augment=false or use larger images")

@@ -1,0 +1,1 @@
+"""FedAvg and its hooks, the method registry, and every method as a small subclass."""

@@ -1,0 +1,1 @@
+"""Tables, claims and figures from finished runs."""

@@ -1,0 +1,1 @@
+"""A run on disk: its files, directory, provenance, metrics and seeds."""

@@ -1,0 +1,172 @@
+"""What a run directory's files say and how they are written, without torch.
+
+Planning (every Snakemake start, every SLURM job's), shipping runs and unpacking archives read
+a run's metrics.json and config.yaml, write files atomically, set damaged ones aside and take
+a run's lock; none of them loads a model, so none of them should pay for importing torch.
+shared/runs/directory.py (the writer of a run, with checkpoints) builds on these.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import yaml
+
+FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
+CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/methods/client_state.py)
+# A per-client state file's name in CLIENT_STATE: the state's name (a method attribute), the
+# client, and the round that wrote it; the campaign carries the files of this form
+CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]+-[0-9]+-r[0-9]+\.pt")
+
+
+def client_state_name(state: str, client: int, round: int) -> str:
+    return f"{state}-{client}-r{round}.pt"
+
+
+class LockHeld(Exception):
+    """Another process holds a run's lock; the message is its pid (or "unknown")."""
+
+
+def is_final(status) -> bool:
+    return isinstance(status, str) and status.split(":")[0] in FINAL
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def summary_problem(summary) -> str | None:
+    """What makes a metrics.json unusable as a run's summary (None: nothing). The fields the
+    tables read must have their types, so that a tampered file is set aside here instead of
+    failing every table that reads it."""
+    if not isinstance(summary, dict):
+        return "not a JSON object"
+    if not isinstance(summary.get("status"), str) or not isinstance(summary.get("run_id"), str):
+        return "status and run_id must be strings"
+    numbers = ("final_acc", "best_acc", "wall_time_s")
+    if any(not is_number(summary.get(key)) and summary.get(key) is not None for key in numbers):
+        return f"{', '.join(numbers)} must be numbers or null"
+    lists = ("eval_rounds", "global_acc", "global_loss", "local_acc")
+    if any(not isinstance(summary.get(key, []), list) for key in lists):
+        return f"{', '.join(lists)} must be lists"
+    if not isinstance(summary.get("rounds_to_target", {}), dict):
+        return "rounds_to_target must be a mapping"
+    return None
+
+
+def history_problem(history, rounds: int) -> str | None:
+    """What makes a run's history (a checkpoint's, metrics.jsonl's) unusable (None: nothing): one
+    record per round done."""
+    if not isinstance(history, list) or len(history) > rounds:
+        return f"its history is not a list of at most {rounds} rounds"
+    for number, record in enumerate(history, 1):
+        if not isinstance(record, dict) or record.get("round") != number or not is_number(record.get("train_loss")):
+            return f"its history's record {number} is malformed"
+    return None
+
+
+def recorded_run_id(config: Path) -> str | None:
+    """The run id a run's config.yaml names (None: it cannot be read, or names none)."""
+    try:
+        recorded = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
+        return None
+    return recorded.get("run_id") if isinstance(recorded, dict) else None
+
+
+def temporary_path(path: Path) -> Path:
+    """Where this process writes `path` before renaming it: per process, so two writers never
+    share one; hidden, and removed on a run's next start if a kill leaves it (`claim`)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomically(path: Path, write) -> None:
+    """`write(tmp)` then rename: readers see the old file or the new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:  # a full disk, a kill: no partial file is left for the next start to clear
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write() names no file: the message does
+            exc.filename = str(path)
+        raise
+
+
+def write_folder_atomically(out: Path, write) -> None:
+    """`write(tmp)` fills a hidden folder beside `out`, which then takes its place: a build that
+    fails (a full disk, a bug) leaves the old folder or none, never a half-written one."""
+    out = Path(out)
+    tmp, old = out.with_name(f".{out.name}.{os.getpid()}.tmp"), out.with_name(f".{out.name}.{os.getpid()}.old")
+    for leftover in out.parent.glob(f".{out.name}.*.tmp"):  # a killed build's, of any process
+        shutil.rmtree(leftover, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    try:
+        write(tmp)
+        if out.exists():
+            os.replace(out, old)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # the old folder goes back rather than being lost
+            if old.exists() and not out.exists():
+                os.replace(old, out)
+            raise
+    except OSError as exc:
+        if exc.filename is None:  # a failed write() names no file: the message names the folder
+            exc.filename = str(out)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def aside_path(path: Path, label: str) -> Path:
+    """A free name beside `path` to move it to: `<file>.<label>-<time>`, with `-1`, `-2`, ...
+    when a file was set aside under that name in the same second (never over an earlier one).
+    The caller holds the run's lock, so no other process takes the name in between."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.{label}-{stamp}")
+    n = 0
+    while aside.exists() or aside.is_symlink():
+        n += 1
+        aside = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
+    return aside
+
+
+def move_aside_checkpoint(run_dir: Path) -> list[Path]:
+    """A run's checkpoint, with its history and per-client state, moved to names of their own
+    beside them (`aside_path`, label "replaced") before another checkpoint takes its place:
+    never lost. Returns where they went ([]: no checkpoint there). Call it holding the run's lock."""
+    if not (run_dir / "checkpoint.pt").is_file():
+        return []
+    moved = []
+    for name in ("checkpoint.pt", "metrics.jsonl", CLIENT_STATE):
+        if (run_dir / name).exists():
+            moved.append(aside_path(run_dir / name, "replaced"))
+            os.replace(run_dir / name, moved[-1])
+    return moved
+
+
+def hold_lock(path: Path):
+    """The open, flock-ed file `path`, holding this process's pid, for as long as the handle
+    stays open (the kernel releases it when the process dies, so a crash leaves no stale
+    lock). Raises LockHeld with the holder's pid when another process holds it."""
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise LockHeld(holder) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle

@@ -1,0 +1,145 @@
+"""Every target of the workflow (each paper's tables, figures and searches) expanded into its
+runs at a scale, cached on disk.
+
+Every Snakemake process needs this before it can define a rule: the main one, and on SLURM
+every job's. Expanding all the papers' tables resolves thousands of configs and imports torch
+(seconds); reading the cache takes milliseconds and imports neither torch nor a paper. The
+cache is keyed by everything that decides the expansion: the source of shared/ and papers/,
+the scale, the runtime keys and the copy of the data the runs train on, if any. A changed file
+or setting expands again and rewrites it (atomically: concurrent processes read the old cache
+or the new one).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.campaign.commands import Copy, copy_part, copy_runtime, data_folder
+from shared.config.schema import ConfigError, RunConfig
+from shared.config.dotted import deep_merge
+from shared.runs.files import write_atomically
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("shared", "papers")  # the code that declares tables and resolves configs
+KINDS = ("table", "figure", "search")
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One run of a table's (or a figure's or search's own) grid: where it is used."""
+
+    paper: str
+    target: str
+    run_id: str
+    method: str
+    row: str
+    column: str
+    seed: int
+
+
+@dataclass
+class Expansion:
+    runs: dict[str, RunConfig]  # every run any target needs, by id (a run two targets share is one)
+    grid_runs: list[GridRun]  # the runs of every grid, where each is used (the run index)
+    targets: dict[str, dict[str, dict[str, list[str]]]]  # paper -> kind -> target name -> run ids
+
+    def papers(self) -> list[str]:
+        return list(self.targets)
+
+    def names(self, paper: str, *kinds: str) -> list[str]:
+        """The paper's targets of these kinds (default: all), tables first."""
+        return [name for kind in kinds or KINDS for name in self.targets[paper][kind]]
+
+    def target_runs(self, paper: str, kind: str, name: str) -> list[str]:
+        """The run ids of target `name`; an unknown paper or name raises the ConfigError that
+        reading the paper's module raises."""
+        runs = self.targets.get(paper, {}).get(kind, {}).get(name)
+        if runs is None:
+            from shared.targets.experiments import declared_one
+
+            declared_one(paper, {"table": "TABLES", "figure": "FIGURES", "search": "SEARCHES"}[kind], kind, name)
+            raise ConfigError(f"{paper}/{name} is not known to the workflow")
+        return runs
+
+
+def source_digest() -> str:
+    """A hash of every Python file under shared/ and papers/ (names and contents)."""
+    digest = hashlib.sha256()
+    for folder in SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(scale: str, runtime: dict, copy: Copy | None = None) -> str:
+    settings = json.dumps({"scale": scale, "runtime": runtime, **({"copy": copy.sha256} if copy else {})},
+                          sort_keys=True, default=str)
+    return hashlib.sha256(f"{source_digest()}\n{settings}".encode()).hexdigest()
+
+
+def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion:
+    """What the cache holds, computed: every grid's runs and every target's run ids. A table's
+    or a search's runs are its grid's, expanded once; a figure picks its cells from its source.
+    On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
+    drawn from it alone, no search (the papers tuned on the official data)."""
+    from shared.targets.experiments import expand, paper_searches, paper_tables
+    from shared.methods.papers import paper_names
+    from shared.run import workflow_grids
+
+    runs, grid_runs, grid_ids = {}, [], {}
+    runtime = deep_merge(runtime, copy_runtime(copy))
+    for paper, name, grid in workflow_grids():
+        if copy is not None and (name.startswith("search") or not (grid := copy_part(grid, scale, copy)).rows):
+            continue
+        for cell in expand(grid, scale, runtime):
+            runs[cell.run_id] = cell.config
+            grid_runs.append(GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label,
+                                     cell.column.label, cell.seed))
+            grid_ids.setdefault((paper, name), {})[cell.run_id] = None  # an ordered set
+    kept = lambda paper, names: {name: list(grid_ids.get((paper, name), {})) for name in names
+                                 if copy is None or (paper, name) in grid_ids}  # on a copy: its parts alone
+    targets = {paper: {"table": kept(paper, paper_tables(paper)), "figure": figure_runs(paper, scale, runtime),
+                       "search": kept(paper, paper_searches(paper))} for paper in paper_names()}
+    return Expansion(runs, grid_runs, targets)
+
+
+def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:
+    """Each figure's run ids; a figure with a run the runtime's data cannot train (a copy of
+    another dataset) is left out."""
+    from shared.reporting.figures import paper_figures
+
+    found = {}
+    for name, figure in paper_figures(paper).items():
+        try:
+            found[name] = list(dict.fromkeys(c.run_id for c in figure.cells(scale, runtime)))
+        except ConfigError:
+            if not runtime.get("dataset", {}).get("copy"):
+                raise
+    return found
+
+
+def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None) -> Expansion:
+    """The workflow's expansion at `scale` (on `copy`), from `cache_dir`/<scale>.pickle (or
+    <data folder>.pickle) where that was written by the same code and settings, else computed
+    and written there."""
+    path = Path(cache_dir) / f"{scale if copy is None else data_folder(scale, copy)}.pickle"
+    key = cache_key(scale, runtime, copy)
+    try:
+        with open(path, "rb") as f:
+            cached_key, cached = pickle.load(f)
+        if cached_key == key:
+            return cached
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
+        pass  # absent, or written by code that no longer reads it: expand again
+    found = expand_all(scale, runtime, copy)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            pickle.dump((key, found), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    write_atomically(path, write)
+    return found

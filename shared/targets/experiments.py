@@ -1,0 +1,451 @@
+"""Tables as data: a paper module declares each table once (its methods, settings, seeds,
+metric and the paper's numbers); this module expands a table into fully resolved run configs
+at a given scale, and the workflow turns finished runs back into the table.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from shared.config.schema import ConfigError, PartitionConfig, RunConfig, run_id
+from shared.config.dotted import deep_merge, flatten, nested
+from shared.data.catalog import dataset_info
+from shared.methods.papers import paper_names, paper_tables_module
+
+# The MOON / NIID-Bench protocol on CIFAR-10 that FedCAD and FedSSD both state: FedAvg-CNN,
+# 10 clients, all participating, Dir(0.5), 100 rounds, E=10, B=64, SGD lr 0.01, momentum 0.9;
+# the partition drawn as NIID-Bench's code draws it (partition.rng=niid_bench: seed s is its split s).
+MOON_CIFAR10 = {
+    "dataset": {"name": "cifar10"},
+    "model": {"name": "fedavg_cnn"},
+    "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 10, "rng": "niid_bench"},
+    "federation": {"rounds": 100, "participation": 1.0},
+    "local": {"epochs": 10, "batch_size": 64, "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
+}
+
+
+@dataclass(frozen=True)
+class Reported:
+    """A number as the paper prints it: mean and, where given, the spread over seeds."""
+
+    mean: float | None
+    std: float | None = None
+
+
+@dataclass(frozen=True)
+class Inconsistency:
+    """A printed number the paper contradicts elsewhere (its own marks, averages, text or other
+    tables). The table keeps the printed number; the comparison marks the cell with `note`;
+    `implied` is what the other evidence gives, where it gives a number (claims are checked on
+    the paper's numbers with it)."""
+
+    row: str
+    column: str
+    note: str
+    implied: float | None = None
+
+
+@dataclass
+class Row:
+    """A method with the hyperparameters the paper states for it (per column where they vary)."""
+
+    label: str
+    method: dict
+    config: dict = field(default_factory=dict)  # other overrides, e.g. MOON's projection head
+    per_column: dict[str, dict] = field(default_factory=dict)  # column label -> overrides
+    # A reading of row `reading_of`'s method that is not the paper's text (its equation read
+    # another way, `reading` says how): shown beside that row and labelled so in every output,
+    # never given a paper number, judged on that row's claims beside it
+    reading_of: str | None = None
+    reading: str = ""
+
+    @property
+    def implemented(self) -> bool:
+        # imported here, as load_config in `expand`: the method registry loads every method and
+        # torch, and the workflow reads this module on every start (shared/targets/expansion.py)
+        from shared.methods.registry import method_names
+
+        return self.method["name"] in method_names()
+
+
+# Each metric kind in a few words (table headers) and in full (figure axes)
+METRIC_PHRASES = {
+    "final_acc": ("final acc", "final global test accuracy"),
+    "best_acc": ("best acc", "best global test accuracy"),
+    "acc_at": ("accuracy at round {round}", "global test accuracy at round {round}"),
+    "rounds_to": ("rounds to {target:g}%", "rounds to {target:g}% test accuracy"),
+    "rounds_to_row": ("rounds to {reference}'s final accuracy", "rounds to {reference}'s final accuracy"),
+    "domain_acc": ("accuracy on {domain}", "test accuracy on {domain}"),
+    "domain_avg": ("domain avg", "mean test accuracy over domains"),
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a cell reports, computed from each run's per-round curve.
+
+    final_acc / best_acc: global test accuracy (%) at the last round / at its best round.
+    rounds_to: the first round reaching `target` % (FedCAD's T(x%)).
+    rounds_to_row: the first round reaching the final accuracy of row `reference` in the
+        same column, averaged over its seeds (FedSSD's T).
+    acc_at: global accuracy at round `round` (FedGKD Table 6).
+    domain_acc / domain_avg: the final global model's accuracy on one domain's test split /
+        the mean over domains (FedCSD Table II, Office-Caltech-10).
+    """
+
+    kind: str = "final_acc"
+    target: float | None = None
+    reference: str | None = None
+    round: int | None = None
+    domain: str | None = None
+
+    def __post_init__(self):
+        required = {"rounds_to": "target", "rounds_to_row": "reference", "acc_at": "round", "domain_acc": "domain"}
+        if self.kind not in METRIC_PHRASES:
+            raise ValueError(f"metric kind {self.kind!r} is unknown")
+        if self.kind in required and getattr(self, required[self.kind]) is None:
+            raise ValueError(f"metric {self.kind} needs {required[self.kind]}=")
+
+    @property
+    def higher_is_better(self) -> bool:
+        return not self.kind.startswith("rounds_to")
+
+    @property
+    def label(self) -> str:
+        """A short name, for table headers."""
+        return METRIC_PHRASES[self.kind][0].format(**vars(self))
+
+    @property
+    def axis_label(self) -> str:
+        """The metric in words with its unit, for a figure's axis."""
+        unit = "rounds" if self.kind.startswith("rounds_to") else "%"
+        return f"{METRIC_PHRASES[self.kind][1].format(**vars(self))} ({unit})"
+
+
+@dataclass
+class Column:
+    """A setting: the config overrides that distinguish it, and what its cells report where
+    that differs from the table's metric (FedCAD Table 1 puts acc and T(65%) side by side)."""
+
+    label: str
+    config: dict
+    latex: str | None = None  # header in table.tex (defaults to the label)
+    metric: Metric | None = None
+
+
+@dataclass
+class Table:
+    paper: str
+    name: str
+    caption: str
+    base: dict  # overrides shared by every cell
+    rows: list[Row]
+    columns: list[Column]
+    reported: dict[str, list[Reported | None]]  # row label -> one entry per column
+    metric: Metric = field(default_factory=Metric)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    curves: bool = False  # the paper shows learning curves for this table's settings
+    methods_as_columns: bool = False  # table.tex transposed, as FedGKD prints its tables
+    notes: str = ""  # what differs from the paper's protocol, printed under the table
+    inconsistencies: list[Inconsistency] = field(default_factory=list)  # printed cells the paper contradicts
+    # The name the paper declares the table under, where its outputs name it otherwise (on a
+    # copy: "table4-<the copy's slug>", shared.campaign.labelled); None: `name` is that name.
+    renamed_from: str | None = None
+    # What its runs train on, where a label names it (on a copy: "CIFAR-10, JPEG copy sha256
+    # dfaab4e…", which only the copy's file tells); "": named from the runs' configs.
+    data: str = ""
+    # Rows whose runs a campaign trains first (seed 0 of every setting before any other row):
+    # the runs that decide an open question soonest
+    train_first: tuple[str, ...] = ()
+
+    @property
+    def declared_name(self) -> str:
+        """The name papers/<paper>/tables.py gives the table, which its claims name."""
+        return self.renamed_from or self.name
+
+    def metric_for(self, column: Column) -> Metric:
+        return column.metric or self.metric
+
+    def __post_init__(self):
+        labels = [c.label for c in self.columns]
+        for row, values in self.reported.items():
+            if row not in {r.label for r in self.rows}:
+                raise ValueError(f"{self.paper}/{self.name}: reported numbers for unknown row {row!r}")
+            if len(values) != len(labels):
+                raise ValueError(f"{self.paper}/{self.name}: row {row!r} reports {len(values)} numbers for {len(labels)} columns")
+        for mark in self.inconsistencies:
+            if mark.row not in self.reported or mark.column not in labels:
+                raise ValueError(f"{self.paper}/{self.name}: an inconsistency names a cell the paper does not "
+                                 f"report: {mark.row!r} at {mark.column!r}")
+        rows = {r.label for r in self.rows}
+        for row in self.rows:
+            if row.reading_of is not None and (row.reading_of not in rows or not row.reading or
+                                               row.label in self.reported):
+                raise ValueError(f"{self.paper}/{self.name}: the reading {row.label!r} needs the row it reads "
+                                 f"({row.reading_of!r}), a description, and no paper number")
+        if set(self.train_first) - rows:
+            raise ValueError(f"{self.paper}/{self.name}: train_first names unknown rows "
+                             f"{sorted(set(self.train_first) - rows)}")
+        for row in self.rows:
+            unknown = set(row.per_column) - set(labels)
+            if unknown:
+                raise ValueError(f"{self.paper}/{self.name}: row {row.label!r} names unknown columns {sorted(unknown)}")
+
+
+def keep_rows(table: Table, rows: list[Row], **changes) -> Table:
+    """The table with only `rows` (and `changes`): what names a row cut away goes with it (its
+    printed numbers and inconsistencies, its place in `train_first`, and a reading of it, which
+    is shown only beside it)."""
+    labels = {r.label for r in rows}
+    labels -= {r.label for r in rows if r.reading_of is not None and r.reading_of not in labels}
+    return replace(table, rows=[r for r in rows if r.label in labels],
+                   reported={k: v for k, v in table.reported.items() if k in labels},
+                   inconsistencies=[m for m in table.inconsistencies if m.row in labels],
+                   train_first=tuple(r for r in table.train_first if r in labels), **changes)
+
+
+# --- scales -------------------------------------------------------------------------------
+
+# Images at most 16 pixels wide: a quarter of CIFAR's convolution cost, the bulk of a smoke run
+SMOKE_MAX_SIDE = 16
+# Models too heavy for CPU minutes, and their stand-ins (besides ResNet-50 -> ResNet-8): AlexNet-BN
+# (57M parameters, at least 63 pixels wide) and DistilBERT (needs `transformers` and its weights).
+SMOKE_MODELS = {"alexnet_bn": "resnet8", "distilbert": "text_bow"}
+SMOKE_TEXT_LENGTH, SMOKE_VOCAB_SIZE = 32, 1000
+SMOKE_WRITERS_PER_CLIENT = 5  # FEMNIST's writers: about 2,000 over 10 clients in FedCAD
+# Per class at least 20 training samples (about 20 a client: benchmarks/smoke_learning.py) and
+# 100 test samples, unless that exceeds 2,000 and 1,000 in all: Tiny-ImageNet's 200 classes then
+# cost what CIFAR-100's 100 do. Every round tests the global model and each local model on the
+# whole test set, so it is kept small; 1,000 rather than 500 because FedSSD's distillation
+# weight (M^2 <= 1e-4) moves only predictions near the class boundary, and in 500 samples it
+# printed FedAvg's number in 3 of 5 columns of its Table II. 2,000 did not end the ties (2 of 5)
+# for 8% more CPU: which column ties moves with any change of the scale, so a tie is marked in
+# the table instead (shared/reporting/tables.py REFERENCE_ROW).
+SMOKE_TRAIN_PER_CLASS, SMOKE_TEST_PER_CLASS, SMOKE_MAX_TRAIN, SMOKE_MAX_TEST = 20, 100, 2000, 1000
+SMOKE_SAMPLES_PER_CLIENT = 20
+# Each sample blends in another class's template by up to 60% (SyntheticConfig.overlap): about
+# one in six looks like the other class, so near-IID runs end below 100% instead of tying there.
+SMOKE_OVERLAP = 0.6
+# 4 rounds of 10 epochs of about 20 samples at batch size 6 (40 steps a round, 75 before at
+# 3 x 2 epochs of 100 samples): local models fit their data within a round as the papers' E=10
+# does, which is when the methods' terms that pull towards the global model act (FedSSD's
+# only once the global model is credible, from the second or third round); MOON (mu=5) stayed
+# at chance at δ=0.1 with 2 epochs a round. Batch size 6 rather than 8 (30 steps) for 1.2x the
+# training CPU: at 8, FedSSD's tiny weight (M^2 <= 1e-4) changed no test prediction at δ=0.1, so
+# it printed FedAvg's number there, and MOON, the slowest learner (its projection head's two
+# extra layers leave their initial plateau only after about 90 steps at lr 0.01, and from the
+# second round its contrastive term outweighs the cross-entropy), ended single seeds at chance;
+# at 6 neither happens in FedSSD's Table II or FedCAD's Table 2 (benchmarks/README.md).
+SMOKE_ROUNDS, SMOKE_LOCAL_EPOCHS, SMOKE_BATCH_SIZE = 4, 10, 6
+# A Dirichlet draw is redrawn until every client holds partition.min_size samples: 10 in the
+# papers' code, at most 2% of a client's 500 to 5,000 samples there, a guard against empty
+# clients that rarely binds. At about 20 samples a client it is half a client's share: 10
+# clients meet it in 2 draws of 3, but 100 clients (FedCAD Table 3, FedSSD Fig. 8) in about 1
+# of 1,000, so their partitions could not be drawn. min_size is capped so that the clients
+# together are guaranteed no more samples than 10 clients are (clients x min_size <= 100: 1 each
+# for 100 clients, met by every draw): the 10-client runs keep the paper's 10 and their ids.
+# Giving 100 clients 60 samples each instead would meet 10 in 19 draws of 20, for 3x the training.
+SMOKE_GUARANTEED_SAMPLES = 100
+
+
+def smoke_synthetic(dataset: dict, clients: int) -> dict:
+    """dataset.synthetic for the stand-in of `dataset`: its shape, about 20 samples per client,
+    overlapping classes (images), and what its partitions need: writer ids (FEMNIST), domains (Office-Caltech-10, so that
+    per-domain accuracy is reported) or token sequences (AG News, SST-5)."""
+    info = dataset_info(dataset.get("name", "cifar10"))
+    classes = info.classes or 10  # imagefolder: CIFAR-10's shape
+    if info.text:
+        shape = {"text_length": min(SMOKE_TEXT_LENGTH, dataset.get("max_length", SMOKE_TEXT_LENGTH)),
+                 "vocab_size": SMOKE_VOCAB_SIZE}
+    else:
+        shape = {"channels": info.channels, "image_size": min(info.side, SMOKE_MAX_SIDE), "overlap": SMOKE_OVERLAP}
+    if info.writers:
+        shape["writers"] = SMOKE_WRITERS_PER_CLIENT * clients
+    if info.domains:
+        shape["domains"] = list(info.domains)
+    train_per_class = max(min(SMOKE_TRAIN_PER_CLASS, SMOKE_MAX_TRAIN // classes), SMOKE_SAMPLES_PER_CLIENT * clients // classes)
+    test_per_class = min(SMOKE_TEST_PER_CLASS, SMOKE_MAX_TEST // classes)
+    return {"num_classes": classes, "train_per_class": train_per_class, "test_per_class": test_per_class, **shape}
+
+
+def smoke_scale(values: dict) -> dict:
+    """Minutes on a CPU: synthetic data shaped like the dataset (`smoke_synthetic`), 4 rounds
+    of 10 epochs at batch size 6 (the global model leaves chance in its first round or two, and
+    local models fit their data, so that the methods that distil from it differ from FedAvg), ResNet-50 and
+    AlexNet-BN replaced by ResNet-8 (whose GroupNorm keeps FedCSD's lr 0.1 stable, as AlexNet's
+    BatchNorm does) and DistilBERT by a small embedding model. Everything else (partition, method, clients, learning rate) is kept, so every code path of
+    the paper setting runs, except a Dirichlet draw's min_size over many clients (`smoke_min_size`)."""
+    model = values.get("model", {}).get("name", "fedavg_cnn")
+    clients = values.get("partition", {}).get("clients", 10)
+    synthetic = smoke_synthetic(values.get("dataset", {}), clients)
+    aux = values.get("aux", {}).get("per_class", 0)
+    return deep_merge(values, {
+        "partition": smoke_min_size(values.get("partition", {})),
+        "aux": {"per_class": min(aux, synthetic["train_per_class"] // 2)},
+        "dataset": {"name": "synthetic", "synthetic": synthetic},
+        "model": {"name": "resnet8" if model.startswith("resnet50") else SMOKE_MODELS.get(model, model)},
+        "federation": {"rounds": SMOKE_ROUNDS},
+        "local": {"epochs": SMOKE_LOCAL_EPOCHS, "batch_size": SMOKE_BATCH_SIZE},
+        "eval": {"batch_size": 500},
+    })
+
+
+def smoke_min_size(partition: dict) -> dict:
+    """partition.min_size capped by SMOKE_GUARANTEED_SAMPLES for a Dirichlet draw over many
+    clients; {} where the cap leaves it as it is (an explicit min_size would be refused with
+    another partition.kind, where it has no effect)."""
+    defaults = PartitionConfig()
+    min_size = partition.get("min_size", defaults.min_size)
+    cap = max(1, SMOKE_GUARANTEED_SAMPLES // partition.get("clients", defaults.clients))
+    if partition.get("kind", defaults.kind) != "dirichlet" or min_size <= cap:
+        return {}
+    return {"min_size": cap}
+
+
+def small_scale(values: dict) -> dict:
+    """Real data, a tenth of the rounds (at least 5) and at most 2 local epochs: a CPU-sized
+    check that the numbers head the right way."""
+    rounds = values.get("federation", {}).get("rounds", RunConfig().federation.rounds)
+    epochs = values.get("local", {}).get("epochs", RunConfig().local.epochs)
+    return deep_merge(values, {"federation": {"rounds": max(5, rounds // 10)}, "local": {"epochs": min(2, epochs)}})
+
+
+SCALES: dict[str, Callable[[dict], dict]] = {"paper": lambda v: v, "small": small_scale, "smoke": smoke_scale}
+SCALE_SEEDS = {"smoke": 2}  # at most this many of a table's seeds (still a mean and a spread)
+
+
+def check_scale(scale: str) -> None:
+    if scale not in SCALES:
+        raise ConfigError(f"scale={scale!r} is unknown; valid: {sorted(SCALES)}")
+
+
+# --- expansion ----------------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    row: Row
+    column: Column
+    seed: int
+    config: RunConfig
+    trained_first: bool = False  # its row is one of its table's `train_first`
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.config)
+
+
+def scale_seeds(table: Table, scale: str) -> tuple[int, ...]:
+    return table.seeds[: SCALE_SEEDS.get(scale)]
+
+
+def cell_overrides(table: Table, row: Row, column: Column, seed: int) -> dict:
+    values = deep_merge(table.base, column.config)
+    values = deep_merge(values, row.config)
+    values = deep_merge(values, {"method": row.method})
+    values = deep_merge(values, row.per_column.get(column.label, {}))
+    return deep_merge(values, {"seed": seed})
+
+
+def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
+    """Every (implemented method x setting x seed) of the table as a resolved config."""
+    from shared.targets.configs import load_config
+
+    check_scale(scale)
+    cells = []
+    for row in table.rows:
+        if not row.implemented:
+            continue
+        for column in table.columns:
+            for seed in scale_seeds(table, scale):
+                values = SCALES[scale](cell_overrides(table, row, column, seed))
+                try:
+                    cfg = load_config(None, deep_merge(values, runtime or {}))
+                except ConfigError as exc:
+                    raise ConfigError(f"{table.paper}/{table.name}, {row.label} at {column.label}: {exc}") from exc
+                cells.append(Cell(row, column, seed, cfg, row.label in table.train_first))
+    return cells
+
+
+# --- hyperparameter searches --------------------------------------------------------------
+
+@dataclass
+class Search:
+    """A grid the paper tuned a method over: row `row` of table `table`, at each of the table's
+    settings (or `columns`), run for every combination of `grid` (dotted config key -> values).
+    The search reports every point's mean over seeds and the best point per setting; the
+    tables themselves use the values the paper reports, so regenerating them needs no search."""
+
+    paper: str
+    name: str
+    table: str
+    row: str
+    grid: dict[str, list]
+    columns: list[str] | None = None
+    description: str = ""
+    # the points of the grid's product the paper could try (FedCAD's 0 <= beta <= gamma); None: all
+    admissible: Callable[[dict], bool] | None = None
+
+    def points(self) -> list[dict]:
+        keys = list(self.grid)
+        points = [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        return [p for p in points if self.admissible is None or self.admissible(p)]
+
+    def as_table(self) -> Table:
+        source = get_table(self.paper, self.table)
+        rows = {r.label: r for r in source.rows}
+        if self.row not in rows:
+            raise ConfigError(f"search {self.paper}/{self.name}: table {self.table} has no row {self.row!r}")
+        base_row = rows[self.row]
+        columns = [c for c in source.columns if self.columns is None or c.label in self.columns]
+        grid_rows = []
+        for point in self.points():
+            values = nested(point)
+            grid_rows.append(Row(
+                label=", ".join(f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+                                for k, v in point.items()),
+                method=deep_merge(base_row.method, values.get("method", {})),
+                config=deep_merge(base_row.config, {k: v for k, v in values.items() if k != "method"}),
+                per_column={c: nested({k: v for k, v in flatten(o).items() if k not in point})
+                            for c, o in base_row.per_column.items() if c in {col.label for col in columns}}))
+        return Table(paper=self.paper, name=self.name, caption=f"Search: {self.description or self.row}",
+                     base=source.base, rows=grid_rows, columns=columns, reported={}, metric=source.metric,
+                     seeds=source.seeds)
+
+
+def paper_searches(paper: str) -> dict[str, Search]:
+    return declared(paper, "SEARCHES")
+
+
+def get_search(paper: str, name: str) -> Search:
+    return declared_one(paper, "SEARCHES", "search", name)
+
+
+def load_metrics(runs_dir, run_id: str) -> dict:
+    return json.loads((Path(runs_dir) / run_id / "metrics.json").read_text())
+
+
+def declared(paper: str, attribute: str) -> dict:
+    """What papers/<paper>/tables.py lists under `attribute` (TABLES, FIGURES, SEARCHES), by name."""
+    return {item.name: item for item in getattr(paper_tables_module(paper), attribute, [])}
+
+
+def declared_one(paper: str, attribute: str, kind: str, name: str):
+    items = declared(paper, attribute)
+    if name not in items:
+        raise ConfigError(f"{paper} has no {kind} {name!r}; valid: {sorted(items)}")
+    return items[name]
+
+
+def paper_tables(paper: str) -> dict[str, Table]:
+    return declared(paper, "TABLES")
+
+
+def get_table(paper: str, name: str) -> Table:
+    return declared_one(paper, "TABLES", "table", name)
+
+
+def all_tables() -> list[Table]:
+    return [t for paper in paper_names() for t in paper_tables(paper).values()]

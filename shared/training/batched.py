@@ -1,0 +1,504 @@
+"""Several clients' local training in one step: `trainer.clients_per_step=k`.
+
+With models as small as FedAvg-CNN (62k parameters) or ResNet-8 (78k), one client's step is a
+few hundred tiny kernels and the GPU waits on Python and kernel launches. This trainer keeps
+the k clients' weights stacked, one tensor of shape (k, *shape) per parameter, and runs every
+client's step at once:
+
+    x, y      every client's batch of the step, (k, B, ...), one copy for all of them from a
+              window of the next steps' batches laid out ahead, (k, steps, B, ...): each
+              client's epochs from its own `Client.chunks` (the sequential trainer's samples
+              and augmentation, drawn from the same per-client generator), copied in a run of
+              whole batches at a time (`fill_window`: one copy per client and window, not one
+              per step); a shorter last batch is padded, and a client that has taken all its
+              steps gets whatever its rows hold, weighted 0
+    sizes     (k,): each client's batch size at the step, a row of the round's schedule
+    inputs    the method's `step_inputs` for each batch (FedGen's generated samples' labels and
+              noise), drawn from the client's generator right after its batch as the
+              sequential trainer draws them, laid out like x and y; each sample gets its row
+    weight    (k, B): 1/s on the s real samples of a client's batch, 0 on padding
+    loss      vmap over clients of  sum_i weight_i * local_loss(model_c, x_i, y_i),  the inner
+              vmap over samples: the mean of the method's own loss over each client's own batch
+    update    torch.optim.SGD's arithmetic on the stacks (shared/training/stacked_sgd.py: one flat tensor,
+              a few kernels for every slot's every parameter), applied only to clients that had a
+              batch, so a client with fewer steps keeps its weights and momentum as they were
+
+Why the inner vmap over samples: it lets every step have one shape, padding included, without
+touching the method's loss. Each sample's loss is taken alone and weighted, so a padded batch
+gives exactly the mean over its real samples; vmap folds the sample dimension back into the
+batch, so the kernels are those of an ordinary batch (the clients' convolutions become one
+grouped convolution, the teacher's forward pass one batch of k * B images).
+
+A model with BatchNorm (AlexNet-BN, ResNet-50) cannot take its loss one sample at a time: in
+training BatchNorm normalises by the statistics of the whole batch and updates its running
+statistics from them. Such a model (`uses_batch_statistics`) takes a second form of the step:
+
+    buffers   the model's buffers (running_mean, running_var, num_batches_tracked) stacked per
+              slot like its parameters, loaded from each run's global model and returned in
+              each slot's state; BatchNorm updates the slot's own in place under vmap
+    loss      vmap over slots of the method's own `local_loss` on the slot's whole batch, so
+              batch statistics are those of the slot's own samples
+    padding   none: the step takes the slots with a full batch (`step`, the captured one); a
+              slot with a shorter last batch steps apart, with the others of that size, on
+              copies of their rows at that batch's shape (`step_rows`, eagerly); a slot without
+              a batch keeps its weights, momentum and running statistics exactly (its
+              buffers' updates are dropped)
+
+Such models are large: a step takes as many slots as STEP_STATE_BYTES allows (`slots_that_fit`),
+and callers train the rest in further passes.
+
+On CUDA (`trainer.cuda_graphs`, on by default) the whole step (forward, backward, SGD) is
+captured into a CUDA graph and replayed: a step then costs one launch. Its inputs (x, y,
+sizes and the step inputs, copied into at each step; the slots' method state, each round) are
+static buffers, so it is captured again only when the layout of the state or of the step
+inputs, the method's code path, or a float every slot shares (a constant of the captured
+step: `graph_key`) changes. On a CPU the small convolutions are compute-bound and grouped
+ones are slower than k separate ones, so there the sequential trainer is the faster (README,
+Performance).
+
+A slot is one (run, client) pair: the slots of a step may belong to several runs of one
+group (shared/targets/run_groups.py), each with its own method instance, global model, data and
+round. Each slot's method state (teachers, M_class, a client's previous model or controls)
+is stacked per slot (shared/training/slot_state.py) and swapped in while vmap runs the method's own
+`local_loss`. Every slot's `start_client` runs (on a model holding its run's global weights)
+before the steps, every `finish_client` (on a model holding the slot's trained weights)
+after them.
+
+What it covers: SGD (with momentum, weight decay and gradient clipping), models without
+dropout (FedAvg-CNN and ResNet-8 one sample at a time, AlexNet-BN and ResNet-50 a whole batch
+at a time; dropout's random draws under vmap would differ from the sequential trainer's, so
+DistilBERT trains one client after another), and methods with FedAvg's `capabilities`
+per_sample_loss and no_global_rng (shared/methods/fedavg.py; with BatchNorm too: a whole batch's loss
+needs no per-sample terms, but still a loss that reads no client and changes no state);
+shared/training/clients.py checks this and trains anything else one client after another, with
+a note on stderr saying why.
+
+The results equal the sequential trainer's up to floating-point rounding (tests/test_batched.py
+and, with BatchNorm, tests/test_batched_batchnorm.py check weights and running statistics after
+a round in float64), so `trainer.clients_per_step` is not part of a run's id.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from shared.config.schema import RunConfig
+from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg
+from shared.data.federation import Client, Federation
+from shared.models import Net
+from shared.runs.seeding import client_generator
+from shared.training.slot_state import SlotState, Snapshot, shared_floats, take_snapshot
+from shared.training.stacked_sgd import StackedSGD, view_per_client
+
+# Input values a window of steps' batches laid out ahead holds at most (2 GiB as float32): 18
+# steps of a Table II group's 150 FedAvg-CNN slots (CIFAR-10, B=64). A window costs each slot
+# one copy per run of its batches, not one per step; a slot keeps at most its current augmented
+# chunk (let go once its last batch is copied), as a per-slot batch iterator would.
+WINDOW_VALUES = 1 << 29
+
+
+@dataclass
+class Slot:
+    """One (run, client) pair of a batched step, with what its run trains with."""
+
+    method: FedAvg
+    client: Client
+    cfg: RunConfig
+    round: int
+    global_model: Net
+
+
+# The most that a step's stacked state may take: its slots' parameters, momentum, gradients and
+# buffers, about four copies of the model's state each. FedAvg-CNN (0.25 MB) and ResNet-8 never
+# reach it; a step takes up to 11 ResNet-50s (94 MB) or 4 AlexNet-BNs (228 MB), whose
+# activations take several times that again, and the rest of the slots go in further passes.
+STEP_STATE_BYTES = 4 << 30
+
+
+def slots_that_fit(model: nn.Module, wanted: int) -> int:
+    """The slots a step takes: `wanted`, or as many as STEP_STATE_BYTES allows (at least one)."""
+    state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    return max(1, min(wanted, STEP_STATE_BYTES // (4 * state_bytes)))
+
+
+def uses_batch_statistics(model: nn.Module) -> bool:
+    """BatchNorm in training normalises by its batch's statistics and updates running ones
+    (buffers, as any module with buffers may): the loss must see each slot's batch whole."""
+    batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return batch_norm or any(True for _ in model.buffers())
+
+
+class SlotFeed:
+    """One slot's batches of its round, from the generator `train_client` seeds: its epochs'
+    chunks (`Client.chunks`), read forward a run of whole batches at a time, as columns "x",
+    "y" and the method's `step_inputs` of each batch (drawn from the same generator right
+    after the chunk's augmentation, batch after batch: the order `train_client` draws them)."""
+
+    def __init__(self, slot: Slot, batch_size: int, device: torch.device):
+        self.slot, self.batch_size = slot, batch_size
+        self.chunks = self.columns(client_generator(slot.cfg.seed, slot.round, slot.client.id, device))
+        self.chunk, self.start = None, 0
+
+    def columns(self, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
+        slot, batch = self.slot, self.batch_size
+        for _ in range(slot.cfg.local.epochs):
+            for x, y in slot.client.chunks(batch, generator):
+                drawn = [slot.method.step_inputs(slot.client, min(batch, len(y) - i), generator) for i in range(0, len(y), batch)]
+                yield {"x": x, "y": y, **{name: torch.cat([d[name] for d in drawn]) for name in drawn[0]}}
+
+    def take(self, batches: int) -> dict[str, torch.Tensor]:
+        """Up to `batches` next batches end to end: fewer where a chunk (so at least an epoch) ends."""
+        if self.chunk is None:
+            self.chunk, self.start = next(self.chunks), 0
+        length = len(self.chunk["y"])
+        stop = min(length, self.start + batches * self.batch_size)
+        taken = {name: column[self.start:stop] for name, column in self.chunk.items()}
+        self.start = stop
+        if stop == length:  # the chunk's memory goes once its last batches are copied
+            self.chunk = None
+        return taken
+
+
+def overrides(method: FedAvg, hook: str) -> bool:
+    return getattr(type(method), hook) is not getattr(FedAvg, hook)
+
+
+class SlotLoss(nn.Module):
+    """The method's `local_loss` as a module whose submodules are the model and the slots'
+    method modules (`state`), so that functional_call runs it with one slot's weights and
+    state; `template` is the method instance whose own code runs, its attributes pointed at
+    that slot's state for the call."""
+
+    def __init__(self, model: Net, state: SlotState):
+        super().__init__()
+        self.model, self.state = model, state
+        self.template: FedAvg | None = None
+        self.leaves: dict = {}
+
+    def use(self, method: FedAvg, snapshot: Snapshot) -> None:
+        self.template = copy.copy(method)
+        vars(self.template).update(snapshot.attributes)
+        self.leaves = snapshot.leaves
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, tensors: dict[str, torch.Tensor],
+                inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        saved = dict(vars(self.template))
+        self.state.assign(self.template, tensors, self.leaves)
+        try:
+            return self.template.local_loss(self.model, x, y, None, **inputs)
+        finally:  # no slot's (vmapped) state outlives the call
+            vars(self.template).clear()
+            vars(self.template).update(saved)
+
+
+class BatchedClients:
+    """Trains up to `slots` (run, client) pairs at once (fewer where they would not fit:
+    `slots_that_fit`, then `self.slots`); `train` takes any number, a step's worth at a time.
+    `federation`: any of the runs' (the batch's shape, dtype and device)."""
+
+    def __init__(self, model: Net, federation: Federation, cfg: RunConfig, slots: int):
+        self.model, self.cfg = model, cfg
+        slots = slots_that_fit(model, slots)
+        self.device = federation.device
+        # one stack per entry of the model's state (parameters, and buffers: BatchNorm's running
+        # statistics), in a state dict's order; the dicts as the step passes them, built once
+        self.stacks = {f"model.{name}": t.detach().unsqueeze(0).repeat(slots, *[1] * t.dim())
+                       for name, t in model.state_dict(keep_vars=True).items()}
+        parameters = {f"model.{name}" for name, _ in model.named_parameters()}
+        self.named_params = {name: t for name, t in self.stacks.items() if name in parameters}
+        self.named_buffers = {name: t for name, t in self.stacks.items() if name not in parameters}
+        self.names = list(self.named_params)
+        self.optimizer = StackedSGD(list(self.named_params.values()), cfg.local)
+        # the parameters' stacks are the optimizer's, views into its one flat tensor
+        self.named_params = dict(zip(self.names, self.optimizer.params))
+        self.stacks.update(self.named_params)
+        self.params = self.optimizer.params
+        sample = federation.augmenter.normalize(federation.train_x[:1])  # dtype and layout of a batch
+        batch = cfg.local.batch_size
+        self.x = torch.zeros(slots, batch, *sample.shape[1:], dtype=sample.dtype, device=self.device)
+        self.y = torch.zeros(slots, batch, dtype=federation.train_y.dtype, device=self.device)
+        self.sizes = torch.zeros(slots, dtype=torch.long, device=self.device)  # this step's batch sizes
+        self.inputs: dict[str, torch.Tensor] = {}  # the method's step_inputs, (slots, batch, ...) each (arrange_inputs)
+        self.window: dict[str, torch.Tensor] = {}  # the steps' columns laid out ahead, (slots, steps, batch, ...)
+        self.rows_on_device: dict[bytes, torch.Tensor] = {}  # short-batch rows (device_rows)
+        self.loss_sums = torch.zeros(slots, device=self.device)
+        self.positions = torch.arange(batch, device=self.device)
+        self.state = SlotState(slots, self.device)
+        self.loss = SlotLoss(model, self.state)
+
+        def per_sample_loss(params, buffers, state_params, tensors, inputs, x, y, weight):  # buffers: none
+            def call(xi, yi, row):  # one sample, with its row of each step input
+                row = {name: value[None] for name, value in row.items()}
+                return functional_call(self.loss, {**params, **state_params}, (xi[None], yi[None], tensors, row))
+            return (vmap(call)(x, y, inputs) * weight).sum()
+
+        def whole_batch_loss(params, buffers, state_params, tensors, inputs, x, y):
+            # BatchNorm updates the slot's `buffers` in place (vmap writes into their stacks)
+            return functional_call(self.loss, {**params, **buffers, **state_params}, (x, y, tensors, inputs))
+
+        self.whole_batches = uses_batch_statistics(model)
+        self.loss_and_grads = vmap(grad_and_value(whole_batch_loss if self.whole_batches else per_sample_loss))
+        self.use_graph = self.device.type == "cuda" and cfg.trainer.cuda_graphs
+        self.graph, self.graph_key, self.graph_pool = None, None, None
+
+    @property
+    def slots(self) -> int:
+        return len(self.sizes)
+
+    def autocast(self):
+        # cache_enabled=False: autocast's weight cache cannot live across CUDA graph replays
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.amp, cache_enabled=False)
+
+    def step(self) -> None:
+        """One SGD step of every slot with a batch in self.x / self.y / self.sizes (with batch
+        statistics: a full batch; `step_rows` takes the shorter ones); no host synchronisation,
+        so that it can be captured in a CUDA graph."""
+        if self.whole_batches:
+            batch = (self.x, self.y)
+        else:
+            weight = (self.positions < self.sizes[:, None]).to(self.params[0].dtype)
+            batch = (self.x, self.y, weight / self.sizes.clamp(min=1)[:, None].to(weight.dtype))
+        buffers = {name: b.clone() for name, b in self.named_buffers.items()}  # kept below for active slots only
+        with self.autocast():
+            grads, losses = self.loss_and_grads(self.named_params, buffers, self.state.parameters_by_name,
+                                                self.state.tensor_stacks, self.inputs, *batch)
+        self.optimizer.step([grads[name] for name in self.names])  # the slots take_step selected
+        # one sample at a time, a slot without a batch has weights 0 and so a loss of 0; a whole batch
+        # at a time, an inactive slot computed a loss on its stale or short batch (step_rows counts the latter)
+        losses = losses.detach().float()
+        if self.whole_batches:
+            active = self.active(self.sizes)
+            for stack, updated in zip(self.named_buffers.values(), buffers.values()):
+                stack.copy_(torch.where(view_per_client(active, stack), updated, stack))
+            losses = torch.where(active, losses, 0.0)
+        self.loss_sums += losses
+
+    def active(self, sizes: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """The slots `step` updates, from their batch sizes (on the host or the device): with batch
+        statistics those with a full batch, else those with any."""
+        return sizes == self.cfg.local.batch_size if self.whole_batches else sizes > 0
+
+    def step_rows(self, host_rows: np.ndarray, size: int) -> None:
+        """One SGD step of the slots `rows` alone, on the first `size` samples of their batches:
+        a shorter last batch of a model with batch statistics, which BatchNorm must take from
+        those samples only, so it goes through at its own shape (eagerly: clients' last batches
+        have about as many sizes as there are clients)."""
+        rows = self.device_rows(host_rows)
+
+        def of_rows(stacks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {name: t[rows] for name, t in stacks.items()}
+
+        buffers = of_rows(self.named_buffers)
+        with self.autocast():
+            grads, losses = self.loss_and_grads(of_rows(self.named_params), buffers,
+                                                of_rows(self.state.parameters_by_name), of_rows(self.state.tensor_stacks),
+                                                {name: t[rows, :size] for name, t in self.inputs.items()},
+                                                self.x[rows, :size], self.y[rows, :size])
+        for stack, updated in zip(self.named_buffers.values(), buffers.values()):
+            stack.index_copy_(0, rows, updated)
+        self.optimizer.step_rows(rows, [grads[name] for name in self.names], ("rows", host_rows.tobytes()))
+        self.loss_sums[rows] += losses.detach().float()
+
+    def take_step(self, sizes: np.ndarray) -> None:
+        """One step of every slot, `sizes` its batch's (0: none; self.sizes on the host). With
+        batch statistics, the slots with a full batch step together (the captured step) and
+        those with a shorter last batch step apart, a step per size (`step_rows`)."""
+        full = self.cfg.local.batch_size
+        if not self.whole_batches or (sizes == full).any():
+            self.optimizer.select(self.active(sizes).tobytes(), lambda: self.active(self.sizes))
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self.step()
+        if self.whole_batches:
+            for size in np.unique(sizes[(sizes > 0) & (sizes < full)]):
+                self.step_rows(np.flatnonzero(sizes == size), int(size))
+
+    def device_rows(self, rows: np.ndarray) -> torch.Tensor:
+        """`rows` as an index on the device, copied there once: a copy from the host waits for
+        the GPU's queue, and the same few sets of short-batch rows come back every epoch."""
+        key = rows.tobytes()
+        if key not in self.rows_on_device:
+            self.rows_on_device[key] = torch.as_tensor(rows, device=self.device)
+        return self.rows_on_device[key]
+
+    def capture(self) -> None:
+        """Record `step` into a CUDA graph. Warm-up steps run with every slot inactive, which
+        changes no weight, momentum, running statistic or loss."""
+        self.graph = None
+        self.sizes.zero_()
+        self.optimizer.select(self.active(np.zeros(self.slots, dtype=np.int64)).tobytes(), lambda: self.active(self.sizes))
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.graph_pool = self.graph_pool or torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graph_pool, stream=side):
+            self.step()
+        self.graph = graph
+
+    def schedule(self, slots: list[Slot], taking: list[int]) -> np.ndarray:
+        """(steps, slots) batch sizes: slot c's epochs of `num_batches` each, then zeros; zeros
+        throughout for slots not in `taking` (they train in another pass)."""
+        batch = self.cfg.local.batch_size
+        per_slot = [[] for _ in slots]
+        for c in taking:
+            length, count = slots[c].client.epoch_length(batch), slots[c].client.num_batches(batch)
+            per_slot[c] = [min(batch, length - batch * i) for i in range(count)] * slots[c].cfg.local.epochs
+        table = np.zeros((max(map(len, per_slot), default=0), self.slots), dtype=np.int64)
+        for c, sizes in enumerate(per_slot):
+            table[:len(sizes), c] = sizes
+        return table
+
+    def train(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
+        """Local training of these slots from their runs' global weights, in passes of
+        `self.slots`: for each, the update `shared.training.clients.train_client` gives up to
+        floating-point rounding, or Diverged where its weights became non-finite."""
+        return [update for start in range(0, len(slots), self.slots)
+                for update in self.train_pass(slots[start:start + self.slots])]
+
+    def train_pass(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
+        """`train` of up to `self.slots` slots, in one batched step."""
+        self.model.train()
+        self.load_globals(slots)
+        snapshots = self.start_clients(slots)
+        self.optimizer.reset()
+        self.loss_sums.zero_()
+        by_path: dict[tuple, list[int]] = {}
+        for c, snapshot in enumerate(snapshots):
+            by_path.setdefault(snapshot.path, []).append(c)
+        for taking in by_path.values():  # one pass, nearly always
+            first = snapshots[taking[0]]
+            self.loss.use(slots[taking[0]].method, first)
+            if self.arrange_inputs(slots[taking[0]]):
+                self.graph = None
+            self.run_steps(slots, taking, (first.path, shared_floats(first, self.state.stacked_floats)))
+        return self.finish_clients(slots)
+
+    @torch.no_grad()
+    def load_globals(self, slots: list[Slot]) -> None:
+        """Each slot's weights and buffers from its run's global model, one copy per run's slots."""
+        start = 0
+        for model, run_slots in groupby(slots, key=lambda s: s.global_model):
+            rows = slice(start, start + len(list(run_slots)))
+            state = model.state_dict()
+            for name, stack in self.stacks.items():
+                stack[rows].copy_(state[name.removeprefix("model.")].expand_as(stack[rows]))
+            start = rows.stop
+
+    def start_clients(self, slots: list[Slot]) -> list[Snapshot]:
+        """Each slot's `start_client` on a model holding its run's global weights, and the
+        method state it leaves; a run without the hook shares one snapshot among its slots."""
+        snapshots = []
+        for slot in slots:
+            if overrides(slot.method, "start_client"):
+                self.model.load_state_dict(slot.global_model.state_dict())
+                slot.method.start_client(slot.client, self.model)
+            elif snapshots and slots[len(snapshots) - 1].method is slot.method:
+                snapshots.append(snapshots[-1])
+                continue
+            snapshots.append(take_snapshot(slot.method))
+        floats = {k for k, (kind, _) in snapshots[0].leaves.items() if kind == "float"}
+        differ = {k for k in floats if len({s.leaves[k][1] for s in snapshots if k in s.leaves}) > 1}
+        if self.state.arrange(snapshots[0], differ):
+            self.graph = None
+        start = 0
+        for _, same in groupby(snapshots, key=id):
+            same = list(same)
+            rows = slice(start, start + len(same))
+            self.state.fill(rows, same[0])
+            start = rows.stop
+        return snapshots
+
+    def run_steps(self, slots: list[Slot], taking: list[int], constants: tuple) -> None:
+        """Every step of the slots `taking`; `constants`: what a captured step holds fixed
+        besides the layout of its buffers (the template's code path and shared floats)."""
+        if self.use_graph and (self.graph is None or self.graph_key != constants):
+            self.capture()
+            self.graph_key = constants
+        table = self.schedule(slots, taking)
+        table_on_device = torch.as_tensor(table, device=self.device)
+        feeds = [SlotFeed(slot, self.cfg.local.batch_size, self.device) if c in taking else None
+                 for c, slot in enumerate(slots)]
+        steps_per_window = self.window_steps(len(table))
+        statics = [(static, self.window[name]) for name, static in self.columns.items()]
+        for first in range(0, len(table), steps_per_window):
+            window = table[first:first + steps_per_window]
+            self.fill_window(feeds, window)
+            for i in range(len(window)):  # one copy of all slots' batches a step, into the static buffers
+                for static, laid_out in statics:
+                    static.copy_(laid_out[:, i])
+                self.sizes.copy_(table_on_device[first + i])
+                self.take_step(window[i])
+
+    @property
+    def columns(self) -> dict[str, torch.Tensor]:
+        """The static buffers a step reads its batches from: x, y and the method's step inputs."""
+        return {"x": self.x, "y": self.y, **self.inputs}
+
+    def arrange_inputs(self, slot: Slot) -> bool:
+        """Buffers for a pass's step inputs, shaped as the method gives them for a full batch
+        (drawn here from a throwaway generator); True if their layout changed."""
+        sample = slot.method.step_inputs(slot.client, self.cfg.local.batch_size, torch.Generator(self.device))
+        layout = {name: (value.shape, value.dtype) for name, value in sample.items()}
+        if layout == {name: (value.shape[1:], value.dtype) for name, value in self.inputs.items()}:
+            return False
+        self.inputs = {name: value.new_zeros(self.slots, *value.shape) for name, value in sample.items()}
+        return True
+
+    def window_steps(self, steps: int) -> int:
+        """Steps laid out at once: the round's, or as many as WINDOW_VALUES input values hold;
+        the window's buffers grow to that and stay (a step reads its rows in place)."""
+        columns = self.columns
+        window = max(1, min(steps, WINDOW_VALUES // sum(t.numel() for t in columns.values())))
+        if any(name not in self.window or self.window[name].shape[1] < window or self.window[name].shape[2:] != t.shape[1:]
+               for name, t in columns.items()):
+            # padding: finite, weighted 0
+            self.window = {name: t.new_zeros(self.slots, window, *t.shape[1:]) for name, t in columns.items()}
+        return window
+
+    def fill_window(self, feeds: list[SlotFeed | None], sizes: np.ndarray) -> None:
+        """Each slot's batches of these steps (rows of the schedule `sizes`) into its rows of
+        the window, a run of whole batches (one copy, short last batch and all) at a time."""
+        batch = self.cfg.local.batch_size
+        # (slots, window * batch, ...): a slot's batches end to end
+        rows = {name: self.window[name].flatten(1, 2) for name in self.columns}
+        for c, feed in enumerate(feeds):
+            done, steps = 0, int(np.count_nonzero(sizes[:, c]))  # a slot's steps come first, then zeros
+            while done < steps:
+                taken = feed.take(steps - done)
+                length = len(taken["y"])
+                for name, column in taken.items():
+                    rows[name][c, done * batch:done * batch + length].copy_(column)
+                done += -(-length // batch)
+
+    def finish_clients(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
+        steps = [slot.client.num_batches(self.cfg.local.batch_size) * slot.cfg.local.epochs for slot in slots]
+        floating = [t for t in self.stacks.values() if t.is_floating_point()]
+        finite = torch.stack([t.reshape(len(t), -1).isfinite().all(1) for t in floating]).all(0).tolist()
+        loss_sums = self.loss_sums.tolist()
+        # one copy of each stack, then a view per slot: the stacks train the next slots
+        per_slot = zip(*[t[:len(slots)].clone().unbind() for t in self.stacks.values()])
+        keys = [name.removeprefix("model.") for name in self.stacks]
+        results = []
+        for c, (slot, tensors) in enumerate(zip(slots, per_slot)):
+            if not finite[c]:
+                results.append(Diverged.client(slot.client.id, slot.round))
+                continue
+            state = dict(zip(keys, tensors))
+            update = ClientUpdate(slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1))
+            if overrides(slot.method, "finish_client"):
+                self.model.load_state_dict(state)
+                slot.method.finish_client(slot.client, self.model, update)
+            results.append(update)
+        return results

@@ -1,0 +1,88 @@
+"""Where a round's seconds go: the trainer's round (shared/training/trainer.py, `train_members`) times
+its named steps with wall-clock laps and reports each round to whoever observes (a campaign
+session's timing record, shared/campaign/session_timing.py); nobody observing, a report costs nothing.
+
+The laps are taken where the round already waits for the device: the clients' training ends
+with each client's loss as a Python float, evaluation with accuracies, a checkpoint with the
+weights copied to the host. No lap adds a synchronisation, so on CUDA the aggregation's
+kernels, queued and not waited for, may count in the step after it (evaluation, or the
+checkpoint in a round that does not evaluate).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+PHASES = ("preparation", "steps", "aggregation", "evaluation", "checkpointing")
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    """One round of a group of runs (a run alone: a group of one)."""
+
+    runs: int
+    slot_steps: tuple[int, ...]  # each (run, client) slot's local steps this round
+    slots_per_step: int  # the slots that share one training step (1: clients one after another)
+    seconds: dict[str, float] = field(default_factory=dict)  # by PHASES
+
+    @property
+    def slots(self) -> int:
+        return len(self.slot_steps)
+
+    @property
+    def passes(self) -> int:
+        """Batched steps of this many slots each run to the longest slot's steps."""
+        return math.ceil(self.slots / self.slots_per_step) if self.slots_per_step > 1 else 0
+
+    @property
+    def steps(self) -> int:
+        """Training steps the round took: one after another, every slot's; batched, each pass
+        as many as its longest slot (taken as the round's longest)."""
+        if not self.slot_steps:
+            return 0
+        return self.passes * max(self.slot_steps) if self.passes else sum(self.slot_steps)
+
+    @property
+    def paid_slot_steps(self) -> int:
+        """The slot-steps the round paid for: each batched step as wide as its slots."""
+        return self.steps * (min(self.slots_per_step, self.slots) if self.passes else 1)
+
+    @property
+    def useful_share(self) -> float | None:
+        """Of the slot-steps the round paid for, those a client had a batch for (the rest is
+        padding: a slot waiting for the longest client of its step)."""
+        return sum(self.slot_steps) / self.paid_slot_steps if self.steps else None
+
+
+class Laps:
+    """Seconds since the last lap, added to the named phase."""
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] += now - self.last
+        self.last = now
+
+
+OBSERVERS: list[Callable[[RoundTiming], None]] = []
+
+
+@contextlib.contextmanager
+def observing(callback: Callable[[RoundTiming], None]) -> Iterator[None]:
+    """Every round trained in this block is reported to `callback`."""
+    OBSERVERS.append(callback)
+    try:
+        yield
+    finally:
+        OBSERVERS.remove(callback)
+
+
+def report(timing: RoundTiming) -> None:
+    for callback in list(OBSERVERS):
+        callback(timing)

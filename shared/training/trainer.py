@@ -1,0 +1,366 @@
+"""The federated loop, one round as named steps (`train_members`):
+
+    sample      the round's clients (seeded by seed and round)                    begin_round
+    prepare     the method's server-side step: teachers, buffers, confusion matrices
+    train       the sampled clients' local training (shared/training/clients.py, or a group's
+                one batched step, shared/training/group_training.py)
+    aggregate   the method's aggregation of their updates (FedAvg: a weighted average)
+    evaluate    the global model on the test set, and the round's local models' mean   evaluate_globals
+    checkpoint  the round's state and record, so that a killed run resumes where it was   end_round
+
+The loop takes several runs (`Member`s) a round of each at a time, each with its own data,
+model, method, random streams and files, so that a group of runs shares it; a run alone is a
+group of one. A run is one resolved config in one output directory (shared/runs/directory.py
+lists its files).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import platform
+import sys
+import time
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from shared.methods.client_state import persist, prune
+from shared.methods.client_state import restore as restore_client_states
+from shared.training.clients import ClientResult, client_trainer
+from shared.config.schema import RUNTIME_KEYS, RunConfig, check, run_id, to_dict
+from shared.training.evaluation import evaluate_many
+from shared.methods.fedavg import Diverged, FedAvg
+from shared.data.datasets import Dataset
+from shared.config.dotted import flatten
+from shared.data.federation import Federation, build_federation
+from shared.methods.registry import build_method
+from shared.runs.metrics import rounds_to_target
+from shared.models import Net, count_parameters, model_for
+from shared.data.partition import save_count_matrix
+from shared.runs.provenance import environment
+from shared.training.round_timing import Laps, RoundTiming, report
+from shared.runs.directory import RunDirectory, write_json
+from shared.runs.seeding import derive_seed, set_numerics
+from shared.training import tensorboard_log
+
+
+def resolve_device(name: str) -> torch.device:
+    """trainer.device on this machine: `auto` takes the GPU where there is one; a device this
+    machine lacks is a ConfigError here, before any data is loaded (the config itself is
+    checked where it is written, often a machine without the GPU that will run it)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        check(count > (device.index or 0), f"trainer.device={name}: this machine has "
+              f"{f'{count} CUDA device(s)' if count else 'no CUDA device'}; use trainer.device=auto or cpu")
+    if device.type == "mps":
+        check(torch.backends.mps.is_available(), f"trainer.device={name}: this machine has no MPS device; use auto or cpu")
+    return device
+
+
+def select_device(device: torch.device) -> None:
+    """Make `cuda:i` the process's current CUDA device before anything opens a CUDA context:
+    otherwise a context opens on GPU 0, and whatever takes the current device (a new stream, a
+    graph's memory pool, synchronize, memory statistics) works on GPU 0."""
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+
+
+def sample_clients(cfg: RunConfig, round: int) -> list[int]:
+    n = cfg.partition.clients
+    m = max(1, math.ceil(cfg.federation.participation * n - 1e-9))
+    rng = np.random.default_rng([cfg.seed, round, 0x5A3])
+    return sorted(rng.choice(n, m, replace=False).tolist())
+
+
+@dataclass
+class Setup:
+    """What a run trains with, built once."""
+
+    device: torch.device
+    federation: Federation
+    global_model: Net
+    method: FedAvg
+    clients: object  # the way clients train (shared/training/clients.py)
+
+
+def set_up(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, train_clients: bool = True) -> Setup:
+    """`dataset`: cfg's, already loaded (a group's runs share one load); `train_clients=False`:
+    no way of training clients of its own (a group trains them, shared/training/group_training.py)."""
+    device = resolve_device(cfg.trainer.device)
+    select_device(device)
+    set_numerics(device, cfg.trainer.deterministic)
+    federation = build_federation(cfg, device, dataset)
+    save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
+    torch.manual_seed(cfg.seed)
+    global_model = model_for(cfg, federation).to(device)
+    if cfg.trainer.channels_last:
+        global_model = global_model.to(memory_format=torch.channels_last)
+    method = build_method(cfg, federation)
+    clients = None
+    if train_clients:
+        clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg, len(sample_clients(cfg, 0)))
+    return Setup(device, federation, global_model, method, clients)
+
+
+def round_record(member: "Member", sampled: list[int], results: list[ClientResult], evaluation: dict | None) -> dict:
+    """The round's record: its clients and training loss, and in evaluated rounds the global
+    model's test accuracy, loss and per-class accuracy (`evaluation`) and the local models'
+    mean accuracy."""
+    record = {"round": member.round + 1, "clients": sampled,
+              "train_loss": float(np.mean([r.update.train_loss for r in results]))}
+    if evaluation is not None:
+        record.update(global_acc=evaluation["acc"], global_loss=evaluation["loss"], per_class_acc=evaluation["per_class_acc"])
+        if "domain_acc" in evaluation:
+            record["domain_acc"] = evaluation["domain_acc"]
+        local_accs = [r.local_acc for r in results if r.local_acc is not None]
+        if local_accs:
+            record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
+    return {**record, **member.setup.method.round_metrics()}
+
+
+def evaluates(cfg: RunConfig, round: int) -> bool:
+    return (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
+
+
+class OutOfTime(Exception):
+    """The run stopped between rounds, its last round checkpointed, because the next round
+    would end past its deadline (a time-boxed GPU slot, shared/campaign/commands.py); started again, it
+    continues from that checkpoint."""
+
+
+def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False, deadline: float | None = None) -> dict:
+    """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
+    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim); `deadline`
+    (time.time()): stop between rounds rather than pass it (OutOfTime)."""
+    out = RunDirectory(out_dir, cfg)
+    out.lock()
+    try:
+        finished = out.claim(restore)
+        return finished if finished is not None else train_rounds(cfg, out, deadline)
+    finally:
+        out.unlock()
+
+
+@dataclass
+class Member:
+    """A run being trained, alone or in a group: what it trains with and what it has done."""
+
+    cfg: RunConfig
+    out: RunDirectory
+    setup: Setup
+    history: list[dict]
+    elapsed: float
+    status: str = "completed"
+
+    @property
+    def round(self) -> int:
+        """The round it trains next (from 0)."""
+        return len(self.history)
+
+    @property
+    def training(self) -> bool:
+        return self.status == "completed" and self.round < self.cfg.federation.rounds
+
+    @property
+    def test_local(self) -> bool:
+        return evaluates(self.cfg, self.round) and self.cfg.eval.local
+
+
+def start_member(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, alone: bool = True) -> Member:
+    """A run set up and resumed from its checkpoint (none: a fresh start); `alone`: with a way
+    of training its clients of its own (else a group trains them)."""
+    setup = set_up(cfg, out, dataset, train_clients=alone)
+    history, elapsed = out.resume(setup.global_model, setup.method, setup.device,
+                                  method_state=lambda persisted: restore_client_states(persisted, out.path))
+    return Member(cfg, out, setup, history, elapsed)
+
+
+def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = None) -> dict:
+    return train_members([start_member(cfg, out)], train_alone, deadline)[0]
+
+
+def train_alone(members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
+    """Each member's sampled clients, trained the member's own way (shared/training/clients.py)."""
+    outcomes = []
+    for member, clients in zip(members, sampled):
+        setup = member.setup
+        try:
+            outcomes.append(setup.clients.train([setup.federation.clients[c] for c in clients], setup.global_model,
+                                                member.round, test_local=member.test_local))
+        except Diverged as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
+def train_members(members: list[Member], train_clients, deadline: float | None = None) -> list[dict]:
+    """Rounds of every member until each is done (its last round, or diverged), a round of all
+    at a time: each samples and prepares, `train_clients(members, sampled)` trains their clients
+    (a list of ClientResult per member, or Diverged), then each aggregates, is evaluated and
+    checkpoints. Returns each member's metrics.json; OutOfTime before a round that would end
+    past `deadline` (every member's last round checkpointed)."""
+    summaries: dict[int, dict] = {}
+    with ExitStack() as stack:  # tensorboard logs closed however the loop ends
+        logs = [stack.enter_context(closing(tensorboard_log(m.cfg, m.out.path))) for m in members]
+        while active := [i for i, m in enumerate(members) if m.training]:
+            started, laps = time.perf_counter(), Laps()
+            sampled = [begin_round(members[i]) for i in active]
+            laps.lap("preparation")
+            outcomes = train_clients([members[i] for i in active], sampled)
+            laps.lap("steps")
+            timing = round_timing(outcomes, step_width(train_clients, members[active[0]]))
+            trained = []
+            for i, clients, outcome in zip(active, sampled, outcomes):
+                if isinstance(outcome, Diverged):
+                    members[i].status = f"diverged: {outcome}"
+                else:
+                    members[i].setup.method.aggregate(members[i].setup.global_model, [r.update for r in outcome])
+                    trained.append((i, clients, outcome))
+            laps.lap("aggregation")
+            evaluated = [i for i, _, _ in trained if evaluates(members[i].cfg, members[i].round)]
+            evaluations = dict(zip(evaluated, evaluate_globals([members[i] for i in evaluated])))
+            laps.lap("evaluation")
+            for i, clients, outcome in trained:
+                record = {**round_record(members[i], clients, outcome, evaluations.get(i)), "slots": timing.slots}
+                end_round(members[i], record, time.perf_counter() - started, logs[i])
+            laps.lap("checkpointing")
+            report(RoundTiming(len(active), timing.slot_steps, timing.slots_per_step, laps.seconds))
+            summaries.update({i: finish_member(members[i]) for i in active if not members[i].training})
+            for member in members:
+                if member.training:
+                    stop_before_deadline(deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started)
+    # a member resumed after its last round (killed while finishing) has no round left to train
+    return [summaries[i] if i in summaries else finish_member(m) for i, m in enumerate(members)]
+
+
+def step_width(train_clients, member: Member) -> int:
+    """The (run, client) slots that share one training step: a group's batched step
+    (shared/training/group_training.py), a run's own batched clients, else 1 (one after another)."""
+    return getattr(train_clients, "slots_per_step", None) or getattr(member.setup.clients, "slots_per_step", 1)
+
+
+def round_timing(outcomes: list[list[ClientResult] | Diverged], width: int) -> RoundTiming:
+    """The round's slots and their steps (a diverged run's clients left out), its phases to come."""
+    steps = tuple(r.update.num_steps for outcome in outcomes if not isinstance(outcome, Diverged) for r in outcome)
+    return RoundTiming(len(outcomes), steps, width)
+
+
+def begin_round(member: Member) -> list[int]:
+    """The round's sampled clients, with the method's server-side step for the round done."""
+    torch.manual_seed(derive_seed(member.cfg.seed, member.round))  # for any randomness of the method's own
+    sampled = sample_clients(member.cfg, member.round)
+    member.setup.method.prepare_round(member.round, member.setup.global_model)
+    return sampled
+
+
+def evaluate_globals(members: list[Member]) -> list[dict]:
+    """Each member's global model on its test set, a group's all in one pass over it
+    (`evaluate_many`): its members share the dataset (so the test set), the architecture and
+    trainer.amp; eval.batch_size, which may differ, only batches the pass."""
+    if not members:
+        return []
+    first = members[0].setup
+    return evaluate_many(first.global_model, [m.setup.global_model.state_dict() for m in members],
+                         first.federation.test, first.federation, members[0].cfg)
+
+
+def end_round(member: Member, record: dict, seconds: float, live) -> None:
+    """Checkpoint the round's record and state, and report it; a global loss that is not
+    finite ends the run as diverged."""
+    setup, out = member.setup, member.out
+    record["seconds"] = seconds
+    member.elapsed += seconds
+    member.history.append(record)
+    method_state = persist(setup.method.state_dict(), out.path, record["round"] - 1)
+    out.save_round(member.history, {"global": setup.global_model.state_dict(), "method": method_state,
+                                    "elapsed": member.elapsed})
+    prune(method_state, out.path)
+    report_progress(member.cfg, out, record)
+    live.write(record)
+    if not math.isfinite(record.get("global_loss", 0.0)):
+        member.status = f"diverged: global model loss is {record['global_loss']} after round {record['round']}"
+
+
+def finish_member(member: Member) -> dict:
+    """Its metrics.json, written with its final model."""
+    setup, cfg = member.setup, member.cfg
+    summary = summarize(member.history, cfg, judge(member.status, member.history, setup.federation.num_classes),
+                        member.elapsed, {
+        "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
+        "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
+        "client_samples": setup.federation.counts.sum(1).tolist(), "runtime": runtime_settings(cfg),
+        "environment": environment()})
+    member.out.finish(summary, setup.global_model.state_dict())
+    return summary
+
+
+def runtime_settings(cfg: RunConfig) -> dict:
+    """The runtime keys the run trained with (not part of its id: a session's fallbacks, e.g.
+    trainer.cuda_graphs=false, are recorded here), the data root left out (a path of one machine)."""
+    flat = flatten(to_dict(cfg))
+    return {key: flat[key] for key in RUNTIME_KEYS if key in flat and key != "data_root"}
+
+
+def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_seconds: float) -> None:
+    """OutOfTime if another round, as long as the last one, would end past the deadline."""
+    if deadline is not None and done < rounds and time.time() + round_seconds > deadline:
+        raise OutOfTime(f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline")
+
+
+def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:
+    """One plain line per round where no terminal shows a progress bar (a job's log)."""
+    if not cfg.trainer.progress:
+        return
+    acc = f", global acc {record['global_acc']:.2f}%" if "global_acc" in record else ""
+    print(f"run {out.run_id[:8]} round {record['round']}/{cfg.federation.rounds}: train loss "
+          f"{record['train_loss']:.4f}{acc}, {record['seconds']:.1f} s", file=sys.stderr, flush=True)
+
+
+def judge(status: str, history: list[dict], num_classes: int) -> str:
+    """A completed run whose final accuracy is chance, or whose training loss exploded far
+    above where it started, is `suspect`: a table marks it rather than print it as a number."""
+    if status != "completed" or not history:
+        return status
+    evaluated = [h for h in history if "global_acc" in h]
+    chance = 100 / num_classes
+    # a few rounds (the smoke scale's 4) may not leave chance yet; that says nothing of the run
+    if evaluated and evaluated[-1]["global_acc"] <= chance + 0.5 and len(history) >= 5:
+        return f"suspect: final accuracy {evaluated[-1]['global_acc']:.2f}% is chance ({chance:.2f}%)"
+    first, last = history[0]["train_loss"], history[-1]["train_loss"]
+    if last > 10 * max(first, math.log(num_classes)):
+        return f"suspect: training loss rose from {first:.3g} to {last:.3g}"
+    return status
+
+
+def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float, extra: dict) -> dict:
+    evaluated = [h for h in history if "global_acc" in h]
+    rounds = [h["round"] for h in evaluated]
+    accs = [h["global_acc"] for h in evaluated]
+    return {
+        "status": status,
+        "run_id": run_id(cfg),
+        "rounds_completed": len(history),
+        "final_acc": accs[-1] if accs else None,
+        "best_acc": max(accs) if accs else None,
+        "eval_rounds": rounds,
+        "global_acc": accs,
+        "global_loss": [h["global_loss"] for h in evaluated],
+        "local_acc": [h.get("local_acc") for h in evaluated],
+        "per_class_acc": evaluated[-1]["per_class_acc"] if evaluated else None,
+        "domain_acc": evaluated[-1].get("domain_acc") if evaluated else None,  # by domain name (Office-Caltech-10)
+        "rounds_to_target": {f"{t:g}": rounds_to_target(rounds, accs, t) for t in cfg.eval.target_acc},
+        "wall_time_s": wall_time,
+        **extra,
+    }
+
+
+def record_failure(cfg: RunConfig, out_dir: str | Path, exc: BaseException) -> dict:
+    """metrics.json for a run that raised: the table marks its cell instead of stopping."""
+    summary = summarize([], cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {"environment": environment()})
+    write_json(summary, Path(out_dir) / "metrics.json")
+    return summary
