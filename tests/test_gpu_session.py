@@ -19,7 +19,7 @@ from shared.campaign import unit_sizing
 from shared.campaign.commands import main, read_state, with_runtime
 from shared.config.schema import ConfigError, run_id
 from shared.training.round_timing import RoundTiming
-from shared.config.runtime_settings import parse_settings
+from shared.targets.runtime_settings import parse_settings
 from shared.campaign.session_timing import unit_summary
 from tests.test_campaign import TARGET, checkout, put_run
 

@@ -762,7 +762,7 @@ def check_parts(args) -> None:
 
 
 def train(args) -> int:
-    from shared.config.runtime_settings import parse_settings
+    from shared.targets.runtime_settings import parse_settings
 
     check_parts(args)
     args.settings = parse_settings(args.set)

@@ -293,7 +293,7 @@ def parser() -> argparse.ArgumentParser:
 
 def check(args) -> None:
     """Refused in one line, before anything is written."""
-    from shared.config.runtime_settings import parse_settings
+    from shared.targets.runtime_settings import parse_settings
 
     if not args.minutes > 0:
         raise SessionError(f"--minutes {args.minutes:g}: a session needs some minutes")

@@ -1,1 +1,1 @@
-"""The run config tree: its schema, dotted keys and runtime settings."""
+"""The run config tree: its schema and dotted keys."""
