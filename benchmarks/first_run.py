@@ -5,7 +5,7 @@ tests, the speed benchmark's variants and a profile of the campaign's group step
 
 Steps, each in a child process bounded by what is left of the budget, each writing into DIR as
 it goes (a step that fails or runs out of time is recorded and the next one starts); DIR holds
-at most 8 files:
+these files:
 
     environment.json    Python, packages, torch, CUDA, cuDNN, driver, the GPU and its memory,
                         nvidia-smi's report (shared/campaign/session.py, as a session records it)
@@ -22,8 +22,8 @@ at most 8 files:
 Data: `--data` takes CIFAR-10 as a JPEG zip (`dataset=imagefolder`, benchmarks/README.md); without
 it the benchmark and the profile train on synthetic CIFAR-shaped data. Without CUDA (a rehearsal
 on a laptop or CI) the gpu tests skip and the benchmark and profile shrink to a tiny federation.
-Needs only torch, numpy, pandas, matplotlib, seaborn and pytest (README: On a GPU machine
-without network).
+Needs only torch, numpy, pandas, matplotlib, seaborn and pytest (docs/install.md: A GPU
+machine without network).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ column the paper's own method minus FedAvg, and the single seeds at chance.
 `--set` overrides the smoke configs (dotted key=value, as `python -m shared.run` takes them),
 so that another smoke data set or scale can be tried without editing the code; finished runs
 under --out are reused (a run's directory is its run id). The evidence behind the smoke scale's
-data and sizes in shared/targets/experiments.py (README: Two commands on a fresh machine).
+data and sizes in shared/targets/experiments.py (README: Try it first).
 
 Measured (2 seeds, FedSSD Table II; the earlier scale is `--smoke SMOKE_ROUNDS=3 --smoke
 SMOKE_LOCAL_EPOCHS=2 --smoke SMOKE_SAMPLES_PER_CLIENT=100 --smoke SMOKE_OVERLAP=null --smoke

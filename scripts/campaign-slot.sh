@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One slot of the campaign on an offline GPU machine (README: Campaign), e.g. a device-tool call:
+# One slot of the campaign on an offline GPU machine (docs/gpu-sessions.md), e.g. a batch job:
 #
 #     scripts/campaign-slot.sh 9 papers/fedssd/table2 papers/fedgkd/table5 ...
 #
@@ -12,8 +12,8 @@ set -euo pipefail
 minutes=$1
 shift
 carry=${CARRY:-.carry}
-# python3, as scripts/gpu-session.sh: on the lent GPU machines it is the one with CUDA's torch
-# (a plain `python` may be absent there)
+# python3, as scripts/gpu-session.sh: on CUDA images it is the one with CUDA's torch (a plain
+# `python` may be absent there)
 python=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1  # a slot killed at its limit still returns every line printed
 if ! "$python" -c "import yaml" 2>/dev/null; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session of the campaign (README: Campaign), as the first command of the machine:
+# One GPU session of the campaign (docs/gpu-sessions.md), as the first command of the machine:
 #
 #     scripts/gpu-session.sh OUTDIR TARGET... --minutes M [--scale S] [--device D]
 #                            [--max-files N] [--max-file-mib X] [--set KEY=VALUE ...]

@@ -20,7 +20,7 @@
 #   TORCH_SPEC="torch==2.13.0" (the default) picks the version.
 # The index is used for torch alone (--index-url), so nothing else is taken from it. Without
 # network pip takes wheels from a folder: PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels scripts/setup.sh
-# (README: On a GPU machine without network, which also runs everything with no install at all).
+# (docs/install.md: A GPU machine without network, which also runs everything with no install at all).
 # A GPU workstation or cluster may use conda instead: conda env create -f environment.yml.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,1 +1,1 @@
-"""The core of the package (README: Layout)."""
+"""The core: the commands people type, beside packages by concern (docs/layout.md)."""

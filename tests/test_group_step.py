@@ -23,7 +23,7 @@ import torch
 from benchmarks.group_step import non_view, record_group_step, small_group, table_methods
 
 # The campaign's targets whose every method the GPU session must take in a batched captured
-# step (README, "The campaign"); the campaign trains them on a copy of CIFAR-10, so their
+# step (docs/gpu-sessions.md); the campaign trains them on a copy of CIFAR-10, so their
 # rows' runs on other data are not among them.
 CAMPAIGN_TARGETS = ["papers/fedssd/table2", "papers/fedgkd/table5", "papers/fedgkd/table7", "papers/fedgkd/table8",
                     "papers/fedgkd/table9", "papers/fedcad/table2", "papers/fedcad/table3", "papers/fedcad/table4"]

@@ -1,4 +1,4 @@
-"""The smoke scale shows learning (README: Two commands on a fresh machine): on its synthetic
+"""The smoke scale shows learning (README: Try it first): on its synthetic
 data the README's first table's runs leave chance, FedSSD's selective distillation is active
 (its weights are not FedAvg's, and at δ=0.1, where its term is smallest, neither is its
 accuracy), and the data does not let a near-IID run reach 100%. benchmarks/smoke_learning.py
@@ -54,7 +54,7 @@ def test_fedssd_distils_at_smoke_scale(fedssd_table2_runs):
 def test_fedssd_cell_differs_from_fedavg_where_its_term_is_smallest(fedssd_table2_runs):
     """The README's first table shows FedSSD apart from FedAvg in every column: at δ=0.1 (the
     column where batch size 8 tied, every seed at FedAvg's number) at least one seed's final
-    accuracy differs, so the cell is not marked `$^{=}$` (README: Two commands on a fresh machine)."""
+    accuracy differs, so the cell is not marked `$^{=}$` (README: Try it first)."""
     accuracies = {(row, seed): summary["final_acc"] for (row, column, seed), (summary, _) in fedssd_table2_runs.items()
                   if column == "δ=0.1"}
     assert any(accuracies["FedSSD", seed] != accuracies["FedAvg", seed] for seed in (0, 1)), accuracies

@@ -199,7 +199,7 @@ class TrainerConfig:
     cuda_graphs: bool = True  # on CUDA: replay the batched step, or the compiled model, as CUDA graphs
     # deterministic kernels (torch.use_deterministic_algorithms, cuDNN without benchmarking): on
     # CUDA the same seed then gives the same numbers, and a resumed run the uninterrupted run's
-    # (README, Performance); false trades that for cuDNN's fastest, atomics-summing kernels
+    # (docs/performance.md); false trades that for cuDNN's fastest, atomics-summing kernels
     deterministic: bool = True
     tensorboard: bool = False  # also write each round's metrics as TensorBoard events (shared/training/tensorboard_log.py)
 

@@ -53,8 +53,8 @@ sizes and the step inputs, copied into at each step; the slots' method state, ea
 static buffers, so it is captured again only when the layout of the state or of the step
 inputs, the method's code path, or a float every slot shares (a constant of the captured
 step: `graph_key`) changes. On a CPU the small convolutions are compute-bound and grouped
-ones are slower than k separate ones, so there the sequential trainer is the faster (README,
-Performance).
+ones are slower than k separate ones, so there the sequential trainer is the faster
+(docs/performance.md).
 
 A slot is one (run, client) pair: the slots of a step may belong to several runs of one
 group (shared/targets/run_groups.py), each with its own method instance, global model, data and

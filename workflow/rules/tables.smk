@@ -77,7 +77,7 @@ rule search:
 
 # A paper's claims and the runs several papers share span the official datasets: on a copy of one
 # (--config copy=...) neither is defined, so that none is built from the official runs into the
-# copy's folder nor labelled as the copy's (README: Campaign).
+# copy's folder nor labelled as the copy's (docs/gpu-sessions.md).
 if COPY is None:
 
     rule claims:

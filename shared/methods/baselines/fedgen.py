@@ -14,7 +14,7 @@ as before here; FedGen's released code (gen_batch_size, scaled by gen_batch_size
 and FedGKD's port (batch_size) draw a full generated batch, the same term in expectation. The
 server draws the generator's training batches from a stream of the run's own per round.
 
-Deviation (METHODS.md's choice, after FedGKD's port): FedGen's released code also matches the
+Deviation (as FedGKD's port of FedGen does): FedGen's released code also matches the
 local model's output on real data to the generator's ("latent loss", beta); it is omitted here.
 """
 from dataclasses import dataclass

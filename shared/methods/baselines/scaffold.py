@@ -5,7 +5,7 @@ Local steps use the corrected gradient g + c - c_i, written here as the loss ter
 loss). c - c_i is one vector over all parameters (parameters_to_vector's order), a tensor that the
 batched step stacks per client. A term per parameter would save a few operators a step
 (FedAvg-CNN, forward and backward: 104 vs 118) only against a list of per-parameter views, which
-the batched step's rules refuse (README, Methods); splitting the vector at every step costs more.
+the batched step's rules refuse (docs/runs.md, Methods); splitting the vector at every step costs more.
 After K local steps with learning rate lr:
 c_i+ = c_i - c + (w_g - w_i) / (K lr); the server averages the models and sets
 c <- c + |S|/N * mean_i (c_i+ - c_i).
