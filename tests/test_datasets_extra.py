@@ -25,7 +25,7 @@ from shared.data.datasets import Archive, DataError, load_dataset
 from shared.targets.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
 from shared.data.federation import Augmenter, build_federation
 from shared.models import build_model
-from shared.data import partition
+from shared.data.partition import partition
 
 CPU = ["trainer.device=cpu", "trainer.progress=false"]
 

@@ -287,7 +287,7 @@ def train(args) -> int:
         print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
               f"{len(restored['progress'])} checkpointed runs restored{here}")
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
-    from shared.campaign import session_timing
+    from shared.campaign.session_timing import session_timing
 
     with session_timing(args.timing, args.device) as args.timing_record:
         counts = train_runs(runs, args, deadline, runs_dir, carried)
