@@ -145,7 +145,8 @@ def group_configs(overrides: list[str], cuda: bool) -> list:
     """FedSSD Table II's first unit as the campaign trains it (seed 0 of the first row's
     settings, one batched step), on this data, for one round; on a CPU a tiny federation, its
     batched step asked for."""
-    from shared.campaign.commands import GROUP_LIMIT, campaign_runs
+    from shared.campaign.train import GROUP_LIMIT
+    from shared.targets.copies import campaign_runs
     from shared.config.schema import identity
     from shared.targets.configs import load_config
     from shared.run import as_overrides

@@ -8,7 +8,7 @@ import json
 import torch
 import yaml
 
-from shared.campaign.commands import write_state
+from shared.campaign.state import write_state
 from shared.data.catalog import num_classes
 from shared.config.schema import RunConfig, identity, run_id, to_dict
 from shared.training.trainer import summarize

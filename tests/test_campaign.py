@@ -22,12 +22,16 @@ import pytest
 import yaml
 from PIL import Image
 
-from shared.campaign import commands as campaign
+from shared.archive import ArchiveError
+from shared.campaign import state as campaign_state, train as campaign_train
 
 from shared.training import trainer
 
 from shared.campaign import unit_sizing
-from shared.campaign.commands import Copy, build_shipped_figure, build_shipped_table, main, read_state, write_listing, write_state
+from shared.campaign.cli import main
+from shared.campaign.ship import build_shipped_figure, build_shipped_table, write_listing
+from shared.campaign.state import read_state, write_state
+from shared.targets.copies import Copy, campaign_runs
 from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, run_id
 from shared.targets.configs import load_config
@@ -70,7 +74,7 @@ def clock_of_rounds(monkeypatch):
         return start + 100 * len(ticks)
 
     monkeypatch.setattr(trainer, "time", types.SimpleNamespace(time=tick, perf_counter=time.perf_counter))
-    monkeypatch.setattr(campaign, "time", types.SimpleNamespace(time=lambda: start + 100 * len(ticks)))
+    monkeypatch.setattr(campaign_train, "time", types.SimpleNamespace(time=lambda: start + 100 * len(ticks)))
 
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
@@ -172,13 +176,13 @@ def test_a_whole_state_and_parts_side_by_side_read_the_later_one_and_set_the_oth
     tiny_state(elsewhere if older_parts else state, b"newer" + big, 15 if older_parts else 0.001)
     for carried in elsewhere.parent.iterdir():
         shutil.copy(carried, state.parent)
-    assert state.is_file() and campaign.part_paths(state)
+    assert state.is_file() and campaign_state.part_paths(state)
     capsys.readouterr()
     members = read_state(state)[1]
     assert members["progress/0123456789abcdef/checkpoint.pt"].startswith(b"newer")
     err = capsys.readouterr().err
     assert err.startswith("note: ") and err.count("\n") == 1 and "set aside" in err
-    assert state.is_file() == older_parts and bool(campaign.part_paths(state)) != older_parts
+    assert state.is_file() == older_parts and bool(campaign_state.part_paths(state)) != older_parts
     assert list(tmp_path.glob("state.tar.gz*.older-*"))  # the other kept aside
     assert read_state(state)[1] == members and capsys.readouterr().err == ""
 
@@ -225,7 +229,7 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     capsys.readouterr()
     assert main([*again, "--state", str(tmp_path / "other.tar.gz")]) == 2  # would overwrite the slot's state
     assert "holds another state than --state" in capsys.readouterr().err
-    assert (bundle / "state.tar.gz").read_bytes() == newer and not campaign.part_paths(bundle / "state.tar.gz")
+    assert (bundle / "state.tar.gz").read_bytes() == newer and not campaign_state.part_paths(bundle / "state.tar.gz")
 
     with pytest.raises(DataError, match="no file with that SHA-256"):
         load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": "0" * 64}, "data_root": str(tmp_path / "data")}))
@@ -362,7 +366,9 @@ def test_a_recorded_failure_is_no_finished_run_anywhere_and_a_diverged_run_is(tm
     """A metrics.json that records a failure (the workflow's last attempt) is neither packed nor
     shipped as finished, never blocks training the run again, and is replaced (moved aside) by
     a result; a diverged run is a result (shared/runs/files.py FINAL)."""
-    from shared.campaign.commands import is_finished, restore, restore_shipped, ship, state_members
+    from shared.campaign.ship import ship
+    from shared.campaign.shipped import is_finished, restore_shipped
+    from shared.campaign.state import restore, state_members
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     failed, diverged, elsewhere = "a" * 16, "b" * 16, "c" * 16
@@ -392,8 +398,8 @@ def test_a_recorded_failure_is_no_finished_run_anywhere_and_a_diverged_run_is(tm
 
 def test_status_counts_a_carried_failure_as_missing_and_a_carried_result_as_finished(tmp_path, capsys):
     """An old state's recorded failure (written before failures were told apart) is no finished run."""
-    state, (first, second, *_) = tmp_path / "state.tar.gz", campaign.campaign_runs([TARGET], "smoke", None)[0]
-    configs = campaign.campaign_runs([TARGET], "smoke", None)[0]
+    state, (first, second, *_) = tmp_path / "state.tar.gz", campaign_runs([TARGET], "smoke", None)[0]
+    configs = campaign_runs([TARGET], "smoke", None)[0]
     files = [(f"finished/{first}/metrics.json", summary(first, "failed: OutOfMemoryError"), 0.0),
              *((f"finished/{second}/{name}", data, 0.0) for name, data in finished_files(configs[second]).items())]
     write_state(state, files, {"targets": [TARGET], "scale": "smoke", "copy": None})
@@ -406,7 +412,7 @@ def test_a_recorded_failure_is_trained_again_and_its_result_carried(tmp_path, mo
     """`train` trains a run whose metrics.json records a failure, in the order it would train
     it missing (here the first), and the state carries the result."""
     root, state = checkout(tmp_path / "project"), tmp_path / "state.tar.gz"
-    first = next(iter(campaign.campaign_runs([TARGET], "smoke", None)[0]))
+    first = next(iter(campaign_runs([TARGET], "smoke", None)[0]))
     put_run(root / "results" / "runs" / first, first, "failed: RuntimeError: CUDA error")
     with monkeypatch.context() as patch:  # a budget of one run's rounds
         clock_of_rounds(patch)
@@ -420,7 +426,9 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     """A trainer (a Snakemake job, another campaign) holding a run's lock: `import` and `train`
     refuse in one line before writing anything; the workflow's copy of shipped runs leaves that
     run to its trainer."""
-    from shared.campaign.commands import restore, restore_shipped, ship
+    from shared.campaign.ship import ship
+    from shared.campaign.shipped import restore_shipped
+    from shared.campaign.state import restore
     from shared.runs.files import hold_lock
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
@@ -430,9 +438,9 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     (runs / rid).mkdir(parents=True)
     (shipped / rid).mkdir(parents=True)
     with hold_lock(runs / rid / ".lock"), hold_lock(shipped / rid / ".lock"):
-        with pytest.raises(campaign.ArchiveError, match=f"run {rid} is being trained"):
+        with pytest.raises(ArchiveError, match=f"run {rid} is being trained"):
             restore(members, runs, tmp_path / "nothing shipped")
-        with pytest.raises(campaign.ArchiveError, match=f"run {rid} is being trained"):
+        with pytest.raises(ArchiveError, match=f"run {rid} is being trained"):
             ship(members, shipped)
         assert not (runs / rid / "metrics.json").exists() and not (runs / other / "metrics.json").exists()
         assert not (shipped / other).exists()
@@ -443,7 +451,7 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
         assert not (runs / rid / "metrics.json").exists() and (runs / other / "metrics.json").exists()
     # `import` of a state with a held run's checkpoint: refused before it ships anything (genuine
     # runs of the target, which the state's checks let through)
-    runs_of = campaign.campaign_runs([TARGET], "smoke", None)[0]
+    runs_of = campaign_runs([TARGET], "smoke", None)[0]
     (held, held_cfg), (finished, finished_cfg) = list(runs_of.items())[:2]
     (runs / held).mkdir(parents=True)
     with hold_lock(runs / held / ".lock"):
@@ -457,7 +465,7 @@ def test_a_command_reads_and_verifies_its_state_file_once(tmp_path, monkeypatch,
     root, state = tmp_path / "project", tmp_path / "state.tar.gz"
     write_state(state, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
     reads = []
-    monkeypatch.setattr(campaign, "read_state", lambda path, real=campaign.read_state: reads.append(path) or real(path))
+    monkeypatch.setattr(campaign_state, "read_state", lambda path, real=campaign_state.read_state: reads.append(path) or real(path))
     assert main(["status", TARGET, "--state", str(state), "--root", str(root)]) == 0
     assert len(reads) == 1
     assert main(["train", TARGET, "--device", "cpu", "--minutes", "0.01", "--state", str(state), "--root", str(root)]) == 0
@@ -485,8 +493,8 @@ def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships
     state, and `import` ships its runs."""
     target, first, second = "papers/fedcad/table2", tmp_path / "first", checkout(tmp_path / "second")
     state = tmp_path / "carry" / "state.tar.gz"
-    runs = campaign.campaign_runs([target], "smoke", None)[0]
-    group = campaign.training_units(runs, types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2))[0]
+    runs = campaign_runs([target], "smoke", None)[0]
+    group = campaign_train.training_units(runs, types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2))[0]
     assert len(group) == 4 and len({runs[rid].seed for rid in group}) == 1
 
     def train_group(root: Path, deadline_s: float) -> None:  # the clock ticks at each member's check
@@ -517,10 +525,10 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
     """GroupRefused (here: a CPU, no clients_per_step asked) falls back to one run after another,
     where a run that raises is said in one line and the next still trains; a held lock
     (ConfigError) is no refusal of the group: it is raised, not trained around."""
-    runs, _ = campaign.campaign_runs([TARGET], "smoke", None)
+    runs, _ = campaign_runs([TARGET], "smoke", None)
     from shared.targets.run_groups import form_groups
 
-    group = form_groups(runs, campaign.GROUP_LIMIT)[0][:2]
+    group = form_groups(runs, campaign_train.GROUP_LIMIT)[0][:2]
     trained = []
 
     def run(cfg, out, deadline=None):
@@ -530,7 +538,7 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
 
     monkeypatch.setattr(trainer, "run", run)
     alone = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=1)
-    assert campaign.train_unit(group, runs, alone, time.time() + 60, tmp_path) == [group[0]]
+    assert campaign_train.train_unit(group, runs, alone, time.time() + 60, tmp_path) == [group[0]]
     assert trained == group
     err = capsys.readouterr().err
     assert "2 runs train one after another: on a CPU" in err and f"run {group[0]} raised RuntimeError" in err
@@ -541,7 +549,7 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
     held = hold_lock(tmp_path / group[0] / ".lock")
     batched = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2)
     with pytest.raises(ConfigError, match="another process"):
-        campaign.train_unit(group, runs, batched, time.time() + 60, tmp_path)
+        campaign_train.train_unit(group, runs, batched, time.time() + 60, tmp_path)
     held.close()
     assert "one after another" not in capsys.readouterr().err and trained == group
 
@@ -571,10 +579,10 @@ def test_a_sigterm_during_a_save_is_handled_once_the_state_is_written(tmp_path):
     import os
     import signal
 
-    campaign.stop_on_sigterm()
+    campaign_train.stop_on_sigterm()
     try:
         with pytest.raises(trainer.OutOfTime, match="SIGTERM"):
-            with campaign.sigterm_deferred():
+            with campaign_train.sigterm_deferred():
                 os.kill(os.getpid(), signal.SIGTERM)
                 tiny_state(tmp_path / "state.tar.gz", b"saved", 15)  # not cut short by the signal
         assert read_state(tmp_path / "state.tar.gz")[1]["progress/0123456789abcdef/checkpoint.pt"] == b"saved"

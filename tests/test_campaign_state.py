@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.campaign import commands as campaign
+from shared.campaign import state as campaign_state, train as campaign_train
 
 from shared.campaign import unit_sizing
-from shared.campaign.commands import LeftOut, read_state, write_state
+from shared.campaign.state import LeftOut, read_state, write_state
+from shared.runs.files import rounds_done
+from shared.targets.copies import campaign_runs
 from shared.targets.experiments import SMOKE_ROUNDS
 from tests.test_campaign import TARGET, checkout, clock_of_rounds, summary, train
 
@@ -60,7 +62,7 @@ def test_a_save_killed_at_any_step_leaves_the_old_state_or_the_new(tmp_path, mon
     for k in range(1, 1000):
         state = tmp_path / str(k) / "state.tar.gz"
         write_state(state, old, ABOUT, old_mib)
-        assert len(campaign.part_paths(state)) == {WHOLE: 0, PARTS: 16, FEWER_PARTS: 6}[old_mib]
+        assert len(campaign_state.part_paths(state)) == {WHOLE: 0, PARTS: 16, FEWER_PARTS: 6}[old_mib]
         with monkeypatch.context() as patch:
             killed_at(patch, k)
             try:
@@ -70,7 +72,7 @@ def test_a_save_killed_at_any_step_leaves_the_old_state_or_the_new(tmp_path, mon
                 killed = True
         members = read_state(state)[1]
         read.append(next(name for name, held in states.items() if held == members))
-        assert not (state.is_file() and campaign.part_paths(state))  # one form left
+        assert not (state.is_file() and campaign_state.part_paths(state))  # one form left
         assert read_state(state)[1] == members  # and it reads again, with no note
         write_state(state, old, ABOUT, new_mib)  # the next save after it
         assert read_state(state)[1] == states["old"]
@@ -85,9 +87,9 @@ def test_a_whole_file_beside_parts_of_the_same_state_reads_the_parts_and_removes
     """The last step of a save into parts cut short: both hold one state, the slot returns the parts."""
     state = tmp_path / "state.tar.gz"
     write_state(state, state_files("0123456789abcdef", np.random.default_rng(0).bytes(5000)), ABOUT, PARTS)
-    (tmp_path / "state.tar.gz").write_bytes(b"".join(p.read_bytes() for p in campaign.part_paths(state)))
+    (tmp_path / "state.tar.gz").write_bytes(b"".join(p.read_bytes() for p in campaign_state.part_paths(state)))
     members = read_state(state)[1]
-    assert not state.exists() and campaign.part_paths(state) and read_state(state)[1] == members
+    assert not state.exists() and campaign_state.part_paths(state) and read_state(state)[1] == members
     assert capsys.readouterr().err == ""
 
 
@@ -97,17 +99,17 @@ def test_parts_of_two_states_mixed_are_refused_in_one_line(tmp_path):
     rng = np.random.default_rng(0)
     for name in ("a", "b"):
         write_state(tmp_path / name / "state.tar.gz", state_files("0123456789abcdef", rng.bytes(16000)), ABOUT, PARTS)
-    parts = campaign.part_paths(tmp_path / "a" / "state.tar.gz")
+    parts = campaign_state.part_paths(tmp_path / "a" / "state.tar.gz")
     for i, part in enumerate(parts):
         kept = part.read_bytes()
-        part.write_bytes(campaign.part_paths(tmp_path / "b" / "state.tar.gz")[i].read_bytes())
-        with pytest.raises(campaign.CampaignError):
+        part.write_bytes(campaign_state.part_paths(tmp_path / "b" / "state.tar.gz")[i].read_bytes())
+        with pytest.raises(campaign_state.CampaignError):
             read_state(tmp_path / "a" / "state.tar.gz")
         part.write_bytes(kept)
 
 
 def smoke_run_ids() -> list[str]:
-    return list(campaign.campaign_runs([TARGET], "smoke", None)[0])
+    return list(campaign_runs([TARGET], "smoke", None)[0])
 
 
 def test_the_budget_keeps_the_finished_runs_and_the_most_advanced_checkpoints(tmp_path, capsys):
@@ -122,12 +124,12 @@ def test_the_budget_keeps_the_finished_runs_and_the_most_advanced_checkpoints(tm
     assert {f"finished/{rid}/metrics.json" for rid in finished_ids} <= set(members)
     assert {name.split("/")[1] for name in members if name.startswith("progress/")} == {"a" * 16, "c" * 16}
     assert written.left_out == (LeftOut("b" * 16, sum(len(d) for n, d, _ in files if "/bbbb" in n), 1),)
-    assert written.files == len(campaign.part_paths(state)) <= max_parts
-    assert written.size <= max_parts * campaign.part_bytes(part_mib)
-    assert campaign.carried_finished_size(state, members) <= written.finished_size < written.size
+    assert written.files == len(campaign_state.part_paths(state)) <= max_parts
+    assert written.size <= max_parts * campaign_state.part_bytes(part_mib)
+    assert campaign_state.carried_finished_size(state, members) <= written.finished_size < written.size
 
     args = types.SimpleNamespace(state=state, root=tmp_path, max_parts=max_parts, part_mib=part_mib)
-    campaign.tell_left_out(args, written)
+    campaign_train.tell_left_out(args, written)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"note: run {'b' * 16}'s checkpoint (0.2 MiB, 1 rounds) is left out")
     assert "could not return it" in err[0] and "starts again from round 0" in err[0]
@@ -139,8 +141,8 @@ def test_the_budget_keeps_the_finished_runs_and_the_most_advanced_checkpoints(tm
     assert written.left_out == () and written.files > max_parts
     members = read_state(tmp_path / "big.tar.gz")[1]
     assert len(members) == len(finished_big)
-    assert 0 < campaign.carried_finished_size(tmp_path / "big.tar.gz", members) <= written.finished_size
-    campaign.tell_left_out(types.SimpleNamespace(**{**vars(args), "state": tmp_path / "big.tar.gz"}), written)
+    assert 0 < campaign_state.carried_finished_size(tmp_path / "big.tar.gz", members) <= written.finished_size
+    campaign_train.tell_left_out(types.SimpleNamespace(**{**vars(args), "state": tmp_path / "big.tar.gz"}), written)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("warning: ") and "cannot return the whole state" in err[0]
 
@@ -161,7 +163,7 @@ def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(
         return capsys.readouterr().err
 
     err = slot()
-    assert campaign.rounds_done(root / "results" / "runs" / first) == 2, err
+    assert rounds_done(root / "results" / "runs" / first) == 2, err
     assert read_state(state)[1] == {}, err
     notes = [line for line in err.splitlines() if "left out" in line]
     assert len(notes) == 1 and notes[0].startswith(f"note: run {first}'s checkpoint (") and ", 2 rounds)" in notes[0]
@@ -170,25 +172,25 @@ def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(
 
 
 def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_started(tmp_path, monkeypatch, capsys):
-    runs = campaign.campaign_runs([TARGET], "smoke", None)[0]
+    runs = campaign_runs([TARGET], "smoke", None)[0]
     args = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=1, root=tmp_path, max_parts=1,
                                  part_mib=0.001)
     monkeypatch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0, "test"))
     deadline, runs_dir, first = time.time() + 150, tmp_path / "results" / "runs", next(iter(runs))
-    counts = campaign.train_runs(runs, args, deadline, runs_dir)  # a round fits, not SMOKE_ROUNDS of them
+    counts = campaign_train.train_runs(runs, args, deadline, runs_dir)  # a round fits, not SMOKE_ROUNDS of them
     assert counts == {"not started (could not finish, and its checkpoint cannot come back)": len(runs)}
     err = capsys.readouterr().err.splitlines()
     assert len(err) == len(runs) and err[0].startswith(f"run(s) {first} not started: {SMOKE_ROUNDS} rounds")
     assert "could not come back: a slot returns 1 files of 0.001 MiB" in err[0]
     assert not runs_dir.exists()
     # started where it can finish in time, or where its checkpoint could come back
-    assert campaign.not_worth_starting([first], runs, args, time.time() + 1000, 100.0, runs_dir, 0) is None
+    assert campaign_train.not_worth_starting([first], runs, args, time.time() + 1000, 100.0, runs_dir, 0) is None
     roomy = types.SimpleNamespace(**{**vars(args), "max_parts": 8, "part_mib": 15})
-    assert campaign.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir, 0) is None
-    weights = campaign.checkpoint_size(runs[first], runs_dir / first)
+    assert campaign_train.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir, 0) is None
+    weights = campaign_train.checkpoint_size(runs[first], runs_dir / first)
     assert weights > 10_000  # the smoke model's weights: a real lower bound, not a guess of 0
-    assert campaign.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir,
-                                       8 * campaign.part_bytes(15) - weights) is not None
+    assert campaign_train.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir,
+                                       8 * campaign_state.part_bytes(15) - weights) is not None
 
 
 def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round(tmp_path, monkeypatch):
@@ -197,7 +199,7 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     continues from its round on a fresh machine, its checkpoint not set aside, and ends as an
     uninterrupted run does."""
     from shared.training import trainer
-    from shared.campaign.commands import restore, state_members
+    from shared.campaign.state import restore, state_members
     from shared.targets.experiments import expand, get_table
 
     cell = next(c for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
@@ -218,8 +220,8 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"older")
     written = []
-    real_write = campaign.write_atomically
-    monkeypatch.setattr(campaign, "write_atomically", lambda path, write: (written.append(path.name), real_write(path, write)))
+    real_write = campaign_state.write_atomically
+    monkeypatch.setattr(campaign_state, "write_atomically", lambda path, write: (written.append(path.name), real_write(path, write)))
     assert restore(members, second, tmp_path / "shipped")["progress"] == [rid]
     # as a round's save writes them: a kill in between never counts rounds its checkpoint lacks
     assert written[-2:] == ["checkpoint.pt", "metrics.jsonl"] and sum(n.startswith("previous-") for n in written) == len(carried)
@@ -232,7 +234,7 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
 def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_client_state(tmp_path):
     """A run finished elsewhere replaces its checkpoint here, and the per-client files only that
     checkpoint needed (for a ResNet-50 MOON run, gigabytes) go with it."""
-    from shared.campaign.commands import put_finished
+    from shared.campaign.shipped import put_finished
     from tests.test_campaign import finish_for_table
 
     finish_for_table(tmp_path / "elsewhere", "0123456789abcdef", 60.0)

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared.campaign import commands as campaign
+from shared.campaign import ship
+from shared.campaign.cli import main
+from shared.campaign.state import read_state
 from shared.archive import sha256
 from shared.config.schema import identity, run_id
 from shared.targets.configs import load_config
@@ -69,7 +71,7 @@ def small_floor(monkeypatch):
 def genuine(tmp_path_factory) -> tuple[dict, dict[str, bytes]]:
     path = tmp_path_factory.mktemp("genuine") / "state.tar.gz"
     write_genuine_state(path, ABOUT, FEDAVG, [FEDPROX])
-    return campaign.read_state(path)
+    return read_state(path)
 
 
 def crafted(genuine) -> Crafted:
@@ -113,13 +115,13 @@ def set_run(state: Crafted, kind: str, rid: str, files: dict[str, bytes], as_id:
 def import_crafted(state: Crafted, tmp_path: Path, monkeypatch, build_tables=False) -> tuple[int, list[str], Path]:
     """`import` of the crafted state into a fresh project beside an `outside` folder."""
     if not build_tables:  # built and checked once, below: each case here is about what ships
-        monkeypatch.setattr(campaign, "build_shipped_table", lambda *a: None)
-        monkeypatch.setattr(campaign, "build_shipped_figure", lambda *a: None)
+        monkeypatch.setattr(ship, "build_shipped_table", lambda *a: None)
+        monkeypatch.setattr(ship, "build_shipped_figure", lambda *a: None)
     root, outside = tmp_path / "project", tmp_path / "outside"
     root.mkdir(exist_ok=True)
     outside.mkdir(exist_ok=True)
     path = write_crafted(state, tmp_path / "state.tar.gz")
-    code = campaign.main(["import", str(path), "--root", str(root)])
+    code = main(["import", str(path), "--root", str(root)])
     return code, root, outside
 
 
@@ -280,7 +282,7 @@ def test_a_state_is_read_only_from_regular_files(genuine, tmp_path, capsys, muta
     path = write_crafted(crafted(genuine), tmp_path / "state.tar.gz")
     PART_MUTATIONS[mutation](path)
     root = tmp_path / "project"
-    assert campaign.main(["import", str(path), "--root", str(root)]) == 2
+    assert main(["import", str(path), "--root", str(root)]) == 2
     err = err_lines(capsys)
     assert len(err) == 1 and "regular file" in err[0], err
     assert not root.exists()
@@ -464,7 +466,7 @@ def test_a_failed_table_build_leaves_the_table_before_it_and_names_its_folder(ge
 
     monkeypatch.setattr(tables, "build_table", disk_full)
     capsys.readouterr()
-    assert campaign.main(["import", str(tmp_path / "state.tar.gz"), "--root", str(root)]) == 2
+    assert main(["import", str(tmp_path / "state.tar.gz"), "--root", str(root)]) == 2
     err = err_lines(capsys)
     assert len(err) == 1 and "No space left" in err[0] and str(table) in err[0], err
     assert {p.name: p.read_bytes() for p in table.iterdir()} == before
@@ -516,7 +518,7 @@ def test_train_resolves_the_states_targets_and_copy_before_any_round(genuine, tm
         state.manifest[key] = eval(value) if value.startswith("[") else value
     trained = fake_trainer(monkeypatch)
     path = write_crafted(state, tmp_path / "state.tar.gz")
-    assert campaign.main(train_args(tmp_path, path)) == 2
+    assert main(train_args(tmp_path, path)) == 2
     err = err_lines(capsys)
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert trained == [] and not (tmp_path / "project" / "results").exists()
@@ -528,9 +530,9 @@ def test_a_bad_checkpoint_in_the_state_refuses_that_run_alone_and_training_goes_
     set_run(state, "progress", PROX, {**progress_files(FEDPROX), "config.yaml": config_yaml(FEDAVG[0])})
     trained = fake_trainer(monkeypatch)
     path = write_crafted(state, tmp_path / "state.tar.gz")
-    assert campaign.main(train_args(tmp_path, path)) == 0, capsys.readouterr().err
+    assert main(train_args(tmp_path, path)) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     assert f"note: run {PROX} (progress) is left out of the state" in err
     assert PROX in trained and SHOT not in trained and len(trained) == 6  # 8 runs, 2 finished in the state
-    members = campaign.read_state(path)[1]
+    members = read_state(path)[1]
     assert len({name.split("/")[1] for name in members if name.startswith("finished/")}) == 8

@@ -172,7 +172,7 @@ def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_d
     Table 1's part on the copy (its CIFAR-10 columns) leaves out the claims on the other datasets."""
     import json
 
-    from shared.campaign.commands import Copy, copy_part, copy_runtime, labelled
+    from shared.targets.copies import Copy, copy_part, copy_runtime, labelled
     from shared.targets.experiments import get_table
 
     # no kind ("JPEG"): a run's config records the copy's checksum alone, which names the claims' data

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.campaign import commands as campaign
+from shared.campaign import state as campaign_state, train as campaign_train
 
 from shared.campaign import unit_sizing
-from shared.campaign.commands import main, read_state, with_runtime
+from shared.campaign.cli import main
+from shared.campaign.state import read_state
+from shared.campaign.train import with_runtime
+from shared.targets.copies import campaign_runs
 from shared.config.schema import ConfigError, run_id
 from shared.training.round_timing import RoundTiming
 from shared.targets.runtime_settings import parse_settings
@@ -28,7 +31,7 @@ SESSION_FILES = {"environment.json", "gate.xml", "timing.json", "session.log"}
 
 
 def smoke_runs(target: str = TARGET) -> dict:
-    return campaign.campaign_runs([target], "smoke", None)[0]
+    return campaign_runs([target], "smoke", None)[0]
 
 
 def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_state_that_ships(tmp_path):
@@ -154,7 +157,7 @@ def test_sized_units_skip_the_ledger_and_leave_the_runs_that_do_not_fit_for_late
     ids = list(runs)
     args = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2, root=tmp_path,
                                  ledger=frozenset(ids[:2]))
-    units = list(campaign.sized_units(runs, args, time.time() + 10**6, tmp_path / "runs"))
+    units = list(campaign_train.sized_units(runs, args, time.time() + 10**6, tmp_path / "runs"))
     trained = [rid for rids, _ in units for rid in rids]
     assert sorted(trained) == sorted(ids[2:])
     # a unit of which only one run finishes in the time left: it goes first, the others next
@@ -162,7 +165,7 @@ def test_sized_units_skip_the_ledger_and_leave_the_runs_that_do_not_fit_for_late
                         lambda cfgs, measured: unit_sizing.Estimate(100.0 * len(cfgs), "test"))
     rounds = runs[ids[0]].federation.rounds
     group = next(rids for rids, _ in units if len(rids) > 1)
-    sized = campaign.sized_units({rid: runs[rid] for rid in group}, args, time.time() + 100 * rounds + 50,
+    sized = campaign_train.sized_units({rid: runs[rid] for rid in group}, args, time.time() + 100 * rounds + 50,
                                  tmp_path / "runs")
     first = next(sized)
     assert len(first[0]) == 1 and "1 of the unit's" in capsys.readouterr().err
@@ -224,18 +227,18 @@ def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
     put_run(runs_dir / ids[2], ids[2], "completed")  # finished in this session
     put_run(runs_dir / ids[3], ids[3], "completed")  # finished elsewhere: in the ledger
     carried = {ids[0]: 2, ids[1]: 0}  # ids[0] as carried in; ids[1] moved on from round 0
-    members = campaign.state_members(ids, runs_dir, frozenset([ids[3]]), carried)
+    members = campaign_state.state_members(ids, runs_dir, frozenset([ids[3]]), carried)
     assert {name.split("/", 2)[1] for name, _, _ in members} == {ids[1], ids[2]}
     args = types.SimpleNamespace(state=tmp_path / "back.tar.gz", state_targets=[TARGET], scale="smoke", copy_spec=None,
                                  ledger=frozenset([ids[3]]), carried_rounds=carried, part_mib=15, max_parts=8)
-    campaign.state_run_ids.cache_clear()
-    campaign.save(args, runs_dir)
+    campaign_train.state_run_ids.cache_clear()
+    campaign_train.save(args, runs_dir)
     manifest, written = read_state(args.state)
     assert manifest["ledger"] == [ids[3]] and f"finished/{ids[2]}/metrics.json" in written
     # a session's state carries no bundle's mark: carried on unimported, it keeps every checkpoint it holds
     assert "bundled" not in manifest
     again = types.SimpleNamespace(state=args.state, scale=None, targets=[TARGET], copy=None)
-    campaign.state_defaults(again)
+    campaign_state.state_defaults(again)
     assert again.carried_rounds is None and again.ledger == frozenset([ids[3]])
     assert not [m for m in written if ids[0] in m or ids[3] in m]
     with tarfile.open(args.state) as tar:  # the manifest is the archive's last member, as before

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import shared.reporting.claims
-from shared.campaign.commands import campaign_runs
+from shared.targets.copies import campaign_runs
 from shared.reporting.claims import HELD, NOT_HELD, Best
 from shared.targets.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
 from shared.reporting.tables import build_table
@@ -111,7 +111,7 @@ def test_the_campaign_trains_fedavg_and_both_fedssd_rows_first_on_fedssd_table2(
 
 
 def test_a_table_cut_to_some_rows_drops_what_names_the_rows_cut_away():
-    """A partial table (campaign.finished_part) or a copy's part keeps a reading only beside its
+    """A partial table (shared/targets/copies.py, `finished_part`) or a copy's part keeps a reading only beside its
     row, and the rows it trains first only where they are kept."""
     table = get_table("fedssd", "table2")
     by_label = {r.label: r for r in table.rows}

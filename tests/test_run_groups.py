@@ -31,7 +31,7 @@ def test_largest_splits_a_row_and_groups_never_mix_methods_or_models():
 def test_the_campaign_trains_every_groups_first_seed_before_further_seeds():
     from types import SimpleNamespace
 
-    from shared.campaign.commands import training_units
+    from shared.campaign.train import training_units
 
     runs = table_runs("fedssd", "table2", "smoke")
     units = training_units(runs, SimpleNamespace(device="cpu", data_root=None, clients_per_step=1))

@@ -1,5 +1,5 @@
 import sys
 
-from shared.campaign.commands import main
+from shared.campaign.cli import main
 
 sys.exit(main())

@@ -190,7 +190,7 @@ def no_tests_report(path: Path, why: str) -> None:
 
 def target_methods(args) -> list[str]:
     """The methods of the targets' runs (the gate tests each one's captured batched step)."""
-    from shared.campaign.commands import campaign_runs
+    from shared.targets.copies import campaign_runs
 
     return sorted({cfg.method["name"] for cfg in campaign_runs(args.targets, args.scale or "paper", None)[0].values()})
 

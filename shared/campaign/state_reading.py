@@ -15,7 +15,7 @@ stale or hostile. Reading it checks, in one pass and in this order, with every r
   its SHA-256 and size.
 
 What the runs themselves hold (their identity, rounds, accuracies) is checked by
-shared/campaign/carried_runs.py; where a target resolves, by shared/campaign/commands.py (it knows the tables).
+shared/campaign/carried_runs.py; where a target resolves, by shared/campaign/state.py (it knows the tables).
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from shared.data.catalog import DATASETS, is_sha256
 from shared.targets.experiments import SCALES
 from shared.campaign.ledger import BUNDLED, LEDGER, RUN_ID, ledger_problem
 from shared.runs.files import CLIENT_STATE, CLIENT_STATE_NAME
+from shared.targets.copies import IMAGE_KINDS
 
 STATE_FORMAT = "fedrepro-campaign/1"
 MANIFEST = "manifest.json"
@@ -47,7 +48,6 @@ MEMBER = re.compile(rf"(finished|progress)/({RUN_ID.pattern})/(config\.yaml|part
                     rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
 # A target as Snakemake names it: papers/<paper>[/<name>], <paper>, <paper>_searches (shared.archive)
 TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
-IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
 REQUIRED_KEYS = {"format", "targets", "scale", "copy", "members", "written_at"}
 OPTIONAL_KEYS = {LEDGER, BUNDLED}  # run ids finished elsewhere, which `train` skips; a bundle's mark

@@ -1,6 +1,6 @@
 """How long a unit's round takes, and how many of its runs fit the time a session has left.
 
-A unit is a run, or a group of runs in one batched step (shared/campaign/commands.py, `training_units`).
+A unit is a run, or a group of runs in one batched step (shared/campaign/train.py, `training_units`).
 Its round's seconds are estimated, in this order, from
 
     measured    rounds of the same method and model with the same number of slots (the

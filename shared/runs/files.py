@@ -170,3 +170,16 @@ def hold_lock(path: Path):
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+def rounds_done(run_dir: Path) -> int:
+    """Rounds of a run in progress (its checkpoint's history is metrics.jsonl); -1: no checkpoint."""
+    if not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "metrics.jsonl").is_file():
+        return -1
+    return history_rounds((run_dir / "metrics.jsonl").read_bytes())
+
+
+def history_rounds(metrics_jsonl: bytes) -> int:
+    """The rounds a run's history (metrics.jsonl, a line per round) records."""
+    return metrics_jsonl.count(b"\n")
+

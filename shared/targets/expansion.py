@@ -17,10 +17,10 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.campaign.commands import Copy, copy_part, copy_runtime, data_folder
 from shared.config.schema import ConfigError, RunConfig
 from shared.config.dotted import deep_merge
 from shared.runs.files import write_atomically
+from shared.targets.copies import Copy, copy_part, copy_runtime, data_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("shared", "papers")  # the code that declares tables and resolves configs

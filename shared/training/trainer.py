@@ -130,7 +130,7 @@ def evaluates(cfg: RunConfig, round: int) -> bool:
 
 class OutOfTime(Exception):
     """The run stopped between rounds, its last round checkpointed, because the next round
-    would end past its deadline (a time-boxed GPU slot, shared/campaign/commands.py); started again, it
+    would end past its deadline (a time-boxed GPU slot, shared/campaign/train.py); started again, it
     continues from that checkpoint."""
 
 

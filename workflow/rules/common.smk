@@ -11,12 +11,12 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from shared.campaign.commands import CampaignError, copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
 from shared.targets.expansion import expansion
 from shared.runs.files import write_atomically
+from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
 SCALE = config["scale"]
 
@@ -30,13 +30,13 @@ RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
 RUNTIME_ARGS = " ".join(shlex.quote(f"{key}={value}") for key, value in [
     ("data_root", RUNTIME["data_root"]), *((f"trainer.{k}", v) for k, v in RUNTIME["trainer"].items())])
 
-# A copy of the official data (`--config copy=cifar10=<sha256>`, or =FILE; shared/campaign/commands.py):
+# A copy of the official data (`--config copy=cifar10=<sha256>`, or =FILE; shared/targets/copies.py):
 # every run of that dataset trains on it (dataset.copy: ids of their own), each table is cut to
 # its part on it and labelled, and everything lands in a folder named as the shipped tables of
 # that copy are (`data_folder`), never where the official tables belong.
 try:
     COPY = located_copy(config.get("copy"), RUNTIME["data_root"])
-except (CampaignError, DataError) as exc:  # said before any job starts
+except (ConfigError, DataError) as exc:  # said before any job starts
     raise ValueError(f"--config copy={config.get('copy')}: {exc}") from None
 BUILD_RUNTIME = deep_merge(RUNTIME, copy_runtime(COPY))  # what a table, figure or search job expands with
 DATA_KEY = SCALE if COPY is None else data_folder(SCALE, COPY)  # names the logs, the configs, the index's lines

@@ -6,11 +6,11 @@
 # scheduled again because a speed switch, the data root or runs_per_job changed.
 import math
 
-from shared.campaign.commands import restore_shipped
+from shared.campaign.shipped import restore_shipped
 from shared.plan import gpu_hours
 from shared.runs.files import is_final, summary_problem
 
-# Shipped runs (results/shipped/runs/, tracked; shared/campaign/commands.py) are finished runs: copied
+# Shipped runs (results/shipped/runs/, tracked; shared/campaign/shipped.py) are finished runs: copied
 # into the runs folder before the DAG is built, so their jobs are never scheduled.
 restore_shipped(RUNS, RUNS_DIR)
 

@@ -1,0 +1,130 @@
+"""`bundle`: what an offline GPU machine needs beside the checkout: the data its runs read, the
+wheels it may lack, and a state file of the runs finished and in progress here."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from shared.campaign.ledger import state_parts, upload_budget
+from shared.campaign.shipped import SHIPPED, is_finished
+from shared.campaign.state import RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
+from shared.campaign.state_reading import CampaignError
+from shared.campaign.train import check_parts, save
+from shared.config.schema import RunConfig
+from shared.runs.files import history_rounds, rounds_done
+from shared.targets.copies import Copy, campaign_runs
+
+SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
+# What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
+# Pillow) may lack of what `train` imports; Snakemake it never imports
+OFFLINE_WHEELS = ("pyyaml>=6",)
+
+
+def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -> list[tuple[Path, Path]]:
+    """(source, place under the bundle's data root) of the files the runs read: the copy, or
+    the official archives found in the local data root."""
+    from shared.data.datasets import CIFAR, COPIES
+
+    if copy is not None:
+        if copy.path is None:
+            raise CampaignError("bundle needs the copy's file: --copy NAME=FILE")
+        return [(copy.path, Path(COPIES) / copy.path.name)]
+    names = {cfg.dataset.name for cfg in runs.values()}
+    found = [(data_root / CIFAR[n]["archive"].filename, Path(CIFAR[n]["archive"].filename)) for n in names if n in CIFAR]
+    absent = [str(src) for src, _ in found if not src.is_file()]
+    if absent:
+        raise CampaignError(f"{absent[0]} is not here to bundle; download it first (or train on a copy: --copy)")
+    return found
+
+
+def wheels(out: Path, wheels_from: Path | None) -> list[str]:
+    """Wheels of what the GPU machine may lack (OFFLINE_WHEELS), for CPython 3.12 on Linux:
+    copied from a folder, or downloaded here with pip (the machine itself has no network)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if wheels_from is not None:
+        for wheel in wheels_from.glob("*.whl"):
+            shutil.copy2(wheel, out / wheel.name)
+    else:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version",
+                        "3.12", "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                        "-d", str(out), *OFFLINE_WHEELS], check=True)
+    return sorted(p.name for p in out.glob("*.whl"))
+
+
+def check_carried_state(source: Path, place: Path) -> None:
+    """Refused in one line, before anything is written: a state at the bundle's place that is not
+    --state's bytes (it may be a newer slot's state; moving it aside would hide it from the slot)."""
+    there, carried = state_files(place), state_files(source)
+    if not there or source.resolve() == place.resolve():
+        return
+    same = ([p.name.replace(source.name, place.name, 1) for p in carried] == [p.name for p in there]
+            and all(a.read_bytes() == b.read_bytes() for a, b in zip(carried, there)))
+    if not same:
+        raise CampaignError(f"{place} (or its parts) holds another state than --state {source}, perhaps a newer "
+                            f"slot's; import or move it away first")
+
+
+def bundle(args) -> int:
+    """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh (and
+    scripts/campaign-slot.sh) read them: DIR/data, DIR/wheels, DIR/state.tar.gz. Without
+    --state, the state is written here: the ledger and the checkpoints that fit --max-upload-mib
+    (`bundle_state`); with it, that state is carried as it is."""
+    from shared.config.schema import data_root
+
+    check_parts(args)
+    given = args.state is not None
+    args.state = args.state or args.output / SLOT_STATE
+    check_carried_state(args.state, args.output / SLOT_STATE)
+    members = state_defaults(args)
+    runs, _ = campaign_runs(args.targets, args.scale, args.copy_spec)
+    out, runs_dir, shipped_runs = args.output, args.root / RUNS_DIR, args.root / SHIPPED / "runs"
+    sources = data_files(runs, args.copy_spec, data_root(RunConfig(data_root=args.data_root)))
+    upload_budget(args.max_upload_mib, sum(source.stat().st_size for source, _ in sources))  # before any write
+    unsaved = [] if given else not_here(members, runs_dir, shipped_runs)
+    if unsaved:
+        raise CampaignError(f"{args.state} holds {len(unsaved)} runs further than here (e.g. {unsaved[0]}); "
+                            f"import it first")
+    for source, place in sources:
+        (out / "data" / place).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, out / "data" / place)
+    names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
+    if not given:
+        bundle_state(args, runs, out)
+    elif args.state.resolve() != (out / SLOT_STATE).resolve():  # checked above: nothing there, or the same bytes
+        for part in state_files(args.state):
+            shutil.copy2(part, out / part.name.replace(args.state.name, SLOT_STATE, 1))  # the name the slot reads
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
+    if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:
+        raise CampaignError(f"bundle {out}: {size / 2**20:.1f} MiB is over --max-upload-mib {args.max_upload_mib:g}")
+    print(f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / SLOT_STATE} (ledger of "
+          f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}")
+    return 0
+
+
+def not_here(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> list[str]:
+    """The runs of a state that this machine has not got as far: a finished run neither here nor
+    shipped, a checkpoint ahead of the one here (a returned state not imported yet)."""
+    return [rid for (kind, rid), files in state_runs(members).items()
+            if not is_finished(rid, runs_dir, shipped_runs)
+            and (kind == "finished" or rounds_done(runs_dir / rid) < history_rounds(files.get("metrics.jsonl", b"")))]
+
+
+def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
+    """DIR/state.tar.gz: the ledger of the runs finished here or shipped (no finished run's
+    text), and the checkpoints here, the most advanced first, while data, wheels and state stay
+    within --max-upload-mib; each checkpoint left out is said in one line."""
+    runs_dir, shipped_runs = args.root / RUNS_DIR, args.root / SHIPPED / "runs"
+    args.ledger = frozenset(rid for rid in runs if is_finished(rid, runs_dir, shipped_runs))  # shipped or here
+    args.carried_rounds, args.bundling = None, True
+    others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
+    budget = upload_budget(args.max_upload_mib, others)
+    if budget is not None:  # parts that hold the bytes left: the checkpoints that do not fit stay out
+        args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib))
+    written = save(args, runs_dir)
+    for run in written.left_out:
+        print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
+              f"{args.state}: --max-upload-mib {args.max_upload_mib:g}; the session starts it again", file=sys.stderr)
+

@@ -1,0 +1,190 @@
+"""`status` and `import`: how far the targets' runs are; a returned state's checkpoints restored
+and its finished runs shipped (results/shipped/), with the tables and figures built from them."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+from shared.archive import claim_runs, holds_result, target_parts
+from shared.campaign.shipped import SHIPPED, is_finished, put_finished
+from shared.campaign.state import (RESULTS, RUNS_DIR, manifest_copy, read_state, restore, state_defaults, state_runs,
+                                   trusted_members)
+from shared.campaign.state_reading import MEMBER, check_inside
+from shared.config.schema import ConfigError, RunConfig
+from shared.runs.files import history_rounds, rounds_done, write_atomically, write_folder_atomically
+from shared.targets.copies import (Copy, campaign_runs, copy_part, copy_runtime, finished_part, label_outputs, labelled,
+                                   table_dir)
+
+
+def run_progress(rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, state: dict[str, bytes],
+                 finished_in_state: set[str]) -> float:
+    """The fraction of the run's rounds done: 1 finished (here, shipped or in the state: a
+    result, not a recorded failure; `state_runs`)."""
+    if is_finished(rid, runs_dir, shipped_runs) or rid in finished_in_state:
+        return 1.0
+    rounds = max(rounds_done(runs_dir / rid), history_rounds(state.get(f"progress/{rid}/metrics.jsonl", b"")), 0)
+    return rounds / cfg.federation.rounds
+
+
+def status(args) -> int:
+    from shared.plan import gpu_hours, measured_throughput
+
+    state = state_defaults(args)
+    finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too
+    speed = {model: m["samples_per_s"] for runs_dir in (args.root / SHIPPED / "runs", args.root / RUNS_DIR)
+             for model, m in measured_throughput("cuda", runs_dir).items()}  # this machine's runs win
+    def tally(targets: list[str]) -> tuple[Counter, int]:
+        runs, skipped = campaign_runs(targets, args.scale, args.copy_spec)
+        line = Counter()
+        for rid, cfg in runs.items():
+            done = run_progress(rid, cfg, args.root / RUNS_DIR, args.root / SHIPPED / "runs", state, finished_in_state)
+            line["finished" if done == 1 else "in progress" if done > 0 else "missing"] += 1
+            line["hours"] += (1 - done) * gpu_hours(cfg, speed)
+        return line, skipped
+
+    for target in args.targets:
+        line, skipped = tally([target])
+        print(f"{target}: {line['finished']} finished, {line['in progress']} in progress, {line['missing']} missing"
+              f"{f', {skipped} need other data' if skipped else ''}; {line['hours']:.1f} GPU-hours left")
+    total = tally(args.targets)[0]  # a run two targets share counts once
+    calibrated = f"calibrated on {', '.join(sorted(speed))}" if speed else "not calibrated: estimated throughput"
+    print(f"total: {total['finished']} finished, {total['in progress']} in progress, {total['missing']} missing; "
+          f"{total['hours']:.1f} GPU-hours left at scale={args.scale}"
+          f"{f' on {args.copy_spec.label}' if args.copy_spec else ''} ({calibrated})")
+    return 0
+
+
+def ship(members: dict[str, bytes], shipped_runs: Path) -> dict[str, list[str]]:
+    """The state's finished runs into shipped_runs/<id>/, each holding its lock; a run shipped
+    already is left as it is."""
+    done = {"shipped": [], "kept": []}
+    by_run = {rid: files for (_, rid), files in state_runs(members, ("finished",)).items()}
+    with ExitStack() as locks:  # another import may write the same runs
+        claim_runs(shipped_runs, [rid for rid in by_run if not holds_result(shipped_runs / rid)], locks)
+        for rid, files in by_run.items():
+            done["shipped" if put_finished(shipped_runs / rid, files) else "kept"].append(rid)
+    return done
+
+
+def named_target(target: str, prefix: str) -> tuple[str, str] | None:
+    """(paper, name) of the target papers/<paper>/<name> where name starts with prefix; else None."""
+    parts = target_parts(target)  # as target_cells reads it
+    return (parts[0], parts[1]) if len(parts) == 2 and parts[1].startswith(prefix) else None
+
+
+def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
+    """The target's table from the shipped runs, labelled with the copy and marked partial;
+    None when it is not a table or nothing of it is finished."""
+    from shared.targets.experiments import get_table
+    from shared.reporting.tables import build_table
+
+    parts = named_target(target, "table")
+    if parts is None:
+        return None
+    table = get_table(*parts)
+    runtime = copy_runtime(copy)
+    table, note = finished_part(copy_part(table, scale, copy) if copy else table, scale, runtime, shipped / "runs")
+    if table is None:
+        return None
+    out = check_inside(table_dir(shipped, parts[0], parts[1], scale, copy), shipped.parent)
+
+    def write(folder: Path) -> None:
+        build_table(labelled(table, copy, note), scale, shipped / "runs", folder, runtime)
+        label_outputs(folder, copy, note)
+    write_folder_atomically(out, write)
+    return out
+
+
+def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
+    """The target's figure from the shipped runs once all its runs are shipped (a figure is
+    not cut to what is finished), its caption labelled with the copy; else None."""
+    from shared.reporting.figures import build_figure, get_figure
+
+    parts = named_target(target, "fig")
+    if parts is None:
+        return None
+    figure = get_figure(*parts)
+    runtime = copy_runtime(copy)
+    try:
+        cells = figure.cells(scale, runtime)
+    except ConfigError:  # runs on data the copy is not of
+        return None
+    if not all(holds_result(shipped / "runs" / c.run_id) for c in cells):
+        return None
+    out = check_inside(table_dir(shipped, parts[0], parts[1], scale, copy), shipped.parent)
+
+    def write(folder: Path) -> None:
+        build_figure(labelled(figure, copy), scale, shipped / "runs", folder, runtime)
+        label_outputs(folder, copy)
+    write_folder_atomically(out, write)
+    return out
+
+
+def write_listing(shipped: Path) -> Path:
+    """shipped/README.md: every shipped table and figure (linked) and how many runs are shipped."""
+    import yaml
+
+    runs = sorted(p.parent.name for p in (shipped / "runs").glob("*/metrics.json"))
+    tables = sorted(p.parent for p in (shipped / "tables").glob("*/*/*/provenance.yaml"))  # and figures
+    lines = ["# Shipped paper-scale results", "",
+             "Generated by `python -m shared.campaign import`; see the README's Campaign section.", "",
+             f"{len(runs)} finished runs in [`runs/`](runs/) (config, metrics, per-round curves; no models).", ""]
+    if not tables:
+        lines.append("No table or figure is shipped yet: no paper-scale run has finished.")
+    for path in tables:
+        rel = path.relative_to(shipped)
+        provenance = yaml.safe_load((path / "provenance.yaml").read_text())
+        partial = f" ({provenance['partial']})" if provenance.get("partial") else ""
+        if (path / "comparison.md").is_file():
+            lines.append(f"- [`{rel}`]({rel}/comparison.md): "
+                         f"{(path / 'comparison.md').read_text().splitlines()[0].lstrip('# ')}{partial}")
+        else:
+            lines.append(f"- [`{rel}`]({rel}/figure.png): {provenance['caption']}")
+    write_atomically(check_inside(shipped / "README.md", shipped.parent), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    return shipped / "README.md"
+
+
+def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[str]:
+    """The state's targets, and the tables shipped before on the same data and scale (a run
+    one of them shares may have come with this state)."""
+    folder = table_dir(shipped, "*", "*", manifest["scale"], copy).parent.parent
+    before = [f"papers/{p.parent.name}/{p.name}" for p in sorted(folder.glob("*/*")) if p.is_dir()]
+    return list(dict.fromkeys([*manifest["targets"], *before]))
+
+
+def import_state(args) -> int:
+    """A run that fails its checks (shared/campaign/carried_runs.py) is named in one line and left out,
+    the others imported (exit status 2 then); every path the state decides is checked to lie
+    under results/ before anything is written."""
+    manifest, members = read_state(args.file)
+    shipped = args.root / SHIPPED
+    copy = manifest_copy(manifest)
+    members, refused = trusted_members(manifest, members)
+    for line in refused:
+        print(f"error: {line}", file=sys.stderr)
+    for path in import_paths(manifest, members, args.root, copy):
+        check_inside(path, args.root / RESULTS)
+    progress = {k: v for k, v in members.items() if k.startswith("progress/")}
+    # checkpoints first: a run a trainer holds (the likely refusal) is refused before anything is written
+    restored = restore(progress, args.root / RUNS_DIR, shipped / "runs")
+    shipping = ship(members, shipped / "runs")
+    tables = [build(t, manifest["scale"], copy, shipped) for t in affected_tables(manifest, copy, shipped)
+              for build in (build_shipped_table, build_shipped_figure)]
+    write_listing(shipped)
+    kept = f" ({len(shipping['kept'])} shipped already, left as they were)" if shipping["kept"] else ""
+    print(f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "
+          f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
+          f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}")
+    return 2 if refused else 0
+
+
+def import_paths(manifest: dict, members: dict[str, bytes], root: Path, copy: Copy | None) -> list[Path]:
+    """Every path `import` writes that the state decides: its runs' folders, its tables' folders."""
+    shipped = root / SHIPPED
+    runs = sorted({MEMBER.fullmatch(name).group(2) for name in members})
+    tables = [table_dir(shipped, *parts, manifest["scale"], copy) for t in affected_tables(manifest, copy, shipped)
+              if len(parts := target_parts(t)) == 2]
+    return [shipped / "README.md", *(d / rid for rid in runs for d in (shipped / "runs", root / RUNS_DIR)), *tables]
+

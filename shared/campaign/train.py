@@ -1,0 +1,303 @@
+"""`train`: the targets' missing runs trained in units, each sized to the time left, until a
+budget of minutes ends; the state file saved after each unit and on a SIGTERM."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from shared.campaign.ledger import BUNDLED, LEDGER
+from shared.campaign.shipped import SHIPPED, is_finished
+from shared.campaign.state import (MAX_PARTS, RUNS_DIR, Written, carried_finished_size, expected_runs, member_bound,
+                                   part_bytes, restore, state_defaults, state_exists, state_members, write_state)
+from shared.campaign.state_reading import CampaignError
+from shared.config.dotted import deep_merge
+from shared.config.schema import ConfigError, RunConfig, identity, run_id
+from shared.data.catalog import DataError, image_shape, num_classes
+from shared.runs.files import rounds_done
+from shared.targets.copies import Copy, campaign_runs
+
+STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
+GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
+
+
+def with_runtime(cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int = 1,
+                 settings: dict | None = None) -> RunConfig:
+    """The config with this machine's device, data root and clients per step, and the runtime
+    `settings` of --set (none changes the run id; clients_per_step > 1 asks for the batched
+    step, and so for groups, on a CPU too)."""
+    from shared.targets.configs import load_config
+
+    runtime = deep_merge({"trainer": {"device": device, "clients_per_step": clients_per_step},
+                          **({"data_root": data_root} if data_root else {})}, settings or {})
+    resolved = load_config(None, deep_merge(identity(cfg), runtime))
+    if run_id(resolved) != run_id(cfg):  # a runtime key that is part of the id would retrain finished runs
+        raise CampaignError(f"--device {device}, --data-root {data_root} or --clients-per-step {clients_per_step} "
+                            f"changes run {run_id(cfg)}'s id")
+    return resolved
+
+
+def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
+    """Run ids in the order they train, in units that train together: the groups of
+    shared/targets/run_groups.py, each split into its first seed's runs and the further seeds', every
+    group's first seed before any further seed (a table has one seed of every cell soonest).
+    A group that cannot share a batched step on this device (`group_reason`: on a CPU, where
+    one after another is faster) is units of one run."""
+    from shared.training.group_training import group_reason
+    from shared.targets.run_groups import form_groups
+
+    groups = form_groups(runs, GROUP_LIMIT)
+    first = min((cfg.seed for cfg in runs.values()), default=0)
+    ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [[r for r in g if runs[r].seed != first] for g in groups]
+    units = []
+    for unit in filter(None, ordered):
+        together = len(unit) > 1 and group_reason([
+            with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
+            for r in unit]) is None
+        units += [unit] if together else [[r] for r in unit]
+    return units
+
+
+def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> list[str]:
+    """One run, or a group in one batched step (shared/training/group_training.py); a group whose method
+    or model cannot share a step (dropout, another optimizer than SGD, a method without the
+    capabilities) trains one run after another, as the workflow's jobs do, a run that raises
+    (said in one line) not keeping the others from training. Returns the runs that raised."""
+    from shared.training import trainer
+    from shared.training.group_training import GroupRefused, run_group
+
+    cfgs = [with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
+            for rid in rids]
+    if len(rids) > 1:
+        try:
+            run_group(cfgs, [runs_dir / rid for rid in rids], deadline=deadline)
+            return []
+        except GroupRefused as why:  # raised before any training
+            print(f"note: {len(rids)} runs train one after another: {why}", file=sys.stderr, flush=True)
+    raised = []
+    for cfg, rid in zip(cfgs, rids):
+        try:
+            trainer.run(cfg, runs_dir / rid, deadline=deadline)
+        except (trainer.OutOfTime, ConfigError, DataError):  # out of time, or this machine cannot run it
+            raise
+        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+            print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+            raised.append(rid)
+    return raised
+
+
+def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path,
+               finished_size: int = 0) -> dict[str, int]:
+    """Train the unfinished runs in order (`training_units`, each sized to the time left:
+    `sized_units`) until the deadline; counts of what happened, by run. finished_size: at least
+    the bytes the finished runs take in the state file (`not_worth_starting` refuses a unit
+    only where sure), then as each save measures them."""
+    from shared.training import trainer
+    counts, timing = Counter(), getattr(args, "timing_record", None)
+    for rids, estimate in sized_units(runs, args, deadline, runs_dir):
+        if time.time() + estimate.seconds > deadline:
+            counts["not started (no time for a round)"] += len(rids)
+            break
+        refused = not_worth_starting(rids, runs, args, deadline, estimate.seconds, runs_dir, finished_size)
+        if refused:
+            counts["not started (could not finish, and its checkpoint cannot come back)"] += len(rids)
+            print(refused, file=sys.stderr)
+            continue
+        cfg = runs[rids[0]]
+        with timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit:
+            try:
+                raised = train_unit(rids, runs, args, deadline, runs_dir)
+                counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
+            except trainer.OutOfTime as exc:
+                counts["stopped"] += len(rids)
+                print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
+                if unit:
+                    unit.outcome = "stopped by the deadline"
+                break
+            except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
+                raise
+            except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+                counts["raised"] += len(rids)
+                print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+                if unit:
+                    unit.outcome = f"raised {type(exc).__name__}: {exc}"
+        try:
+            finished_size = save(args, runs_dir).finished_size
+        except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
+            print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
+            break
+    return counts
+
+
+def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path):
+    """(run ids, round estimate) of each unit in turn, its finished runs (here, shipped or in
+    the ledger) left out, sized to the time left (`unit_sizing.size_unit`): the runs it leaves
+    out come next as a unit of their own. Measured rounds are read again before each unit, so
+    each unit trained counts for the next."""
+    from shared.campaign import unit_sizing
+    queue = training_units(runs, args)
+    ledger = getattr(args, "ledger", frozenset())
+    while queue:
+        unit = [rid for rid in queue.pop(0)
+                if rid not in ledger and not is_finished(rid, runs_dir, args.root / SHIPPED / "runs")]
+        if not unit:
+            continue
+        measured = unit_sizing.measured_rounds(runs, runs_dir)
+        done = {rid: rounds_done(runs_dir / rid) for rid in unit}
+        rids, estimate = unit_sizing.size_unit(unit, runs, done, deadline - time.time(), measured)
+        if len(rids) < len(unit):
+            queue.insert(0, [rid for rid in unit if rid not in rids])
+            print(f"note: {len(rids)} of the unit's {len(unit)} runs train now, as they can finish in the time left "
+                  f"(a round about {estimate.seconds:.0f} s, {estimate.source})", file=sys.stderr)
+        yield rids, estimate
+
+
+def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, round_seconds: float,
+                       runs_dir: Path, finished_size: int) -> str | None:
+    """Why the unit is not started (None: it is): at `round_seconds` a round it cannot finish
+    before the deadline, and its checkpoints, each at least its model's weights, would not fit
+    beside the finished runs in what a slot returns, so its GPU minutes would be lost."""
+    rounds = max(runs[rid].federation.rounds - max(rounds_done(runs_dir / rid), 0) for rid in rids)
+    seconds = rounds * round_seconds
+    if time.time() + seconds <= deadline:
+        return None
+    checkpoints = [checkpoint_size(runs[rid], runs_dir / rid) for rid in rids]
+    if finished_size + member_bound(checkpoints) <= args.max_parts * part_bytes(args.part_mib):
+        return None
+    return (f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
+            f"{max(deadline - time.time(), 0) / 60:.1f} min left, and the checkpoints (at least "
+            f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {slot_return(args)}")
+
+
+def checkpoint_size(cfg: RunConfig, run_dir: Path) -> int:
+    """At least the bytes of the run's checkpoint once it has trained: the one there, or its
+    model's weights, which every checkpoint holds (a method's state comes on top). A model
+    whose shape only the data gives (text, image folders): the one there, or 0."""
+    checkpoint = run_dir / "checkpoint.pt"
+    there = checkpoint.stat().st_size if checkpoint.is_file() else 0
+    shape, classes = image_shape(cfg), num_classes(cfg)
+    if shape is None or classes is None:
+        return there
+    return max(there, weights_size(cfg.model.name, classes, *shape, cfg.model.projection_dim))
+
+
+@functools.lru_cache(maxsize=16)
+def weights_size(model: str, classes: int, channels: int, side: int, projection_dim: int | None) -> int:
+    """The bytes of an image model's weights and buffers, as its state_dict holds them."""
+    from shared.models import build_model
+
+    state = build_model(model, classes, channels, side, projection_dim).state_dict()
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+@functools.lru_cache(maxsize=8)
+def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tuple[str, ...]:
+    """The runs a state file holds, expanded once per process: `train` saves after every run."""
+    return tuple(expected_runs(targets, scale, copy))
+
+
+def save(args, runs_dir: Path) -> Written:
+    """The state file: the runs of its earlier targets and of this command's, the checkpoints
+    that a slot could return (`write_state`)."""
+    run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
+    ledger = getattr(args, "ledger", frozenset())
+    about = {"targets": args.state_targets, "scale": args.scale,
+             "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None,
+             **({LEDGER: sorted(ledger)} if ledger else {}),
+             **({BUNDLED: True} if getattr(args, "bundling", False) else {})}
+    members = state_members(run_ids, runs_dir, ledger, getattr(args, "carried_rounds", None))
+    with sigterm_deferred():
+        return write_state(args.state, members, about, args.part_mib, args.max_parts)
+
+
+def slot_return(args) -> str:
+    return f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
+
+
+def tell_left_out(args, written: Written) -> None:
+    """One line for each checkpoint the state file leaves out, and one where even its finished
+    runs pass what a slot returns."""
+    for run in written.left_out:
+        print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
+              f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
+              f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}", file=sys.stderr)
+    if written.files > args.max_parts:
+        print(f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
+              f"runs alone, and {slot_return(args)}: a slot cannot return the whole state", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def sigterm_deferred():
+    """A SIGTERM while the state file is written is handled once it is written: stopping then
+    leaves one whole state, not a file and parts side by side."""
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if received:
+        signal.raise_signal(signal.SIGTERM)
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (a scheduler's, or `timeout`'s, when a round overran the budget) stops the run
+    in progress as the budget would: its last checkpoint goes into the state file."""
+    from shared.training.trainer import OutOfTime
+
+    def stop(signum, frame):
+        raise OutOfTime("stopped by SIGTERM; the state keeps its last round's checkpoint")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def check_parts(args) -> None:
+    """--part-mib and --max-parts, refused in one line before anything trains or is written."""
+    if not args.part_mib > 0:
+        raise CampaignError(f"--part-mib {args.part_mib:g}: a part must hold more than 0 MiB")
+    if not 1 <= args.max_parts <= MAX_PARTS:
+        raise CampaignError(f"--max-parts {args.max_parts}: a slot must return at least the state's one file, "
+                            f"and parts are numbered 00-{MAX_PARTS - 1}")
+
+
+def train(args) -> int:
+    from shared.targets.runtime_settings import parse_settings
+
+    check_parts(args)
+    args.settings = parse_settings(args.set)
+    stop_on_sigterm()
+    started = time.time()
+    deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
+    members = state_defaults(args)
+    runs_dir = args.root / RUNS_DIR
+    runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    if args.copy_spec is not None:  # missing data is said before anything is restored or trains
+        from shared.config.schema import data_root
+        from shared.data.datasets import find_copy
+
+        find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
+    if state_exists(args.state):
+        restored = restore(members, runs_dir, args.root / SHIPPED / "runs")
+        here = f" ({len(restored['kept'])} as far here already)" if restored["kept"] else ""
+        print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
+              f"{len(restored['progress'])} checkpointed runs restored{here}")
+    carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
+    from shared.campaign.session_timing import session_timing
+
+    with session_timing(args.timing, args.device) as args.timing_record:
+        counts = train_runs(runs, args, deadline, runs_dir, carried)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
+    written = save(args, runs_dir)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    tell_left_out(args, written)
+    finished = sum(rid in args.ledger or is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
+    print(f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
+          f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
+          f"min; state {args.state}: {written.size / 2**20:.2f} MiB")
+    return 1 if counts["raised"] else 0
+

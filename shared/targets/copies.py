@@ -1,0 +1,191 @@
+"""Which runs a campaign's targets need, and on which data: a copy of the official data
+(dataset.copy), a table cut to its part on the copy or to what is finished, and the labels
+that name the copy on what is built from it (the workflow's too: workflow/rules/common.smk)."""
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+from shared.archive import holds_result, target_cells
+from shared.config.dotted import deep_merge
+from shared.config.schema import ConfigError, RunConfig, identity, run_id
+from shared.data.catalog import DataError, copy_label, is_sha256
+from shared.runs.files import write_atomically
+
+IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
+
+
+@dataclasses.dataclass(frozen=True)
+class Copy:
+    """A copy of the official data the runs train on (dataset.copy)."""
+
+    dataset: str
+    sha256: str
+    kind: str = ""  # "JPEG", from the files it holds
+    path: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return copy_label(self.dataset, self.sha256, self.kind)
+
+    @property
+    def slug(self) -> str:
+        return f"{self.dataset}-{self.kind.lower() + '-' if self.kind else ''}copy-{self.sha256[:7]}"
+
+
+def parse_copy(text: str | None) -> Copy | None:
+    """--copy NAME=FILE (hashed here) or NAME=SHA256."""
+    if text is None:
+        return None
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ConfigError(f"--copy {text!r}: expected NAME=FILE or NAME=SHA256, e.g. cifar10=cifar10-jpeg.zip")
+    if is_sha256(value):
+        return Copy(name, value)
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise DataError(f"--copy {text!r}: {path} is not a file")
+    from shared.data.datasets import file_digest
+
+    return Copy(name, file_digest(path, "sha256"), copy_kind(path), path)
+
+
+def located_copy(text: str | None, data_root: str | Path) -> Copy | None:
+    """NAME=FILE, or NAME=SHA256 found under the data root's copies/ by its content, with its
+    kind read from the file: the workflow (`--config copy=...`) names its folder and labels
+    its outputs as the shipped tables of that copy are named and labelled."""
+    copy = parse_copy(text)
+    if copy is None or copy.path is not None:
+        return copy
+    from shared.data.datasets import find_copy
+
+    path = find_copy(Path(data_root), copy.sha256)
+    return dataclasses.replace(copy, kind=copy_kind(path), path=path)
+
+
+def copy_kind(path: Path) -> str:
+    """"JPEG" for a zip of mostly .jpg files, "PNG" for .png; "" otherwise."""
+    if path.suffix != ".zip":
+        return ""
+    suffixes = Counter(Path(n).suffix.lower() for n in zipfile.ZipFile(path).namelist())
+    common = suffixes.most_common(1)[0][0] if suffixes else ""
+    return IMAGE_KINDS.get(common, "")
+
+
+def on_copy(cfg: RunConfig, copy: Copy | None) -> RunConfig | None:
+    """The config trained on the copy; None for a run on another dataset (no data for it)."""
+    from shared.targets.configs import load_config
+
+    if copy is None:
+        return cfg
+    if cfg.dataset.name != copy.dataset:
+        return None
+    return load_config(None, deep_merge(identity(cfg), {"dataset": {"copy": copy.sha256}}))
+
+
+def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[dict[str, RunConfig], int]:
+    """run id -> config of every run the targets need, seed 0 of every cell first (the rows a
+    table trains first before the others), then seed 1, ...; and how many runs need data other
+    than the copy (left out)."""
+    cells = [cell for target in targets for cell in target_cells(target, scale)]
+    runs, skipped = {}, set()
+    for cell in sorted(cells, key=lambda c: (c.seed, not c.trained_first)):  # stable: table order within
+        cfg = on_copy(cell.config, copy)
+        if cfg is None:
+            skipped.add(cell.run_id)
+        else:
+            runs.setdefault(run_id(cfg), cfg)
+    return runs, len(skipped)
+
+
+def copy_part(table, scale: str, copy: Copy):
+    """The table cut to its part on the copy's dataset: the settings with any run on it, the
+    methods with every run on it (FedGKD's tables give datasets columns or rows)."""
+    from shared.targets.experiments import expand, keep_rows
+
+    cells = expand(table, scale)
+    on_copy = lambda cell: cell.config.dataset.name == copy.dataset
+    keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
+    columns = [table.columns[i] for i in keep]
+    rows = [r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))]
+    settings = {c.label for c in columns}
+    cut = keep_rows(table, rows)
+    return dataclasses.replace(  # what names a setting cut away goes with it
+        cut, columns=columns,
+        rows=[dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings})
+              for r in cut.rows],
+        reported={row: [values[i] for i in keep] for row, values in cut.reported.items()},
+        inconsistencies=[m for m in cut.inconsistencies if m.column in settings])
+
+
+def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
+    """The table cut to what is finished: the methods with every setting finished at seed 0,
+    and as many further seeds as all of them have; (None, "") when no method has one.
+    Returns (table, the note that marks it partial, empty when it is whole)."""
+    from shared.targets.experiments import expand, keep_rows, scale_seeds
+
+    cells = expand(table, scale, runtime)
+    missing = {(c.row.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
+    seeds, rows = [], []
+    for seed in scale_seeds(table, scale):
+        complete = [r for r in table.rows if r.implemented and all((r.label, s) not in missing for s in [*seeds, seed])]
+        if not complete or len(complete) < len(rows):  # another seed never costs a method
+            break
+        seeds, rows = [*seeds, seed], complete
+    cut = keep_rows(table, [r for r in table.rows if r in rows or not r.implemented], seeds=tuple(seeds))
+    shown = [r for r in cut.rows if r.implemented]  # a reading goes only beside its row
+    if not shown:
+        return None, ""
+    implemented = [r for r in table.rows if r.implemented]
+    partial = len(shown) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
+    note = (f"partial: {len(shown)} of {len(implemented)} methods, seeds {seeds} of "
+            f"{list(scale_seeds(table, scale))}") if partial else ""
+    return cut, note
+
+
+def data_folder(scale: str, copy: Copy | None) -> str:
+    """The name of the folder of tables built at `scale` on `copy` (or the official data),
+    shipped or built by the workflow: "cifar10-jpeg-copy-dfaab4e", "smoke-cifar10-copy-1a2b3c4"."""
+    return "-".join([*([] if scale == "paper" else [scale]), *([copy.slug] if copy else [])]) or "official"
+
+
+def table_dir(shipped: Path, paper: str, name: str, scale: str, copy: Copy | None) -> Path:
+    """Where a shipped table lands: its own folder per data (the copy's) and scale."""
+    return shipped / "tables" / data_folder(scale, copy) / paper / name
+
+
+def copy_runtime(copy: Copy | None) -> dict:
+    """What a runtime adds for runs on the copy (dataset.copy: their own run ids)."""
+    return {"dataset": {"copy": copy.sha256}} if copy else {}
+
+
+def labelled(target, copy: Copy | None, note: str = ""):
+    """A table or figure whose caption names the copy (and the partial note); a table's name
+    gets the copy's slug too (in ASCII: its LaTeX label, the titles drawn from it), keeps its
+    declared name (`renamed_from`), by which its claims are found, and names its data in its
+    claims as the caption does."""
+    labels = " ".join(f"[{label}]" for label in (copy.label if copy else "", note) if label)
+    if not labels:
+        return target
+    renamed = {"name": f"{target.name}-{copy.slug}", "renamed_from": target.name, "data": copy.label} \
+        if copy and target.name.startswith("table") else {}
+    return dataclasses.replace(target, caption=f"{target.caption} {labels}", **renamed)
+
+
+def label_outputs(out: Path, copy: Copy | None, note: str = "") -> None:
+    """The data in provenance.yaml and, on a copy, in every CSV (a `data` column), beside the
+    captions: a file read alone still says what the runs trained on."""
+    import pandas as pd
+    import yaml
+
+    data = copy.label if copy else "official"
+    for path in out.glob("*.csv") if copy else []:
+        frame = pd.read_csv(path)
+        frame["data"] = data
+        write_atomically(path, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
+    provenance.update(data=data, partial=note or False)
+    write_atomically(out / "provenance.yaml", lambda tmp: tmp.write_text(yaml.safe_dump(provenance, sort_keys=False)))
+
