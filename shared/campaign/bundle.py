@@ -122,7 +122,7 @@ def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
     others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
     budget = upload_budget(args.max_upload_mib, others)
     if budget is not None:  # parts that hold the bytes left: the checkpoints that do not fit stay out
-        args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib))
+        args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib) if args.part_mib else budget)
     written = save(args, runs_dir)
     for run in written.left_out:
         print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "

@@ -13,11 +13,11 @@ of every cell first, so that a whole table exists with one seed as early as poss
 further seeds. A run stops between rounds, its checkpoint kept, when another round would pass
 the budget of M minutes; FILE then holds the finished runs (config, metrics, per-round
 curves; no models) and the checkpoints of the runs in progress (with the per-client state files
-they name), every member checksummed. A
-FILE larger than --part-mib is written as FILE.part-00, FILE.part-01, ... (a slot returns
-files of at most 16 MiB); a kill at any step of a save leaves the earlier state or the new one
-readable. A slot returns at most --max-parts (8) files, so the finished runs are always kept,
-and the checkpoints only while the state stays within that many parts, the runs with most
+they name), every member checksummed; a kill at any step of a save leaves the earlier state
+or the new one readable. Where a slot can bring back only files of a size (a notebook's
+download, a job's stage-out), a FILE larger than --part-mib X is written as FILE.part-00,
+FILE.part-01, ...; where it can bring back only so many (--max-parts N), the finished runs are
+always kept, and the checkpoints only while the state stays within N parts, the runs with most
 rounds done first; a checkpoint left out is named in a one-line note (the run starts again),
 and a unit that could not finish before the budget ends and whose checkpoints could not come
 back is not started. Given an existing FILE, `train` continues from it, skipping the runs its
@@ -52,7 +52,6 @@ from shared.archive import ArchiveError
 from shared.campaign.bundle import SLOT_STATE, bundle
 from shared.campaign.ledger import LedgerError
 from shared.campaign.ship import import_state, status
-from shared.campaign.state import PART_MIB, SLOT_RETURN_FILES
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import train
 from shared.config.schema import ConfigError
@@ -77,9 +76,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="auto", help="trainer.device (default: auto)")
     t.add_argument("--clients-per-step", type=int, default=1, metavar="N",
                    help="trainer.clients_per_step; 2 or more trains groups in a batched step on a CPU too")
-    t.add_argument("--part-mib", type=float, default=PART_MIB, help="split a larger state file into parts")
-    t.add_argument("--max-parts", type=int, default=SLOT_RETURN_FILES, metavar="N",
-                   help="the files a slot returns: checkpoints that would take more stay out of the state file")
+    t.add_argument("--part-mib", type=float, metavar="X",
+                   help="split a state file larger than X MiB into parts (default: one file)")
+    t.add_argument("--max-parts", type=int, metavar="N",
+                   help="the files a slot may return: checkpoints that would take more stay out (default: no limit)")
     t.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids")
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
@@ -97,8 +97,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--no-wheels", action="store_true")
     b.add_argument("--max-upload-mib", type=float, metavar="M",
                    help="data, wheels and state together at most M MiB (default: no limit)")
-    b.add_argument("--part-mib", type=float, default=PART_MIB, help=argparse.SUPPRESS)
-    b.add_argument("--max-parts", type=int, default=SLOT_RETURN_FILES, help=argparse.SUPPRESS)
+    b.add_argument("--part-mib", type=float, help=argparse.SUPPRESS)
+    b.add_argument("--max-parts", type=int, help=argparse.SUPPRESS)
     return parser
 
 

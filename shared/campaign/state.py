@@ -30,8 +30,6 @@ from shared.targets.copies import Copy, campaign_runs, parse_copy
 
 RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
 RUNS_DIR = RESULTS / "runs"
-PART_MIB = 15  # a slot returns files of at most 16 MiB
-SLOT_RETURN_FILES = 8  # and at most 8 of them: a state in more parts would not come back whole
 TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks and a record's padding, gzip's trailer
 MAX_PARTS = 100  # part-00 to part-99
 
@@ -219,35 +217,35 @@ def carried_finished_size(path: Path, members: dict[str, bytes]) -> int:
     return max(size - member_bound(progress) - member_bound([manifest]) - TAR_END, 0)
 
 
-def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, part_mib: float = PART_MIB,
+def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, part_mib: float | None = None,
                 max_parts: int | None = None) -> Written:
     """The state file: finished runs, then the checkpoints that keep it within `max_parts` parts
-    (None: all), split into parts of part_mib when larger. Every step leaves a readable state,
+    (None: all), split into parts of part_mib when larger (None: one file, whatever its size). Every step leaves a readable state,
     the old one or the new (`read_state`): the new whole file replaces `path` (beside any old
     parts it is the later state), the old parts go (a torn set never reads), the new parts are
     written, each atomically (a torn set beside the whole file never reads), then the whole file
     goes (until then both hold the same state, and the parts are read)."""
-    limit = part_bytes(part_mib)
+    limit = part_bytes(part_mib) if part_mib else None
     whole = path.with_name(f".{os.getpid()}.{path.name}")  # hidden; ends as `path` does, so compressed alike
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        finished_size, left_out = write_members(whole, files, about, max_parts * limit if max_parts else None)
+        finished_size, left_out = write_members(whole, files, about, max_parts * limit if max_parts and limit else None)
         size = whole.stat().st_size
         os.replace(whole, path)
     finally:
         whole.unlink(missing_ok=True)
-    if size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no slot returns it
+    if limit and size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no slot returns it
         raise CampaignError(f"state {path}: {size / 2**20:.1f} MiB would take more than {MAX_PARTS} parts of "
                             f"{part_mib:g} MiB; it is written whole")
     for old in part_paths(path):  # part-00 first: what is left of them starts mid-stream and never reads
         old.unlink()
-    if size > limit:
+    if limit and size > limit:
         data = path.read_bytes()
         for i, start in enumerate(range(0, size, limit)):
             write_atomically(path.with_name(f"{path.name}.part-{i:02d}"),
                              lambda tmp, chunk=data[start:start + limit]: tmp.write_bytes(chunk))
         path.unlink()
-    return Written(size, finished_size, -(-size // limit), tuple(left_out))
+    return Written(size, finished_size, -(-size // limit) if limit else 1, tuple(left_out))
 
 
 def write_members(out: Path, files: list[tuple[str, bytes, float]], about: dict,

@@ -167,6 +167,8 @@ def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadli
     if time.time() + seconds <= deadline:
         return None
     checkpoints = [checkpoint_size(runs[rid], runs_dir / rid) for rid in rids]
+    if not (args.max_parts and args.part_mib):  # no limit on what comes back: its checkpoints do
+        return None
     if finished_size + member_bound(checkpoints) <= args.max_parts * part_bytes(args.part_mib):
         return None
     return (f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
@@ -216,7 +218,8 @@ def save(args, runs_dir: Path) -> Written:
 
 
 def slot_return(args) -> str:
-    return f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
+    return f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)" if args.part_mib \
+        else f"a slot returns {args.max_parts} file(s) (--max-parts)"
 
 
 def tell_left_out(args, written: Written) -> None:
@@ -226,7 +229,7 @@ def tell_left_out(args, written: Written) -> None:
         print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
               f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
               f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}", file=sys.stderr)
-    if written.files > args.max_parts:
+    if args.max_parts and written.files > args.max_parts:
         print(f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
               f"runs alone, and {slot_return(args)}: a slot cannot return the whole state", file=sys.stderr)
 
@@ -258,9 +261,9 @@ def stop_on_sigterm() -> None:
 
 def check_parts(args) -> None:
     """--part-mib and --max-parts, refused in one line before anything trains or is written."""
-    if not args.part_mib > 0:
+    if args.part_mib is not None and not args.part_mib > 0:
         raise CampaignError(f"--part-mib {args.part_mib:g}: a part must hold more than 0 MiB")
-    if not 1 <= args.max_parts <= MAX_PARTS:
+    if args.max_parts is not None and not 1 <= args.max_parts <= MAX_PARTS:
         raise CampaignError(f"--max-parts {args.max_parts}: a slot must return at least the state's one file, "
                             f"and parts are numbered 00-{MAX_PARTS - 1}")
 
