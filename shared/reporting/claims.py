@@ -214,7 +214,7 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
 
 
 def run_values(table, runs: pd.DataFrame) -> Values:
-    """Our completed runs' values per cell and seed (shared.reporting.tables.collect's rows). A rounds
+    """Our completed runs' values per cell and seed (shared.reporting.summary.collect's rows). A rounds
     count never reached is +inf (worse than any count); a count of rounds to another row's
     accuracy whose reference row has no completed run is not measured."""
     values: Values = {}
