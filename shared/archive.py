@@ -109,7 +109,7 @@ def named_cells(paper: str, name: str, scale: str) -> list:
     """A table, a figure or a search, told apart by name as the workflow's rules tell them apart."""
     from shared.config.schema import ConfigError
     from shared.targets.experiments import expand, get_search, get_table, paper_searches, paper_tables
-    from shared.reporting.figures import get_figure, paper_figures
+    from shared.targets.figure_declarations import get_figure, paper_figures
 
     if name.startswith("table"):
         return expand(get_table(paper, name), scale)
@@ -124,7 +124,7 @@ def named_cells(paper: str, name: str, scale: str) -> list:
 def paper_cells(paper: str, scale: str) -> list:
     """A whole paper: its tables and figures (not its searches), as `snakemake <paper>`."""
     from shared.targets.experiments import paper_tables
-    from shared.reporting.figures import paper_figures
+    from shared.targets.figure_declarations import paper_figures
 
     names = [*paper_tables(paper), *paper_figures(paper)]
     return [cell for name in names for cell in named_cells(paper, name, scale)]

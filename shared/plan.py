@@ -235,7 +235,7 @@ def write_shared_files(df: pd.DataFrame, scale: str, out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from shared.reporting.figures import paper_figures
+    from shared.targets.figure_declarations import paper_figures
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paper", nargs="?")

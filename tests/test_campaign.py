@@ -34,7 +34,7 @@ from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge
 from shared.data.datasets import CIFAR, file_digest, load_dataset
 from shared.targets.experiments import SMOKE_ROUNDS, expand, get_table
-from shared.reporting.figures import get_figure
+from shared.targets.figure_declarations import get_figure
 from tests.carried_states import finished_files, write_genuine_state
 
 ROOT = Path(__file__).resolve().parents[1]

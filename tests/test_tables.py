@@ -176,7 +176,8 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
 def test_sweep_and_round_metric_figures(tmp_path, methods):
     """FedCSD Figs. 3 and 5 from hand-written runs: one panel per hyperparameter, and a
     method's own per-round number read from metrics.jsonl."""
-    from shared.reporting.figures import Figure, build_figure
+    from shared.reporting.figures import build_figure
+    from shared.targets.figure_declarations import Figure
 
     table = make_table()
     table.rows = table.rows[:methods]

@@ -991,7 +991,8 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
 def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
     """The target's figure from the shipped runs once all its runs are shipped (a figure is
     not cut to what is finished), its caption labelled with the copy; else None."""
-    from shared.reporting.figures import build_figure, get_figure
+    from shared.reporting.figures import build_figure
+    from shared.targets.figure_declarations import get_figure
 
     parts = named_target(target, "fig")
     if parts is None:

@@ -110,7 +110,7 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
 def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:
     """Each figure's run ids; a figure with a run the runtime's data cannot train (a copy of
     another dataset) is left out."""
-    from shared.reporting.figures import paper_figures
+    from shared.targets.figure_declarations import paper_figures
 
     found = {}
     for name, figure in paper_figures(paper).items():
