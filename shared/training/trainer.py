@@ -44,7 +44,7 @@ from shared.runs.provenance import environment
 from shared.training.round_timing import Laps, RoundTiming, report
 from shared.runs.directory import RunDirectory, write_json
 from shared.runs.seeding import derive_seed, set_numerics
-from shared.training import tensorboard_log
+from shared.training.tensorboard_log import tensorboard_log
 
 
 def resolve_device(name: str) -> torch.device:
