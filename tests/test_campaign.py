@@ -422,6 +422,7 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     run to its trainer."""
     from shared.campaign.commands import restore, restore_shipped, ship
     from shared.runs.files import hold_lock
+    from shared.runs.locking import RunBusy
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     rid, other = "d" * 16, "e" * 16
@@ -430,9 +431,9 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     (runs / rid).mkdir(parents=True)
     (shipped / rid).mkdir(parents=True)
     with hold_lock(runs / rid / ".lock"), hold_lock(shipped / rid / ".lock"):
-        with pytest.raises(campaign.ArchiveError, match=f"run {rid} is being trained"):
+        with pytest.raises(RunBusy, match=f"run {rid} is being trained"):
             restore(members, runs, tmp_path / "nothing shipped")
-        with pytest.raises(campaign.ArchiveError, match=f"run {rid} is being trained"):
+        with pytest.raises(RunBusy, match=f"run {rid} is being trained"):
             ship(members, shipped)
         assert not (runs / rid / "metrics.json").exists() and not (runs / other / "metrics.json").exists()
         assert not (shipped / other).exists()

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from shared.campaign import commands as campaign
-from shared.archive import sha256
+from shared.runs.files import sha256
 from shared.config.schema import identity, run_id
 from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge

@@ -141,7 +141,7 @@ def test_every_grid_draws_its_partitions_at_smoke_scale():
     from shared.config.schema import to_dict
     from shared.data.datasets import load_dataset
     from shared.data.federation import build_federation
-    from shared.run import workflow_cells
+    from shared.targets.resolve import workflow_cells
 
     setups, datasets = {}, {}
     for paper, name, cell in workflow_cells("smoke"):

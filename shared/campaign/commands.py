@@ -62,8 +62,9 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.archive import (ArchiveError, add_member, claim_runs, holds_result, move_aside_non_result, records_result,
-                            run_members, sha256, target_cells, target_parts)
+from shared.runs.files import RunFilesError, add_member, holds_result, records_result, run_members, sha256
+from shared.runs.locking import claim_runs, move_aside_non_result
+from shared.targets.resolve import TargetError, target_cells, target_parts
 from shared.campaign.carried_runs import trusted
 from shared.data.catalog import DataError, copy_label, image_shape, is_sha256, num_classes
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
@@ -253,7 +254,7 @@ def read_form(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]:
     manifest, members = read_checked(path, parts)
     try:
         manifest_runs(manifest)
-    except (ArchiveError, ConfigError, DataError) as exc:
+    except (TargetError, ConfigError, DataError) as exc:
         raise CampaignError(f"{path}: {' '.join(str(exc).split())}") from None
     return manifest, members
 
@@ -1094,7 +1095,7 @@ def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SH
         with ExitStack() as lock:
             try:
                 claim_runs(runs_dir, [rid], lock)
-            except ArchiveError as exc:
+            except RunFilesError as exc:
                 print(f"note: shipped run {rid} is not copied into {runs_dir}: {exc}", file=sys.stderr)
                 continue
             copied += put_finished(runs_dir / rid, {f: (source / f).read_bytes() for f in FINISHED_FILES
@@ -1261,7 +1262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
-    except (CampaignError, ArchiveError, ConfigError, DataError, LedgerError, OSError,
+    except (CampaignError, TargetError, RunFilesError, ConfigError, DataError, LedgerError, OSError,
             subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
