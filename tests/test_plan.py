@@ -5,6 +5,8 @@ import json
 import yaml
 
 from shared import plan
+from shared.reporting import shared_runs
+from shared.targets import cost
 from shared.targets.experiments import expand, get_table
 
 
@@ -33,7 +35,7 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     # 10 rounds x 50,000 samples + 10 tests of 10,000 / 3 in 100 s
     write_run(tmp_path / "results" / "runs", "a" * 16, cfg, 100.0)
     write_run(tmp_path / "results" / "runs", "b" * 16, cfg, 50.0, device="cpu")  # another device: ignored
-    measured = plan.measured_throughput("cuda")
+    measured = cost.measured_throughput("cuda")
     assert abs(measured["fedavg_cnn"]["samples_per_s"] - (500_000 + 100_000 / 3) / 100) < 1e-6
     assert "finished runs" in measured["fedavg_cnn"]["source"]
 
@@ -43,7 +45,7 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     cells = expand(get_table("fedssd", "table2"), "paper")
     runs = {c.run_id: c.config for c in cells}
     speed = (500_000 + 100_000 / 3) / 100
-    expected = sum(plan.gpu_hours(c, {"fedavg_cnn": speed}) for c in runs.values())
+    expected = sum(cost.gpu_hours(c, {"fedavg_cnn": speed}) for c in runs.values())
     total = next(line for line in calibrated.splitlines() if line.startswith("total")).split()
     assert abs(float(total[2]) - expected) < 0.06
     plan.main(["fedssd", "table2", "--assumed"])
@@ -57,9 +59,9 @@ def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monke
         "config": "fedgkd", "model": "resnet8", "device": "cuda", "variants": {"reference": {"samples_per_s": 1000.0},
                                                            "batched": {"samples_per_s": 90_000.0},
                                                            "sequential": {"samples_per_s": 30_000.0}}}))
-    measured = plan.measured_throughput("cuda")
+    measured = cost.measured_throughput("cuda")
     assert measured["resnet8"]["samples_per_s"] == 90_000.0 and "speed benchmark" in measured["resnet8"]["source"]
-    assert plan.measured_throughput("cpu") == {}
+    assert cost.measured_throughput("cpu") == {}
 
 
 def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, tmp_path):
@@ -69,14 +71,14 @@ def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, t
     (tmp_path / fedavg.run_id).mkdir()
     (tmp_path / fedavg.run_id / "metrics.json").write_text(json.dumps(
         {"status": "completed", "final_acc": 42.5, "eval_rounds": [1, 2, 3], "global_acc": [20.0, 30.0, 42.5]}))
-    df = plan.shared_runs("smoke", tmp_path)
-    rows = df[df.experiment == plan.experiment_id(fedavg)].set_index(["paper", "table", "column"])
+    df = shared_runs.shared_runs("smoke", tmp_path)
+    rows = df[df.experiment == shared_runs.experiment_id(fedavg)].set_index(["paper", "table", "column"])
     assert rows.loc[("fedssd", "table2", "δ=0.5"), "paper_number"] == "70.49 ± 0.23"
     assert rows.loc[("fedcad", "table2", "δ=0.5"), "paper_number"] == "71.29"
     assert rows.loc[("fedcad", "table4", "E=10"), "paper_number"] == "70.81 §"  # contradicted by Tables 1 and 2
     assert rows.loc[("fedssd", "table2", "δ=0.5"), "ours"] == "42.50 ± 0.00 (1 seeds)"
     assert df.groupby("experiment").paper.nunique().min() >= 2  # only experiments of several papers
-    plan.write_shared_runs("smoke", tmp_path, tmp_path / "out")
+    shared_runs.write_shared_runs("smoke", tmp_path, tmp_path / "out")
     assert "One experiment, several papers (scale: smoke)" in (tmp_path / "out" / "shared.html").read_text()
     plan.main(["--shared", "--scale", "smoke"])
     assert "## fedavg on synthetic (stand-in for cifar10)" in capsys.readouterr().out

@@ -812,7 +812,7 @@ def run_progress(rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, s
 
 
 def status(args) -> int:
-    from shared.plan import gpu_hours, measured_throughput
+    from shared.targets.cost import gpu_hours, measured_throughput
 
     state = state_defaults(args)
     finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too

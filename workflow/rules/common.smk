@@ -253,7 +253,7 @@ def finished_table_runs(wildcards):
 def build_summary(kind, out_dir, log, *args):
     """Build a summary over built tables (`claims` of a paper, or `shared_runs` across papers)
     into `out_dir`, then say in the job's log what it wrote."""
-    from shared.plan import write_shared_runs  # here: the builders import torch and pandas
+    from shared.reporting.shared_runs import write_shared_runs  # here: the builders import torch and pandas
     from shared.reporting.tables import build_paper_claims
 
     builder = {"claims": build_paper_claims, "shared_runs": write_shared_runs}[kind]
