@@ -1,8 +1,9 @@
 """What regenerating a table costs before anything runs: its runs, the training samples they
 process, and an estimate of GPU-hours, with a total.
 
-    python -m shared.plan fedssd table2 [--scale paper]
-    python -m shared.plan fedssd            # every table, figure and search of the paper
+    python -m shared.plan papers/fedssd/table2 [--scale paper]   # a target as Snakemake takes it
+    python -m shared.plan fedssd table2     # the same
+    python -m shared.plan papers/fedssd     # every table, figure and search of the paper (or: fedssd)
     python -m shared.plan fedssd --device cpu   # hours on this machine's CPU, from CPU measurements
     python -m shared.plan --shared [--out DIR]  # runs that tables of several papers need, their numbers beside ours
                                                 # (shared/reporting/shared_runs.py)
@@ -20,20 +21,20 @@ GPU), and the output says which for every model:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from shared.config.schema import ConfigError
 from shared.reporting.shared_runs import shared_markdown, shared_runs, write_shared_files
 from shared.targets.cost import THROUGHPUT, measured_throughput, plan
-from shared.targets.experiments import expand, paper_searches, paper_tables
+from shared.targets.resolve import TargetError, command_targets, named_cells
 
 
 def main(argv=None) -> None:
-    from shared.targets.figure_declarations import paper_figures
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paper", nargs="?")
-    parser.add_argument("target", nargs="?", help="tableN, figN or search_* (default: all of the paper's)")
+    parser.add_argument("paper", nargs="?", metavar="TARGET",
+                        help="papers/<paper>/<name> as Snakemake takes it, papers/<paper> (all of the paper's), or <paper>")
+    parser.add_argument("target", nargs="?", metavar="NAME",
+                        help="after <paper>: tableN, figN or search_* (default: all of the paper's)")
     parser.add_argument("--scale", default="paper")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="the measurements to calibrate from (default cuda: GPU-hours)")
@@ -49,15 +50,13 @@ def main(argv=None) -> None:
             write_shared_files(found, args.scale, Path(args.out))
         return
     if not args.paper:
-        parser.error("name a paper, or --shared")
-    figures = paper_figures(args.paper)
-    targets = {**{n: (lambda t=t: expand(t, args.scale)) for n, t in paper_tables(args.paper).items()},
-               **{n: (lambda f=f: f.cells(args.scale)) for n, f in figures.items()},
-               **{n: (lambda s=s: expand(s.as_table(), args.scale)) for n, s in paper_searches(args.paper).items()}}
-    if args.target:
-        if args.target not in targets:
-            raise ConfigError(f"{args.paper} has no target {args.target!r}; valid: {sorted(targets)}")
-        targets = {args.target: targets[args.target]}
+        parser.error("name a target (papers/<paper>[/<name>]), or --shared")
+    try:
+        paper, names = command_targets([args.paper, *([args.target] if args.target else [])])
+    except TargetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    targets = {name: (lambda name=name: named_cells(paper, name, args.scale)) for name in names}
     measured = {} if args.assumed else measured_throughput(args.device)
     throughput = {model: m["samples_per_s"] for model, m in measured.items()}
     unit = "GPU-hours" if args.device == "cuda" else "CPU-hours"

@@ -2,6 +2,7 @@
 (finished runs, run benchmarks, speed benchmark results) where they exist."""
 import json
 
+import pytest
 import yaml
 
 from shared import plan
@@ -91,3 +92,43 @@ def test_shared_with_out_builds_the_listing_once(tmp_path, monkeypatch, capsys):
     plan.main(["--shared", "--scale", "smoke", "--out", str(tmp_path)])
     assert len(built) == 1
     assert capsys.readouterr().out == (tmp_path / "shared.md").read_text() + "\n"  # what it printed, written
+
+
+def test_a_target_named_as_snakemake_takes_it_prints_its_runs_and_gpu_hours(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no measurements here
+    plan.main(["fedssd", "table2"])
+    old_form = capsys.readouterr().out
+    for target in ("papers/fedssd/table2", "papers/fedssd/table2/"):
+        plan.main([target])
+        out = capsys.readouterr().out
+        assert out == old_form, target
+    runs = len({c.run_id for c in expand(get_table("fedssd", "table2"), "paper")})
+    table2 = next(line for line in old_form.splitlines() if line.startswith("table2")).split()
+    assert int(table2[1]) == runs and float(table2[2]) > 0 and "GPU-hours" in old_form
+
+
+def test_a_paper_alone_lists_every_target_of_it_in_either_form(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan.main(["fedssd"])
+    old_form = capsys.readouterr().out
+    plan.main(["papers/fedssd/"])
+    assert capsys.readouterr().out == old_form
+    listed = [line.split()[0] for line in old_form.splitlines()[1:] if line.strip() and not line.startswith(" ")]
+    assert {"table1", "table2", "fig6", "search_fedprox", "total"} <= set(listed)
+
+
+@pytest.mark.parametrize("words, valid", [
+    (["papers/fedssd/table9"], "valid for fedssd: table1, table2, table3, fig6"),
+    (["fedssd", "table9"], "valid for fedssd: table1, table2, table3, fig6"),
+    (["papers/fedfoo/table2"], "valid papers: fedcad, fedcsd, fedgkd, fedssd"),
+])
+def test_a_name_that_is_no_target_is_one_line_naming_the_valid_ones(words, valid, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        plan.main(words)
+    assert exit.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and "Traceback" not in captured.err, captured
+    assert err[0].startswith(f"error: {' '.join(words)} is not a target") and valid in err[0], err
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -100,3 +100,33 @@ def needed_runs(targets: list[str], scale: str) -> list[str]:
     for target in targets:
         ids.update((cell.run_id, None) for cell in target_cells(target, scale))
     return list(ids)
+
+
+def paper_target_names(paper: str) -> list[str]:
+    """Every target of a paper, in the order it declares them: its tables, figures, searches."""
+    from shared.targets.experiments import paper_searches, paper_tables
+    from shared.targets.figure_declarations import paper_figures
+
+    return [*paper_tables(paper), *paper_figures(paper), *paper_searches(paper)]
+
+
+def command_targets(words: list[str]) -> tuple[str, list[str]]:
+    """(paper, its target names) that a command line's words name, as Snakemake takes a target
+    (`papers/<paper>/<name>`, `papers/<paper>`, a trailing slash allowed, `<paper>_searches`) or as
+    two words (`<paper> <name>`); a paper alone is every table, figure and search of it.
+    TargetError, one line naming the valid ones, where the words name nothing."""
+    from shared.methods.papers import paper_names
+
+    shown = " ".join(words)
+    parts = [part for word in words for part in target_parts(word)]
+    searches_only = len(parts) == 1 and parts[0].endswith("_searches") and parts[0] not in paper_names()
+    if searches_only:
+        parts = [parts[0].removesuffix("_searches")]
+    if len(parts) not in (1, 2) or parts[0] not in paper_names():
+        raise TargetError(f"{shown} is not a target (papers/<paper>[/<name>]); valid papers: {', '.join(paper_names())}")
+    paper, names = parts[0], paper_target_names(parts[0])
+    if searches_only:
+        return paper, [name for name in names if name.startswith("search_")]
+    if len(parts) == 2 and parts[1] not in names:
+        raise TargetError(f"{shown} is not a target; valid for {paper}: {', '.join(names)}")
+    return paper, names if len(parts) == 1 else [parts[1]]
