@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from shared.archive import target_cells
+from shared.targets.resolve import target_cells
 from shared.config.schema import RunConfig, identity
 from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge

@@ -38,7 +38,7 @@ import yaml
 from shared.config.dotted import nested
 from shared.targets import experiments
 from shared.targets.experiments import expand, get_table
-from shared.reporting.tables import REFERENCE_ROW, equals_reference
+from shared.reporting.summary import REFERENCE_ROW, equals_reference
 from shared.training.trainer import run
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import re
@@ -51,150 +50,27 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-import yaml
-
-from shared.runs.files import CLIENT_STATE, LockHeld, aside_path, hold_lock
+from shared.runs.files import (MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, MODEL_FILE, RUN_FILES, RUN_ID, SMALL_FILES,
+                               RunFilesError, add_member, check_identity, holds_result, megabytes, run_members, run_state,
+                               run_status, sha256)
+from shared.runs.locking import claim_runs, move_aside_non_result
+from shared.targets.resolve import TargetError, needed_runs
 
 FORMAT = "fedrepro-runs/1"
 MANIFEST = "manifest.json"
 RUNS_DIR = Path("results") / "runs"
-# What a finished run keeps, in the order packed; metrics.json, whose presence makes a run
-# finished for the workflow, is written last on unpacking.
-RUN_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "metrics.json")
-MODEL_FILE = "model.pt"
-# An unpacked member's size limit: a ResNet-50's model.pt is about 100 MB, a run's other files
-# are far smaller; a bigger member is a damaged or hostile archive (a decompression bomb).
-MAX_MODEL_BYTES = 2 * 1024**3
-MAX_MEMBER_BYTES = 256 * 1024**2  # partition.csv, metrics.jsonl
-SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
-MAX_SMALL_BYTES = 64 * 1024**2
 CHUNK = 1024**2
-RUN_ID = re.compile(r"[0-9a-f]{16}")
 MEMBER = re.compile(rf"runs/({RUN_ID.pattern})/({'|'.join(re.escape(f) for f in (*RUN_FILES, MODEL_FILE))})")
 # The workflow's --config keys (workflow/schemas/config.schema.yaml); only scale changes run ids.
 WORKFLOW_KEYS = ("scale", "data_root", "device", "clients_per_step", "client_threads", "runs_per_job")
 
 
 class ArchiveError(Exception):
-    """A target, an archive or a destination this module refuses; the message is one line."""
-
-
-# --- which runs a target needs --------------------------------------------------------------
-
-def target_cells(target: str, scale: str) -> list:
-    """The cells (shared.targets.experiments.Cell) of one Snakemake-style target at `scale`, found
-    through the same declarations the workflow expands, so the run ids agree with it."""
-    from shared.config.schema import ConfigError
-
-    parts = target_parts(target)
-    try:
-        if len(parts) == 1 and parts[0].endswith("_searches"):
-            return searches_cells(parts[0][: -len("_searches")], scale)
-        if len(parts) == 1:
-            return paper_cells(parts[0], scale)
-        if len(parts) == 2:
-            return named_cells(parts[0], parts[1], scale)
-    except ConfigError as exc:
-        raise ArchiveError(f"target {target}: {exc}") from None
-    raise ArchiveError(f"target {target!r} is not papers/<paper>[/<table|fig|search_*>], <paper> or <paper>_searches")
-
-
-def target_parts(target: str) -> list[str]:
-    """A Snakemake-style target's parts: papers/<paper>/<name> -> [paper, name], <paper> -> [paper]."""
-    parts = [p for p in target.strip().split("/") if p]
-    return parts[1:] if parts[:1] == ["papers"] else parts
-
-
-def named_cells(paper: str, name: str, scale: str) -> list:
-    """A table, a figure or a search, told apart by name as the workflow's rules tell them apart."""
-    from shared.config.schema import ConfigError
-    from shared.targets.experiments import expand, get_search, get_table, paper_searches, paper_tables
-    from shared.reporting.figures import get_figure, paper_figures
-
-    if name.startswith("table"):
-        return expand(get_table(paper, name), scale)
-    if name.startswith("fig"):
-        return get_figure(paper, name).cells(scale)
-    if name.startswith("search_"):
-        return expand(get_search(paper, name).as_table(), scale)
-    valid = sorted([*paper_tables(paper), *paper_figures(paper), *paper_searches(paper)])
-    raise ConfigError(f"{paper} has no target {name!r}; valid: {valid}")
-
-
-def paper_cells(paper: str, scale: str) -> list:
-    """A whole paper: its tables and figures (not its searches), as `snakemake <paper>`."""
-    from shared.targets.experiments import paper_tables
-    from shared.reporting.figures import paper_figures
-
-    names = [*paper_tables(paper), *paper_figures(paper)]
-    return [cell for name in names for cell in named_cells(paper, name, scale)]
-
-
-def searches_cells(paper: str, scale: str) -> list:
-    """Every search of a paper, as `snakemake <paper>_searches`."""
-    from shared.targets.experiments import paper_searches
-
-    return [cell for name in paper_searches(paper) for cell in named_cells(paper, name, scale)]
-
-
-def needed_runs(targets: list[str], scale: str) -> list[str]:
-    """The run ids the targets need, each once, in the order the targets list them."""
-    from shared.config.schema import ConfigError
-    from shared.targets.experiments import check_scale
-
-    try:
-        check_scale(scale)
-    except ConfigError as exc:
-        raise ArchiveError(str(exc)) from None
-    ids: dict[str, None] = {}
-    for target in targets:
-        ids.update((cell.run_id, None) for cell in target_cells(target, scale))
-    return list(ids)
+    """An archive or a destination this module refuses; the message is one line (a target that
+    names nothing: TargetError; a run being trained, or a link where a run goes: RunFilesError)."""
 
 
 # --- pack -----------------------------------------------------------------------------------
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def run_state(run_dir: Path) -> str:
-    """finished (a metrics.json is there: a result, or a recorded failure, which is not final
-    but retried: shared/runs/files.py FINAL), unfinished (started, possibly with a checkpoint)
-    or absent."""
-    if (run_dir / "metrics.json").is_file():
-        return "finished"
-    return "unfinished" if run_dir.is_dir() else "absent"
-
-
-def holds_result(run_dir: Path) -> bool:
-    """Whether unpacking leaves this run as it is: its metrics.json is readable and records a
-    result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
-    the archive's run, and moved aside first (`commit`)."""
-    try:
-        return records_result((run_dir / "metrics.json").read_bytes())
-    except OSError:
-        return False
-
-
-def records_result(metrics: bytes) -> bool:
-    """Whether a metrics.json's bytes are a run's summary recording a result (the workflow
-    neither retries nor retrains one: shared/runs/files.py FINAL), not a failure."""
-    from shared.runs.files import is_final, summary_problem
-
-    try:
-        summary = json.loads(metrics.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError is one
-        return False
-    return summary_problem(summary) is None and is_final(summary["status"])
-
-
-def run_status(metrics: bytes) -> str:
-    try:
-        return str(json.loads(metrics).get("status", "unknown"))
-    except (ValueError, AttributeError):
-        return "unreadable metrics.json"
-
 
 def collect(run_ids: list[str], runs_dir: Path, models: bool) -> tuple[list[tuple[str, bytes, float]], list, list]:
     """Read the finished runs' files: (member name, bytes, mtime) for each, the packed runs
@@ -214,12 +90,6 @@ def collect(run_ids: list[str], runs_dir: Path, models: bool) -> tuple[list[tupl
     return files, packed, missing
 
 
-def run_members(run_dir: Path, folder: str, names: tuple[str, ...]) -> list[tuple[str, bytes, float]]:
-    """(folder/name, bytes, mtime) of the run's files among `names` that exist, in that order."""
-    return [(f"{folder}/{name}", (run_dir / name).read_bytes(), (run_dir / name).stat().st_mtime)
-            for name in names if (run_dir / name).is_file()]
-
-
 def write_archive(out: Path, files: list[tuple[str, bytes, float]], manifest: dict) -> None:
     """The tar under a temporary name of this process, then renamed: a reader never sees half
     an archive, and two packers writing the same name do not mix their members."""
@@ -233,12 +103,6 @@ def write_archive(out: Path, files: list[tuple[str, bytes, float]], manifest: di
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
-    tar.addfile(info, io.BytesIO(data))
 
 
 def check_destination(out: Path, runs_dir: Path, force: bool) -> None:
@@ -358,24 +222,6 @@ def parse_manifest(data: bytes) -> dict:
     return manifest
 
 
-def check_identity(run: str, small: dict[str, bytes]) -> None:
-    """A run's files are the run its directory names: metrics.json says so, and its config.yaml
-    hashes to it (a file moved from another run, or edited, would be installed as finished)."""
-    from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
-
-    metrics, config = small.get(f"runs/{run}/metrics.json"), small.get(f"runs/{run}/config.yaml")
-    try:
-        recorded = json.loads(metrics)["run_id"] if metrics is not None else run
-        values = yaml.safe_load(config) if config is not None else None
-        hashed = run_id(from_dict(RunConfig, {k: v for k, v in values.items() if k != "run_id"})) if values else run
-        named = values.get("run_id", run) if values else run
-    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, ConfigError):
-        raise ArchiveError(f"run {run}: its metrics.json or config.yaml cannot be read; the archive is damaged") from None
-    if not recorded == hashed == named == run:
-        raise ArchiveError(f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
-                           f"hashes to {hashed}); the archive is not what pack wrote")
-
-
 def verify(archive: Path) -> dict:
     """The manifest, once every member matches it and it lists nothing the archive lacks."""
     manifest, digests, small = scan(archive)
@@ -439,51 +285,6 @@ def commit(staged: dict[Path, Path]) -> None:
         (dest.parent / "checkpoint.pt").unlink(missing_ok=True)
 
 
-def move_aside_non_result(metrics: Path) -> None:
-    """Before a run's metrics.json is written over one that holds no result (a recorded failure,
-    a damaged file): that one is kept beside it, never lost. Call it holding the run's lock."""
-    if metrics.exists():
-        aside = aside_path(metrics, "replaced")
-        os.replace(metrics, aside)
-        print(f"note: {metrics} held no result; moved to {aside.name}", file=sys.stderr)
-
-
-def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
-    """Each run's directory, made if need be and locked as a trainer locks it (released when
-    `stack` closes); refused, before anything is written, where a link stands in for a run's
-    directory or file, where another process trains the run, or where the directory holds
-    another run. Every run is checked before the first directory is made."""
-    for rid in run_ids:
-        check_run_destination(runs_dir / rid, rid)
-    # runs whose directory exists first: a trainer may hold one of them, and a refusal then
-    # leaves no new directory behind
-    for rid in sorted(run_ids, key=lambda rid: not (runs_dir / rid).is_dir()):
-        run_dir = runs_dir / rid
-        run_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            stack.enter_context(hold_lock(run_dir / ".lock"))
-        except LockHeld as held:
-            raise ArchiveError(f"run {rid} is being trained in {run_dir} (its lock is held by pid {held}); try "
-                               f"again once it has finished or stopped") from None
-
-
-def check_run_destination(run_dir: Path, rid: str) -> None:
-    """Where run `rid` is unpacked: no link, no file, no other run's directory."""
-    from shared.runs.files import recorded_run_id
-
-    # the lock is opened and truncated, the per-client folder written into and pruned: a link
-    # at any of these would write or delete elsewhere
-    names = (*RUN_FILES, MODEL_FILE, "checkpoint.pt", CLIENT_STATE, ".lock")
-    links = [p for p in (run_dir, *(run_dir / f for f in names)) if p.is_symlink()]
-    if links:
-        raise ArchiveError(f"{links[0]} is a symbolic link; unpack writes runs' files only into real directories")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ArchiveError(f"{run_dir} is a file, where run {rid}'s directory goes")
-    config = run_dir / "config.yaml"
-    if config.is_file() and recorded_run_id(config) != rid:
-        raise ArchiveError(f"{run_dir} holds another run's config.yaml; move it away to unpack run {rid}")
-
-
 def check_space(runs_dir: Path, needed: int) -> None:
     """Refuse an unpack the disk cannot hold, before writing (with 5% to spare)."""
     existing = runs_dir
@@ -518,10 +319,6 @@ def unpack(archive: Path, into: Path) -> dict:
 
 
 # --- command line ---------------------------------------------------------------------------
-
-def megabytes(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
-
 
 def workflow_config(items: list[str], scale: str | None) -> str:
     """The scale from --scale or the workflow's --config scale=...; the other workflow keys
@@ -574,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unpacked {len(report['written'])} runs ({report['files']} files, {megabytes(report['bytes'])}) of "
                   f"{' '.join(report['manifest']['targets'])} at scale={report['manifest']['scale']} "
                   f"into {report['runs_dir']}{note}")
-    except (ArchiveError, OSError) as exc:
+    except (ArchiveError, TargetError, RunFilesError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

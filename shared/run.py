@@ -40,6 +40,7 @@ from shared.config.schema import ConfigError, excerpt, run_id, to_dict
 from shared.targets.configs import load_config
 from shared.config.dotted import flatten
 from shared.data.catalog import DataError
+from shared.targets.resolve import workflow_cells
 from shared.runs.directory import (DISK_FULL, KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error,
                                   write_json)
 
@@ -235,27 +236,6 @@ def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
     print(f"run {directory.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
           file=sys.stderr)
     return summary
-
-
-def workflow_grids() -> list[tuple[str, str, object]]:
-    """Every grid the workflow trains, as (paper, target name, Table): each table, each figure
-    with a grid of its own (the others draw a table's runs) and each search."""
-    from shared.targets.experiments import all_tables, paper_searches
-    from shared.reporting.figures import paper_figures
-    from shared.methods.papers import paper_names
-
-    grids = [(t.paper, t.name, t) for t in all_tables()]
-    for paper in paper_names():
-        grids += [(paper, name, f.table) for name, f in paper_figures(paper).items() if not isinstance(f.table, str)]
-        grids += [(paper, name, s.as_table()) for name, s in paper_searches(paper).items()]
-    return grids
-
-
-def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, str, object]]:
-    """(paper, target name, Cell) for every run of every grid at `scale`."""
-    from shared.targets.experiments import expand
-
-    return [(paper, name, cell) for paper, name, grid in workflow_grids() for cell in expand(grid, scale, runtime)]
 
 
 def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], configs: str | None = None) -> list:

@@ -361,12 +361,12 @@ def test_a_run_locked_by_another_writer_is_refused_naming_its_pid_and_the_lock_r
     import os
     from contextlib import ExitStack
 
-    from shared.archive import ArchiveError, claim_runs
+    from shared.runs.locking import RunBusy, claim_runs
     from shared.runs.files import hold_lock
 
     (tmp_path / "a").mkdir()
     with hold_lock(tmp_path / "a" / ".lock"), ExitStack() as stack:  # as a trainer holds it
-        with pytest.raises(ArchiveError, match=f"held by pid {os.getpid()}"):
+        with pytest.raises(RunBusy, match=f"held by pid {os.getpid()}"):
             claim_runs(tmp_path, ["a"], stack)
     with ExitStack() as stack:
         claim_runs(tmp_path, ["b"], stack)

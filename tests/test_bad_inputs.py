@@ -172,7 +172,7 @@ def test_every_grid_expands_at_every_scale():
     """No table, figure or search sets a key that another of its settings makes idle (nor any
     other bad value): every cell of every grid loads, at each scale."""
     from shared.targets.experiments import SCALES
-    from shared.run import workflow_cells
+    from shared.targets.resolve import workflow_cells
 
     for scale in SCALES:
         assert workflow_cells(scale), scale

@@ -22,7 +22,6 @@ import pytest
 import yaml
 from PIL import Image
 
-from shared.archive import ArchiveError
 from shared.campaign import state as campaign_state, train as campaign_train
 
 from shared.training import trainer
@@ -38,7 +37,7 @@ from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge
 from shared.data.datasets import CIFAR, file_digest, load_dataset
 from shared.targets.experiments import SMOKE_ROUNDS, expand, get_table
-from shared.reporting.figures import get_figure
+from shared.targets.figure_declarations import get_figure
 from tests.carried_states import finished_files, write_genuine_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,7 +366,7 @@ def test_a_recorded_failure_is_no_finished_run_anywhere_and_a_diverged_run_is(tm
     shipped as finished, never blocks training the run again, and is replaced (moved aside) by
     a result; a diverged run is a result (shared/runs/files.py FINAL)."""
     from shared.campaign.ship import ship
-    from shared.campaign.shipped import is_finished, restore_shipped
+    from shared.runs.shipped import is_finished, restore_shipped
     from shared.campaign.state import restore, state_members
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
@@ -427,9 +426,10 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     refuse in one line before writing anything; the workflow's copy of shipped runs leaves that
     run to its trainer."""
     from shared.campaign.ship import ship
-    from shared.campaign.shipped import restore_shipped
+    from shared.runs.shipped import restore_shipped
     from shared.campaign.state import restore
     from shared.runs.files import hold_lock
+    from shared.runs.locking import RunBusy
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     rid, other = "d" * 16, "e" * 16
@@ -438,9 +438,9 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     (runs / rid).mkdir(parents=True)
     (shipped / rid).mkdir(parents=True)
     with hold_lock(runs / rid / ".lock"), hold_lock(shipped / rid / ".lock"):
-        with pytest.raises(ArchiveError, match=f"run {rid} is being trained"):
+        with pytest.raises(RunBusy, match=f"run {rid} is being trained"):
             restore(members, runs, tmp_path / "nothing shipped")
-        with pytest.raises(ArchiveError, match=f"run {rid} is being trained"):
+        with pytest.raises(RunBusy, match=f"run {rid} is being trained"):
             ship(members, shipped)
         assert not (runs / rid / "metrics.json").exists() and not (runs / other / "metrics.json").exists()
         assert not (shipped / other).exists()

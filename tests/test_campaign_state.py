@@ -234,7 +234,7 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
 def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_client_state(tmp_path):
     """A run finished elsewhere replaces its checkpoint here, and the per-client files only that
     checkpoint needed (for a ResNet-50 MOON run, gigabytes) go with it."""
-    from shared.campaign.shipped import put_finished
+    from shared.runs.shipped import put_finished
     from tests.test_campaign import finish_for_table
 
     finish_for_table(tmp_path / "elsewhere", "0123456789abcdef", 60.0)

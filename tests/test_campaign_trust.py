@@ -25,7 +25,7 @@ import torch
 from shared.campaign import ship
 from shared.campaign.cli import main
 from shared.campaign.state import read_state
-from shared.archive import sha256
+from shared.runs.files import sha256
 from shared.config.schema import identity, run_id
 from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge

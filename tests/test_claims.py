@@ -37,7 +37,7 @@ def test_a_wrongly_written_claim_fails_on_the_papers_numbers():
 
 
 def seeds_frame(values: dict) -> pd.DataFrame:
-    """Generated run results: {(row, column): [value per seed]} as shared.reporting.tables.collect's rows."""
+    """Generated run results: {(row, column): [value per seed]} as shared.reporting.summary.collect's rows."""
     return pd.DataFrame([dict(row=r, column=c, seed=s, status="completed", value=v, run_id=f"{r}{c}{s}")
                          for (r, c), per_seed in values.items() for s, v in enumerate(per_seed)])
 

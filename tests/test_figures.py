@@ -9,9 +9,10 @@ import yaml
 
 from shared.config.dotted import flatten
 from shared.targets.experiments import Column, Metric, Row, Table, expand
-from shared.reporting.figures import (DATASET_NAMES, METHOD_ORDER, Figure, build_figure, draw, figure_title, merged_settings,
-                            paper_figures, paper_overrides, setting_titles, sweep_panel, sweep_titles,
-                            series_styles, swept_key, SWEPT)
+from shared.reporting.figures import (DATASET_NAMES, DRAW, METHOD_ORDER, build_figure, draw, figure_title, merged_settings,
+                                     paper_overrides, setting_titles, sweep_panel, sweep_titles, series_styles, swept_key,
+                                     SWEPT)
+from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
 from shared.methods.papers import paper_names
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
@@ -207,8 +208,6 @@ def test_round_metric_whole_round_ticks(tmp_path):
 
 @pytest.mark.parametrize("paper", ["fedcad", "fedssd", "fedcsd", "fedgkd"])
 def test_papers_figures_are_titled_with_their_caption(paper):
-    from shared.reporting.figures import paper_figures
-
     for figure in paper_figures(paper).values():
         title = figure_title(figure, "smoke")
         assert figure.caption in title and "Scale: smoke" in title and "Fig." in title
@@ -300,3 +299,9 @@ def test_fedcad_fig1_heatmaps_fill_their_canvas(tmp_path, monkeypatch):
                               table=figure.source)
     width, _ = Image.open(tmp_path / "figure.png").size
     assert width <= 7 * 150 * 1.1  # the figure's 7 inches at 150 dpi, give or take the labels
+
+
+def test_every_declarable_figure_kind_is_drawn():
+    """A figure is declared (shared/targets/figure_declarations.py) apart from its drawing; the
+    kinds a declaration accepts are the kinds shared/reporting/figures.py draws."""
+    assert set(DRAW) == FIGURE_KINDS

@@ -116,7 +116,7 @@ def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planne
     clients = unit_sizing.clients_per_round(cfg)
     same = [r for r in ids if (runs[r].method["name"], runs[r].model.name) == (cfg.method["name"], cfg.model.name)]
     other = next(r for r in ids if runs[r].method["name"] != cfg.method["name"] and runs[r].model.name == cfg.model.name)
-    # unmeasured: shared.plan's estimate, the unit's runs one after another
+    # unmeasured: the cost model's estimate (shared/targets/cost.py), the unit's runs one after another
     planned = unit_sizing.round_seconds([cfg, cfg], [])
     assert planned.source == "planned" and planned.seconds == pytest.approx(2 * unit_sizing.planned_seconds(cfg))
     # another method's unit of this model, 2 runs: scaled by the samples

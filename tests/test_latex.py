@@ -16,7 +16,8 @@ import pytest
 
 import shared.reporting.tables as tables_module
 from shared.targets.experiments import all_tables, expand
-from shared.reporting.tables import LATEX_PACKAGES, MIN_SCALE, build_table
+from shared.reporting.latex import LATEX_PACKAGES, MIN_SCALE
+from shared.reporting.tables import build_table
 
 pytestmark = [pytest.mark.latex,
               pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not on PATH")]

@@ -87,7 +87,8 @@ KNOWN_INCONSISTENCIES = {
 
 def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
     from shared.targets.experiments import get_table
-    from shared.reporting.tables import comparison, comparison_html, comparison_markdown, summarize_cells
+    from shared.reporting.comparison import comparison, comparison_html, comparison_markdown
+    from shared.reporting.summary import summarize_cells
 
     for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
         table = get_table(paper, name)
@@ -140,7 +141,7 @@ def test_every_grid_draws_its_partitions_at_smoke_scale():
     from shared.config.schema import to_dict
     from shared.data.datasets import load_dataset
     from shared.data.federation import build_federation
-    from shared.run import workflow_cells
+    from shared.targets.resolve import workflow_cells
 
     setups, datasets = {}, {}
     for paper, name, cell in workflow_cells("smoke"):

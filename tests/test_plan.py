@@ -2,9 +2,12 @@
 (finished runs, run benchmarks, speed benchmark results) where they exist."""
 import json
 
+import pytest
 import yaml
 
 from shared import plan
+from shared.reporting import shared_runs
+from shared.targets import cost
 from shared.targets.experiments import expand, get_table
 
 
@@ -33,7 +36,7 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     # 10 rounds x 50,000 samples + 10 tests of 10,000 / 3 in 100 s
     write_run(tmp_path / "results" / "runs", "a" * 16, cfg, 100.0)
     write_run(tmp_path / "results" / "runs", "b" * 16, cfg, 50.0, device="cpu")  # another device: ignored
-    measured = plan.measured_throughput("cuda")
+    measured = cost.measured_throughput("cuda")
     assert abs(measured["fedavg_cnn"]["samples_per_s"] - (500_000 + 100_000 / 3) / 100) < 1e-6
     assert "finished runs" in measured["fedavg_cnn"]["source"]
 
@@ -43,7 +46,7 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     cells = expand(get_table("fedssd", "table2"), "paper")
     runs = {c.run_id: c.config for c in cells}
     speed = (500_000 + 100_000 / 3) / 100
-    expected = sum(plan.gpu_hours(c, {"fedavg_cnn": speed}) for c in runs.values())
+    expected = sum(cost.gpu_hours(c, {"fedavg_cnn": speed}) for c in runs.values())
     total = next(line for line in calibrated.splitlines() if line.startswith("total")).split()
     assert abs(float(total[2]) - expected) < 0.06
     plan.main(["fedssd", "table2", "--assumed"])
@@ -57,9 +60,9 @@ def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monke
         "config": "fedgkd", "model": "resnet8", "device": "cuda", "variants": {"reference": {"samples_per_s": 1000.0},
                                                            "batched": {"samples_per_s": 90_000.0},
                                                            "sequential": {"samples_per_s": 30_000.0}}}))
-    measured = plan.measured_throughput("cuda")
+    measured = cost.measured_throughput("cuda")
     assert measured["resnet8"]["samples_per_s"] == 90_000.0 and "speed benchmark" in measured["resnet8"]["source"]
-    assert plan.measured_throughput("cpu") == {}
+    assert cost.measured_throughput("cpu") == {}
 
 
 def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, tmp_path):
@@ -69,14 +72,14 @@ def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, t
     (tmp_path / fedavg.run_id).mkdir()
     (tmp_path / fedavg.run_id / "metrics.json").write_text(json.dumps(
         {"status": "completed", "final_acc": 42.5, "eval_rounds": [1, 2, 3], "global_acc": [20.0, 30.0, 42.5]}))
-    df = plan.shared_runs("smoke", tmp_path)
-    rows = df[df.experiment == plan.experiment_id(fedavg)].set_index(["paper", "table", "column"])
+    df = shared_runs.shared_runs("smoke", tmp_path)
+    rows = df[df.experiment == shared_runs.experiment_id(fedavg)].set_index(["paper", "table", "column"])
     assert rows.loc[("fedssd", "table2", "δ=0.5"), "paper_number"] == "70.49 ± 0.23"
     assert rows.loc[("fedcad", "table2", "δ=0.5"), "paper_number"] == "71.29"
     assert rows.loc[("fedcad", "table4", "E=10"), "paper_number"] == "70.81 §"  # contradicted by Tables 1 and 2
     assert rows.loc[("fedssd", "table2", "δ=0.5"), "ours"] == "42.50 ± 0.00 (1 seeds)"
     assert df.groupby("experiment").paper.nunique().min() >= 2  # only experiments of several papers
-    plan.write_shared_runs("smoke", tmp_path, tmp_path / "out")
+    shared_runs.write_shared_runs("smoke", tmp_path, tmp_path / "out")
     assert "One experiment, several papers (scale: smoke)" in (tmp_path / "out" / "shared.html").read_text()
     plan.main(["--shared", "--scale", "smoke"])
     assert "## fedavg on synthetic (stand-in for cifar10)" in capsys.readouterr().out
@@ -89,3 +92,43 @@ def test_shared_with_out_builds_the_listing_once(tmp_path, monkeypatch, capsys):
     plan.main(["--shared", "--scale", "smoke", "--out", str(tmp_path)])
     assert len(built) == 1
     assert capsys.readouterr().out == (tmp_path / "shared.md").read_text() + "\n"  # what it printed, written
+
+
+def test_a_target_named_as_snakemake_takes_it_prints_its_runs_and_gpu_hours(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no measurements here
+    plan.main(["fedssd", "table2"])
+    old_form = capsys.readouterr().out
+    for target in ("papers/fedssd/table2", "papers/fedssd/table2/"):
+        plan.main([target])
+        out = capsys.readouterr().out
+        assert out == old_form, target
+    runs = len({c.run_id for c in expand(get_table("fedssd", "table2"), "paper")})
+    table2 = next(line for line in old_form.splitlines() if line.startswith("table2")).split()
+    assert int(table2[1]) == runs and float(table2[2]) > 0 and "GPU-hours" in old_form
+
+
+def test_a_paper_alone_lists_every_target_of_it_in_either_form(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan.main(["fedssd"])
+    old_form = capsys.readouterr().out
+    plan.main(["papers/fedssd/"])
+    assert capsys.readouterr().out == old_form
+    listed = [line.split()[0] for line in old_form.splitlines()[1:] if line.strip() and not line.startswith(" ")]
+    assert {"table1", "table2", "fig6", "search_fedprox", "total"} <= set(listed)
+
+
+@pytest.mark.parametrize("words, valid", [
+    (["papers/fedssd/table9"], "valid for fedssd: table1, table2, table3, fig6"),
+    (["fedssd", "table9"], "valid for fedssd: table1, table2, table3, fig6"),
+    (["papers/fedfoo/table2"], "valid papers: fedcad, fedcsd, fedgkd, fedssd"),
+])
+def test_a_name_that_is_no_target_is_one_line_naming_the_valid_ones(words, valid, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        plan.main(words)
+    assert exit.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and "Traceback" not in captured.err, captured
+    assert err[0].startswith(f"error: {' '.join(words)} is not a target") and valid in err[0], err
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from shared.targets.experiments import expand, get_table, paper_tables
-from shared.reporting.figures import get_figure
+from shared.targets.figure_declarations import get_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")

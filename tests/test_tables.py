@@ -176,7 +176,8 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
 def test_sweep_and_round_metric_figures(tmp_path, methods):
     """FedCSD Figs. 3 and 5 from hand-written runs: one panel per hyperparameter, and a
     method's own per-round number read from metrics.jsonl."""
-    from shared.reporting.figures import Figure, build_figure
+    from shared.reporting.figures import build_figure
+    from shared.targets.figure_declarations import Figure
 
     table = make_table()
     table.rows = table.rows[:methods]
@@ -229,7 +230,7 @@ def test_ties_share_their_mark_and_failed_or_suspect_cells_are_not_ranked(tmp_pa
 
 
 def test_escape_text_fields():
-    from shared.reporting.tables import escape
+    from shared.reporting.latex import escape
 
     assert escape("5% of α=0.1, β = 0.5") == r"5\% of $\alpha$=0.1, $\beta$ = 0.5"
     assert escape("M1 (δ̂, M)") == r"M1 ($\hat{\delta}$, M)"
@@ -242,7 +243,8 @@ def test_escape_text_fields():
 def test_grouped_headers_and_rows(tmp_path):
     """Columns sharing a dataset get a spanning header over their settings (FedSSD Table I);
     rows sharing a dataset print it once beside their settings (FedGKD Table 7)."""
-    from shared.reporting.tables import latex_table, summarize_cells
+    from shared.reporting.latex import latex_table
+    from shared.reporting.summary import summarize_cells
 
     table = make_table()
     table.columns = [Column("CIFAR10 acc", {}, r"CIFAR10 acc $\uparrow$"), Column("CIFAR10 T(45%)", {}),
@@ -258,7 +260,7 @@ def test_grouped_headers_and_rows(tmp_path):
 
 
 def test_kendall_tau_matches_scipys_tau_b():
-    from shared.reporting.tables import kendall_tau
+    from shared.reporting.comparison import kendall_tau
 
     assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
     assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
@@ -273,7 +275,8 @@ def test_reporting_imports_no_training_code():
     import sys
 
     training = ("shared.training.trainer", "shared.data.federation", "shared.methods.fedavg", "shared.training.batched")
-    code = (f"import sys, shared.reporting.tables, shared.reporting.figures; bad = [m for m in {training!r} if m in sys.modules]; "
+    code = (f"import sys, shared.reporting.tables, shared.reporting.summary, shared.reporting.latex, "
+            f"shared.reporting.comparison, shared.reporting.figures; bad = [m for m in {training!r} if m in sys.modules]; "
             "print(bad); sys.exit(bool(bad))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

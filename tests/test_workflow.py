@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from shared.targets.experiments import SCALES, all_tables, expand, get_table, paper_searches
-from shared.reporting.figures import paper_figures
+from shared.targets.figure_declarations import paper_figures
 from shared.methods.papers import paper_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@ Learning", FL-AAAI-22): its tables, figures and searches as data, with the numbe
 reports. The paper prints single numbers (no spread); we run three seeds."""
 from shared.reporting.claims import Best, FewestRounds, Trend
 from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.reporting.figures import Figure
+from shared.targets.figure_declarations import Figure
 
 from papers.fedcad.forgetting import draw_per_class
 

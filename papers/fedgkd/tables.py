@@ -7,7 +7,7 @@ from dataclasses import replace
 from shared.reporting.claims import Best
 from shared.config.dotted import deep_merge
 from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.reporting.figures import Figure
+from shared.targets.figure_declarations import Figure
 
 R = Reported
 BEST = Metric("best_acc")

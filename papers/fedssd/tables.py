@@ -3,7 +3,7 @@ on Non-IID Data"): its tables, figures and searches as data, with the numbers th
 from shared.reporting.claims import BeatsAblations, Best, FewestRounds
 from shared.config.dotted import deep_merge
 from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
-from shared.reporting.figures import Figure
+from shared.targets.figure_declarations import Figure
 
 R = Reported
 

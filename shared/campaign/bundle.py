@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from shared.campaign.ledger import state_parts, upload_budget
-from shared.campaign.shipped import SHIPPED, is_finished
+from shared.runs.shipped import SHIPPED, is_finished
 from shared.campaign.state import RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import check_parts, save

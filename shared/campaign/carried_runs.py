@@ -23,7 +23,7 @@ import json
 import math
 import warnings
 
-from shared.archive import ArchiveError, check_identity
+from shared.runs.files import RunFilesError, check_identity
 from shared.config.schema import RunConfig
 from shared.runs.files import history_problem, is_final, is_number, summary_problem
 from shared.campaign.state_reading import MEMBER
@@ -67,7 +67,7 @@ def identity_problem(rid: str, files: dict[str, bytes]) -> str | None:
     small = {f"runs/{rid}/{name}": files[name] for name in ("config.yaml", "metrics.json") if name in files}
     try:
         check_identity(rid, small)
-    except ArchiveError as exc:
+    except RunFilesError as exc:
         return str(exc).removeprefix(f"run {rid}: ")
     named = config_run_id(files["config.yaml"])
     return None if named == rid else "its config.yaml names no run id"

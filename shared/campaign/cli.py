@@ -48,13 +48,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.archive import ArchiveError
 from shared.campaign.bundle import SLOT_STATE, bundle
 from shared.campaign.ledger import LedgerError
 from shared.campaign.ship import import_state, status
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import train
 from shared.config.schema import ConfigError
+from shared.runs.files import RunFilesError
+from shared.targets.resolve import TargetError
 from shared.data.catalog import DataError
 
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
-    except (CampaignError, ArchiveError, ConfigError, DataError, LedgerError, OSError,
+    except (CampaignError, TargetError, RunFilesError, ConfigError, DataError, LedgerError, OSError,
             subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ the campaign.
 """
 from __future__ import annotations
 
-from shared.archive import RUN_ID
+from shared.runs.files import RUN_ID
 
 LEDGER = "ledger"  # the manifest's key
 # The manifest's mark (true) of a state `bundle` wrote, whose checkpoints are also at home: the

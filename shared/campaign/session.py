@@ -307,7 +307,7 @@ def check(args) -> None:
     parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
     try:
         args.methods = target_methods(args)
-    except Exception as exc:  # an unknown target: what shared.archive and shared.targets.experiments raise, in one line
+    except Exception as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
         raise SessionError(f"{' '.join(args.targets)}: {exc}") from None
 
 

@@ -7,8 +7,10 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.archive import claim_runs, holds_result, target_parts
-from shared.campaign.shipped import SHIPPED, is_finished, put_finished
+from shared.runs.files import holds_result
+from shared.runs.locking import claim_runs
+from shared.targets.resolve import target_parts
+from shared.runs.shipped import SHIPPED, is_finished, put_finished
 from shared.campaign.state import (RESULTS, RUNS_DIR, manifest_copy, read_state, restore, state_defaults, state_runs,
                                    trusted_members)
 from shared.campaign.state_reading import MEMBER, check_inside
@@ -29,7 +31,7 @@ def run_progress(rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, s
 
 
 def status(args) -> int:
-    from shared.plan import gpu_hours, measured_throughput
+    from shared.targets.cost import gpu_hours, measured_throughput
 
     state = state_defaults(args)
     finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too
@@ -100,7 +102,8 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
 def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
     """The target's figure from the shipped runs once all its runs are shipped (a figure is
     not cut to what is finished), its caption labelled with the copy; else None."""
-    from shared.reporting.figures import build_figure, get_figure
+    from shared.reporting.figures import build_figure
+    from shared.targets.figure_declarations import get_figure
 
     parts = named_target(target, "fig")
     if parts is None:

@@ -15,10 +15,12 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.archive import ArchiveError, add_member, claim_runs, holds_result, records_result, run_members, sha256
+from shared.runs.files import add_member, holds_result, records_result, run_members, sha256
+from shared.runs.locking import claim_runs
+from shared.targets.resolve import TargetError
 from shared.campaign.carried_runs import trusted
 from shared.campaign.ledger import BUNDLED, advanced, read_ledger
-from shared.campaign.shipped import is_finished, put_finished
+from shared.runs.shipped import is_finished, put_finished
 # the state file's form and its checks: shared/campaign/state_reading.py (CampaignError: a refusal in one line)
 from shared.campaign.state_reading import (CLIENT_STATE_FILE, FINISHED_FILES, MANIFEST, MEMBER, PROGRESS_FILES,
                                            STATE_FORMAT, CampaignError, read_checked, written_at)
@@ -94,7 +96,7 @@ def read_form(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]:
     manifest, members = read_checked(path, parts)
     try:
         manifest_runs(manifest)
-    except (ArchiveError, ConfigError, DataError) as exc:
+    except (TargetError, ConfigError, DataError) as exc:
         raise CampaignError(f"{path}: {' '.join(str(exc).split())}") from None
     return manifest, members
 

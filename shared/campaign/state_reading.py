@@ -29,7 +29,7 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 
-from shared.archive import MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, RUN_FILES, megabytes, sha256
+from shared.runs.files import MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, RUN_FILES, megabytes, sha256
 from shared.data.catalog import DATASETS, is_sha256
 from shared.targets.experiments import SCALES
 from shared.campaign.ledger import BUNDLED, LEDGER, RUN_ID, ledger_problem
@@ -46,7 +46,7 @@ PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.p
 CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/{CLIENT_STATE_NAME.pattern}")
 MEMBER = re.compile(rf"(finished|progress)/({RUN_ID.pattern})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
                     rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
-# A target as Snakemake names it: papers/<paper>[/<name>], <paper>, <paper>_searches (shared.archive)
+# A target as Snakemake names it: papers/<paper>[/<name>], <paper>, <paper>_searches (shared/targets/resolve.py)
 TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
 REQUIRED_KEYS = {"format", "targets", "scale", "copy", "members", "written_at"}

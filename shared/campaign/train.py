@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from shared.campaign.ledger import BUNDLED, LEDGER
-from shared.campaign.shipped import SHIPPED, is_finished
+from shared.runs.shipped import SHIPPED, is_finished
 from shared.campaign.state import (MAX_PARTS, RUNS_DIR, Written, carried_finished_size, expected_runs, member_bound,
                                    part_bytes, restore, state_defaults, state_exists, state_members, write_state)
 from shared.campaign.state_reading import CampaignError

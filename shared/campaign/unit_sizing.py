@@ -9,7 +9,7 @@ Its round's seconds are estimated, in this order, from
                 and every round this session trained so far
     scaled      the nearest measured unit of the same model (the same method first, then the
                 nearest number of slots), scaled by the training samples a round processes
-    planned     shared.plan's estimate of each run's round, the unit's runs one after another
+    planned     the cost model's estimate (shared/targets/cost.py) of each run's round, the unit's runs one after another
                 (a group's step saves launches, not arithmetic: a large model's group takes
                 about as long as its runs alone, and a first round that overran would be lost)
 
@@ -51,8 +51,8 @@ def clients_per_round(cfg: RunConfig) -> int:
 
 def samples_per_round(cfg: RunConfig) -> float:
     """Training samples plus a third of the test forward passes of one of the run's rounds
-    (shared.plan's count): what a round's seconds scale with."""
-    from shared.plan import samples
+    (shared/targets/cost.py's count): what a round's seconds scale with."""
+    from shared.targets.cost import samples
 
     trained, tested = samples(cfg)
     return (trained + tested / 3) / cfg.federation.rounds
@@ -83,8 +83,8 @@ def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path) -> list[Measured
 
 
 def planned_seconds(cfg: RunConfig) -> float:
-    """shared.plan's estimate of one run's round."""
-    from shared.plan import gpu_hours
+    """the cost model's estimate (shared/targets/cost.py) of one run's round."""
+    from shared.targets.cost import gpu_hours
 
     return 3600 * gpu_hours(cfg) / cfg.federation.rounds
 

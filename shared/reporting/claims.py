@@ -214,7 +214,7 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
 
 
 def run_values(table, runs: pd.DataFrame) -> Values:
-    """Our completed runs' values per cell and seed (shared.reporting.tables.collect's rows). A rounds
+    """Our completed runs' values per cell and seed (shared.reporting.summary.collect's rows). A rounds
     count never reached is +inf (worse than any count); a count of rounds to another row's
     accuracy whose reference row has no completed run is not measured."""
     values: Values = {}
@@ -256,7 +256,7 @@ def paper_claims(paper: str) -> list[Claim]:
 def table_claims(table) -> list[Claim]:
     """The paper's claims about `table`; a claim naming a row or column the paper's declared
     table lacks is refused (a typo). A claim on cells cut from this one (a partial table of
-    shipped runs, shared/campaign/commands.py) is left out: it is not measured yet. A table built on a
+    shipped runs, shared/campaign/ship.py) is left out: it is not measured yet. A table built on a
     copy of a dataset, named after the copy, keeps the claims of the table it was declared as."""
     claims = [c for c in paper_claims(table.paper) if c.table == table.declared_name]
     declared = paper_tables(table.paper).get(table.declared_name, table)

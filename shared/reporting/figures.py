@@ -7,7 +7,9 @@ same colour, marker and line style in every figure (`series_styles`), so the lin
 black and white; round axes tick at whole rounds; and where a reduced scale makes several
 settings or points of a sweep the very same runs (smoke and small cap the local epochs, so
 FedSSD Fig. 9's four values of E are one run each), the figure says so in red and the build
-prints a warning on stderr."""
+prints a warning on stderr.
+
+What a figure is (its kind and its runs) is declared in shared/targets/figure_declarations.py."""
 from __future__ import annotations
 
 import itertools
@@ -16,7 +18,6 @@ import math
 import sys
 import textwrap
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +25,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from shared.targets.experiments import Cell, Table, declared, declared_one, expand, get_table, load_metrics
+from shared.targets.experiments import Cell, Table, load_metrics
+from shared.targets.figure_declarations import Figure
 from shared.data.catalog import DATASETS
 from shared.config.dotted import flatten
 from shared.targets.experiments import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, cell_overrides
@@ -32,55 +34,6 @@ from shared.runs.metrics import cell_value
 from shared.reporting.palette import COLOURS, style
 from shared.methods.papers import display_name
 from shared.runs.provenance import provenance_header
-
-
-@dataclass
-class Figure:
-    """A paper's figure, drawn from the runs of one of its tables (`table` names it) or of a
-    grid that only the figure uses (`table` is a Table that the paper does not list).
-
-    kind:
-      curves      global test accuracy and local average accuracy per round, mean with a
-                  band of one std over seeds, one panel per setting;
-      partitions  client-by-class sample counts (seed 0), one heatmap per setting;
-      sweep       the grid's metric against a hyperparameter, one line per method; a column
-                  labelled "name=value" is the point (value) of the panel (name);
-      round_metric  a number the method logs each round (`value`, e.g. mask_filter_rate);
-      custom      `draw_with(cells, runs_dir, out_stem, title, table=...)`, a paper's own
-                  protocol on top of the runs (FedCAD's per-class forgetting probe).
-    """
-
-    paper: str
-    name: str
-    caption: str
-    kind: str
-    table: str | Table
-    columns: list[str] | None = None  # the table's settings to draw (default: all)
-    rows: list[str] | None = None  # the table's methods to draw (default: all)
-    value: str | None = None  # round_metric: the per-round key in metrics.jsonl
-    draw_with: Callable | None = None  # custom
-
-    def __post_init__(self):
-        if self.kind not in DRAW:
-            raise ValueError(f"{self.paper}/{self.name}: unknown figure kind {self.kind!r}; valid: {sorted(DRAW)}")
-        if self.kind == "round_metric" and not self.value:
-            raise ValueError(f"{self.paper}/{self.name}: a round_metric figure needs value=")
-        if (self.kind == "custom") != (self.draw_with is not None):
-            raise ValueError(f"{self.paper}/{self.name}: draw_with= goes with kind='custom' and only with it")
-
-    @property
-    def source(self) -> Table:
-        return self.table if isinstance(self.table, Table) else get_table(self.paper, self.table)
-
-    def cells(self, scale: str, runtime: dict | None = None) -> list[Cell]:
-        table = self.source
-        cells = [c for c in expand(table, scale, runtime)
-                 if (self.columns is None or c.column.label in self.columns)
-                 and (self.rows is None or c.row.label in self.rows)]
-        if self.kind == "partitions":  # the partition depends on the setting and seed only
-            first_row = cells[0].row.label if cells else None
-            cells = [c for c in cells if c.row.label == first_row and c.seed == table.seeds[0]]
-        return cells
 
 
 def pyplot():
@@ -542,11 +495,3 @@ def build_figure(figure: Figure, scale: str, runs_dir: str | Path, out_dir: str 
     if warning:
         info["warning"] = warning.removeprefix("Warning: ")
     (out / "provenance.yaml").write_text(yaml.safe_dump(info, sort_keys=False))
-
-
-def paper_figures(paper: str) -> dict[str, Figure]:
-    return declared(paper, "FIGURES")
-
-
-def get_figure(paper: str, name: str) -> Figure:
-    return declared_one(paper, "FIGURES", "figure", name)

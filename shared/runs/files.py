@@ -3,14 +3,21 @@
 Planning (every Snakemake start, every SLURM job's), shipping runs and unpacking archives read
 a run's metrics.json and config.yaml, write files atomically, set damaged ones aside and take
 a run's lock; none of them loads a model, so none of them should pay for importing torch.
-shared/runs/directory.py (the writer of a run, with checkpoints) builds on these.
+shared/runs/directory.py (the writer of a run, with checkpoints) builds on these, and
+shared/runs/locking.py claims a run's directory for a writer other than its trainer. A finished
+run's files travel (shared.archive, shared.campaign's state) as tar members checked here: their
+names and size limits, checksums, and that they are the run their directory names.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import io
+import json
 import os
 import re
 import shutil
+import tarfile
 import time
 from pathlib import Path
 
@@ -25,6 +32,10 @@ CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]+-[0-9]+-r[0-9]+\.pt")
 
 def client_state_name(state: str, client: int, round: int) -> str:
     return f"{state}-{client}-r{round}.pt"
+
+
+class RunFilesError(Exception):
+    """A run's files, or where they go, that a writer other than the trainer refuses; one line."""
 
 
 class LockHeld(Exception):
@@ -183,3 +194,91 @@ def history_rounds(metrics_jsonl: bytes) -> int:
     """The rounds a run's history (metrics.jsonl, a line per round) records."""
     return metrics_jsonl.count(b"\n")
 
+
+# --- a finished run's files, as they travel ----------------------------------------------------
+
+# What a finished run keeps, in the order packed; metrics.json, whose presence makes a run
+# finished for the workflow, is written last on unpacking.
+RUN_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "metrics.json")
+MODEL_FILE = "model.pt"
+# An unpacked member's size limit: a ResNet-50's model.pt is about 100 MB, a run's other files
+# are far smaller; a bigger member is a damaged or hostile archive (a decompression bomb).
+MAX_MODEL_BYTES = 2 * 1024**3
+MAX_MEMBER_BYTES = 256 * 1024**2  # partition.csv, metrics.jsonl
+SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
+MAX_SMALL_BYTES = 64 * 1024**2
+RUN_ID = re.compile(r"[0-9a-f]{16}")  # a run directory's name (shared.config.schema.run_id)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_state(run_dir: Path) -> str:
+    """finished (a metrics.json is there: a result, or a recorded failure, which is not final
+    but retried: FINAL), unfinished (started, possibly with a checkpoint)
+    or absent."""
+    if (run_dir / "metrics.json").is_file():
+        return "finished"
+    return "unfinished" if run_dir.is_dir() else "absent"
+
+
+def holds_result(run_dir: Path) -> bool:
+    """Whether unpacking leaves this run as it is: its metrics.json is readable and records a
+    result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
+    the archive's run, and moved aside first (shared.archive `commit`)."""
+    try:
+        return records_result((run_dir / "metrics.json").read_bytes())
+    except OSError:
+        return False
+
+
+def records_result(metrics: bytes) -> bool:
+    """Whether a metrics.json's bytes are a run's summary recording a result (the workflow
+    neither retries nor retrains one: FINAL), not a failure."""
+    try:
+        summary = json.loads(metrics.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        return False
+    return summary_problem(summary) is None and is_final(summary["status"])
+
+
+def run_status(metrics: bytes) -> str:
+    try:
+        return str(json.loads(metrics).get("status", "unknown"))
+    except (ValueError, AttributeError):
+        return "unreadable metrics.json"
+
+
+def run_members(run_dir: Path, folder: str, names: tuple[str, ...]) -> list[tuple[str, bytes, float]]:
+    """(folder/name, bytes, mtime) of the run's files among `names` that exist, in that order."""
+    return [(f"{folder}/{name}", (run_dir / name).read_bytes(), (run_dir / name).stat().st_mtime)
+            for name in names if (run_dir / name).is_file()]
+
+
+def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def check_identity(run: str, small: dict[str, bytes]) -> None:
+    """A run's files are the run its directory names: metrics.json says so, and its config.yaml
+    hashes to it (a file moved from another run, or edited, would be installed as finished)."""
+    from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
+
+    metrics, config = small.get(f"runs/{run}/metrics.json"), small.get(f"runs/{run}/config.yaml")
+    try:
+        recorded = json.loads(metrics)["run_id"] if metrics is not None else run
+        values = yaml.safe_load(config) if config is not None else None
+        hashed = run_id(from_dict(RunConfig, {k: v for k, v in values.items() if k != "run_id"})) if values else run
+        named = values.get("run_id", run) if values else run
+    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, ConfigError):
+        raise RunFilesError(f"run {run}: its metrics.json or config.yaml cannot be read; the archive is damaged") from None
+    if not recorded == hashed == named == run:
+        raise RunFilesError(f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
+                           f"hashes to {hashed}); the archive is not what pack wrote")
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"

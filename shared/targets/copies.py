@@ -8,7 +8,8 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from shared.archive import holds_result, target_cells
+from shared.runs.files import holds_result
+from shared.targets.resolve import target_cells
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
 from shared.data.catalog import DataError, copy_label, is_sha256

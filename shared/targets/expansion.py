@@ -88,7 +88,7 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
     drawn from it alone, no search (the papers tuned on the official data)."""
     from shared.targets.experiments import expand, paper_searches, paper_tables
     from shared.methods.papers import paper_names
-    from shared.run import workflow_grids
+    from shared.targets.resolve import workflow_grids
 
     runs, grid_runs, grid_ids = {}, [], {}
     runtime = deep_merge(runtime, copy_runtime(copy))
@@ -110,7 +110,7 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
 def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:
     """Each figure's run ids; a figure with a run the runtime's data cannot train (a copy of
     another dataset) is left out."""
-    from shared.reporting.figures import paper_figures
+    from shared.targets.figure_declarations import paper_figures
 
     found = {}
     for name, figure in paper_figures(paper).items():

@@ -152,7 +152,7 @@ class Table:
     notes: str = ""  # what differs from the paper's protocol, printed under the table
     inconsistencies: list[Inconsistency] = field(default_factory=list)  # printed cells the paper contradicts
     # The name the paper declares the table under, where its outputs name it otherwise (on a
-    # copy: "table4-<the copy's slug>", shared.campaign.labelled); None: `name` is that name.
+    # copy: "table4-<the copy's slug>", shared.targets.copies.labelled); None: `name` is that name.
     renamed_from: str | None = None
     # What its runs train on, where a label names it (on a copy: "CIFAR-10, JPEG copy sha256
     # dfaab4e…", which only the copy's file tells); "": named from the runs' configs.
@@ -223,7 +223,7 @@ SMOKE_WRITERS_PER_CLIENT = 5  # FEMNIST's writers: about 2,000 over 10 clients i
 # weight (M^2 <= 1e-4) moves only predictions near the class boundary, and in 500 samples it
 # printed FedAvg's number in 3 of 5 columns of its Table II. 2,000 did not end the ties (2 of 5)
 # for 8% more CPU: which column ties moves with any change of the scale, so a tie is marked in
-# the table instead (shared/reporting/tables.py REFERENCE_ROW).
+# the table instead (shared/reporting/summary.py REFERENCE_ROW).
 SMOKE_TRAIN_PER_CLASS, SMOKE_TEST_PER_CLASS, SMOKE_MAX_TRAIN, SMOKE_MAX_TEST = 20, 100, 2000, 1000
 SMOKE_SAMPLES_PER_CLIENT = 20
 # Each sample blends in another class's template by up to 60% (SyntheticConfig.overlap): about

@@ -119,7 +119,7 @@ def paper_caption(kind, paper, name):
     """The paper's own caption of a table or figure, for the report (workflow/report/*.rst);
     imported when the report is written, since a start that plans or trains never needs it."""
     from shared.targets.experiments import get_table
-    from shared.reporting.figures import get_figure
+    from shared.targets.figure_declarations import get_figure
 
     return {"table": get_table, "figure": get_figure}[kind](paper, name).caption
 
@@ -204,9 +204,10 @@ def build(kind, paper, name, out_dir, log):
     """Build target `name` (a table, figure or search) of `paper` into `out_dir`, writing what
     it did to `log`: the target, the scale, each run's status, the files written, the seconds
     taken, and a traceback if it raised; then rebuild the run index."""
-    from shared.targets.experiments import get_search, get_table  # here: the builders import torch and
-    from shared.reporting.figures import build_figure, get_figure  # matplotlib, which a process that
-    from shared.reporting.tables import build_search, build_table  # only plans or trains never needs
+    from shared.targets.experiments import get_search, get_table
+    from shared.targets.figure_declarations import get_figure
+    from shared.reporting.figures import build_figure  # here: the builders import torch and matplotlib,
+    from shared.reporting.tables import build_search, build_table  # which a start that only plans or trains never needs
 
     builder, getter = {"table": (build_table, get_table), "figure": (build_figure, get_figure),
                        "search": (build_search, get_search)}[kind]
@@ -252,7 +253,7 @@ def finished_table_runs(wildcards):
 def build_summary(kind, out_dir, log, *args):
     """Build a summary over built tables (`claims` of a paper, or `shared_runs` across papers)
     into `out_dir`, then say in the job's log what it wrote."""
-    from shared.plan import write_shared_runs  # here: the builders import torch and pandas
+    from shared.reporting.shared_runs import write_shared_runs  # here: the builders import torch and pandas
     from shared.reporting.tables import build_paper_claims
 
     builder = {"claims": build_paper_claims, "shared_runs": write_shared_runs}[kind]

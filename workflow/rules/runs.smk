@@ -6,11 +6,11 @@
 # scheduled again because a speed switch, the data root or runs_per_job changed.
 import math
 
-from shared.campaign.shipped import restore_shipped
-from shared.plan import gpu_hours
+from shared.runs.shipped import restore_shipped
+from shared.targets.cost import gpu_hours
 from shared.runs.files import is_final, summary_problem
 
-# Shipped runs (results/shipped/runs/, tracked; shared/campaign/shipped.py) are finished runs: copied
+# Shipped runs (results/shipped/runs/, tracked; shared/runs/shipped.py) are finished runs: copied
 # into the runs folder before the DAG is built, so their jobs are never scheduled.
 restore_shipped(RUNS, RUNS_DIR)
 
@@ -20,7 +20,7 @@ RUNTIME_MINUTES = config.get("runtime_minutes")  # first attempt's SLURM time li
 
 
 def minutes(cfg, attempt):
-    """Requested wall time of a run: twice the planner's estimate (shared/plan.py, the one cost
+    """Requested wall time of a run: twice the planner's estimate (shared/targets/cost.py, the one cost
     model) plus 10 minutes of start-up, doubled on each retry (SLURM kills a job at its limit;
     the retry continues from the run's last checkpoint)."""
     first = RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * gpu_hours(cfg))

@@ -7,8 +7,8 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.archive import ArchiveError, claim_runs, holds_result, move_aside_non_result
-from shared.campaign.state_reading import FINISHED_FILES
+from shared.runs.files import RUN_FILES, RunFilesError, holds_result
+from shared.runs.locking import claim_runs, move_aside_non_result
 from shared.runs.files import CLIENT_STATE, write_atomically
 
 SHIPPED = Path("results") / "shipped"
@@ -26,7 +26,7 @@ def put_finished(run_dir: Path, files: dict[str, bytes]) -> bool:
     moved aside, as unpacking an archive does. Call it holding the run's lock (`claim_runs`)."""
     if holds_result(run_dir):
         return False
-    for file in FINISHED_FILES:
+    for file in RUN_FILES:
         if file in files:
             if file == "metrics.json":
                 move_aside_non_result(run_dir / file)
@@ -49,10 +49,10 @@ def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SH
         with ExitStack() as lock:
             try:
                 claim_runs(runs_dir, [rid], lock)
-            except ArchiveError as exc:
+            except RunFilesError as exc:
                 print(f"note: shipped run {rid} is not copied into {runs_dir}: {exc}", file=sys.stderr)
                 continue
-            copied += put_finished(runs_dir / rid, {f: (source / f).read_bytes() for f in FINISHED_FILES
+            copied += put_finished(runs_dir / rid, {f: (source / f).read_bytes() for f in RUN_FILES
                                                     if (source / f).is_file()})
     return copied
 

@@ -1,0 +1,159 @@
+"""A table's runs -> its cells: one row per run (collect), each cell's mean and std over seeds with
+its marks (failed, suspect, at chance, equal to FedAvg's) and the best and second-best per column.
+What both the LaTeX table (shared/reporting/latex.py) and the comparison with the paper
+(shared/reporting/comparison.py) print."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shared.data.catalog import num_classes
+from shared.runs.metrics import cell_value
+from shared.targets.experiments import Cell, Metric, Table, load_metrics
+
+COMPLETED = "completed"
+FAILED = "failed"
+SUSPECT = "suspect"  # a run status starting with this: it finished, but its numbers are not trusted
+NOT_IMPLEMENTED = "not implemented"
+
+
+def is_suspect(status: str) -> bool:
+    return str(status).startswith(SUSPECT)
+
+
+# A cell whose mean accuracy is within this of chance (100 / classes %) is marked "at chance": its
+# models have not learnt (yet), so its place among the methods says nothing of them. The same
+# margin as the trainer's suspect-at-chance judgement of a long run (shared/training/trainer.py `judge`).
+CHANCE_MARGIN = 0.5
+# Every method here is a term added to FedAvg's loop: an accuracy cell whose every seed equals
+# FedAvg's (the same accuracy at the same seed) is marked, since that term then left the counted
+# accuracy unchanged (a weight too small to act in a reduced scale's few rounds), and its rank
+# beside FedAvg says nothing. Rounds-to-target columns are not marked: equal counts are common there.
+REFERENCE_ROW = "FedAvg"
+EQUALS_NOTE = f" (= {REFERENCE_ROW})"  # the comparison's mark of such a cell
+ACCURACY_KINDS = ("final_acc", "best_acc", "acc_at", "domain_acc", "domain_avg")
+
+
+def chance_level(metric: Metric, cell: Cell) -> float:
+    """The value guessing scores on the cell's metric; NaN where that has no meaning (rounds)."""
+    classes = num_classes(cell.config)
+    return 100 / classes if metric.kind in ACCURACY_KINDS and classes else math.nan
+
+
+def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
+    """One row per run: row, column, seed, run id, status and the value of its column's metric."""
+    metrics = {c.run_id: load_metrics(runs_dir, c.run_id) for c in cells}
+    ok = lambda c: metrics[c.run_id]["status"] == COMPLETED
+    finals = defaultdict(list)  # FedSSD's T: the reference row's final accuracy per setting
+    for c in cells:
+        metric = table.metric_for(c.column)
+        if metric.kind == "rounds_to_row" and c.row.label == metric.reference and ok(c):
+            finals[c.column.label].append(metrics[c.run_id]["final_acc"])
+    reference_final = {k: float(np.mean(v)) for k, v in finals.items()}
+    records = []
+    for c in cells:
+        m = metrics[c.run_id]
+        value = cell_value(table.metric_for(c.column), m, reference_final.get(c.column.label)) if ok(c) else math.nan
+        records.append(dict(row=c.row.label, column=c.column.label, seed=c.seed, run_id=c.run_id,
+                            status=m["status"], value=value, chance=chance_level(table.metric_for(c.column), c), wall_time_s=m.get("wall_time_s", 0.0),
+                            device=m.get("device", ""), device_name=m.get("device_name", ""),
+                            environment=m.get("environment")))
+    return pd.DataFrame.from_records(records)
+
+
+def seed_values(runs: pd.DataFrame, row: str, column: str) -> dict[int, float]:
+    """A cell's value per seed, over its completed runs."""
+    sel = runs[(runs.row == row) & (runs.column == column) & (runs.status == COMPLETED)]
+    return dict(zip(sel.seed, sel.value))
+
+
+def equals_reference(runs: pd.DataFrame, row: str, column: str) -> bool:
+    """Every seed of the cell has REFERENCE_ROW's value at that seed, and they share their seeds
+    (a NaN never equals, so a value-less cell is never marked)."""
+    if row == REFERENCE_ROW or not len(runs):
+        return False
+    ours = seed_values(runs, row, column)
+    return bool(ours) and ours == seed_values(runs, REFERENCE_ROW, column)
+
+
+def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std (ddof=0, as FL papers report it over seeds), seed count and runs per cell, in
+    the paper's row and column order; methods not implemented yet appear with no runs. Only
+    completed runs enter the mean; `failed` counts the runs that failed or diverged, `suspect`
+    those flagged suspect. A cell's status: ok, failed, suspect, no value or not implemented;
+    `at_chance`: its mean accuracy is chance (within CHANCE_MARGIN); `equals_fedavg`: each seed's
+    value is REFERENCE_ROW's (`equals_reference`)."""
+    rows = []
+    for row in table.rows:
+        for column in table.columns:
+            sel = runs[(runs.row == row.label) & (runs.column == column.label)] if len(runs) else runs
+            good = sel[sel.status == COMPLETED]["value"].dropna() if len(sel) else pd.Series(dtype=float)
+            suspect = int(sel.status.map(is_suspect).sum()) if len(sel) else 0
+            failed = int((sel.status != COMPLETED).sum()) - suspect if len(sel) else 0
+            if not row.implemented:
+                status = NOT_IMPLEMENTED
+            elif failed:
+                status = FAILED
+            elif suspect:
+                status = SUSPECT
+            else:
+                status = "ok" if len(good) else "no value"
+            chance = sel["chance"].iloc[0] if len(sel) else math.nan
+            rows.append(dict(
+                row=row.label, column=column.label,
+                at_chance=bool(len(good) and good.mean() <= chance + CHANCE_MARGIN),
+                equals_fedavg=table.metric_for(column).kind in ACCURACY_KINDS and equals_reference(runs, row.label, column.label),
+                mean=good.mean() if len(good) else math.nan,
+                std=good.std(ddof=0) if len(good) else math.nan,
+                n=len(good), failed=failed, suspect=suspect, status=status,
+                values=";".join(f"{v:.2f}" for v in good),
+                runs=";".join(sel.run_id) if len(sel) else "",
+                reading=row.reading,
+            ))
+    return pd.DataFrame.from_records(rows)
+
+
+def decimals(metric) -> int:
+    return 2 if metric.higher_is_better else 1
+
+
+def shown(value: float, places: int) -> float:
+    """The number as printed: equal printed numbers are ties."""
+    return float(f"{value:.{places}f}")
+
+
+def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Best in bold and second best underlined within each column, as the papers do. Ties (equal
+    printed means) share their mark; only cells whose runs all completed are ranked (a cell with
+    a failed, diverged or suspect run, or none, never takes a mark), and only the paper's rows
+    (a reading that is not the paper's text competes for no mark the paper gives)."""
+    marks = {}
+    for column in table.columns:
+        metric = table.metric_for(column)
+        col = summary[(summary.column == column.label) & summary["mean"].notna() & (summary.status == "ok")
+                      & (summary.reading == "")]
+        values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}
+        distinct = sorted(set(values.values()), reverse=metric.higher_is_better)
+        for mark, level in zip(("best", "second"), distinct):
+            marks.update({(row, column.label): mark for row, value in values.items() if value == level})
+    return marks
+
+
+def fmt(mean: float, std: float, n: int, decimals: int) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{decimals}f}" if n < 2 else f"{mean:.{decimals}f} ± {std:.{decimals}f}"
+
+
+# Under a table and its comparison, each row that is a reading of a method (not the paper's text)
+READING_MARK = "¶"  # a row that is a reading of a method, not the paper's text
+
+
+def reading_notes(table: Table) -> list[str]:
+    """What each reading row is, for under the table and the comparison (READING_MARK)."""
+    return [f"{row.label}: a reading of {row.reading_of} that is not the paper's text ({row.reading}); the paper "
+            "prints no number for it." for row in table.rows if row.reading_of]

@@ -1,0 +1,72 @@
+"""A paper's figures as data: what each draws (its kind) and from which runs (a table's, or a
+grid of its own), beside the tables and searches of shared/targets/experiments.py.
+
+Planning (the workflow's start-up, shared.plan, shared.archive) needs a figure's runs, never
+its drawing: shared/reporting/figures.py draws them, and this module imports neither it nor
+matplotlib or pandas."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from shared.targets.experiments import Cell, Table, declared, declared_one, expand, get_table
+
+# What shared/reporting/figures.py can draw (its DRAW; tests/test_figures.py checks that the two agree)
+FIGURE_KINDS = frozenset({"curves", "partitions", "sweep", "round_metric", "custom"})
+
+
+@dataclass
+class Figure:
+    """A paper's figure, drawn from the runs of one of its tables (`table` names it) or of a
+    grid that only the figure uses (`table` is a Table that the paper does not list).
+
+    kind:
+      curves      global test accuracy and local average accuracy per round, mean with a
+                  band of one std over seeds, one panel per setting;
+      partitions  client-by-class sample counts (seed 0), one heatmap per setting;
+      sweep       the grid's metric against a hyperparameter, one line per method; a column
+                  labelled "name=value" is the point (value) of the panel (name);
+      round_metric  a number the method logs each round (`value`, e.g. mask_filter_rate);
+      custom      `draw_with(cells, runs_dir, out_stem, title, table=...)`, a paper's own
+                  protocol on top of the runs (FedCAD's per-class forgetting probe).
+    """
+
+    paper: str
+    name: str
+    caption: str
+    kind: str
+    table: str | Table
+    columns: list[str] | None = None  # the table's settings to draw (default: all)
+    rows: list[str] | None = None  # the table's methods to draw (default: all)
+    value: str | None = None  # round_metric: the per-round key in metrics.jsonl
+    draw_with: Callable | None = None  # custom
+
+    def __post_init__(self):
+        if self.kind not in FIGURE_KINDS:
+            raise ValueError(f"{self.paper}/{self.name}: unknown figure kind {self.kind!r}; valid: {sorted(FIGURE_KINDS)}")
+        if self.kind == "round_metric" and not self.value:
+            raise ValueError(f"{self.paper}/{self.name}: a round_metric figure needs value=")
+        if (self.kind == "custom") != (self.draw_with is not None):
+            raise ValueError(f"{self.paper}/{self.name}: draw_with= goes with kind='custom' and only with it")
+
+    @property
+    def source(self) -> Table:
+        return self.table if isinstance(self.table, Table) else get_table(self.paper, self.table)
+
+    def cells(self, scale: str, runtime: dict | None = None) -> list[Cell]:
+        table = self.source
+        cells = [c for c in expand(table, scale, runtime)
+                 if (self.columns is None or c.column.label in self.columns)
+                 and (self.rows is None or c.row.label in self.rows)]
+        if self.kind == "partitions":  # the partition depends on the setting and seed only
+            first_row = cells[0].row.label if cells else None
+            cells = [c for c in cells if c.row.label == first_row and c.seed == table.seeds[0]]
+        return cells
+
+
+def paper_figures(paper: str) -> dict[str, Figure]:
+    return declared(paper, "FIGURES")
+
+
+def get_figure(paper: str, name: str) -> Figure:
+    return declared_one(paper, "FIGURES", "figure", name)

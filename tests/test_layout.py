@@ -1,0 +1,70 @@
+"""The house rules a newcomer relies on to find their way: shared/ holds the commands people type
+beside packages by concern, the packages form floors (a module imports only its own package or one
+below it, so no cycle can form), and no module or function grows past a screenful or two."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT / "shared"
+FLOORS = ["config", "runs", "data", "models", "methods", "targets", "training", "reporting", "campaign"]
+COMMANDS = {"run", "plan", "curves", "archive"}  # python -m shared.X; shared.campaign is a package
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+LONGER = {"shared/training/batched.py": 560}  # one cohesive class: the batched step of a group
+
+
+def modules():
+    return sorted(SHARED.rglob("*.py"))
+
+
+def floor(module: str) -> int:
+    """A module's floor by its top-level name under shared (the commands above every package)."""
+    top = module.split(".")[1] if module.count(".") else module
+    return FLOORS.index(top) if top in FLOORS else len(FLOORS)
+
+
+def project_imports(path: Path):
+    """Every `shared.X` this file imports, at the top or inside a function; imports under
+    `if TYPE_CHECKING:` are annotations only and load nothing."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for child in node.body for n in ast.walk(child)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("shared"):
+            yield node.module, node.lineno
+        elif isinstance(node, ast.Import):
+            yield from ((a.name, node.lineno) for a in node.names if a.name.startswith("shared"))
+
+
+def test_the_top_of_shared_holds_only_the_commands_beside_the_packages():
+    files = {p.stem for p in SHARED.glob("*.py")} - {"__init__"}
+    packages = {p.name for p in SHARED.iterdir() if (p / "__init__.py").exists()}
+    assert files == COMMANDS | {"models"}
+    assert packages == set(FLOORS) - {"models"}
+    assert (SHARED / "campaign" / "__main__.py").exists()
+
+
+def test_no_module_imports_a_package_above_its_own():
+    climbing = []
+    for path in modules():
+        own = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for imported, line in project_imports(path):
+            if imported != "shared" and floor(imported) > floor(own):
+                climbing.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert not climbing, "\n".join(climbing)
+
+
+def test_no_module_or_function_is_longer_than_the_house_allows():
+    long_modules, long_functions = [], []
+    for path in [*modules(), *sorted((ROOT / "papers").rglob("*.py"))]:
+        name, text = str(path.relative_to(ROOT)), path.read_text()
+        if len(text.splitlines()) > LONGER.get(name, MAX_MODULE_LINES):
+            long_modules.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert not long_modules and not long_functions, "\n".join(long_modules + long_functions)
