@@ -5,6 +5,7 @@ per round. A CPU-sized check that each method trains; not a table of the papers.
 
 PATH may be any CIFAR-10 image folder (directory or zip); results go to results/benchmarks/.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -38,13 +39,28 @@ def main():
     out = Path("results/benchmarks/baselines_real")
     rows = []
     for name in args.methods:
-        cfg = load_config(None, ["dataset=imagefolder", f"dataset.path={args.data}", f"method={name}",
-                                 f"federation.rounds={args.rounds}", f"local.epochs={args.epochs}",
-                                 "trainer.progress=false", *METHODS[name]])
+        cfg = load_config(
+            None,
+            [
+                "dataset=imagefolder",
+                f"dataset.path={args.data}",
+                f"method={name}",
+                f"federation.rounds={args.rounds}",
+                f"local.epochs={args.epochs}",
+                "trainer.progress=false",
+                *METHODS[name],
+            ],
+        )
         summary = run(cfg, out / name)
-        rows.append({"method": name, "final_acc": summary["final_acc"], "global_acc": summary["global_acc"],
-                     "local_acc": summary["local_acc"][-1],
-                     "seconds_per_round": summary["wall_time_s"] / summary["rounds_completed"]})
+        rows.append(
+            {
+                "method": name,
+                "final_acc": summary["final_acc"],
+                "global_acc": summary["global_acc"],
+                "local_acc": summary["local_acc"][-1],
+                "seconds_per_round": summary["wall_time_s"] / summary["rounds_completed"],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
     print("\n| method | final acc (%) | local avg acc (%) | s / round |\n|---|---|---|---|")

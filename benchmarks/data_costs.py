@@ -10,6 +10,7 @@ that the conversion is timed even where it ran before (the raw files stay). The 
 shared.data.datasets split the first load into download and conversion. Prints a table and writes JSON
 (default results/benchmarks/data_costs.json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,14 +52,24 @@ def measure(name: str, overrides: list[str], rebuild: bool) -> dict:
     started = time.perf_counter()
     load_dataset(cfg)
     again = time.perf_counter() - started
-    return {"train": len(dataset.train), "test": len(dataset.test), "classes": dataset.num_classes,
-            "first_load_s": first, "cached_before": cached_before, "downloaded": downloaded, "later_load_s": again,
-            "cache_mb": sum(p.stat().st_size for p in cache_files(root, name)) / 1e6}
+    return {
+        "train": len(dataset.train),
+        "test": len(dataset.test),
+        "classes": dataset.num_classes,
+        "first_load_s": first,
+        "cached_before": cached_before,
+        "downloaded": downloaded,
+        "later_load_s": again,
+        "cache_mb": sum(p.stat().st_size for p in cache_files(root, name)) / 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.data_costs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.data_costs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("args", nargs="+", help="dataset names, then key=value overrides")
     parser.add_argument("--rebuild", action="store_true", help="delete each dataset's cached tensors first")
     parser.add_argument("--out", default="results/benchmarks/data_costs.json")
@@ -72,18 +83,28 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, DataError) as exc:
             print(f"error: {name}: {exc}", file=sys.stderr)
             return 2
-    report = {"datasets": results, "overrides": overrides, "machine": platform.processor() or platform.machine(),
-              "threads": torch.get_num_threads(), "command": " ".join(["python -m benchmarks.data_costs", *(argv or sys.argv[1:])])}
+    report = {
+        "datasets": results,
+        "overrides": overrides,
+        "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "command": " ".join(["python -m benchmarks.data_costs", *(argv or sys.argv[1:])]),
+    }
     out = Path(ns.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print("| dataset | train | test | classes | first load (s) | what it did | later load (s) | cache (MB) |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
-        did = "loaded its cache" if r["cached_before"] else ("downloaded " + ", ".join(r["downloaded"]) + ", converted"
-                                                             if r["downloaded"] else "converted")
-        print(f"| {name} | {r['train']} | {r['test']} | {r['classes']} | {r['first_load_s']:.2f} | {did} | "
-              f"{r['later_load_s']:.2f} | {r['cache_mb']:.0f} |")
+        did = (
+            "loaded its cache"
+            if r["cached_before"]
+            else ("downloaded " + ", ".join(r["downloaded"]) + ", converted" if r["downloaded"] else "converted")
+        )
+        print(
+            f"| {name} | {r['train']} | {r['test']} | {r['classes']} | {r['first_load_s']:.2f} | {did} | "
+            f"{r['later_load_s']:.2f} | {r['cache_mb']:.0f} |"
+        )
     print(f"\nwritten to {out}")
     return 0
 

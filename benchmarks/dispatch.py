@@ -18,6 +18,7 @@ client) pair in one batched step (shared/training/group_training.py). Prints bot
 round of the group against the single run's default path (median of --repeats rounds; none
 with --repeats 0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,16 +39,35 @@ from shared.training.trainer import Member, begin_round, train_alone
 
 # FedSSD's Table II setting cut to seconds on a CPU: CIFAR-shaped synthetic data, its 10
 # clients all taking part, about 5 batches of 64 per client and 2 local epochs (10 steps a round)
-TINY = ["dataset=synthetic", "dataset.synthetic.train_per_class=320", "dataset.synthetic.test_per_class=10",
-        "local.epochs=2", "federation.rounds=50", "trainer.device=cpu", "trainer.progress=false",
-        "trainer.tensorboard=false"]
+TINY = [
+    "dataset=synthetic",
+    "dataset.synthetic.train_per_class=320",
+    "dataset.synthetic.test_per_class=10",
+    "local.epochs=2",
+    "federation.rounds=50",
+    "trainer.device=cpu",
+    "trainer.progress=false",
+    "trainer.tensorboard=false",
+]
 
 
 def fedssd_row(overrides: list[str]) -> list[RunConfig]:
     """The FedSSD row of Table II at paper scale (5 settings x 3 seeds), at the tiny scale."""
     cells = [c for c in expand(get_table("fedssd", "table2"), "paper") if c.config.method["name"] == "fedssd"]
-    return [load_config(None, ["method=fedssd", f"seed={c.config.seed}", "aux.per_class=64",
-                               *partition_overrides(c.config), *TINY, *overrides]) for c in cells]
+    return [
+        load_config(
+            None,
+            [
+                "method=fedssd",
+                f"seed={c.config.seed}",
+                "aux.per_class=64",
+                *partition_overrides(c.config),
+                *TINY,
+                *overrides,
+            ],
+        )
+        for c in cells
+    ]
 
 
 def partition_overrides(cfg: RunConfig) -> list[str]:
@@ -77,13 +97,16 @@ def measure(members: list[Member], train_clients, repeats: int) -> tuple[int, fl
 
 def step_counts() -> dict[str, int]:
     """Row label -> non-view operators of one group step, for each method of FedSSD's Table II."""
-    return {case.split("-", 2)[2]: len(non_view(record_group_step(small_group(cfg)).ops))  # "fedssd-table2-<row>"
-            for case, cfg in table_methods(["papers/fedssd/table2"]).items()}
+    return {
+        case.split("-", 2)[2]: len(non_view(record_group_step(small_group(cfg)).ops))  # "fedssd-table2-<row>"
+        for case, cfg in table_methods(["papers/fedssd/table2"]).items()
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dispatch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.dispatch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median); 0: count operators only")
     parser.add_argument("--steps-only", action="store_true", help="the operators per group step alone")
@@ -99,12 +122,16 @@ def main(argv: list[str] | None = None) -> None:
         group = start_members(cfgs, Path(root) / "group")
         group_ops, group_seconds = measure(group, GroupClients(group), args.repeats)
     print(f"threads: {torch.get_num_threads()}, runs in the group: {len(cfgs)}")
-    print(f"aten ops per round: single run {single_ops}, group {group_ops}; group / single = {group_ops / single_ops:.2f}")
+    print(
+        f"aten ops per round: single run {single_ops}, group {group_ops}; group / single = {group_ops / single_ops:.2f}"
+    )
     if not args.repeats:
         return
     per_run = group_seconds / len(cfgs)
-    print(f"CPU seconds per round and run: single run (default path) {single_seconds:.3f}, in the group "
-          f"{per_run:.3f} ({per_run / single_seconds:.2f}x)")
+    print(
+        f"CPU seconds per round and run: single run (default path) {single_seconds:.3f}, in the group "
+        f"{per_run:.3f} ({per_run / single_seconds:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

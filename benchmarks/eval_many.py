@@ -10,6 +10,7 @@ for the whole test set (best of `--repeats`) and the operators dispatched per te
 its batches of eval.batch_size), and checks that both ways give every model the same
 accuracy. key=value overrides go to the config (eval.batch_size=..., trainer.amp=true).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
     args = parser.parse_args(argv)
-    cfg = load_config(None, ["dataset=synthetic", "dataset.synthetic.train_per_class=1",
-                             f"dataset.synthetic.test_per_class={args.images // 10}", "partition.clients=1",
-                             f"model={args.model}", f"trainer.device={args.device}", *args.overrides])
+    cfg = load_config(
+        None,
+        [
+            "dataset=synthetic",
+            "dataset.synthetic.train_per_class=1",
+            f"dataset.synthetic.test_per_class={args.images // 10}",
+            "partition.clients=1",
+            f"model={args.model}",
+            f"trainer.device={args.device}",
+            *args.overrides,
+        ],
+    )
     device = torch.device(args.device)
     federation = build_federation(cfg, device)
     models = []
@@ -71,8 +81,10 @@ def main(argv: list[str] | None = None) -> None:
 
     assert [r["acc"] for r in in_a_loop()] == [r["acc"] for r in in_one_pass()], "the two ways disagree"
     batches = math.ceil(len(test) / cfg.eval.batch_size)
-    print(f"{args.models} x {args.model} on {len(test)} test images, eval.batch_size={cfg.eval.batch_size}, "
-          f"{device}, {torch.get_num_threads()} torch threads, trainer.amp={cfg.trainer.amp}")
+    print(
+        f"{args.models} x {args.model} on {len(test)} test images, eval.batch_size={cfg.eval.batch_size}, "
+        f"{device}, {torch.get_num_threads()} torch threads, trainer.amp={cfg.trainer.amp}"
+    )
     print(f"{'way':24} {'seconds':>8} {'operators per test batch':>25}")
     for name, work in (("evaluate in a loop", in_a_loop), ("evaluate_many", in_one_pass)):
         print(f"{name:24} {seconds(work, args.repeats, device):8.2f} {dispatched(work) / batches:25.0f}")

@@ -17,6 +17,7 @@ PATH may be any CIFAR-10 image folder (directory or zip). Each arm is a run dire
 one after another; to use more cores run one process per arm with its own --arms and --out, and
 join them with `--join OUT.json ...` (writes the CSV, the table and the figure of all of them).
 """
+
 import argparse
 import csv
 import json
@@ -32,17 +33,29 @@ from shared.training.trainer import run
 READINGS = {  # run directory -> (label, overrides)
     "fedavg": ("FedAvg", ["method=fedavg"]),
     "fedssd-m2": ("FedSSD, M^2 (the paper's text)", ["method=fedssd", "method.m_max=0.01", "aux.per_class=64"]),
-    "fedssd-m": ("FedSSD, M (mask_weight=m)",
-                 ["method=fedssd", "method.m_max=0.01", "aux.per_class=64", "method.mask_weight=m"]),
-    "mse": ("Constant MSE, alpha 0.01 (Table III's MSE row)", ["method=fedssd", "method.loss=mse", "method.m_max=0.01"]),
+    "fedssd-m": (
+        "FedSSD, M (mask_weight=m)",
+        ["method=fedssd", "method.m_max=0.01", "aux.per_class=64", "method.mask_weight=m"],
+    ),
+    "mse": (
+        "Constant MSE, alpha 0.01 (Table III's MSE row)",
+        ["method=fedssd", "method.loss=mse", "method.m_max=0.01"],
+    ),
 }
 
 
 def protocol(args) -> list[str]:
     """Table II's Dir(0.5) column at the sizes given on the command line."""
     overrides = [f"{k}={v}" for k, v in flatten(MOON_CIFAR10).items() if k != "dataset.name"]
-    overrides += ["dataset=imagefolder", f"dataset.path={args.data}", f"federation.rounds={args.rounds}",
-                  f"local.epochs={args.epochs}", f"seed={args.seed}", "eval.local=false", "trainer.progress=false"]
+    overrides += [
+        "dataset=imagefolder",
+        f"dataset.path={args.data}",
+        f"federation.rounds={args.rounds}",
+        f"local.epochs={args.epochs}",
+        f"seed={args.seed}",
+        "eval.local=false",
+        "trainer.progress=false",
+    ]
     return overrides + ([f"dataset.train_subset={args.train_subset}"] if args.train_subset else [])
 
 
@@ -76,8 +89,11 @@ def train(args, out: Path) -> dict:
         label, overrides = READINGS[name]
         cfg = load_config(None, protocol(args) + overrides)
         summary = run(cfg, out.parent / "fedssd_readings" / name)
-        curves[label] = {"global_acc": summary["global_acc"], "final_acc": summary["final_acc"],
-                         "seconds_per_round": summary["wall_time_s"] / summary["rounds_completed"]}
+        curves[label] = {
+            "global_acc": summary["global_acc"],
+            "final_acc": summary["final_acc"],
+            "seconds_per_round": summary["wall_time_s"] / summary["rounds_completed"],
+        }
         print(json.dumps({label: curves[label]}), flush=True)
     return curves
 
@@ -102,12 +118,17 @@ def markdown(curves: dict) -> str:
     """The summary the benchmark README takes: the last round, the mean of the last five, the mean
     difference from FedAvg after the first ten rounds, the first round at or above 65%."""
     base = curves.get(READINGS["fedavg"][0])
-    lines = ["| arm | last round | mean of last 5 | mean difference from FedAvg, rounds 11- | first round >= 65% |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| arm | last round | mean of last 5 | mean difference from FedAvg, rounds 11- | first round >= 65% |",
+        "|---|---|---|---|---|",
+    ]
     for label, c in curves.items():
         acc = c["global_acc"]
-        diff = ("-" if base is None or c is base else
-                f"{sum(a - b for a, b in zip(acc[10:], base['global_acc'][10:])) / max(len(acc) - 10, 1):+.2f}")
+        diff = (
+            "-"
+            if base is None or c is base
+            else f"{sum(a - b for a, b in zip(acc[10:], base['global_acc'][10:])) / max(len(acc) - 10, 1):+.2f}"
+        )
         first = next((i + 1 for i, a in enumerate(acc) if a >= 65), "-")
         lines.append(f"| {label} | {acc[-1]:.2f} | {sum(acc[-5:]) / len(acc[-5:]):.2f} | {diff} | {first} |")
     return "\n".join(lines)
@@ -115,8 +136,10 @@ def markdown(curves: dict) -> str:
 
 def draw(curves: dict, path: Path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, c in curves.items():
         ax.plot(range(1, len(c["global_acc"]) + 1), c["global_acc"], label=label)

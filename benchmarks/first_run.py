@@ -25,6 +25,7 @@ on a laptop or CI) the gpu tests skip and the benchmark and profile shrink to a 
 Needs only torch, numpy, pandas, matplotlib, seaborn and pytest (docs/install.md: A GPU
 machine without network).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,14 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 # the benchmark's and the profile's federation where there is no GPU: seconds on one core
-TINY = ["dataset.synthetic.train_per_class=30", "dataset.synthetic.test_per_class=10",
-        "dataset.synthetic.image_size=16", "partition.clients=4", "local.epochs=1", "aux.per_class=5"]
+TINY = [
+    "dataset.synthetic.train_per_class=30",
+    "dataset.synthetic.test_per_class=10",
+    "dataset.synthetic.image_size=16",
+    "partition.clients=4",
+    "local.epochs=1",
+    "aux.per_class=5",
+]
 PROFILED_STEPS, WARM_STEPS = 20, 3
 LOG = "first-run.log"
 
@@ -106,16 +113,22 @@ def junit_counts(xml: Path) -> dict:
 
 def gpu_tests(out: Path, timeout: float) -> dict:
     xml = out / "gpu-tests.xml"
-    code = run_logged([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                       f"--junitxml={xml}", "tests"], out / LOG, timeout)
+    code = run_logged(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "tests"],
+        out / LOG,
+        timeout,
+    )
     if not xml.exists():
         return {"step": "gpu tests", "ok": False, "detail": f"no report (exit {code}); see {LOG}"}
     c = junit_counts(xml)
     passed = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
     # exit 5: no test collected at all
-    return {"step": "gpu tests", "ok": code == 0 or (code == 5 and not c["failures"] + c["errors"]),
-            "detail": f"{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped"
-                      + ("" if code is not None else " (stopped at its time limit)")}
+    return {
+        "step": "gpu tests",
+        "ok": code == 0 or (code == 5 and not c["failures"] + c["errors"]),
+        "detail": f"{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped"
+        + ("" if code is not None else " (stopped at its time limit)"),
+    }
 
 
 def speed(out: Path, overrides: list[str], cuda: bool, timeout: float) -> dict:
@@ -124,11 +137,28 @@ def speed(out: Path, overrides: list[str], cuda: bool, timeout: float) -> dict:
     config = "fedssd" if cuda else "cpu"
     # ours first, the fastest first: what a cut-off benchmark still tells; 2 rounds give a
     # second-round time without the first's warm-up
-    variants = (["--variants", "batched", "sequential", "batched-bf16", "bf16", "reference", "--rounds", "2"] if cuda
-                else ["--variants", "batched", "sequential", "reference", "--rounds", "1"])
+    variants = (
+        ["--variants", "batched", "sequential", "batched-bf16", "bf16", "reference", "--rounds", "2"]
+        if cuda
+        else ["--variants", "batched", "sequential", "reference", "--rounds", "1"]
+    )
     minutes = max(0.1, (timeout - 60) / 60)  # a minute for the variant that is running when the budget ends
-    code = run_logged([sys.executable, "-m", "benchmarks.speed", config, *overrides, *variants,
-                       "--minutes", f"{minutes:.2f}", "--out", str(report)], out / LOG, timeout)
+    code = run_logged(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.speed",
+            config,
+            *overrides,
+            *variants,
+            "--minutes",
+            f"{minutes:.2f}",
+            "--out",
+            str(report),
+        ],
+        out / LOG,
+        timeout,
+    )
     if not report.exists():
         return {"step": "speed", "ok": False, "detail": f"no report (exit {code}); see {LOG}"}
     result = json.loads(report.read_text())
@@ -155,8 +185,13 @@ def group_configs(overrides: list[str], cuda: bool) -> list:
     runs, _ = campaign_runs(["papers/fedssd/table2"], "paper", None)
     group = form_groups(runs, GROUP_LIMIT)[0]
     unit = [rid for rid in group if runs[rid].seed == min(runs[r].seed for r in group)]
-    extra = [*overrides, "federation.rounds=1", "trainer.progress=false", f"trainer.device={'cuda' if cuda else 'cpu'}",
-             *([] if cuda else ["trainer.clients_per_step=2", "local.epochs=12"])]  # TINY: 2 steps an epoch
+    extra = [
+        *overrides,
+        "federation.rounds=1",
+        "trainer.progress=false",
+        f"trainer.device={'cuda' if cuda else 'cpu'}",
+        *([] if cuda else ["trainer.clients_per_step=2", "local.epochs=12"]),
+    ]  # TINY: 2 steps an epoch
     return [load_config(None, [*as_overrides(identity(runs[rid])), *extra]) for rid in unit]
 
 
@@ -178,8 +213,12 @@ def profile_group(out: Path, overrides: list[str], cuda: bool) -> dict:
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     take_step = BatchedClients.take_step
     started = time.perf_counter()
-    with torch.profiler.profile(activities=activities, on_trace_ready=ready,
-                                schedule=schedule(wait=0, warmup=WARM_STEPS, active=PROFILED_STEPS, repeat=1)) as prof:
+    with torch.profiler.profile(
+        activities=activities,
+        on_trace_ready=ready,
+        schedule=schedule(wait=0, warmup=WARM_STEPS, active=PROFILED_STEPS, repeat=1),
+    ) as prof:
+
         def profiled_step(self, sizes):
             take_step(self, sizes)
             prof.step()
@@ -195,17 +234,28 @@ def profile_group(out: Path, overrides: list[str], cuda: bool) -> dict:
         finally:
             BatchedClients.take_step = take_step
         steps = prof.step_num
-    return {"step": "profile", "ok": (out / "trace.json").is_file(),
-            "detail": f"{min(max(steps - WARM_STEPS, 0), PROFILED_STEPS)} group steps of {len(cfgs)} runs "
-                      f"({cfgs[0].method['name']}, {cfgs[0].dataset.name}, {cfgs[0].partition.clients} clients each) "
-                      f"in {time.perf_counter() - started:.1f} s with the profiler"}
+    return {
+        "step": "profile",
+        "ok": (out / "trace.json").is_file(),
+        "detail": f"{min(max(steps - WARM_STEPS, 0), PROFILED_STEPS)} group steps of {len(cfgs)} runs "
+        f"({cfgs[0].method['name']}, {cfgs[0].dataset.name}, {cfgs[0].partition.clients} clients each) "
+        f"in {time.perf_counter() - started:.1f} s with the profiler",
+    }
 
 
 def profile(out: Path, data: str | None, timeout: float) -> dict:
     """`profile_group` in a child process, stopped at its share of the budget."""
     result = out / ".profile.json"
-    command = [sys.executable, "-m", "benchmarks.first_run", "--out", str(out), "--profile-into", str(result),
-               *(["--data", data] if data else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.first_run",
+        "--out",
+        str(out),
+        "--profile-into",
+        str(result),
+        *(["--data", data] if data else []),
+    ]
     code = run_logged(command, out / LOG, timeout)
     if not result.is_file():
         return {"step": "profile", "ok": False, "detail": f"no profile (exit {code}); see {LOG}"}
@@ -226,13 +276,16 @@ def guarded(step: str, work) -> dict:
 
 def summary_table(results: list[dict]) -> str:
     lines = ["| step | result | seconds | detail |", "|---|---|---|---|"]
-    lines += [f"| {r['step']} | {'ok' if r['ok'] else 'FAILED'} | {r['seconds']:.0f} | {r['detail']} |" for r in results]
+    lines += [
+        f"| {r['step']} | {'ok' if r['ok'] else 'FAILED'} | {r['seconds']:.0f} | {r['detail']} |" for r in results
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.first_run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="the folder everything goes into (created)")
     parser.add_argument("--data", help="CIFAR-10 as a JPEG zip (dataset=imagefolder); default: synthetic data")
     parser.add_argument("--minutes", type=float, default=9.0, help="time budget for all steps (default 9)")

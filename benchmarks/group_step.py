@@ -13,6 +13,7 @@ tests/test_group_step.py checks for every method of the campaign's targets.
 The group trains batched on the CPU (trainer.clients_per_step=2 asks for it) and eagerly, so
 every operator the step would put into its CUDA graph passes through the recorder.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -57,7 +58,7 @@ def method_key(cfg: RunConfig) -> tuple:
 
 
 def table_methods(targets: list[str], dataset: str | None = None) -> dict[str, RunConfig]:
-    """"<paper>-<table>-<row>" -> the first run of each distinct method (`method_key`) of the
+    """ "<paper>-<table>-<row>" -> the first run of each distinct method (`method_key`) of the
     targets' rows at paper scale (on `dataset` only, where given)."""
     found: dict[tuple, tuple[str, RunConfig]] = {}
     for target in targets:

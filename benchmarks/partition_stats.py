@@ -11,6 +11,7 @@ gives the same numbers; for dirichlet_balanced the order changes which samples s
 the statistics' distribution. FedGKD's settings use 45,000 labels (its 10% validation split
 taken first). Every statistic is the mean over the seeds 0..seeds-1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,16 +41,30 @@ def stats(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> tupl
     counts = count_matrix(labels, parts, num_classes)
     sizes = counts.sum(1)
     top_share = (counts.max(1) / np.maximum(sizes, 1)).mean()
-    return sizes.min(), sizes.max(), (counts > 0).sum(1).mean(), (counts >= 0.05 * sizes[:, None]).sum(1).mean(), top_share
+    return (
+        sizes.min(),
+        sizes.max(),
+        (counts > 0).sum(1).mean(),
+        (counts >= 0.05 * sizes[:, None]).sum(1).mean(),
+        top_share,
+    )
 
 
 def variants(kind: str, clients: int, value: float):
     if kind == "classes":
         yield "ours (rng unset)", PartitionConfig(kind="classes", clients=clients, k=int(value)), False
-        yield "NIID-Bench (rng=niid_bench)", PartitionConfig(kind="classes", clients=clients, k=int(value), rng="niid_bench"), False
+        yield (
+            "NIID-Bench (rng=niid_bench)",
+            PartitionConfig(kind="classes", clients=clients, k=int(value), rng="niid_bench"),
+            False,
+        )
         return
     yield "ours (rng unset)", PartitionConfig(kind="dirichlet", clients=clients, beta=value), False
-    yield "NIID-Bench (rng=niid_bench)", PartitionConfig(kind="dirichlet", clients=clients, beta=value, rng="niid_bench"), False
+    yield (
+        "NIID-Bench (rng=niid_bench)",
+        PartitionConfig(kind="dirichlet", clients=clients, beta=value, rng="niid_bench"),
+        False,
+    )
     balanced = PartitionConfig(kind="dirichlet_balanced", clients=clients, beta=value)
     yield "FedDF/FedGKD code: Dirichlet lists", balanced, True
     yield "FedDF/FedGKD code: clients (dirichlet_balanced)", balanced, False
@@ -61,7 +76,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], help="settings whose label contains one of these")
     args = parser.parse_args()
     print(f"Synthetic labels (classes interleaved), mean over seeds 0..{args.seeds - 1}.\n")
-    print("| setting | partition | smallest client | largest client | classes >= 1 sample | classes >= 5% | largest class share |")
+    print(
+        "| setting | partition | smallest client | largest client | classes >= 1 sample | classes >= 5% | largest class share |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|")
     for setting, per_class, num_classes, clients, kind, value in SETTINGS:
         if args.only and not any(text in setting for text in args.only):
@@ -70,8 +87,11 @@ def main() -> None:
         for name, cfg, lists in variants(kind, clients, value):
             rows = []
             for seed in range(args.seeds):
-                parts = (dirichlet_balanced_lists(labels, num_classes, cfg, np.random.RandomState(seed)) if lists
-                         else partition(labels, num_classes, cfg, seed))
+                parts = (
+                    dirichlet_balanced_lists(labels, num_classes, cfg, np.random.RandomState(seed))
+                    if lists
+                    else partition(labels, num_classes, cfg, seed)
+                )
                 rows.append(stats(labels, parts, num_classes))
             lo, hi, held, held5, top = np.mean(rows, axis=0)
             print(f"| {setting} | {name} | {lo:,.0f} | {hi:,.0f} | {held:.2f} | {held5:.2f} | {top:.2f} |")

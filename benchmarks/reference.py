@@ -15,6 +15,7 @@ initial weights, the method's own hooks (its loss, teacher, aggregation), and th
 evaluation (the global model and, with `eval.local`, every local model on the test set, in
 batches of `eval.batch_size`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -120,12 +121,20 @@ def run_reference(cfg: RunConfig, rounds: int | None = None) -> dict:
     dataset = federation.dataset
     train_images = federation.train_x.cpu().permute(0, 2, 3, 1).numpy()  # HWC uint8, as torchvision keeps CIFAR
     train_labels = federation.train_y.cpu().numpy()
-    train_transform = (NIIDBenchTrainTransform(dataset.mean, dataset.std) if dataset.augment
-                       else TestTransform(dataset.mean, dataset.std))
-    client_sets = [ArrayDataset(train_images[c.index.cpu().numpy()], train_labels[c.index.cpu().numpy()], train_transform)
-                   for c in federation.clients]
-    test_set = ArrayDataset(federation.test.x.cpu().permute(0, 2, 3, 1).numpy(), federation.test.y.cpu().numpy(),
-                            TestTransform(dataset.mean, dataset.std))
+    train_transform = (
+        NIIDBenchTrainTransform(dataset.mean, dataset.std)
+        if dataset.augment
+        else TestTransform(dataset.mean, dataset.std)
+    )
+    client_sets = [
+        ArrayDataset(train_images[c.index.cpu().numpy()], train_labels[c.index.cpu().numpy()], train_transform)
+        for c in federation.clients
+    ]
+    test_set = ArrayDataset(
+        federation.test.x.cpu().permute(0, 2, 3, 1).numpy(),
+        federation.test.y.cpu().numpy(),
+        TestTransform(dataset.mean, dataset.std),
+    )
     test_loader = DataLoader(test_set, batch_size=cfg.eval.batch_size, shuffle=False)
 
     torch.manual_seed(cfg.seed)
@@ -144,7 +153,9 @@ def run_reference(cfg: RunConfig, rounds: int | None = None) -> dict:
             client = federation.clients[cid]
             net.load_state_dict(global_state)
             net.train()
-            optimizer = torch.optim.SGD(net.parameters(), lr=loc.lr, momentum=loc.momentum, weight_decay=loc.weight_decay)
+            optimizer = torch.optim.SGD(
+                net.parameters(), lr=loc.lr, momentum=loc.momentum, weight_decay=loc.weight_decay
+            )
             loader = DataLoader(client_sets[cid], batch_size=loc.batch_size, shuffle=True)
             method.start_client(client, net)
             steps, loss_sum = 0, 0.0
@@ -167,6 +178,13 @@ def run_reference(cfg: RunConfig, rounds: int | None = None) -> dict:
                 local_accs.append(test_accuracy(net, test_loader, device))
         method.aggregate(global_model, updates)
         acc = test_accuracy(global_model, test_loader, device)
-        history.append({"round": round + 1, "global_acc": acc, "local_acc": float(np.mean(local_accs)) if local_accs else None,
-                        "samples": samples, "seconds": time.perf_counter() - started})
+        history.append(
+            {
+                "round": round + 1,
+                "global_acc": acc,
+                "local_acc": float(np.mean(local_accs)) if local_accs else None,
+                "samples": samples,
+                "seconds": time.perf_counter() - started,
+            }
+        )
     return {"history": history, "final_acc": history[-1]["global_acc"]}

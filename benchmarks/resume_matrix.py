@@ -11,6 +11,7 @@ metrics.json, half written when the process dies). "identical" means every round
 metrics) and every weight of the final model are bit-identical. Prints a Markdown table.
 tests/test_resume.py holds the same property for one point per method in CI.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,19 @@ from shared.training import trainer
 from shared.targets.configs import load_config
 from shared.methods.registry import method_names
 
-TINY = ["dataset=synthetic", "dataset.synthetic.train_per_class=60", "dataset.synthetic.test_per_class=20",
-        "dataset.synthetic.image_size=16", "partition.clients=4", "federation.participation=0.5", "local.epochs=1",
-        "local.batch_size=32", "local.lr=0.03", "trainer.device=cpu", "trainer.progress=false"]
+TINY = [
+    "dataset=synthetic",
+    "dataset.synthetic.train_per_class=60",
+    "dataset.synthetic.test_per_class=20",
+    "dataset.synthetic.image_size=16",
+    "partition.clients=4",
+    "federation.participation=0.5",
+    "local.epochs=1",
+    "local.batch_size=32",
+    "local.lr=0.03",
+    "trainer.device=cpu",
+    "trainer.progress=false",
+]
 NEEDS = {"fedcad": ["aux.per_class=5"], "fedssd": ["aux.per_class=5"], "moon": ["model.projection_dim=16"]}
 
 
@@ -80,7 +91,11 @@ def record(out: Path) -> tuple[list[dict], dict]:
 
 def identical(a: Path, b: Path) -> bool:
     (rows_a, model_a), (rows_b, model_b) = record(a), record(b)
-    return rows_a == rows_b and model_a.keys() == model_b.keys() and all(torch.equal(model_a[k], model_b[k]) for k in model_a)
+    return (
+        rows_a == rows_b
+        and model_a.keys() == model_b.keys()
+        and all(torch.equal(model_a[k], model_b[k]) for k in model_a)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,13 +105,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     work = args.out or Path(tempfile.mkdtemp(prefix="resume-"))
     points = {f"round {r} start": lambda r=r: killed_at_round(r) for r in range(1, args.rounds)}
-    points |= {"mid-write checkpoint 2": lambda: killed_writing("checkpoint.pt", 2),
-               "mid-write metrics.json": lambda: killed_writing("metrics.json", 1)}
+    points |= {
+        "mid-write checkpoint 2": lambda: killed_writing("checkpoint.pt", 2),
+        "mid-write metrics.json": lambda: killed_writing("metrics.json", 1),
+    }
     print("| method | " + " | ".join(points) + " |")
     print("|---|" + "---|" * len(points))
     for method in method_names():
-        cfg = load_config(None, [*TINY, f"data_root={work / 'data'}", f"method={method}",
-                                 f"federation.rounds={args.rounds}", *NEEDS.get(method, [])])
+        cfg = load_config(
+            None,
+            [
+                *TINY,
+                f"data_root={work / 'data'}",
+                f"method={method}",
+                f"federation.rounds={args.rounds}",
+                *NEEDS.get(method, []),
+            ],
+        )
         straight = work / method / "straight"
         trainer.run(cfg, straight)
         verdicts = []

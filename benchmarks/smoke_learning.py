@@ -26,6 +26,7 @@ method apart from FedAvg in every column (FedSSD by 0.05-0.70). Tried and droppe
 and batch size 4 at 9 epochs (a tie too), batch size 4 at 8 and 10 epochs (no tie, but more CPU
 than batch size 6; benchmarks/README.md: Smoke scale).
 """
+
 import argparse
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -59,8 +60,13 @@ def main(argv=None):
     parser.add_argument("paper")
     parser.add_argument("table")
     parser.add_argument("--set", action="append", default=[], dest="sets", help="dotted key=value on the smoke configs")
-    parser.add_argument("--smoke", action="append", default=[], help="NAME=VALUE: another value of a SMOKE_* "
-                        "constant of shared/targets/experiments.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale")
+    parser.add_argument(
+        "--smoke",
+        action="append",
+        default=[],
+        help="NAME=VALUE: another value of a SMOKE_* "
+        "constant of shared/targets/experiments.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="at most this many of the smoke scale's seeds")
     parser.add_argument("--rows", nargs="*", help="only these rows (default: all)")
     parser.add_argument("--columns", nargs="*", help="only these columns (default: all)")
@@ -75,8 +81,13 @@ def main(argv=None):
     overrides = {**parse_sets(args.sets), "trainer": {"device": "cpu", "progress": False}}
     cells = expand(table, "smoke", overrides)
     seeds = sorted({c.seed for c in cells})[: args.seeds]
-    cells = [c for c in cells if c.seed in seeds and (not args.rows or c.row.label in args.rows)
-             and (not args.columns or c.column.label in args.columns)]
+    cells = [
+        c
+        for c in cells
+        if c.seed in seeds
+        and (not args.rows or c.row.label in args.rows)
+        and (not args.columns or c.column.label in args.columns)
+    ]
     jobs = [((c.row.label, c.column.label, c.seed), c.config, Path(args.out) / c.run_id) for c in cells]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -90,26 +101,40 @@ def report(table, frame: pd.DataFrame, chance: float, seconds: float, args) -> s
     """The matrix of mean final accuracies (° at chance, = where every seed equals FedAvg's, as
     the tables mark them), own method minus FedAvg, the single seeds at chance, and timing."""
     means = frame.pivot_table(index="row", columns="column", values="acc", aggfunc="mean")
-    means = means.reindex(index=[r.label for r in table.rows if r.label in means.index],
-                          columns=[c.label for c in table.columns if c.label in means.columns])
+    means = means.reindex(
+        index=[r.label for r in table.rows if r.label in means.index],
+        columns=[c.label for c in table.columns if c.label in means.columns],
+    )
     runs = frame.rename(columns={"acc": "value"})
     equal = {(r, c): equals_reference(runs, r, c) for r in means.index for c in means.columns}
-    marked = pd.DataFrame({c: [f"{means.loc[r, c]:.2f}{'°' if abs(means.loc[r, c] - chance) <= 0.5 else ''}"
-                               f"{'=' if equal[r, c] else ''}" for r in means.index] for c in means.columns},
-                          index=means.index)
+    marked = pd.DataFrame(
+        {
+            c: [
+                f"{means.loc[r, c]:.2f}{'°' if abs(means.loc[r, c] - chance) <= 0.5 else ''}"
+                f"{'=' if equal[r, c] else ''}"
+                for r in means.index
+            ]
+            for c in means.columns
+        },
+        index=means.index,
+    )
     own = next((r for r in means.index if r.lower() == table.paper.lower()), None)
-    lines = [f"{table.paper}/{table.name} at smoke scale, {frame.seed.nunique()} seed(s), --smoke {args.smoke} --set {args.sets}",
-             marked.to_markdown()]
+    lines = [
+        f"{table.paper}/{table.name} at smoke scale, {frame.seed.nunique()} seed(s), --smoke {args.smoke} --set {args.sets}",
+        marked.to_markdown(),
+    ]
     if own and REFERENCE_ROW in means.index:
         diff = (means.loc[own] - means.loc[REFERENCE_ROW]).map(lambda d: f"{d:+.2f}")
         lines.append(f"\n{own} - {REFERENCE_ROW}: " + ", ".join(f"{c} {d}" for c, d in diff.items()))
     at_chance = int(means.map(lambda a: abs(a - chance) <= 0.5).to_numpy().sum())
     seeds_at_chance = frame[(frame.acc - chance).abs() <= 0.5]
     not_completed = frame[frame.status != "completed"]
-    lines.append(f"cells at chance: {at_chance}; cells equal to {REFERENCE_ROW} at every seed (=): {sum(equal.values())}; "
-                 f"single seeds at chance: {len(seeds_at_chance)} "
-                 f"{[(r.row, r.column, r.seed) for r in seeds_at_chance.itertuples()]}; runs not completed: "
-                 f"{len(not_completed)}; {len(frame)} runs in {seconds:.0f} s on {args.jobs} worker(s)")
+    lines.append(
+        f"cells at chance: {at_chance}; cells equal to {REFERENCE_ROW} at every seed (=): {sum(equal.values())}; "
+        f"single seeds at chance: {len(seeds_at_chance)} "
+        f"{[(r.row, r.column, r.seed) for r in seeds_at_chance.itertuples()]}; runs not completed: "
+        f"{len(not_completed)}; {len(frame)} runs in {seconds:.0f} s on {args.jobs} worker(s)"
+    )
     return "\n".join(lines)
 
 

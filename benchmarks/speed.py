@@ -26,6 +26,7 @@ benchmarks/results/<config>-<device>.json) is rewritten after every variant, so 
 off by a job's time limit keeps what it measured; `--minutes M` starts no variant after M
 minutes and lists the ones left out. Ends with a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,8 @@ from shared.training.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
 FEDGKD = {  # papers/fedgkd/tables.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
-    "dataset": {"name": "cifar10", "val_fraction": 0.1}, "model": {"name": "resnet8"},
+    "dataset": {"name": "cifar10", "val_fraction": 0.1},
+    "model": {"name": "resnet8"},
     "partition": {"kind": "dirichlet", "clients": 20, "beta": 0.5},
     "federation": {"rounds": 100, "participation": 0.2},
     "local": {"epochs": 20, "batch_size": 64, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5},
@@ -63,13 +65,17 @@ CONFIGS = {
     "fedssd-noteacher": (deep_merge(MOON_CIFAR10, {"method": {"name": "fedavg"}}), SMALL_MODEL_VARIANTS),
     "fedgkd": (FEDGKD, SMALL_MODEL_VARIANTS),
     # FedSSD's Table I column: ResNet-50 (BatchNorm) on CIFAR-100, 10 clients; FedAvg's loss
-    "resnet50": (deep_merge(MOON_CIFAR10, {"dataset": {"name": "cifar100"}, "model": {"name": "resnet50"}}),
-                 ["reference", "fp32", "bf16", "bf16-compile", "batched", "batched-bf16"]),
+    "resnet50": (
+        deep_merge(MOON_CIFAR10, {"dataset": {"name": "cifar100"}, "model": {"name": "resnet50"}}),
+        ["reference", "fp32", "bf16", "bf16-compile", "batched", "batched-bf16"],
+    ),
     # FedSSD's setting at CPU size: a stratified fifth of CIFAR-10 (10,000 images) and 3 rounds;
     # E=10 as in the paper, and every round tests the global and the 10 local models on all
     # 10,000 test images
-    "cpu": (deep_merge(FEDSSD, {"dataset": {"train_subset": 10000}, "federation": {"rounds": 3}}),
-            [*SMALL_MODEL_VARIANTS, "threads", "threads-bf16"]),
+    "cpu": (
+        deep_merge(FEDSSD, {"dataset": {"train_subset": 10000}, "federation": {"rounds": 3}}),
+        [*SMALL_MODEL_VARIANTS, "threads", "threads-bf16"],
+    ),
 }
 VARIANT_OVERRIDES = {  # "batched" variants also set trainer.clients_per_step to the clients per round
     "sequential": [],
@@ -103,6 +109,7 @@ def epoch_samples(n: int, batch_size: int) -> int:
 
 def run_ours(cfg: RunConfig, rounds: int) -> dict:
     from shared.training import trainer
+
     cfg = copy.deepcopy(cfg)
     cfg.federation.rounds = rounds
     with tempfile.TemporaryDirectory() as out:
@@ -110,7 +117,9 @@ def run_ours(cfg: RunConfig, rounds: int) -> dict:
         history = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
     sizes = summary["client_samples"]
     for record in history:
-        record["samples"] = cfg.local.epochs * sum(epoch_samples(sizes[c], cfg.local.batch_size) for c in record["clients"])
+        record["samples"] = cfg.local.epochs * sum(
+            epoch_samples(sizes[c], cfg.local.batch_size) for c in record["clients"]
+        )
     return {"history": history, "final_acc": summary["final_acc"], "status": summary["status"]}
 
 
@@ -170,16 +179,32 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     seconds = time.perf_counter() - started
     samples = epoch_samples(client.num_samples, cfg.local.batch_size)
     tflops = flops_per_sample * samples / seconds / 1e12
-    return {"steps": update.num_steps, "samples": samples, "seconds": seconds, "gflop_per_sample": flops_per_sample / 1e9,
-            "tflops": tflops, "peak_bf16_tflops": peak_tflops,
-            "fraction_of_bf16_peak": tflops / peak_tflops if peak_tflops else None}
+    return {
+        "steps": update.num_steps,
+        "samples": samples,
+        "seconds": seconds,
+        "gflop_per_sample": flops_per_sample / 1e9,
+        "tflops": tflops,
+        "peak_bf16_tflops": peak_tflops,
+        "fraction_of_bf16_peak": tflops / peak_tflops if peak_tflops else None,
+    }
 
 
 def hardware(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
     return f"{model}, {torch.get_num_threads()} threads"
 
 
@@ -187,22 +212,32 @@ DEFAULT_ROUNDS = 5  # enough for a steady s/round after the first (warm-up) roun
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("config", choices=sorted(CONFIGS))
     parser.add_argument("overrides", nargs="*", help="key=value, applied to every variant")
-    parser.add_argument("--rounds", type=int,
-                        help=f"rounds of our trainer (default: {DEFAULT_ROUNDS}, or the config's if fewer)")
+    parser.add_argument(
+        "--rounds", type=int, help=f"rounds of our trainer (default: {DEFAULT_ROUNDS}, or the config's if fewer)"
+    )
     parser.add_argument("--reference-rounds", type=int, help="rounds of the reference (default: --rounds)")
     parser.add_argument("--variants", nargs="*", help="a subset of the config's variants")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="run the variants this many times, alternating; report each one's median s/round")
-    parser.add_argument("--minutes", type=float,
-                        help="time budget: no variant starts once it is spent (one that started runs to its end); "
-                             "the JSON lists the variants left out")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the variants this many times, alternating; report each one's median s/round",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        help="time budget: no variant starts once it is spent (one that started runs to its end); "
+        "the JSON lists the variants left out",
+    )
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, for the local-step utilisation")
-    parser.add_argument("--out", help="JSON file (default: benchmarks/results/<config>-<device>.json), "
-                                      "rewritten after every variant")
+    parser.add_argument(
+        "--out", help="JSON file (default: benchmarks/results/<config>-<device>.json), rewritten after every variant"
+    )
     return parser.parse_args(argv)
 
 
@@ -213,14 +248,18 @@ def medians(repeats: dict[str, list[dict]]) -> dict[str, dict]:
         if not runs:
             continue
         per_round = [r["seconds_per_round"] for r in runs]
-        results[variant] = {**min(runs, key=lambda r: abs(r["seconds_per_round"] - statistics.median(per_round))),
-                            "seconds_per_round": statistics.median(per_round), "seconds_per_round_repeats": per_round}
+        results[variant] = {
+            **min(runs, key=lambda r: abs(r["seconds_per_round"] - statistics.median(per_round))),
+            "seconds_per_round": statistics.median(per_round),
+            "seconds_per_round_repeats": per_round,
+        }
     if "reference" in results:
         reference = results["reference"]
         for result in results.values():
             result["speedup_vs_reference"] = reference["seconds_per_round"] / result["seconds_per_round"]
-            result["speedup_per_repeat"] = [a / b for a, b in zip(reference["seconds_per_round_repeats"],
-                                                                   result["seconds_per_round_repeats"])]
+            result["speedup_per_repeat"] = [
+                a / b for a, b in zip(reference["seconds_per_round_repeats"], result["seconds_per_round_repeats"])
+            ]
             result["accuracy_comparable"] = result["rounds"] == reference["rounds"]
     return results
 
@@ -234,15 +273,19 @@ def write_report(report: dict, out: Path) -> None:
 
 
 def print_table(report: dict, rounds: int, repeats: int) -> None:
-    print(f"\n{report['config']} on {report['hardware']} (torch {torch.__version__}), {rounds} rounds, "
-          f"median of {repeats} repeat(s)\n")
+    print(
+        f"\n{report['config']} on {report['hardware']} (torch {torch.__version__}), {rounds} rounds, "
+        f"median of {repeats} repeat(s)\n"
+    )
     print("| variant | s / round | samples / s | x reference | x reference per repeat | final acc (%) |")
     print("|---|---|---|---|---|---|")
     for variant, r in report["variants"].items():
         ratio = f"{r['speedup_vs_reference']:.2f}" if "speedup_vs_reference" in r else "-"
         per_repeat = ", ".join(f"{x:.2f}" for x in r.get("speedup_per_repeat", [])) or "-"
         acc = f"{r['final_acc']:.2f}" + ("" if r.get("accuracy_comparable", True) else f" ({r['rounds']} rounds)")
-        print(f"| {variant} | {r['seconds_per_round']:.2f} | {r['samples_per_s']:.0f} | {ratio} | {per_repeat} | {acc} |")
+        print(
+            f"| {variant} | {r['seconds_per_round']:.2f} | {r['samples_per_s']:.0f} | {ratio} | {per_repeat} | {acc} |"
+        )
     for variant in report["skipped"]:
         print(f"| {variant} | not run: time budget spent | | | | |")
     for variant, s in report["local_steps"].items():
@@ -261,11 +304,26 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or min(DEFAULT_ROUNDS, first.federation.rounds)
     out = Path(args.out or f"benchmarks/results/{args.config}-{device.type}.json")
     budget_spent = lambda: args.minutes is not None and time.perf_counter() - started > 60 * args.minutes  # noqa: E731
-    report = {"config": args.config, "model": first.model.name, "overrides": args.overrides, "rounds": rounds,
-              "variants": {}, "skipped": [], "local_steps": {}, "minutes": args.minutes,
-              "hardware": hardware(device), "device": str(device), "torch": torch.__version__,
-              "command": " ".join([*(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ),
-                                   "python -m benchmarks.speed", *(argv if argv is not None else sys.argv[1:])])}
+    report = {
+        "config": args.config,
+        "model": first.model.name,
+        "overrides": args.overrides,
+        "rounds": rounds,
+        "variants": {},
+        "skipped": [],
+        "local_steps": {},
+        "minutes": args.minutes,
+        "hardware": hardware(device),
+        "device": str(device),
+        "torch": torch.__version__,
+        "command": " ".join(
+            [
+                *(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ),
+                "python -m benchmarks.speed",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
+        ),
+    }
     # On a shared machine the speed drifts over minutes; repeats alternate the variants, so that
     # each variant's median and each repeat's ratios see the same conditions.
     repeats: dict[str, list[dict]] = {v: [] for v in configs}
@@ -279,13 +337,19 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 result = run_ours(cfg, rounds)
             repeats[variant].append(summarise(result))
-            print(f"{variant}: {repeats[variant][-1]['seconds_per_round']:.2f} s/round, final acc {result['final_acc']:.2f} "
-                  f"({time.perf_counter() - variant_started:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"{variant}: {repeats[variant][-1]['seconds_per_round']:.2f} s/round, final acc {result['final_acc']:.2f} "
+                f"({time.perf_counter() - variant_started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             report.update(variants=medians(repeats), skipped=[v for v in configs if not repeats[v]])
             write_report(report, out)
 
-    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items()
-                                     if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
+    peak = args.peak_tflops or next(
+        (v for k, v in PEAK_BF16_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)),
+        None,
+    )
     if device.type == "cuda":
         for variant in [v for v in variants if v in ("fp32", "bf16", "bf16-compile") and not budget_spent()]:
             report["local_steps"][variant] = local_step_throughput(configs[variant], peak)

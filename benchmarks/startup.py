@@ -9,6 +9,7 @@ expansion cache, which is keyed by the code and so kept apart: each side reads i
 written by a first, untimed call. The two sides alternate, so a busy machine slows both alike.
 Measured per command: wall seconds and the CPU seconds of the Snakemake process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,11 +62,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", default="smoke")
     parser.add_argument("--target", default="papers/fedssd/table2")
     args = parser.parse_args(argv)
-    snakemake = [str(Path(sys.executable).with_name("snakemake")), "-n", "--config", f"scale={args.scale}", "device=cpu"]
-    commands = {f"snakemake -n {args.target} (built)": [*snakemake, "--", args.target],
-                "a run job's start (--mode remote --target-jobs run:run_id=ID)": [
-                    *snakemake, "--mode", "remote", "--target-jobs", f"run:run_id={a_run_id(args.scale)}",
-                    "--allowed-rules", "run"]}
+    snakemake = [
+        str(Path(sys.executable).with_name("snakemake")),
+        "-n",
+        "--config",
+        f"scale={args.scale}",
+        "device=cpu",
+    ]
+    commands = {
+        f"snakemake -n {args.target} (built)": [*snakemake, "--", args.target],
+        "a run job's start (--mode remote --target-jobs run:run_id=ID)": [
+            *snakemake,
+            "--mode",
+            "remote",
+            "--target-jobs",
+            f"run:run_id={a_run_id(args.scale)}",
+            "--allowed-rules",
+            "run",
+        ],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(tmp)
         export(args.before, before)

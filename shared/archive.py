@@ -34,6 +34,7 @@ runs the archive did not hold.
 Errors (unknown target, a damaged, unsafe or foreign archive, a destination that is taken)
 print one line and exit with code 2, before anything is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,24 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from shared.runs.files import (MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, MODEL_FILE, RUN_FILES, RUN_ID, SMALL_FILES,
-                               RunFilesError, add_member, check_identity, holds_result, megabytes, run_members, run_state,
-                               run_status, sha256)
+from shared.runs.files import (
+    MAX_MEMBER_BYTES,
+    MAX_MODEL_BYTES,
+    MAX_SMALL_BYTES,
+    MODEL_FILE,
+    RUN_FILES,
+    RUN_ID,
+    SMALL_FILES,
+    RunFilesError,
+    add_member,
+    check_identity,
+    holds_result,
+    megabytes,
+    run_members,
+    run_state,
+    run_status,
+    sha256,
+)
 from shared.runs.locking import claim_runs, move_aside_non_result
 from shared.targets.resolve import TargetError, needed_runs
 
@@ -71,6 +87,7 @@ class ArchiveError(Exception):
 
 
 # --- pack -----------------------------------------------------------------------------------
+
 
 def collect(run_ids: list[str], runs_dir: Path, models: bool) -> tuple[list[tuple[str, bytes, float]], list, list]:
     """Read the finished runs' files: (member name, bytes, mtime) for each, the packed runs
@@ -140,6 +157,7 @@ def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool
 
 # --- unpack: checks -------------------------------------------------------------------------
 
+
 def check_member(member: tarfile.TarInfo) -> None:
     """Refuse what could write outside results/runs/<id>/ or is not a run's file."""
     name = member.name
@@ -153,7 +171,9 @@ def check_member(member: tarfile.TarInfo) -> None:
     if ".." in path.parts or ".." in name.split("\\"):
         raise ArchiveError(f"member {name!r} points outside the archive's directory (..)")
     if name != MANIFEST and not MEMBER.fullmatch(name):
-        raise ArchiveError(f"member {name!r} is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)")
+        raise ArchiveError(
+            f"member {name!r} is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)"
+        )
 
 
 def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, sink=None) -> tuple[str, int, bytes | None]:
@@ -209,16 +229,23 @@ def parse_manifest(data: bytes) -> dict:
     """The manifest, if it has every key unpack reads, of its type (a hand-made one may not)."""
     try:
         manifest = json.loads(data)
-        valid = (manifest["format"] == FORMAT and isinstance(manifest["scale"], str)
-                 and isinstance(manifest["targets"], list) and all(isinstance(t, str) for t in manifest["targets"])
-                 and isinstance(manifest["members"], list) and all(
-                     isinstance(e["path"], str) and isinstance(e["sha256"], str) and isinstance(e["size"], int)
-                     for e in manifest["members"]))
+        valid = (
+            manifest["format"] == FORMAT
+            and isinstance(manifest["scale"], str)
+            and isinstance(manifest["targets"], list)
+            and all(isinstance(t, str) for t in manifest["targets"])
+            and isinstance(manifest["members"], list)
+            and all(
+                isinstance(e["path"], str) and isinstance(e["sha256"], str) and isinstance(e["size"], int)
+                for e in manifest["members"]
+            )
+        )
     except (ValueError, KeyError, TypeError):
         valid = False
     if not valid:
-        raise ArchiveError(f"{MANIFEST} is not a {FORMAT} manifest (format, targets, scale and members, each "
-                           f"of its type)")
+        raise ArchiveError(
+            f"{MANIFEST} is not a {FORMAT} manifest (format, targets, scale and members, each of its type)"
+        )
     return manifest
 
 
@@ -234,8 +261,10 @@ def verify(archive: Path) -> dict:
         if name not in listed:
             raise ArchiveError(f"member {name!r} is not in the manifest")
         if (digest, size) != listed[name]:
-            raise ArchiveError(f"member {name!r} fails its checksum (manifest: sha256 {listed[name][0][:12]}..., "
-                               f"{listed[name][1]} bytes; archive: sha256 {digest[:12]}..., {size} bytes)")
+            raise ArchiveError(
+                f"member {name!r} fails its checksum (manifest: sha256 {listed[name][0][:12]}..., "
+                f"{listed[name][1]} bytes; archive: sha256 {digest[:12]}..., {size} bytes)"
+            )
     absent = sorted(set(listed) - set(digests))
     if absent:
         raise ArchiveError(f"the manifest lists {absent[0]!r}, which the archive lacks ({len(absent)} such)")
@@ -245,6 +274,7 @@ def verify(archive: Path) -> dict:
 
 
 # --- unpack: writing ------------------------------------------------------------------------
+
 
 def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir: Path, runs: set[str]) -> dict:
     """Second pass: each member of the runs `runs`, streamed into a temporary file beside its
@@ -292,7 +322,9 @@ def check_space(runs_dir: Path, needed: int) -> None:
         existing = existing.parent
     free = shutil.disk_usage(existing).free
     if needed * 1.05 > free:
-        raise ArchiveError(f"unpacking needs {megabytes(needed)}, and {existing} has {megabytes(free)} free; free space first")
+        raise ArchiveError(
+            f"unpacking needs {megabytes(needed)}, and {existing} has {megabytes(free)} free; free space first"
+        )
 
 
 def unpack(archive: Path, into: Path) -> dict:
@@ -304,21 +336,33 @@ def unpack(archive: Path, into: Path) -> dict:
     run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in members})
     with ExitStack() as locks:
         candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
-        check_space(runs_dir, sum(size for path, (_, size) in members.items()
-                                  if MEMBER.fullmatch(path).group(1) in candidates))
+        check_space(
+            runs_dir, sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) in candidates)
+        )
         claim_runs(runs_dir, candidates, locks)
         written = [rid for rid in candidates if not holds_result(runs_dir / rid)]  # as the locks hold it
         kept = sorted(set(run_ids) - set(written))
-        differing = [rid for rid in kept if f"runs/{rid}/metrics.json" in members
-                     and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]]
+        differing = [
+            rid
+            for rid in kept
+            if f"runs/{rid}/metrics.json" in members
+            and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]
+        ]
         staged = write_members(archive, members, runs_dir, set(written))
         commit(staged)
-    return {"manifest": manifest, "runs_dir": runs_dir, "written": written,
-            "kept": kept, "differing": differing, "files": len(staged),
-            "bytes": sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) in written)}
+    return {
+        "manifest": manifest,
+        "runs_dir": runs_dir,
+        "written": written,
+        "kept": kept,
+        "differing": differing,
+        "files": len(staged),
+        "bytes": sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) in written),
+    }
 
 
 # --- command line ---------------------------------------------------------------------------
+
 
 def workflow_config(items: list[str], scale: str | None) -> str:
     """The scale from --scale or the workflow's --config scale=...; the other workflow keys
@@ -338,12 +382,19 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m shared.archive", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("pack", help="write the finished runs that targets need into one file")
-    p.add_argument("targets", nargs="+", metavar="TARGET", help="papers/<paper>/<table|fig|search_*>, papers/<paper>, ...")
+    p.add_argument(
+        "targets", nargs="+", metavar="TARGET", help="papers/<paper>/<table|fig|search_*>, papers/<paper>, ..."
+    )
     p.add_argument("-o", "--output", required=True, type=Path, help="the archive (.tar, .tar.gz or .tgz)")
     p.add_argument("--models", action="store_true", help="also pack each run's final model.pt")
     p.add_argument("--scale", choices=["paper", "small", "smoke"], help="the workflow's scale (default: paper)")
-    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="the workflow's --config items (scale=...); end them with -- before targets")
+    p.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the workflow's --config items (scale=...); end them with -- before targets",
+    )
     p.add_argument("--force", action="store_true", help="replace FILE if it exists (never a run's file)")
     p.add_argument("--root", type=Path, default=Path("."), help="the project whose results/runs/ to read (default: .)")
     u = commands.add_parser("unpack", help="verify an archive, then add its runs to a project")
@@ -360,17 +411,21 @@ def main(argv: list[str] | None = None) -> int:
             scale = workflow_config(args.config, args.scale)
             manifest = pack(args.targets, scale, args.output, args.root / RUNS_DIR, args.models, args.force)
             runs, size = manifest["runs"], sum(m["size"] for m in manifest["members"])
-            print(f"packed {runs['packed']} of {runs['needed']} runs needed by {' '.join(args.targets)} at scale={scale} "
-                  f"({runs['missing']} missing, listed in its manifest) into {args.output}: "
-                  f"{len(manifest['members'])} files, {megabytes(size)}")
+            print(
+                f"packed {runs['packed']} of {runs['needed']} runs needed by {' '.join(args.targets)} at scale={scale} "
+                f"({runs['missing']} missing, listed in its manifest) into {args.output}: "
+                f"{len(manifest['members'])} files, {megabytes(size)}"
+            )
         else:
             report = unpack(args.archive, args.into)
             kept = report["kept"]
             note = f"; {len(kept)} already finished there, left as they were" if kept else ""
             note += f" ({len(report['differing'])} of them differ from the archive's)" if report["differing"] else ""
-            print(f"unpacked {len(report['written'])} runs ({report['files']} files, {megabytes(report['bytes'])}) of "
-                  f"{' '.join(report['manifest']['targets'])} at scale={report['manifest']['scale']} "
-                  f"into {report['runs_dir']}{note}")
+            print(
+                f"unpacked {len(report['written'])} runs ({report['files']} files, {megabytes(report['bytes'])}) of "
+                f"{' '.join(report['manifest']['targets'])} at scale={report['manifest']['scale']} "
+                f"into {report['runs_dir']}{note}"
+            )
     except (ArchiveError, TargetError, RunFilesError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ loss. Each run is read from its metrics.jsonl, which the trainer rewrites after 
 running job can be watched), or from metrics.json's curves where there is no metrics.jsonl; its
 line is labelled by method and seed from the run's config.yaml. Nothing here imports torch or
 the trainer: it draws on a login node while the runs train elsewhere."""
+
 from __future__ import annotations
 
 import argparse
@@ -53,7 +54,7 @@ def read_config(run_dir: Path) -> dict:
 
 
 def run_label(run_dir: Path, config: dict) -> str:
-    """"FedSSD, seed 1" from config.yaml; the directory's name where there is none."""
+    """ "FedSSD, seed 1" from config.yaml; the directory's name where there is none."""
     method = config.get("method", {})
     name = method.get("name") if isinstance(method, dict) else method
     if not name:
@@ -106,7 +107,9 @@ def load_run(run_dir: str | Path) -> RunCurves:
     elif metrics is not None:
         series = series_from_summary(metrics)
     else:
-        raise FileNotFoundError(f"{run_dir}: neither metrics.jsonl nor metrics.json (not started, or not a run directory)")
+        raise FileNotFoundError(
+            f"{run_dir}: neither metrics.jsonl nor metrics.json (not started, or not a run directory)"
+        )
     status = metrics.get("status", "finished") if metrics is not None else "running"
     return RunCurves(run_dir, run_label(run_dir, config), status, series)
 
@@ -138,8 +141,15 @@ def plot(runs: list[RunCurves], out: str | Path) -> Path:
         for ax, (key, _, _) in zip(axes.flat, PANELS):
             if key in run.series:
                 rounds, values = run.series[key]
-                ax.plot(rounds, values, label=run.label + suffix, markevery=max(1, len(rounds) // 10),
-                        markersize=4, linewidth=1.3, **look)
+                ax.plot(
+                    rounds,
+                    values,
+                    label=run.label + suffix,
+                    markevery=max(1, len(rounds) // 10),
+                    markersize=4,
+                    linewidth=1.3,
+                    **look,
+                )
     for ax, (key, title, ylabel) in zip(axes.flat, PANELS):
         ax.set_title(f"{title}: {ylabel.removesuffix(' (%)')}")
         ax.set_xlabel("communication round")

@@ -1,6 +1,7 @@
 """The papers' models. Each is a backbone producing a feature vector, wrapped by `Net`, which
 adds the optional projection head and the classifier, so that every method can reach
 features and logits separately (MOON, FedProto, FedGen, FedCSD need them)."""
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -48,8 +49,9 @@ def max_pool2x2(x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() or x.device.type != "cpu":
         return F.max_pool2d(x, 2)
     x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # max_pool2d drops an odd last row/column
-    return torch.maximum(torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2]),
-                         torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2]))
+    return torch.maximum(
+        torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2]), torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2])
+    )
 
 
 class FedAvgCNN(nn.Module):
@@ -100,7 +102,9 @@ class ResNet8(nn.Module):
 
     def __init__(self, in_channels: int = 3):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), group_norm(16), nn.ReLU(inplace=True))
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), group_norm(16), nn.ReLU(inplace=True)
+        )
         self.layers = nn.Sequential(
             BasicBlock(16, 16, 1, group_norm), BasicBlock(16, 32, 2, group_norm), BasicBlock(32, 64, 2, group_norm)
         )
@@ -196,14 +200,23 @@ class AlexNetBN(nn.Module):
             return [nn.Conv2d(cin, cout, k, s, p), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
 
         self.conv = nn.Sequential(
-            *conv(in_channels, 64, 11, 4, 2), nn.MaxPool2d(3, 2),
-            *conv(64, 192, 5, 1, 2), nn.MaxPool2d(3, 2),
-            *conv(192, 384, 3, 1, 1), *conv(384, 256, 3, 1, 1), *conv(256, 256, 3, 1, 1), nn.MaxPool2d(3, 2),
+            *conv(in_channels, 64, 11, 4, 2),
+            nn.MaxPool2d(3, 2),
+            *conv(64, 192, 5, 1, 2),
+            nn.MaxPool2d(3, 2),
+            *conv(192, 384, 3, 1, 1),
+            *conv(384, 256, 3, 1, 1),
+            *conv(256, 256, 3, 1, 1),
+            nn.MaxPool2d(3, 2),
             AdaptiveAvgPool((6, 6)),
         )
         self.fc = nn.Sequential(
-            nn.Linear(256 * 6 * 6, 4096), nn.BatchNorm1d(4096), nn.ReLU(inplace=True),
-            nn.Linear(4096, 4096), nn.BatchNorm1d(4096), nn.ReLU(inplace=True),
+            nn.Linear(256 * 6 * 6, 4096),
+            nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True),
+            nn.Linear(4096, 4096),
+            nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True),
         )
         self.out_dim = 4096
 
@@ -273,9 +286,15 @@ TEXT_MODELS = {
 }
 
 
-def build_model(name: str, num_classes: int, in_channels: int = 3, image_size: int = 32,
-                projection_dim: int | None = None, text: TextVocabulary | None = None,
-                pretrained: str | None = None) -> Net:
+def build_model(
+    name: str,
+    num_classes: int,
+    in_channels: int = 3,
+    image_size: int = 32,
+    projection_dim: int | None = None,
+    text: TextVocabulary | None = None,
+    pretrained: str | None = None,
+) -> Net:
     """An image model from the input's channels and side, or a text model (TEXT_MODELS) from
     the text dataset's vocabulary and, for distilbert, the pretrained weights' hub id or path."""
     if name in TEXT_MODELS:
@@ -301,20 +320,32 @@ def validate_model(cfg: RunConfig) -> None:
         raise ConfigError(f"model.name={name!r} is unknown; valid: {models}")
     if text != (name in TEXT_MODELS):
         texts = ", ".join(names_where(lambda info: info.text))
-        raise ConfigError(f"model.name={name} does not fit dataset.name={cfg.dataset.name}: text datasets ({texts}, "
-                          f"synthetic with synthetic.text_length > 0) take the text models {sorted(TEXT_MODELS)}, "
-                          f"image datasets the others")
+        raise ConfigError(
+            f"model.name={name} does not fit dataset.name={cfg.dataset.name}: text datasets ({texts}, "
+            f"synthetic with synthetic.text_length > 0) take the text models {sorted(TEXT_MODELS)}, "
+            f"image datasets the others"
+        )
     if not cfg.model.pretrained:
         raise ConfigError("model.pretrained must name a hub id or a directory")
     if (shape := image_shape(cfg)) is not None:
         channels, side = shape
         smallest = MODELS[name].min_side
-        check(side >= smallest, f"model.name={name} cannot take dataset.name={cfg.dataset.name}'s {channels}x{side}x{side} "
-                                f"images: it needs a side of at least {smallest} pixels")
+        check(
+            side >= smallest,
+            f"model.name={name} cannot take dataset.name={cfg.dataset.name}'s {channels}x{side}x{side} "
+            f"images: it needs a side of at least {smallest} pixels",
+        )
 
 
 def model_for(cfg: RunConfig, federation) -> Net:
     """The run's model, sized for its federation's data: classes, input shape and, for text,
     the vocabulary and the pretrained weights (`federation`: shared.data.federation.Federation)."""
-    return build_model(cfg.model.name, federation.num_classes, federation.input_shape[0], federation.input_shape[-1],
-                       cfg.model.projection_dim, text=federation.dataset.text, pretrained=cfg.model.pretrained)
+    return build_model(
+        cfg.model.name,
+        federation.num_classes,
+        federation.input_shape[0],
+        federation.input_shape[-1],
+        cfg.model.projection_dim,
+        text=federation.dataset.text,
+        pretrained=cfg.model.pretrained,
+    )

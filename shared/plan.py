@@ -18,6 +18,7 @@ GPU), and the output says which for every model:
 - speed benchmark results (benchmarks/results/*.json, results/benchmarks/*.json, written by
   `python -m benchmarks.speed`): the fastest variant of our trainer, on that device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,16 +32,31 @@ from shared.targets.resolve import TargetError, command_targets, named_cells
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paper", nargs="?", metavar="TARGET",
-                        help="papers/<paper>/<name> as Snakemake takes it, papers/<paper> (all of the paper's), or <paper>")
-    parser.add_argument("target", nargs="?", metavar="NAME",
-                        help="after <paper>: tableN, figN or search_* (default: all of the paper's)")
+    parser.add_argument(
+        "paper",
+        nargs="?",
+        metavar="TARGET",
+        help="papers/<paper>/<name> as Snakemake takes it, papers/<paper> (all of the paper's), or <paper>",
+    )
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="NAME",
+        help="after <paper>: tableN, figN or search_* (default: all of the paper's)",
+    )
     parser.add_argument("--scale", default="paper")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="the measurements to calibrate from (default cuda: GPU-hours)")
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="the measurements to calibrate from (default cuda: GPU-hours)",
+    )
     parser.add_argument("--assumed", action="store_true", help="ignore measurements; use the assumed throughputs")
-    parser.add_argument("--shared", action="store_true",
-                        help="list the runs that tables of several papers need, the papers' numbers beside ours")
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="list the runs that tables of several papers need, the papers' numbers beside ours",
+    )
     parser.add_argument("--out", help="with --shared: also write shared.md/.csv/.html into this folder")
     args = parser.parse_args(argv)
     if args.shared:

@@ -25,6 +25,7 @@ failure.json beside it holds the error, the exit code is 0, and the table marks 
 workflow retries a recorded failure on its next invocation (failure.json is an input of the run
 rule, newer than metrics.json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,32 +42,60 @@ from shared.targets.configs import load_config
 from shared.config.dotted import flatten
 from shared.data.catalog import DataError
 from shared.targets.resolve import workflow_cells
-from shared.runs.directory import (DISK_FULL, KEPT, RunDirectory, RunDirectoryError, check_output, is_final, write_error,
-                                  write_json)
+from shared.runs.directory import (
+    DISK_FULL,
+    KEPT,
+    RunDirectory,
+    RunDirectoryError,
+    check_output,
+    is_final,
+    write_error,
+    write_json,
+)
 
 
 def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m shared.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("args", nargs="*", help="an optional YAML file, then key=value overrides")
-    parser.add_argument("--out", action="append", help="output directory (default: results/runs/<run id>); "
-                                                        "one per --json when there are several")
-    parser.add_argument("--json", action="append",
-                        help="the config as a JSON mapping (applied before key=value overrides); repeat for several runs")
+    parser.add_argument(
+        "--out",
+        action="append",
+        help="output directory (default: results/runs/<run id>); one per --json when there are several",
+    )
+    parser.add_argument(
+        "--json",
+        action="append",
+        help="the config as a JSON mapping (applied before key=value overrides); repeat for several runs",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("--record-failure", action="store_true",
-                        help="record an exception during training in metrics.json (status failed) and exit 0, "
-                             "so that a table shows the cell as failed instead of stopping")
-    parser.add_argument("--runs", nargs="+", metavar="DIR",
-                        help="the workflow's runs by output directory (results/runs/<run id>, or its metrics.json): "
-                             "configs are looked up at --scale")
+    parser.add_argument(
+        "--record-failure",
+        action="store_true",
+        help="record an exception during training in metrics.json (status failed) and exit 0, "
+        "so that a table shows the cell as failed instead of stopping",
+    )
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="DIR",
+        help="the workflow's runs by output directory (results/runs/<run id>, or its metrics.json): "
+        "configs are looked up at --scale",
+    )
     parser.add_argument("--scale", default="paper", help="with --runs: the scale whose runs to look up")
-    parser.add_argument("--configs", metavar="FILE",
-                        help="with --runs: a JSON file of run id -> config the workflow wrote (else the configs "
-                             "are found by expanding every table at --scale, which takes seconds)")
+    parser.add_argument(
+        "--configs",
+        metavar="FILE",
+        help="with --runs: a JSON file of run id -> config the workflow wrote (else the configs "
+        "are found by expanding every table at --scale, which takes seconds)",
+    )
     parser.add_argument("--attempt", type=int, default=1, help="this job's attempt (Snakemake's)")
-    parser.add_argument("--attempts", type=int,
-                        help="the job's attempts in all: on the last, a failure is recorded (as --record-failure)")
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        help="the job's attempts in all: on the last, a failure is recorded (as --record-failure)",
+    )
     parser.add_argument("--gpu", choices=["auto"], help="auto: on a host with several GPUs, take a free one")
     return parser
 
@@ -75,7 +104,7 @@ def resolve_configs(ns: argparse.Namespace) -> tuple[list, list[str]]:
     """The runs' configs and output directories (none given: the default ones)."""
     # a config file first, if any; every later argument is a key=value override (else an error)
     files = ns.args[:1] if ns.args and "=" not in ns.args[0] else []
-    overrides = ns.args[len(files):]
+    overrides = ns.args[len(files) :]
     jsons, outs = ns.json or [None], ns.out or []
     if ns.runs:
         if ns.json or outs or files:
@@ -84,8 +113,9 @@ def resolve_configs(ns: argparse.Namespace) -> tuple[list, list[str]]:
         return workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs), outs
     if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
         raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
-    cfgs = [load_config(files[0] if files else None, [*as_overrides(parse_json(j, "--json")), *overrides])
-            for j in jsons]
+    cfgs = [
+        load_config(files[0] if files else None, [*as_overrides(parse_json(j, "--json")), *overrides]) for j in jsons
+    ]
     return cfgs, outs
 
 
@@ -111,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         return input_error(exc)
     if ns.print_config:
-        print("---\n".join(yaml.safe_dump({"run_id": run_id(cfg), **to_dict(cfg)}, sort_keys=False) for cfg in cfgs), end="")
+        print(
+            "---\n".join(yaml.safe_dump({"run_id": run_id(cfg), **to_dict(cfg)}, sort_keys=False) for cfg in cfgs),
+            end="",
+        )
         return 0
 
     from shared.training.trainer import resolve_device, select_device
@@ -127,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         for cfg in cfgs:
             cfg.trainer.device = device or cfg.trainer.device
     if ns.runs:
-        print(f"attempt {ns.attempt} of {ns.attempts or 1}: {len(cfgs)} run(s) at scale={ns.scale}: "
-              + " ".join(run_id(cfg) for cfg in cfgs), flush=True)
+        print(
+            f"attempt {ns.attempt} of {ns.attempts or 1}: {len(cfgs)} run(s) at scale={ns.scale}: "
+            + " ".join(run_id(cfg) for cfg in cfgs),
+            flush=True,
+        )
     try:  # a device this machine lacks fails the job, not the runs: they are not recorded as failed
         device = resolve_device(cfgs[0].trainer.device)
     except ConfigError as exc:
@@ -156,8 +192,12 @@ def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, 
             except GroupRefused as why:
                 print(f"note: {len(members)} runs train one after another: {why}", file=sys.stderr, flush=True)
             except Exception as exc:  # each run again alone, which records or retries its own failure
-                print(f"note: the group of {len(members)} runs failed ({type(exc).__name__}: {excerpt(str(exc))}); "
-                      "its runs train one after another", file=sys.stderr, flush=True)
+                print(
+                    f"note: the group of {len(members)} runs failed ({type(exc).__name__}: {excerpt(str(exc))}); "
+                    "its runs train one after another",
+                    file=sys.stderr,
+                    flush=True,
+                )
         codes.update({i: train(cfgs[i], outs[i], record_failure, restore, attempt) for i in members})
     return [codes[i] for i in range(len(cfgs))]
 
@@ -184,7 +224,9 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # one line, no failure recorded: the next attempt resumes
+        if (
+            isinstance(exc, OSError) and exc.errno in DISK_FULL
+        ):  # one line, no failure recorded: the next attempt resumes
             print(f"error: run {rid}: {write_error(exc)}", file=sys.stderr)
             return 1
         if isinstance(exc, (ConfigError, DataError)):
@@ -225,16 +267,23 @@ def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
         return None
     try:
         summary = record_failure(cfg, out, exc)
-        failure = {"run_id": directory.run_id, "status": summary["status"], "attempt": attempt,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "error": traceback.format_exc()}
+        failure = {
+            "run_id": directory.run_id,
+            "status": summary["status"],
+            "attempt": attempt,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "error": traceback.format_exc(),
+        }
         write_json(failure, directory.path / "failure.json")
     except OSError as full:
         print(f"error: the failure is not recorded: {write_error(full)}", file=sys.stderr)
         return None
     finally:
         directory.unlock()
-    print(f"run {directory.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
-          file=sys.stderr)
+    print(
+        f"run {directory.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
+        file=sys.stderr,
+    )
     return summary
 
 
@@ -245,7 +294,9 @@ def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], confi
 
     names = {o.split("=", 1)[0] for o in overrides}
     if not names <= set(RUNTIME_KEYS):
-        raise ConfigError(f"--runs takes only runtime overrides ({', '.join(RUNTIME_KEYS)}), got {sorted(names - set(RUNTIME_KEYS))}")
+        raise ConfigError(
+            f"--runs takes only runtime overrides ({', '.join(RUNTIME_KEYS)}), got {sorted(names - set(RUNTIME_KEYS))}"
+        )
     found = {}
     if configs and Path(configs).exists():
         try:

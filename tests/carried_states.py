@@ -2,6 +2,7 @@
 config.yaml, a history of its config's rounds, the summary `shared.training.trainer.summarize` makes of
 it, a checkpoint of tensors), put into a state file by `write_state`. The trust tests mutate
 such a state along each class of damage or forgery."""
+
 import io
 import json
 
@@ -17,9 +18,20 @@ from shared.training.trainer import summarize
 def history(cfg: RunConfig, rounds: int) -> list[dict]:
     """One record a round, evaluated every round, accuracies rising."""
     classes = num_classes(cfg)
-    return [{"round": r, "clients": [0, 1], "train_loss": 2.0 / r, "global_acc": 20.0 + 5 * r, "global_loss": 2.0 / r,
-             "per_class_acc": [20.0 + 5 * r] * classes, "local_acc": 30.0 + r, "local_accs": [30.0 + r] * 2,
-             "seconds": 0.5} for r in range(1, rounds + 1)]
+    return [
+        {
+            "round": r,
+            "clients": [0, 1],
+            "train_loss": 2.0 / r,
+            "global_acc": 20.0 + 5 * r,
+            "global_loss": 2.0 / r,
+            "per_class_acc": [20.0 + 5 * r] * classes,
+            "local_acc": 30.0 + r,
+            "local_accs": [30.0 + r] * 2,
+            "seconds": 0.5,
+        }
+        for r in range(1, rounds + 1)
+    ]
 
 
 def config_yaml(cfg: RunConfig) -> bytes:
@@ -33,24 +45,38 @@ def jsonl(records: list[dict]) -> bytes:
 def finished_files(cfg: RunConfig, status: str = "completed") -> dict[str, bytes]:
     records = history(cfg, cfg.federation.rounds)
     summary = summarize(records, cfg, status, 12.0, {"device": "cuda:0"})
-    return {"config.yaml": config_yaml(cfg), "partition.csv": b"client,0\n0,5\n", "metrics.jsonl": jsonl(records),
-            "metrics.json": json.dumps(summary, indent=1).encode()}
+    return {
+        "config.yaml": config_yaml(cfg),
+        "partition.csv": b"client,0\n0,5\n",
+        "metrics.jsonl": jsonl(records),
+        "metrics.json": json.dumps(summary, indent=1).encode(),
+    }
 
 
 def checkpoint(cfg: RunConfig, records: list[dict]) -> bytes:
     buffer = io.BytesIO()
-    torch.save({"identity": identity(cfg), "history": records, "global": {"w": torch.zeros(3)}, "method": {},
-                "elapsed": 3.0}, buffer)
+    torch.save(
+        {"identity": identity(cfg), "history": records, "global": {"w": torch.zeros(3)}, "method": {}, "elapsed": 3.0},
+        buffer,
+    )
     return buffer.getvalue()
 
 
 def progress_files(cfg: RunConfig, rounds: int = 1) -> dict[str, bytes]:
     records = history(cfg, rounds)
-    return {"config.yaml": config_yaml(cfg), "partition.csv": b"client,0\n0,5\n", "metrics.jsonl": jsonl(records),
-            "checkpoint.pt": checkpoint(cfg, records)}
+    return {
+        "config.yaml": config_yaml(cfg),
+        "partition.csv": b"client,0\n0,5\n",
+        "metrics.jsonl": jsonl(records),
+        "checkpoint.pt": checkpoint(cfg, records),
+    }
 
 
 def write_genuine_state(path, about: dict, finished: list[RunConfig], progress: list[RunConfig]) -> None:
-    files = [(f"finished/{run_id(cfg)}/{name}", data, 0.0) for cfg in finished for name, data in finished_files(cfg).items()]
-    files += [(f"progress/{run_id(cfg)}/{name}", data, 0.0) for cfg in progress for name, data in progress_files(cfg).items()]
+    files = [
+        (f"finished/{run_id(cfg)}/{name}", data, 0.0) for cfg in finished for name, data in finished_files(cfg).items()
+    ]
+    files += [
+        (f"progress/{run_id(cfg)}/{name}", data, 0.0) for cfg in progress for name, data in progress_files(cfg).items()
+    ]
     write_state(path, files, about)

@@ -34,6 +34,7 @@ def kill_in_round(monkeypatch):
     training its clients, so that its checkpoint holds rounds 1..r."""
     from benchmarks.resume_matrix import killed_at_round
     from shared.training import trainer
+
     def kill(cfg, out, round):
         with killed_at_round(round), pytest.raises(KeyboardInterrupt):
             trainer.run(cfg, out)

@@ -4,6 +4,7 @@ Runs are FedCAD Table 4's at smoke scale (8 runs; the smallest table): two train
 (half a second each), the others left unfinished or absent, or, for the workflow's dry runs,
 stood in for by a metrics.json, the only file the workflow looks at to call a run finished.
 """
+
 import hashlib
 import io
 import json
@@ -72,8 +73,13 @@ def test_round_trip_gives_identical_bytes_of_finished_runs_only(source, tmp_path
     manifest = read_manifest(archive)
     assert manifest["runs"] == {"needed": 8, "packed": 2, "missing": 6}
     assert manifest["targets"] == [TARGET] and manifest["scale"] == "smoke" and manifest["packing_seconds"] >= 0
-    assert [r["run_id"] for r in manifest["packed"]] == ids[:2] and {r["status"] for r in manifest["packed"]} == {"completed"}
-    assert {r["run_id"]: r["state"] for r in manifest["missing"]} == {ids[2]: "unfinished", **{i: "absent" for i in ids[3:]}}
+    assert [r["run_id"] for r in manifest["packed"]] == ids[:2] and {r["status"] for r in manifest["packed"]} == {
+        "completed"
+    }
+    assert {r["run_id"]: r["state"] for r in manifest["missing"]} == {
+        ids[2]: "unfinished",
+        **{i: "absent" for i in ids[3:]},
+    }
     names = {m["path"].rsplit("/", 1)[1] for m in manifest["members"]}
     expected = {"config.yaml", "partition.csv", "metrics.jsonl", "metrics.json"}
     assert names == (expected | {"model.pt"} if models else expected)  # never checkpoint.pt
@@ -82,10 +88,14 @@ def test_round_trip_gives_identical_bytes_of_finished_runs_only(source, tmp_path
     assert main(["unpack", str(archive), "--into", str(into)]) == 0
     line = capsys.readouterr().out
     assert line.startswith(f"unpacked 2 runs ({len(manifest['members'])} files") and line.count("\n") == 1
-    unpacked = {name: data for name, data in files_under(into / "results" / "runs").items()
-                if not name.endswith("/.lock")}  # each run's lock, held while it was written
-    original = {name: data for name, data in files_under(root / "results" / "runs").items()
-                if name.split("/")[0] in ids[:2] and name.split("/")[1] in names}
+    unpacked = {
+        name: data for name, data in files_under(into / "results" / "runs").items() if not name.endswith("/.lock")
+    }  # each run's lock, held while it was written
+    original = {
+        name: data
+        for name, data in files_under(root / "results" / "runs").items()
+        if name.split("/")[0] in ids[:2] and name.split("/")[1] in names
+    }
     assert unpacked == original  # the same files, byte for byte; nothing of the unfinished run
 
 
@@ -106,7 +116,9 @@ def test_a_finished_run_already_there_is_left_as_it_is_and_an_unfinished_one_com
     out = capsys.readouterr().out
     assert "unpacked 1 runs" in out and "1 already finished there, left as they were (1 of them differ" in out
     assert files_under(kept) == {"metrics.json": here.encode()}
-    assert (completed / "metrics.json").read_bytes() == (root / "results" / "runs" / ids[1] / "metrics.json").read_bytes()
+    assert (completed / "metrics.json").read_bytes() == (
+        root / "results" / "runs" / ids[1] / "metrics.json"
+    ).read_bytes()
     assert not (completed / "checkpoint.pt").exists()  # superseded by the finished run
     assert not list(into.rglob(".*unpack*"))  # no temporary files left
 
@@ -139,8 +151,12 @@ def sha(data: bytes) -> str:
 
 def crafted(path: Path, entries: list[tuple[str, bytes, bytes]], listed: list[tuple[str, bytes]]) -> Path:
     """A tar with members (name, data, tar type) and a manifest listing `listed` (name, data)."""
-    manifest = {"format": "fedrepro-runs/1", "targets": [TARGET], "scale": "smoke",
-                "members": [{"path": n, "sha256": sha(d), "size": len(d)} for n, d in listed]}
+    manifest = {
+        "format": "fedrepro-runs/1",
+        "targets": [TARGET],
+        "scale": "smoke",
+        "members": [{"path": n, "sha256": sha(d), "size": len(d)} for n, d in listed],
+    }
     with tarfile.open(path, "w") as tar:
         for name, data, kind in [*entries, (MANIFEST, json.dumps(manifest).encode(), tarfile.REGTYPE)]:
             info = tarfile.TarInfo(name)
@@ -152,7 +168,11 @@ def crafted(path: Path, entries: list[tuple[str, bytes, bytes]], listed: list[tu
 
 GOOD = "runs/0123456789abcdef/metrics.json"
 UNSAFE = {
-    "absolute path": ([("/tmp/evil/metrics.json", b"{}", tarfile.REGTYPE)], ["/tmp/evil/metrics.json"], "absolute path"),
+    "absolute path": (
+        [("/tmp/evil/metrics.json", b"{}", tarfile.REGTYPE)],
+        ["/tmp/evil/metrics.json"],
+        "absolute path",
+    ),
     "dot dot": ([("runs/../../evil.json", b"{}", tarfile.REGTYPE)], ["runs/../../evil.json"], "outside"),
     "symlink": ([(GOOD, b"", tarfile.SYMTYPE)], [], "is a link"),
     "hard link": ([(GOOD, b"", tarfile.LNKTYPE)], [], "is a link"),
@@ -175,13 +195,19 @@ def test_unsafe_archives_are_refused_with_one_line_and_nothing_written(tmp_path,
     assert not into.exists() and not (tmp_path / "evil").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["pack", "papers/fedcad/table9"], "fedcad has no table 'table9'; valid: ['table1', 'table2', 'table3', 'table4']"),
-    (["pack", "papers/nopaper"], "paper 'nopaper' is unknown"),
-    (["pack", TARGET, "--scale", "small", "--config", "scale=smoke"], "disagree"),
-    (["pack", TARGET, "--config", "scale"], "expected KEY=VALUE"),
-    (["unpack", "absent.tar"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["pack", "papers/fedcad/table9"],
+            "fedcad has no table 'table9'; valid: ['table1', 'table2', 'table3', 'table4']",
+        ),
+        (["pack", "papers/nopaper"], "paper 'nopaper' is unknown"),
+        (["pack", TARGET, "--scale", "small", "--config", "scale=smoke"], "disagree"),
+        (["pack", TARGET, "--config", "scale"], "expected KEY=VALUE"),
+        (["unpack", "absent.tar"], "cannot read"),
+    ],
+)
 def test_bad_targets_and_options_exit_2_with_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     assert main(argv + (["-o", "a.tar"] if argv[0] == "pack" else [])) == 2
@@ -200,8 +226,15 @@ def project_copy(directory: Path) -> Path:
     for part in PARTS:
         src = ROOT / part
         if src.is_dir():
-            shutil.copytree(src, directory / part, ignore=lambda d, names: [
-                n for n in names if n == "__pycache__" or (Path(d, n).is_dir() and n.startswith(("table", "fig", "search")))])
+            shutil.copytree(
+                src,
+                directory / part,
+                ignore=lambda d, names: [
+                    n
+                    for n in names
+                    if n == "__pycache__" or (Path(d, n).is_dir() and n.startswith(("table", "fig", "search")))
+                ],
+            )
         else:
             shutil.copy(src, directory / part)
     return directory
@@ -209,12 +242,19 @@ def project_copy(directory: Path) -> Path:
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
     """The job counts of `snakemake -n` for the target (Snakemake's "Job stats" block)."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
-                          cwd=project, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     block = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {row.split()[0]: int(row.split()[1]) for row in block.splitlines()
-            if len(row.split()) == 2 and row.split()[1].isdigit()}
+    return {
+        row.split()[0]: int(row.split()[1])
+        for row in block.splitlines()
+        if len(row.split()) == 2 and row.split()[1].isdigit()
+    }
 
 
 def test_after_unpacking_the_workflow_schedules_only_the_missing_runs(tmp_path):
@@ -224,9 +264,19 @@ def test_after_unpacking_the_workflow_schedules_only_the_missing_runs(tmp_path):
     def finish(run_ids):  # what the table rule reads; enough for a dry run
         for rid in run_ids:
             (source / "results" / "runs" / rid).mkdir(parents=True, exist_ok=True)
-            (source / "results" / "runs" / rid / "metrics.json").write_text(json.dumps(
-                {"status": "completed", "run_id": rid, "final_acc": 30.0, "best_acc": 30.0, "eval_rounds": [1, 2, 3],
-                 "global_acc": [10.0, 20.0, 30.0], "local_acc": [10.0, 15.0, 20.0]}))
+            (source / "results" / "runs" / rid / "metrics.json").write_text(
+                json.dumps(
+                    {
+                        "status": "completed",
+                        "run_id": rid,
+                        "final_acc": 30.0,
+                        "best_acc": 30.0,
+                        "eval_rounds": [1, 2, 3],
+                        "global_acc": [10.0, 20.0, 30.0],
+                        "local_acc": [10.0, 15.0, 20.0],
+                    }
+                )
+            )
 
     finish(ids[:5])
     assert pack(source, tmp_path / "some.tar.gz") == 0
@@ -242,6 +292,7 @@ def test_after_unpacking_the_workflow_schedules_only_the_missing_runs(tmp_path):
 
 
 # --- nothing finished is replaced; an archive's runs are what their directories say --------
+
 
 def test_pack_replaces_no_file_unless_forced_and_never_a_runs_file(source, tmp_path, capsys):
     root, ids = source
@@ -276,8 +327,11 @@ def test_a_run_whose_files_name_another_run_is_refused(source, tmp_path, capsys)
             if member.name != MANIFEST:
                 data = tar.extractfile(member).read()
                 data = moved if member.name == f"runs/{ids[0]}/metrics.json" else data
-                data = (root / "results" / "runs" / ids[1] / "config.yaml").read_bytes() \
-                    if member.name == f"runs/{ids[0]}/config.yaml" else data
+                data = (
+                    (root / "results" / "runs" / ids[1] / "config.yaml").read_bytes()
+                    if member.name == f"runs/{ids[0]}/config.yaml"
+                    else data
+                )
                 entries.append((member.name, data, tarfile.REGTYPE))
                 listed.append((member.name, data))
     err = unpack_error(capsys, crafted(tampered, entries, listed), tmp_path / "into")
@@ -319,7 +373,11 @@ def test_unpack_refuses_a_link_a_training_run_and_a_bomb_before_writing(source, 
 def test_a_manifest_without_targets_is_one_line_before_anything_is_written(tmp_path, capsys):
     data = b"{}"
     archive = tmp_path / "no-targets.tar"
-    manifest = {"format": "fedrepro-runs/1", "scale": "smoke", "members": [{"path": GOOD, "sha256": sha(data), "size": 2}]}
+    manifest = {
+        "format": "fedrepro-runs/1",
+        "scale": "smoke",
+        "members": [{"path": GOOD, "sha256": sha(data), "size": 2}],
+    }
     with tarfile.open(archive, "w") as tar:
         for name, content in [(GOOD, data), (MANIFEST, json.dumps(manifest).encode())]:
             info = tarfile.TarInfo(name)

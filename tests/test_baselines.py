@@ -1,5 +1,6 @@
 """Each baseline's loss or update against values worked out by hand in the test, its reduction
 to FedAvg, and a 2-round run through `python -m shared.run`."""
+
 import math
 from types import SimpleNamespace
 
@@ -29,8 +30,14 @@ def linear_net(weight, bias=None, features=2, classes=3) -> Net:
 def make(name, counts=((1, 1, 1), (1, 1, 1)), **params):
     cls = method_class(name)
     cfg = load_config(None, [f"method={name}", *(f"method.{k}={v}" for k, v in params.items())])
-    federation = SimpleNamespace(num_classes=3, device=torch.device("cpu"), clients=[None, None],
-                                 counts=[list(row) for row in counts], aux=None, val=None)
+    federation = SimpleNamespace(
+        num_classes=3,
+        device=torch.device("cpu"),
+        clients=[None, None],
+        counts=[list(row) for row in counts],
+        aux=None,
+        val=None,
+    )
     return cls(cls.Params(**params), cfg, federation)
 
 
@@ -113,8 +120,10 @@ def test_fedcurv_penalty_uses_the_other_clients_sums():
 def test_fedcurv_fisher_is_the_mean_squared_batch_gradient():
     from shared.methods.baselines.fedcurv import diagonal_fisher
 
-    batches = [(torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64), torch.tensor([0, 1])),
-               (torch.tensor([[1.0, 1.0]], dtype=torch.float64), torch.tensor([2]))]
+    batches = [
+        (torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64), torch.tensor([0, 1])),
+        (torch.tensor([[1.0, 1.0]], dtype=torch.float64), torch.tensor([2])),
+    ]
     client = SimpleNamespace(id=0, index=torch.zeros(1), batches=lambda *a, **k: iter(batches))
     model = linear_net(W)
     u = diagonal_fisher(model, client, batch_size=2, samples=4)
@@ -127,8 +136,8 @@ def test_fedcurv_fisher_is_the_mean_squared_batch_gradient():
             err = torch.tensor(softmax(logits), dtype=torch.float64) - torch.eye(3, dtype=torch.float64)[yi]
             gw += torch.outer(err, xi) / len(x)
             gb += err / len(x)
-        expected_w += gw ** 2 / 2
-        expected_b += gb ** 2 / 2
+        expected_w += gw**2 / 2
+        expected_b += gb**2 / 2
     torch.testing.assert_close(u[0], expected_w)
     torch.testing.assert_close(u[1], expected_b)
 
@@ -143,8 +152,10 @@ def test_fednova_normalised_averaging_by_hand():
     global_model = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
         global_model.weight.zero_()
-    updates = [ClientUpdate(0, {"weight": torch.tensor([[-2.0]])}, 10, 2, 0.0),
-               ClientUpdate(1, {"weight": torch.tensor([[-6.0]])}, 10, 3, 0.0)]
+    updates = [
+        ClientUpdate(0, {"weight": torch.tensor([[-2.0]])}, 10, 2, 0.0),
+        ClientUpdate(1, {"weight": torch.tensor([[-6.0]])}, 10, 3, 0.0),
+    ]
     method.aggregate(global_model, updates)
     # a = (2, 3); d = (1, 2); tau_eff = 2.5; w = 0 - 2.5 * (0.5 * 1 + 0.5 * 2) = -3.75
     assert global_model.weight.item() == pytest.approx(-3.75)
@@ -250,8 +261,10 @@ def test_fedgen_pairs_each_real_sample_with_a_generated_one_drawn_from_the_clien
     x, y = torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 1])
     y_hat, noise = inputs["y_hat"][:2], inputs["noise"][:2]
     features = method.generator(y_hat, noise)
-    expected = (nn.functional.cross_entropy(net(x), y, reduction="none")
-                + 0.5 * nn.functional.cross_entropy(net.classifier(features), y_hat, reduction="none")).mean()
+    expected = (
+        nn.functional.cross_entropy(net(x), y, reduction="none")
+        + 0.5 * nn.functional.cross_entropy(net.classifier(features), y_hat, reduction="none")
+    ).mean()
     torch.testing.assert_close(method.local_loss(net, x, y, CLIENT, y_hat=y_hat, noise=noise), expected)
 
 
@@ -292,7 +305,14 @@ def test_reduces_to_fedavg(name, overrides, tiny_cfg, tmp_path):
 def test_two_round_smoke_run_through_the_cli(name, tmp_path, capsys):
     from tests.conftest import TINY
 
-    args = [*TINY, f"method={name}", f"data_root={tmp_path}", "model.projection_dim=16", "aux.per_class=5",
-            "--out", str(tmp_path / name)]
+    args = [
+        *TINY,
+        f"method={name}",
+        f"data_root={tmp_path}",
+        "model.projection_dim=16",
+        "aux.per_class=5",
+        "--out",
+        str(tmp_path / name),
+    ]
     assert main(args) == 0
     assert '"status": "completed"' in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """The batched trainer (trainer.clients_per_step) against the sequential one."""
+
 import copy
 import json
 
@@ -21,8 +22,16 @@ from shared.training.stacked_sgd import StackedSGD
 # Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients
 # run out of steps at different times and take short last batches. 16x16 images keep float64
 # convolutions (no fast CPU kernels) to seconds.
-ROUND = ["dataset.synthetic.image_size=16", "dataset.synthetic.train_per_class=24", "partition.beta=0.5",
-         "local.epochs=2", "local.batch_size=16", "local.momentum=0.9", "local.weight_decay=5e-4", "local.grad_clip=5"]
+ROUND = [
+    "dataset.synthetic.image_size=16",
+    "dataset.synthetic.train_per_class=24",
+    "partition.beta=0.5",
+    "local.epochs=2",
+    "local.batch_size=16",
+    "local.momentum=0.9",
+    "local.weight_decay=5e-4",
+    "local.grad_clip=5",
+]
 
 
 def one_round_both_ways(cfg):
@@ -43,7 +52,9 @@ def one_round_both_ways(cfg):
             method.trained = True  # its generated samples (step_inputs, drawn between batches) in play
         if cfg.method["name"] == "moon":
             for client in clients[::2]:
-                method.previous[client.id] = {k: v + 0.1 * (client.id + 1) for k, v in global_model.state_dict().items()}
+                method.previous[client.id] = {
+                    k: v + 0.1 * (client.id + 1) for k, v in global_model.state_dict().items()
+                }
         return method
 
     method = method_for_round()
@@ -63,17 +74,22 @@ def assert_same_updates(sequential, batched):
     assert not torch.equal(sequential[0].state["classifier.weight"], sequential[1].state["classifier.weight"])
 
 
-@pytest.mark.parametrize("method", [["method=fedavg"], ["method=fedssd", "aux.per_class=5"], ["method=moon"]],
-                         ids=["fedavg", "fedssd", "moon"])
+@pytest.mark.parametrize(
+    "method",
+    [["method=fedavg"], ["method=fedssd", "aux.per_class=5"], ["method=moon"]],
+    ids=["fedavg", "fedssd", "moon"],
+)
 def test_batched_round_gives_the_sequential_weights_in_float64(tiny_cfg, float64, method):
     assert_same_updates(*one_round_both_ways(tiny_cfg(*ROUND, *method)))
 
 
-@pytest.mark.parametrize("method", [["method=fedavg"], ["method=fedgen", "method.hidden=16", "method.noise_dim=4"]],
-                         ids=["fedavg", "fedgen"])
+@pytest.mark.parametrize(
+    "method", [["method=fedavg"], ["method=fedgen", "method.hidden=16", "method.noise_dim=4"]], ids=["fedavg", "fedgen"]
+)
 @pytest.mark.parametrize("window_steps", [1, 3])
-def test_batches_laid_out_a_few_steps_at_a_time_give_the_sequential_weights(tiny_cfg, float64, monkeypatch, window_steps,
-                                                                            method):
+def test_batches_laid_out_a_few_steps_at_a_time_give_the_sequential_weights(
+    tiny_cfg, float64, monkeypatch, window_steps, method
+):
     """Windows of 1 or 3 steps (WINDOW_VALUES) and augmentation in chunks of 2 batches
     (AUGMENT_CHUNK, on both sides), so that windows, chunks and epochs end at different steps
     and a slot's run of batches breaks at each of them; FedGen draws its step inputs from the
@@ -123,7 +139,9 @@ def test_a_batched_run_matches_a_sequential_run_and_keeps_its_id(tiny_cfg, tmp_p
 
 
 def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(tiny_cfg, tmp_path, capsys):
-    cfg = tiny_cfg("method=fedcsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16")
+    cfg = tiny_cfg(
+        "method=fedcsd", "trainer.clients_per_step=4", "federation.rounds=1", "dataset.synthetic.image_size=16"
+    )
     federation = build_federation(cfg, torch.device("cpu"))
     model = build_model("fedavg_cnn", 10)
     assert "lacks the capabilities per_sample_loss" in unbatchable_reason(build_method(cfg, federation), model, cfg)
@@ -141,7 +159,9 @@ def test_the_batched_step_has_a_batching_rule_for_every_op(tiny_cfg, recwarn):
     model = build_model("resnet8", federation.num_classes)
     method = build_method(cfg, federation)
     method.prepare_round(0, model)
-    BatchedClients(copy.deepcopy(model), federation, cfg, slots=2).train([Slot(method, c, cfg, 0, model) for c in federation.clients])
+    BatchedClients(copy.deepcopy(model), federation, cfg, slots=2).train(
+        [Slot(method, c, cfg, 0, model) for c in federation.clients]
+    )
     assert not [w for w in recwarn if "batching rule" in str(w.message)]
 
 
@@ -161,8 +181,10 @@ def test_clients_in_threads_give_the_sequential_run_and_keep_its_id(tiny_cfg, tm
     finally:
         torch.set_num_threads(previous)
     assert threaded["status"] == "completed" and threaded["rounds_completed"] == 2
-    rows = {name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-            for name in ("sequential", "threads")}
+    rows = {
+        name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        for name in ("sequential", "threads")
+    }
     for seq, thr in zip(rows["sequential"], rows["threads"]):
         assert len(thr["local_accs"]) == 3
         for key in ("clients", "train_loss", "global_acc", "global_loss", "local_accs"):
@@ -172,7 +194,9 @@ def test_clients_in_threads_give_the_sequential_run_and_keep_its_id(tiny_cfg, tm
 
 
 def test_client_threads_fall_back_for_methods_with_per_client_state(tiny_cfg, tmp_path, capsys):
-    cfg = tiny_cfg("method=scaffold", "trainer.client_threads=2", "federation.rounds=1", "dataset.synthetic.image_size=16")
+    cfg = tiny_cfg(
+        "method=scaffold", "trainer.client_threads=2", "federation.rounds=1", "dataset.synthetic.image_size=16"
+    )
     assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
     assert "trainer.client_threads=2 does not apply" in capsys.readouterr().err
 

@@ -1,5 +1,6 @@
 """The batched step on a model with BatchNorm against the sequential trainer (float64, CPU): each
 slot normalises by its own batch's statistics and keeps its own running statistics."""
+
 import copy
 
 import pytest
@@ -21,11 +22,24 @@ from tests.test_group_training import assert_same_run
 
 # Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients
 # take short last batches of different sizes, and those with fewer steps wait while others train.
-ROUND = ["model.name=tiny_bn", "dataset.synthetic.image_size=8", "dataset.synthetic.train_per_class=24",
-         "partition.beta=0.5", "local.epochs=2", "local.batch_size=16", "local.momentum=0.9",
-         "local.weight_decay=5e-4", "local.grad_clip=5"]
-METHODS = {"fedavg": [], "fedgkd": [], "fedssd": ["aux.per_class=5"], "moon": ["model.projection_dim=8"],
-           "fedgen": ["method.hidden=16", "method.noise_dim=4"]}
+ROUND = [
+    "model.name=tiny_bn",
+    "dataset.synthetic.image_size=8",
+    "dataset.synthetic.train_per_class=24",
+    "partition.beta=0.5",
+    "local.epochs=2",
+    "local.batch_size=16",
+    "local.momentum=0.9",
+    "local.weight_decay=5e-4",
+    "local.grad_clip=5",
+]
+METHODS = {
+    "fedavg": [],
+    "fedgkd": [],
+    "fedssd": ["aux.per_class=5"],
+    "moon": ["model.projection_dim=8"],
+    "fedgen": ["method.hidden=16", "method.noise_dim=4"],
+}
 
 
 class TinyBN(nn.Module):
@@ -55,8 +69,9 @@ def one_round_both_ways(cfg, seed_previous: bool):
     give half of the clients a previous local model (MOON) whose running statistics differ."""
     federation = build_federation(cfg, torch.device("cpu"))
     torch.manual_seed(0)
-    global_model = build_model(cfg.model.name, federation.num_classes, 3, federation.input_shape[-1],
-                               cfg.model.projection_dim)
+    global_model = build_model(
+        cfg.model.name, federation.num_classes, 3, federation.input_shape[-1], cfg.model.projection_dim
+    )
     clients = federation.clients
     sizes = [c.epoch_length(cfg.local.batch_size) for c in clients]
     assert len({c.num_batches(cfg.local.batch_size) for c in clients}) > 1  # some clients wait for others
@@ -70,8 +85,10 @@ def one_round_both_ways(cfg, seed_previous: bool):
             method.trained = True  # its generated samples (step_inputs) in play from this round
         if seed_previous:
             for client in clients[::2]:
-                method.previous[client.id] = {k: v + 0.1 * (client.id + 1) if v.is_floating_point() else v + 3
-                                              for k, v in global_model.state_dict().items()}
+                method.previous[client.id] = {
+                    k: v + 0.1 * (client.id + 1) if v.is_floating_point() else v + 3
+                    for k, v in global_model.state_dict().items()
+                }
         return method
 
     method = method_for_round()
@@ -138,11 +155,23 @@ def test_batchnorm_models_train_batched(tiny_cfg):
     assert slots_that_fit(resnet50, 150) == 11  # a step's share of a group's slots (a pass each)
 
 
-GROUP = ["model.name=tiny_bn", "dataset.synthetic.image_size=8", "dataset.synthetic.train_per_class=24",
-         "partition.clients=3", "local.batch_size=16", "local.momentum=0.9", "local.weight_decay=5e-4",
-         "local.grad_clip=5", "eval.local=true", "trainer.clients_per_step=2"]
-MEMBERS = [["seed=1", "partition.beta=0.5"], ["seed=2", "partition.beta=0.3"],
-           ["seed=3", "partition.beta=1.0", "local.epochs=2"]]
+GROUP = [
+    "model.name=tiny_bn",
+    "dataset.synthetic.image_size=8",
+    "dataset.synthetic.train_per_class=24",
+    "partition.clients=3",
+    "local.batch_size=16",
+    "local.momentum=0.9",
+    "local.weight_decay=5e-4",
+    "local.grad_clip=5",
+    "eval.local=true",
+    "trainer.clients_per_step=2",
+]
+MEMBERS = [
+    ["seed=1", "partition.beta=0.5"],
+    ["seed=2", "partition.beta=0.3"],
+    ["seed=3", "partition.beta=1.0", "local.epochs=2"],
+]
 
 
 def assert_group_trains_runs_as_alone(tiny_cfg, tmp_path, method: str) -> None:

@@ -5,6 +5,7 @@ budget in the middle of a run; `train` again from the state file in a second che
 next GPU slot); `import` into the first; the table built from shipped runs, partial and then
 whole; the workflow scheduling no run; the resumed run equal to an uninterrupted one.
 """
+
 import io
 import json
 import shutil
@@ -50,16 +51,40 @@ def checkout(directory: Path) -> Path:
     directory.mkdir()
     for part in PARTS:
         if (ROOT / part).is_dir():
-            shutil.copytree(ROOT / part, directory / part, ignore=lambda d, names: [
-                n for n in names if n == "__pycache__" or (Path(d, n).is_dir() and n.startswith(("table", "fig", "search")))])
+            shutil.copytree(
+                ROOT / part,
+                directory / part,
+                ignore=lambda d, names: [
+                    n
+                    for n in names
+                    if n == "__pycache__" or (Path(d, n).is_dir() and n.startswith(("table", "fig", "search")))
+                ],
+            )
         else:
             shutil.copy(ROOT / part, directory / part)
     return directory
 
 
 def train(root: Path, state: Path, minutes: float, *extra: str) -> int:
-    return main(["train", TARGET, "--scale", "smoke", "--device", "cpu", "--minutes", str(minutes), "--state", str(state),
-                 "--root", str(root), "--data-root", str(root / "data"), *extra])
+    return main(
+        [
+            "train",
+            TARGET,
+            "--scale",
+            "smoke",
+            "--device",
+            "cpu",
+            "--minutes",
+            str(minutes),
+            "--state",
+            str(state),
+            "--root",
+            str(root),
+            "--data-root",
+            str(root / "data"),
+            *extra,
+        ]
+    )
 
 
 def clock_of_rounds(monkeypatch):
@@ -77,14 +102,21 @@ def clock_of_rounds(monkeypatch):
 
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
-                          cwd=project, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     if "Nothing to be done" in proc.stdout + proc.stderr:
         return {}
     block = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {row.split()[0]: int(row.split()[1]) for row in block.splitlines()
-            if len(row.split()) == 2 and row.split()[1].isdigit()}
+    return {
+        row.split()[0]: int(row.split()[1])
+        for row in block.splitlines()
+        if len(row.split()) == 2 and row.split()[1].isdigit()
+    }
 
 
 def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(tmp_path, monkeypatch, capsys):
@@ -143,8 +175,11 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
 
 def test_a_damaged_state_file_is_refused_in_one_line(tmp_path, capsys):
     root, state, rid = tmp_path / "project", tmp_path / "state.tar", "0123456789abcdef"
-    write_state(state, [(f"finished/{rid}/{name}", b'{"status": "completed"}', 0.0) for name in ("config.yaml", "metrics.json")],
-                {"targets": [TARGET], "scale": "smoke", "copy": None})
+    write_state(
+        state,
+        [(f"finished/{rid}/{name}", b'{"status": "completed"}', 0.0) for name in ("config.yaml", "metrics.json")],
+        {"targets": [TARGET], "scale": "smoke", "copy": None},
+    )
     assert read_state(state)[1][f"finished/{rid}/metrics.json"] == b'{"status": "completed"}'
     with tarfile.open(state) as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar]
@@ -214,13 +249,36 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     assert Copy("cifar10", sha, "JPEG").label == f"CIFAR-10, JPEG copy sha256 {sha[:7]}…"
 
     bundle = tmp_path / "carry"
-    assert main(["bundle", "papers/fedcad/table4", "--copy", f"cifar10={copies / 'renamed.zip'}", "--no-wheels",
-                 "-o", str(bundle), "--root", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "bundle",
+                "papers/fedcad/table4",
+                "--copy",
+                f"cifar10={copies / 'renamed.zip'}",
+                "--no-wheels",
+                "-o",
+                str(bundle),
+                "--root",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
     manifest = read_state(bundle / "state.tar.gz")[0]  # a first state where the slot reads it: it needs no --copy
     assert manifest["copy"]["sha256"] == sha and manifest["targets"] == ["papers/fedcad/table4"]
-    again = ["bundle", "papers/fedcad/table4", "--copy", f"cifar10={copies / 'renamed.zip'}", "--no-wheels", "-o", str(bundle),
-             "--root", str(tmp_path)]
+    again = [
+        "bundle",
+        "papers/fedcad/table4",
+        "--copy",
+        f"cifar10={copies / 'renamed.zip'}",
+        "--no-wheels",
+        "-o",
+        str(bundle),
+        "--root",
+        str(tmp_path),
+    ]
     shutil.copy(bundle / "state.tar.gz", tmp_path / "same.tar.gz")
     assert main([*again, "--state", str(tmp_path / "same.tar.gz")]) == 0  # the same bytes: nothing to refuse
     write_state(tmp_path / "other.tar.gz", [], {"targets": ["papers/fedcad/table4"], "scale": "paper", "copy": None})
@@ -231,10 +289,14 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     assert (bundle / "state.tar.gz").read_bytes() == newer and not campaign_state.part_paths(bundle / "state.tar.gz")
 
     with pytest.raises(DataError, match="no file with that SHA-256"):
-        load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": "0" * 64}, "data_root": str(tmp_path / "data")}))
+        load_dataset(
+            load_config(None, {"dataset": {"name": "cifar10", "copy": "0" * 64}, "data_root": str(tmp_path / "data")})
+        )
     other = file_digest(write_copy(copies / "other.zip", [f"c{i}" for i in range(10)]), "sha256")
     with pytest.raises(DataError, match="are not cifar10's"):
-        load_dataset(load_config(None, {"dataset": {"name": "cifar10", "copy": other}, "data_root": str(tmp_path / "data")}))
+        load_dataset(
+            load_config(None, {"dataset": {"name": "cifar10", "copy": other}, "data_root": str(tmp_path / "data")})
+        )
     with pytest.raises(ConfigError, match="dataset.copy applies to cifar10, not dataset.name=cifar100"):
         load_config(None, {"dataset": {"name": "cifar100", "copy": sha}})
     with pytest.raises(ConfigError, match="must be a SHA-256"):
@@ -245,9 +307,29 @@ def test_sigterm_stops_training_as_the_budget_does_and_writes_the_state(tmp_path
     """A slot's `timeout` (or a scheduler) may still kill a round that overran: the state
     file then keeps the finished runs and the last checkpoint."""
     root, state = checkout(tmp_path / "project"), tmp_path / "state.tar.gz"
-    proc = subprocess.Popen([sys.executable, "-m", "shared.campaign", "train", TARGET, "--scale", "smoke", "--device", "cpu",
-                             "--minutes", "10", "--state", str(state), "--root", str(root)],
-                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shared.campaign",
+            "train",
+            TARGET,
+            "--scale",
+            "smoke",
+            "--device",
+            "cpu",
+            "--minutes",
+            "10",
+            "--state",
+            str(state),
+            "--root",
+            str(root),
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     waited = 0.0
     while not list((root / "results" / "runs").glob("*/checkpoint.pt")) and waited < 120:
         time.sleep(0.05)
@@ -263,9 +345,21 @@ def test_sigterm_stops_training_as_the_budget_does_and_writes_the_state(tmp_path
 def finish_for_table(runs_dir: Path, rid: str, final_acc: float) -> None:
     """A finished run as far as a table or a figure reads it: its metrics.json."""
     (runs_dir / rid).mkdir(parents=True, exist_ok=True)
-    (runs_dir / rid / "metrics.json").write_text(json.dumps(
-        {"status": "completed", "run_id": rid, "final_acc": final_acc, "best_acc": final_acc, "eval_rounds": [1, 2],
-         "global_acc": [50.0, final_acc], "local_acc": [40.0, 45.0], "wall_time_s": 10.0, "device": "cuda:0"}))
+    (runs_dir / rid / "metrics.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "run_id": rid,
+                "final_acc": final_acc,
+                "best_acc": final_acc,
+                "eval_rounds": [1, 2],
+                "global_acc": [50.0, final_acc],
+                "local_acc": [40.0, 45.0],
+                "wall_time_s": 10.0,
+                "device": "cuda:0",
+            }
+        )
+    )
 
 
 def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(tmp_path):
@@ -295,18 +389,40 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
     assert "tables/cifar10-jpeg-copy-dfaab4e/fedcad/table4" in (shipped / "README.md").read_text()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "papers/fedcad/table9", "--minutes", "1", "--state", "{state}"], "fedcad has no table 'table9'"),
-    (["train", TARGET, "--scale", "paper", "--minutes", "1", "--state", "{state}"], "holds runs at scale smoke"),
-    (["train", TARGET, "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{state}"], "holds runs on the official data"),
-    (["train", TARGET, "--copy", "cifar10=absent.zip", "--minutes", "1", "--state", "{fresh}"], "absent.zip is not a file"),
-    (["train", "papers/fedssd/table2", "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{fresh}",
-      "--data-root", "{tmp}"], "no file with that SHA-256"),
-    (["train", TARGET, "--minutes", "1", "--state", "{state}", "--max-parts", "0"], "--max-parts 0"),
-    (["train", TARGET, "--minutes", "1", "--state", "{state}", "--part-mib", "0"], "--part-mib 0"),
-    (["bundle", TARGET, "-o", "{tmp}/carry", "--max-parts", "101", "--no-wheels"], "--max-parts 101"),
-    (["import", "{fresh}"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "papers/fedcad/table9", "--minutes", "1", "--state", "{state}"], "fedcad has no table 'table9'"),
+        (["train", TARGET, "--scale", "paper", "--minutes", "1", "--state", "{state}"], "holds runs at scale smoke"),
+        (
+            ["train", TARGET, "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{state}"],
+            "holds runs on the official data",
+        ),
+        (
+            ["train", TARGET, "--copy", "cifar10=absent.zip", "--minutes", "1", "--state", "{fresh}"],
+            "absent.zip is not a file",
+        ),
+        (
+            [
+                "train",
+                "papers/fedssd/table2",
+                "--copy",
+                "cifar10=" + "0" * 64,
+                "--minutes",
+                "1",
+                "--state",
+                "{fresh}",
+                "--data-root",
+                "{tmp}",
+            ],
+            "no file with that SHA-256",
+        ),
+        (["train", TARGET, "--minutes", "1", "--state", "{state}", "--max-parts", "0"], "--max-parts 0"),
+        (["train", TARGET, "--minutes", "1", "--state", "{state}", "--part-mib", "0"], "--part-mib 0"),
+        (["bundle", TARGET, "-o", "{tmp}/carry", "--max-parts", "101", "--no-wheels"], "--max-parts 101"),
+        (["import", "{fresh}"], "does not exist"),
+    ],
+)
 def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, argv, message):
     state = tmp_path / "state.tar.gz"
     write_state(state, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
@@ -327,7 +443,9 @@ def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_l
     assert build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped) is None
     finish_for_table(shipped / "runs", cells[0].run_id, 60.0)
     out = build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped)
-    assert out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedssd" / "fig9" and (out / "figure.png").is_file()
+    assert (
+        out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedssd" / "fig9" and (out / "figure.png").is_file()
+    )
     assert "CIFAR-10, JPEG copy sha256 dfaab4e" in yaml.safe_load((out / "provenance.yaml").read_text())["caption"]
     write_listing(shipped)
     assert "fedssd/fig9/figure.png" in (shipped / "README.md").read_text()
@@ -348,8 +466,18 @@ def test_the_memo_of_copies_digests_is_written_only_when_it_changes(tmp_path):
 
 
 def summary(rid: str, status: str) -> bytes:
-    return json.dumps({"status": status, "run_id": rid, "final_acc": 10.0, "best_acc": 10.0, "eval_rounds": [1],
-                       "global_acc": [10.0], "local_acc": [], "wall_time_s": 1.0}).encode()
+    return json.dumps(
+        {
+            "status": status,
+            "run_id": rid,
+            "final_acc": 10.0,
+            "best_acc": 10.0,
+            "eval_rounds": [1],
+            "global_acc": [10.0],
+            "local_acc": [],
+            "wall_time_s": 1.0,
+        }
+    ).encode()
 
 
 def put_run(run_dir: Path, rid: str, status: str, checkpoint: bool = False) -> None:
@@ -399,8 +527,10 @@ def test_status_counts_a_carried_failure_as_missing_and_a_carried_result_as_fini
     """An old state's recorded failure (written before failures were told apart) is no finished run."""
     state, (first, second, *_) = tmp_path / "state.tar.gz", campaign_runs([TARGET], "smoke", None)[0]
     configs = campaign_runs([TARGET], "smoke", None)[0]
-    files = [(f"finished/{first}/metrics.json", summary(first, "failed: OutOfMemoryError"), 0.0),
-             *((f"finished/{second}/{name}", data, 0.0) for name, data in finished_files(configs[second]).items())]
+    files = [
+        (f"finished/{first}/metrics.json", summary(first, "failed: OutOfMemoryError"), 0.0),
+        *((f"finished/{second}/{name}", data, 0.0) for name, data in finished_files(configs[second]).items()),
+    ]
     write_state(state, files, {"targets": [TARGET], "scale": "smoke", "copy": None})
     capsys.readouterr()
     assert main(["status", TARGET, "--state", str(state), "--root", str(tmp_path)]) == 0
@@ -433,8 +563,11 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     rid, other = "d" * 16, "e" * 16
-    members = {f"finished/{r}/{name}": data for r in (rid, other)
-               for name, data in (("config.yaml", f"run_id: {r}\n".encode()), ("metrics.json", summary(r, "completed")))}
+    members = {
+        f"finished/{r}/{name}": data
+        for r in (rid, other)
+        for name, data in (("config.yaml", f"run_id: {r}\n".encode()), ("metrics.json", summary(r, "completed")))
+    }
     (runs / rid).mkdir(parents=True)
     (shipped / rid).mkdir(parents=True)
     with hold_lock(runs / rid / ".lock"), hold_lock(shipped / rid / ".lock"):
@@ -465,10 +598,14 @@ def test_a_command_reads_and_verifies_its_state_file_once(tmp_path, monkeypatch,
     root, state = tmp_path / "project", tmp_path / "state.tar.gz"
     write_state(state, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
     reads = []
-    monkeypatch.setattr(campaign_state, "read_state", lambda path, real=campaign_state.read_state: reads.append(path) or real(path))
+    monkeypatch.setattr(
+        campaign_state, "read_state", lambda path, real=campaign_state.read_state: reads.append(path) or real(path)
+    )
     assert main(["status", TARGET, "--state", str(state), "--root", str(root)]) == 0
     assert len(reads) == 1
-    assert main(["train", TARGET, "--device", "cpu", "--minutes", "0.01", "--state", str(state), "--root", str(root)]) == 0
+    assert (
+        main(["train", TARGET, "--device", "cpu", "--minutes", "0.01", "--state", str(state), "--root", str(root)]) == 0
+    )
     assert len(reads) == 2
 
 
@@ -494,7 +631,9 @@ def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships
     target, first, second = "papers/fedcad/table2", tmp_path / "first", checkout(tmp_path / "second")
     state = tmp_path / "carry" / "state.tar.gz"
     runs = campaign_runs([target], "smoke", None)[0]
-    group = campaign_train.training_units(runs, types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2))[0]
+    group = campaign_train.training_units(
+        runs, types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2)
+    )[0]
     assert len(group) == 4 and len({runs[rid].seed for rid in group}) == 1
 
     def train_group(root: Path, deadline_s: float) -> None:  # the clock ticks at each member's check
@@ -503,8 +642,27 @@ def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships
             # a round of any unit a tick: no part of the group finishes in the first budget, so
             # it starts whole (shared/campaign/unit_sizing.py), and the whole group finishes in the second
             patch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0, "test"))
-            assert main(["train", target, "--scale", "smoke", "--device", "cpu", "--clients-per-step", "2",
-                         "--minutes", str((deadline_s + 30) / 60), "--state", str(state), "--root", str(root)]) == 0
+            assert (
+                main(
+                    [
+                        "train",
+                        target,
+                        "--scale",
+                        "smoke",
+                        "--device",
+                        "cpu",
+                        "--clients-per-step",
+                        "2",
+                        "--minutes",
+                        str((deadline_s + 30) / 60),
+                        "--state",
+                        str(state),
+                        "--root",
+                        str(root),
+                    ]
+                )
+                == 0
+            )
 
     train_group(checkout(first), 150)  # the second member's check after round 1 is past it
     members = read_state(state)[1]
@@ -518,7 +676,9 @@ def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships
     assert main(["import", str(state), "--root", str(first)]) == 0
     shipped = first / "results" / "shipped" / "runs"
     assert {p.parent.name for p in shipped.glob("*/metrics.json")} == set(group)
-    assert all(json.loads((shipped / rid / "metrics.json").read_text())["rounds_completed"] == SMOKE_ROUNDS for rid in group)
+    assert all(
+        json.loads((shipped / rid / "metrics.json").read_text())["rounds_completed"] == SMOKE_ROUNDS for rid in group
+    )
 
 
 def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_other(tmp_path, monkeypatch, capsys):
@@ -563,9 +723,13 @@ def test_the_slot_script_keeps_trains_exit_status_and_returns_only_the_state_wri
     fake.chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    slot = lambda: subprocess.run(["bash", str(ROOT / "scripts" / "campaign-slot.sh"), "1", TARGET], cwd=tmp_path,
-                                  env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out)},
-                                  capture_output=True, text=True)
+    slot = lambda: subprocess.run(
+        ["bash", str(ROOT / "scripts" / "campaign-slot.sh"), "1", TARGET],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out)},
+        capture_output=True,
+        text=True,
+    )
     proc = slot()
     assert proc.returncode == 3 and list(out.iterdir()) == [], proc.stderr
     (tmp_path / ".carry").mkdir()

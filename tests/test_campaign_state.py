@@ -4,6 +4,7 @@ A kill is stood in for by making every step that changes what the state's folder
 rename, a removal) raise from the k-th on, for every k: what a kill there leaves behind. The
 budget is rehearsed with incompressible stand-ins for checkpoints and with a real smoke run.
 """
+
 import os
 import time
 import types
@@ -30,9 +31,11 @@ class Killed(BaseException):
 
 
 def state_files(rid: str, content: bytes, rounds: int = 1) -> list[tuple[str, bytes, float]]:
-    return [(f"progress/{rid}/config.yaml", f"run_id: {rid}\n".encode(), 0.0),
-            (f"progress/{rid}/metrics.jsonl", b'{"round": 1}\n' * rounds, 0.0),
-            (f"progress/{rid}/checkpoint.pt", content, 0.0)]
+    return [
+        (f"progress/{rid}/config.yaml", f"run_id: {rid}\n".encode(), 0.0),
+        (f"progress/{rid}/metrics.jsonl", b'{"round": 1}\n' * rounds, 0.0),
+        (f"progress/{rid}/checkpoint.pt", content, 0.0),
+    ]
 
 
 def killed_at(monkeypatch, k: int) -> None:
@@ -45,6 +48,7 @@ def killed_at(monkeypatch, k: int) -> None:
             if len(calls) >= k:
                 raise Killed
             return real(*args, **kwargs)
+
         return killable
 
     monkeypatch.setattr(os, "replace", step(os.replace))
@@ -52,8 +56,10 @@ def killed_at(monkeypatch, k: int) -> None:
     monkeypatch.setattr(Path, "rename", step(Path.rename))
 
 
-@pytest.mark.parametrize("old_mib, new_mib", [(WHOLE, WHOLE), (WHOLE, PARTS), (PARTS, WHOLE), (PARTS, PARTS),
-                                              (PARTS, FEWER_PARTS), (FEWER_PARTS, PARTS)])
+@pytest.mark.parametrize(
+    "old_mib, new_mib",
+    [(WHOLE, WHOLE), (WHOLE, PARTS), (PARTS, WHOLE), (PARTS, PARTS), (PARTS, FEWER_PARTS), (FEWER_PARTS, PARTS)],
+)
 def test_a_save_killed_at_any_step_leaves_the_old_state_or_the_new(tmp_path, monkeypatch, capsys, old_mib, new_mib):
     rng, rid = np.random.default_rng(0), "0123456789abcdef"
     old, new = state_files(rid, b"old" + rng.bytes(16000)), state_files(rid, b"new" + rng.bytes(16000), rounds=2)
@@ -173,8 +179,9 @@ def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(
 
 def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_started(tmp_path, monkeypatch, capsys):
     runs = campaign_runs([TARGET], "smoke", None)[0]
-    args = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=1, root=tmp_path, max_parts=1,
-                                 part_mib=0.001)
+    args = types.SimpleNamespace(
+        device="cpu", data_root=None, clients_per_step=1, root=tmp_path, max_parts=1, part_mib=0.001
+    )
     monkeypatch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0, "test"))
     deadline, runs_dir, first = time.time() + 150, tmp_path / "results" / "runs", next(iter(runs))
     counts = campaign_train.train_runs(runs, args, deadline, runs_dir)  # a round fits, not SMOKE_ROUNDS of them
@@ -189,8 +196,12 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
     assert campaign_train.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir, 0) is None
     weights = campaign_train.checkpoint_size(runs[first], runs_dir / first)
     assert weights > 10_000  # the smoke model's weights: a real lower bound, not a guess of 0
-    assert campaign_train.not_worth_starting([first], runs, roomy, deadline, 100.0, runs_dir,
-                                       8 * campaign_state.part_bytes(15) - weights) is not None
+    assert (
+        campaign_train.not_worth_starting(
+            [first], runs, roomy, deadline, 100.0, runs_dir, 8 * campaign_state.part_bytes(15) - weights
+        )
+        is not None
+    )
 
 
 def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round(tmp_path, monkeypatch):
@@ -202,8 +213,11 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     from shared.campaign.state import restore, state_members
     from shared.targets.experiments import expand, get_table
 
-    cell = next(c for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
-                if c.row.label == "MOON" and c.seed == 0)
+    cell = next(
+        c
+        for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
+        if c.row.label == "MOON" and c.seed == 0
+    )
     cfg, rid, first, second = cell.config, cell.run_id, tmp_path / "first", tmp_path / "second"
     with monkeypatch.context() as patch:  # the clock moves 100 s a round: the run stops before its last
         clock_of_rounds(patch)
@@ -221,10 +235,14 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     stale.write_bytes(b"older")
     written = []
     real_write = campaign_state.write_atomically
-    monkeypatch.setattr(campaign_state, "write_atomically", lambda path, write: (written.append(path.name), real_write(path, write)))
+    monkeypatch.setattr(
+        campaign_state, "write_atomically", lambda path, write: (written.append(path.name), real_write(path, write))
+    )
     assert restore(members, second, tmp_path / "shipped")["progress"] == [rid]
     # as a round's save writes them: a kill in between never counts rounds its checkpoint lacks
-    assert written[-2:] == ["checkpoint.pt", "metrics.jsonl"] and sum(n.startswith("previous-") for n in written) == len(carried)
+    assert written[-2:] == ["checkpoint.pt", "metrics.jsonl"] and sum(
+        n.startswith("previous-") for n in written
+    ) == len(carried)
     assert not stale.exists()
     resumed = trainer.run(cfg, second / rid)
     assert not [p.name for p in (second / rid).iterdir() if p.name.startswith("checkpoint.pt.")]  # none set aside
@@ -242,5 +260,7 @@ def test_a_finished_run_put_over_its_progress_leaves_neither_checkpoint_nor_clie
     (run_dir / "client_state").mkdir(parents=True)
     (run_dir / "client_state" / "u-3-r4.pt").write_bytes(b"Fisher")
     (run_dir / "checkpoint.pt").write_bytes(b"round 4")
-    assert put_finished(run_dir, {"metrics.json": (tmp_path / "elsewhere" / "0123456789abcdef" / "metrics.json").read_bytes()})
+    assert put_finished(
+        run_dir, {"metrics.json": (tmp_path / "elsewhere" / "0123456789abcdef" / "metrics.json").read_bytes()}
+    )
     assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json"]

@@ -8,6 +8,7 @@ the parts on disk, a finished run's files and a checkpoint's. A mutation of the 
 is refused in one line with nothing written; a mutation of one run refuses that run alone, in
 one line, and the others are imported.
 """
+
 import copy as copying
 import dataclasses
 import errno
@@ -34,7 +35,15 @@ from shared.runs.files import write_atomically
 from shared.campaign import state_reading
 from shared.campaign.state_reading import MAX_SMALL_BYTES, REQUIRED_KEYS
 from shared.training.trainer import summarize
-from tests.carried_states import checkpoint, config_yaml, finished_files, history, jsonl, progress_files, write_genuine_state
+from tests.carried_states import (
+    checkpoint,
+    config_yaml,
+    finished_files,
+    history,
+    jsonl,
+    progress_files,
+    write_genuine_state,
+)
 
 TARGET = "papers/fedcad/table4"
 ABOUT = {"targets": [TARGET], "scale": "smoke", "copy": None}
@@ -103,7 +112,7 @@ def MANIFEST_INFO(size: int) -> tarfile.TarInfo:
 
 def run_files(state: Crafted, kind: str, rid: str) -> dict[str, bytes]:
     prefix = f"{kind}/{rid}/"
-    return {m[0][len(prefix):]: m[1] for m in state.members if isinstance(m[0], str) and m[0].startswith(prefix)}
+    return {m[0][len(prefix) :]: m[1] for m in state.members if isinstance(m[0], str) and m[0].startswith(prefix)}
 
 
 def set_run(state: Crafted, kind: str, rid: str, files: dict[str, bytes], as_id: str | None = None) -> None:
@@ -131,29 +140,59 @@ def err_lines(capsys) -> list[str]:
 
 # --- the state as a whole: refused in one line, nothing written ---------------------------------
 
-WRONG_TYPES = {"none": None, "int": 7, "float": 1.5, "bool": True, "str": "x", "list": [], "dict": {},
-               "list of str": ["x"], "list of dict": [{}]}
+WRONG_TYPES = {
+    "none": None,
+    "int": 7,
+    "float": 1.5,
+    "bool": True,
+    "str": "x",
+    "list": [],
+    "dict": {},
+    "list of str": ["x"],
+    "list of dict": [{}],
+}
 VALID = {("copy", "none"), ("ledger", "list")}  # the official data; no run finished elsewhere
 KEYS = sorted(REQUIRED_KEYS | {"ledger"})
 ESCAPING = {
-    "targets": [["papers/fedcad/table9"], ["../../outside"], ["papers/../../x/table4"], [TARGET, TARGET],
-                ["papers/fedcad/table4/../../../x"], ["/etc/passwd"]],
+    "targets": [
+        ["papers/fedcad/table9"],
+        ["../../outside"],
+        ["papers/../../x/table4"],
+        [TARGET, TARGET],
+        ["papers/fedcad/table4/../../../x"],
+        ["/etc/passwd"],
+    ],
     "scale": ["huge", "../../outside", "Smoke"],
-    "copy": [{"dataset": "../../outside", "sha256": "0" * 64, "kind": "", "path": None},
-             {"dataset": "cifar10", "sha256": "0" * 64, "kind": "../../outside", "path": None},
-             {"dataset": "cifar10", "sha256": "A" * 64, "kind": "", "path": None},
-             {"dataset": "cifar10", "sha256": "0" * 64, "kind": "", "path": "/etc"},
-             {"dataset": "cifar100", "sha256": "0" * 64, "kind": "", "path": None},
-             {"dataset": "cifar10", "sha256": "0" * 64}],
+    "copy": [
+        {"dataset": "../../outside", "sha256": "0" * 64, "kind": "", "path": None},
+        {"dataset": "cifar10", "sha256": "0" * 64, "kind": "../../outside", "path": None},
+        {"dataset": "cifar10", "sha256": "A" * 64, "kind": "", "path": None},
+        {"dataset": "cifar10", "sha256": "0" * 64, "kind": "", "path": "/etc"},
+        {"dataset": "cifar100", "sha256": "0" * 64, "kind": "", "path": None},
+        {"dataset": "cifar10", "sha256": "0" * 64},
+    ],
     "written_at": ["2025-01-01T00:00:00", "yesterday", "2025-13-01T00:00:00+00:00"],
     "ledger": [["g" * 16], ["b" * 16, "a" * 16], ["a" * 16, "a" * 16], ["A" * 16], [1]],
     "format": ["fedrepro-runs/1", "fedrepro-campaign/2"],
 }
-ENTRY_FORGERIES = {"size negative": ("size", -1), "size text": ("size", "3"), "size bool": ("size", True),
-                   "size missing": ("size", KeyError), "sha short": ("sha256", "abc"), "path up": ("path", "../x"),
-                   "path manifest": ("path", "manifest.json"), "extra key": ("extra", 1)}
-RAW_MANIFESTS = {"deep": b"[" * 100_000 + b"]" * 100_000, "not utf-8": b"\xff\xfe{}", "torn": b'{"format": ',
-                 "null": b"null", "list": b"[]", "deep object": b'{"a":' * 50_000 + b"1" + b"}" * 50_000}
+ENTRY_FORGERIES = {
+    "size negative": ("size", -1),
+    "size text": ("size", "3"),
+    "size bool": ("size", True),
+    "size missing": ("size", KeyError),
+    "sha short": ("sha256", "abc"),
+    "path up": ("path", "../x"),
+    "path manifest": ("path", "manifest.json"),
+    "extra key": ("extra", 1),
+}
+RAW_MANIFESTS = {
+    "deep": b"[" * 100_000 + b"]" * 100_000,
+    "not utf-8": b"\xff\xfe{}",
+    "torn": b'{"format": ',
+    "null": b"null",
+    "list": b"[]",
+    "deep object": b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+}
 
 
 def set_key(state: Crafted, key: str, value) -> None:
@@ -172,11 +211,13 @@ def manifest_mutations():
             yield f"{key}={str(value)[:40]}", lambda s, k=key, v=value: set_key(s, k, v)
     yield "unknown key", lambda s: s.manifest.__setitem__("run_this", "rm -rf /")
     for name, (field, value) in ENTRY_FORGERIES.items():
+
         def forge(s, field=field, value=value):
             s.relist = False
             s.manifest["members"] = [dict(e) for e in s.manifest["members"]]
             entry = s.manifest["members"][0]
             entry.pop(field) if value is KeyError else entry.__setitem__(field, value)
+
         yield f"entry {name}", forge
     for name, data in RAW_MANIFESTS.items():
         yield f"raw {name}", lambda s, d=data: setattr(s, "manifest_bytes", d)
@@ -203,24 +244,77 @@ def archive_mutations():
     yield "absolute path", lambda s: s.members.append(("/etc/cron.d/x", b"x"))
     yield "climbs out", lambda s: s.members.append((f"{finished}/../../../outside", b"x"))
     yield "both finished and in progress", lambda s: s.members.append((f"progress/{SHOT}/checkpoint.pt", b"x"))
-    for name, kind, link in (("symlink", tarfile.SYMTYPE, "/etc/passwd"), ("hard link", tarfile.LNKTYPE, "manifest.json"),
-                             ("fifo", tarfile.FIFOTYPE, ""), ("device", tarfile.CHRTYPE, ""),
-                             ("directory", tarfile.DIRTYPE, "")):
-        yield f"{name} member", lambda s, k=kind, l=link: s.members.append((info(f"{finished}/metrics.jsonl.x", k, 0, l), None))
-    yield "member unlisted", lambda s: (setattr(s, "relist", False), s.manifest.__setitem__(
-        "members", [e for e in s.manifest["members"] if not e["path"].endswith("partition.csv")]))
-    yield "listed member absent", lambda s: (setattr(s, "relist", False), s.manifest["members"].append(
-        {"path": f"finished/{'0' * 16}/partition.csv", "sha256": "0" * 64, "size": 1}))
-    yield "checksum forged", lambda s: (setattr(s, "relist", False), s.manifest.__setitem__("members", [
-        {**e, "sha256": "0" * 64} if e["path"].endswith("metrics.json") else e for e in s.manifest["members"]]))
-    yield "size forged", lambda s: (setattr(s, "relist", False), s.manifest.__setitem__("members", [
-        {**e, "size": e["size"] + 1} if e["path"].endswith("metrics.json") else e for e in s.manifest["members"]]))
-    yield "header claims 3 GiB", lambda s: s.members.insert(0, (info(f"{finished}/checkpoint.pt".replace(
-        "finished", "progress").replace(SHOT, "1" * 16), size=3 * 2**30), None))
-    yield "gzip bomb in a member", lambda s: s.members.insert(0, (f"progress/{'1' * 16}/metrics.jsonl",
-                                                                  zeros(3 * state_reading.EXPANSION_FLOOR)))
+    for name, kind, link in (
+        ("symlink", tarfile.SYMTYPE, "/etc/passwd"),
+        ("hard link", tarfile.LNKTYPE, "manifest.json"),
+        ("fifo", tarfile.FIFOTYPE, ""),
+        ("device", tarfile.CHRTYPE, ""),
+        ("directory", tarfile.DIRTYPE, ""),
+    ):
+        yield (
+            f"{name} member",
+            lambda s, k=kind, l=link: s.members.append((info(f"{finished}/metrics.jsonl.x", k, 0, l), None)),
+        )
+    yield (
+        "member unlisted",
+        lambda s: (
+            setattr(s, "relist", False),
+            s.manifest.__setitem__(
+                "members", [e for e in s.manifest["members"] if not e["path"].endswith("partition.csv")]
+            ),
+        ),
+    )
+    yield (
+        "listed member absent",
+        lambda s: (
+            setattr(s, "relist", False),
+            s.manifest["members"].append({"path": f"finished/{'0' * 16}/partition.csv", "sha256": "0" * 64, "size": 1}),
+        ),
+    )
+    yield (
+        "checksum forged",
+        lambda s: (
+            setattr(s, "relist", False),
+            s.manifest.__setitem__(
+                "members",
+                [{**e, "sha256": "0" * 64} if e["path"].endswith("metrics.json") else e for e in s.manifest["members"]],
+            ),
+        ),
+    )
+    yield (
+        "size forged",
+        lambda s: (
+            setattr(s, "relist", False),
+            s.manifest.__setitem__(
+                "members",
+                [
+                    {**e, "size": e["size"] + 1} if e["path"].endswith("metrics.json") else e
+                    for e in s.manifest["members"]
+                ],
+            ),
+        ),
+    )
+    yield (
+        "header claims 3 GiB",
+        lambda s: s.members.insert(
+            0,
+            (
+                info(
+                    f"{finished}/checkpoint.pt".replace("finished", "progress").replace(SHOT, "1" * 16), size=3 * 2**30
+                ),
+                None,
+            ),
+        ),
+    )
+    yield (
+        "gzip bomb in a member",
+        lambda s: s.members.insert(0, (f"progress/{'1' * 16}/metrics.jsonl", zeros(3 * state_reading.EXPANSION_FLOOR))),
+    )
     yield "gzip bomb in a pax header", lambda s: s.members.insert(0, (pax_bomb(), b""))
-    yield "metrics.json over its limit", lambda s: s.members.insert(0, (info(f"{finished}/metrics.json", size=MAX_SMALL_BYTES + 1), None))
+    yield (
+        "metrics.json over its limit",
+        lambda s: s.members.insert(0, (info(f"{finished}/metrics.json", size=MAX_SMALL_BYTES + 1), None)),
+    )
 
 
 def pax_bomb() -> tarfile.TarInfo:
@@ -237,8 +331,9 @@ def assert_nothing_written(root: Path, outside: Path) -> None:
 
 
 @pytest.mark.parametrize("mutation", STATE_MUTATIONS)
-def test_a_damaged_or_forged_state_is_refused_in_one_line_before_anything_is_written(genuine, tmp_path, monkeypatch,
-                                                                                    capsys, mutation):
+def test_a_damaged_or_forged_state_is_refused_in_one_line_before_anything_is_written(
+    genuine, tmp_path, monkeypatch, capsys, mutation
+):
     state = crafted(genuine)
     STATE_MUTATIONS[mutation](state)
     code, root, outside = import_crafted(state, tmp_path, monkeypatch)
@@ -248,6 +343,7 @@ def test_a_damaged_or_forged_state_is_refused_in_one_line_before_anything_is_wri
 
 
 # --- the parts on disk ----------------------------------------------------------------------------
+
 
 def part_mutations():
     def linked(path: Path) -> None:
@@ -271,7 +367,12 @@ def part_mutations():
         path.with_name("elsewhere").write_bytes(data[half:])
         path.with_name(f"{path.name}.part-01").symlink_to(path.with_name("elsewhere"))
 
-    return {"a link to the state": linked, "a FIFO": fifo, "a link to a device": device, "a part that is a link": linked_part}
+    return {
+        "a link to the state": linked,
+        "a FIFO": fifo,
+        "a link to a device": device,
+        "a part that is a link": linked_part,
+    }
 
 
 PART_MUTATIONS = part_mutations()
@@ -289,6 +390,7 @@ def test_a_state_is_read_only_from_regular_files(genuine, tmp_path, capsys, muta
 
 
 # --- one run forged or damaged: that run is refused, the others imported ----------------------------
+
 
 def summary_of(cfg, records, status="completed") -> bytes:
     return json.dumps(summarize(records, cfg, status, 12.0, {"device": "cuda:0"})).encode()
@@ -315,9 +417,19 @@ def finished_forgeries():
     yield "no config.yaml", without("config.yaml")
     yield "no metrics.jsonl", without("metrics.jsonl")
     yield "no metrics.json", without("metrics.json")
-    yield "config hashes elsewhere", {**files, "config.yaml": config_yaml(other_config(cfg, {"local": {"lr": 0.5}})).replace(
-        run_id(other_config(cfg, {"local": {"lr": 0.5}})).encode(), SHOT.encode())}
-    yield "config names another run", {**files, "config.yaml": files["config.yaml"].replace(SHOT.encode(), OTHER.encode())}
+    yield (
+        "config hashes elsewhere",
+        {
+            **files,
+            "config.yaml": config_yaml(other_config(cfg, {"local": {"lr": 0.5}})).replace(
+                run_id(other_config(cfg, {"local": {"lr": 0.5}})).encode(), SHOT.encode()
+            ),
+        },
+    )
+    yield (
+        "config names another run",
+        {**files, "config.yaml": files["config.yaml"].replace(SHOT.encode(), OTHER.encode())},
+    )
     yield "config names no run", {**files, "config.yaml": b"\n".join(files["config.yaml"].splitlines()[1:])}
     yield "metrics.json of another run", {**files, "metrics.json": other["metrics.json"]}
     yield "run_id of another run", edited_summary(files, run_id=OTHER)
@@ -331,11 +443,15 @@ def finished_forgeries():
             bad[-1][key] = [value] * len(bad[-1][key]) if isinstance(bad[-1][key], list) else value
             yield f"{key} {value}, summary agreeing", with_history(cfg, bad)
     yield "completed after 1 of 4 rounds", with_history(cfg, records[:1])
-    yield "diverged after 1 round, summary says 4", edited_summary(with_history(cfg, records[:1], "diverged: nan"),
-                                                                    rounds_completed=4)
+    yield (
+        "diverged after 1 round, summary says 4",
+        edited_summary(with_history(cfg, records[:1], "diverged: nan"), rounds_completed=4),
+    )
     yield "a round more than the config's", with_history(cfg, history(cfg, cfg.federation.rounds + 1))
-    yield "history contradicts summary", {**files, "metrics.jsonl": jsonl(
-        [{**r, "global_acc": 11.0} if r["round"] == 2 else r for r in records])}
+    yield (
+        "history contradicts summary",
+        {**files, "metrics.jsonl": jsonl([{**r, "global_acc": 11.0} if r["round"] == 2 else r for r in records])},
+    )
     yield "history renumbered", {**files, "metrics.jsonl": jsonl([{**r, "round": 1} for r in records])}
     yield "history not JSON", {**files, "metrics.jsonl": b"{]\n"}
     yield "a recorded failure", with_history(cfg, [], "failed: RuntimeError")
@@ -364,20 +480,35 @@ def progress_forgeries():
     yield "history counted by lines", {**files, "metrics.jsonl": files["metrics.jsonl"] + b"\n\n\n"}
     yield "history beside another checkpoint", {**files, "checkpoint.pt": checkpoint(FEDPROX, history(FEDPROX, 2))}
     yield "another run's config", {**files, "config.yaml": config_yaml(FEDAVG[0])}
-    yield "more rounds than the config's", {**files, "metrics.jsonl": jsonl(history(FEDPROX, 5)),
-                                            "checkpoint.pt": checkpoint(FEDPROX, history(FEDPROX, 5))}
-    yield "accuracy 150 in its history", {**files, "metrics.jsonl": jsonl([{**records[0], "global_acc": 150.0}]),
-                                          "checkpoint.pt": checkpoint(FEDPROX, [{**records[0], "global_acc": 150.0}])}
+    yield (
+        "more rounds than the config's",
+        {
+            **files,
+            "metrics.jsonl": jsonl(history(FEDPROX, 5)),
+            "checkpoint.pt": checkpoint(FEDPROX, history(FEDPROX, 5)),
+        },
+    )
+    yield (
+        "accuracy 150 in its history",
+        {
+            **files,
+            "metrics.jsonl": jsonl([{**records[0], "global_acc": 150.0}]),
+            "checkpoint.pt": checkpoint(FEDPROX, [{**records[0], "global_acc": 150.0}]),
+        },
+    )
 
 
-RUN_FORGERIES = {**{f"finished: {name}": ("finished", SHOT, files, None) for name, files in finished_forgeries()},
-                 **{f"foreign: {name}": ("finished", run_id(cfg), finished_files(cfg), cfg) for name, cfg in foreign_runs()},
-                 **{f"progress: {name}": ("progress", PROX, files, None) for name, files in progress_forgeries()}}
+RUN_FORGERIES = {
+    **{f"finished: {name}": ("finished", SHOT, files, None) for name, files in finished_forgeries()},
+    **{f"foreign: {name}": ("finished", run_id(cfg), finished_files(cfg), cfg) for name, cfg in foreign_runs()},
+    **{f"progress: {name}": ("progress", PROX, files, None) for name, files in progress_forgeries()},
+}
 
 
 @pytest.mark.parametrize("forgery", RUN_FORGERIES)
-def test_a_forged_or_damaged_run_is_named_in_one_line_and_the_others_are_imported(genuine, tmp_path, monkeypatch,
-                                                                                 capsys, forgery):
+def test_a_forged_or_damaged_run_is_named_in_one_line_and_the_others_are_imported(
+    genuine, tmp_path, monkeypatch, capsys, forgery
+):
     kind, rid, files, foreign = RUN_FORGERIES[forgery]
     state = crafted(genuine)
     if foreign is None:
@@ -396,6 +527,7 @@ def test_a_forged_or_damaged_run_is_named_in_one_line_and_the_others_are_importe
 
 
 # --- what the genuine state does -------------------------------------------------------------------
+
 
 def test_the_genuine_first_slot_state_imports_and_builds_its_partial_table(genuine, tmp_path, monkeypatch, capsys):
     """FedAvg finished, FedProx in progress: FedCAD Table 4's inconsistency note on FedLSD (a
@@ -435,8 +567,13 @@ def test_nothing_is_written_or_removed_through_a_symbolic_link(genuine, tmp_path
     (outside / "victim" / "m-0-r9.pt").write_bytes(b"keep me")
     (outside / "lock").write_bytes(b"keep me")
     runs, shipped = root / "results" / "runs", root / "results" / "shipped"
-    link = {"client_state": runs / PROX / "client_state", "run folder": runs / PROX, "shipped tables": shipped / "tables",
-            "shipped runs": shipped / "runs" / SHOT, "lock": runs / PROX / ".lock"}[planted]
+    link = {
+        "client_state": runs / PROX / "client_state",
+        "run folder": runs / PROX,
+        "shipped tables": shipped / "tables",
+        "shipped runs": shipped / "runs" / SHOT,
+        "lock": runs / PROX / ".lock",
+    }[planted]
     link.parent.mkdir(parents=True, exist_ok=True)
     if planted == "client_state":
         for name, data in progress_files(FEDPROX, 1).items():  # fewer rounds than the state's: replaced
@@ -449,7 +586,9 @@ def test_nothing_is_written_or_removed_through_a_symbolic_link(genuine, tmp_path
     err = err_lines(capsys)
     assert code == 2 and len(err) == 1 and "symbolic link" in err[0], err
     assert sorted(p.name for p in outside.rglob("*")) == ["lock", "m-0-r9.pt", "victim"]
-    assert (outside / "lock").read_bytes() == b"keep me" and (outside / "victim" / "m-0-r9.pt").read_bytes() == b"keep me"
+    assert (outside / "lock").read_bytes() == b"keep me" and (
+        outside / "victim" / "m-0-r9.pt"
+    ).read_bytes() == b"keep me"
     assert not list((root / "results").rglob("metrics.json"))  # nothing shipped or restored
 
 
@@ -459,6 +598,7 @@ def test_a_failed_table_build_leaves_the_table_before_it_and_names_its_folder(ge
     assert code == 0 and (table / "table.tex").is_file()
     before = {p.name: p.read_bytes() for p in table.iterdir()}
     from shared.reporting import tables
+
     def disk_full(table_, scale, runs_dir, out, runtime=None):
         Path(out).mkdir(parents=True)
         (Path(out) / "table.tex").write_text("half")
@@ -484,9 +624,11 @@ def test_a_failed_write_names_its_file(tmp_path):
 
 # --- train --state -----------------------------------------------------------------------------------
 
+
 def fake_trainer(monkeypatch) -> list[str]:
     """trainer.run as a run that finishes at once with genuine files, its id recorded."""
     from shared.training import trainer
+
     trained = []
 
     def run(cfg, out, deadline=None):
@@ -500,12 +642,26 @@ def fake_trainer(monkeypatch) -> list[str]:
 
 
 def train_args(tmp_path, state: Path, *extra) -> list[str]:
-    return ["train", TARGET, "--device", "cpu", "--minutes", "60", "--state", str(state), "--root",
-            str(tmp_path / "project"), "--data-root", str(tmp_path / "data"), *extra]
+    return [
+        "train",
+        TARGET,
+        "--device",
+        "cpu",
+        "--minutes",
+        "60",
+        "--state",
+        str(state),
+        "--root",
+        str(tmp_path / "project"),
+        "--data-root",
+        str(tmp_path / "data"),
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("mutation", ["targets=['papers/fedcad/table9']", "scale=huge", "copy=cifar10 absent",
-                                      "written_at naive"])
+@pytest.mark.parametrize(
+    "mutation", ["targets=['papers/fedcad/table9']", "scale=huge", "copy=cifar10 absent", "written_at naive"]
+)
 def test_train_resolves_the_states_targets_and_copy_before_any_round(genuine, tmp_path, monkeypatch, capsys, mutation):
     state = crafted(genuine)
     key, _, value = mutation.partition("=")
@@ -524,8 +680,9 @@ def test_train_resolves_the_states_targets_and_copy_before_any_round(genuine, tm
     assert trained == [] and not (tmp_path / "project" / "results").exists()
 
 
-def test_a_bad_checkpoint_in_the_state_refuses_that_run_alone_and_training_goes_on(genuine, tmp_path, monkeypatch,
-                                                                                 capsys):
+def test_a_bad_checkpoint_in_the_state_refuses_that_run_alone_and_training_goes_on(
+    genuine, tmp_path, monkeypatch, capsys
+):
     state = crafted(genuine)
     set_run(state, "progress", PROX, {**progress_files(FEDPROX), "config.yaml": config_yaml(FEDAVG[0])})
     trained = fake_trainer(monkeypatch)

@@ -1,14 +1,27 @@
 """Claims as data: every paper's claims hold on its own numbers, and their verdicts on generated
 run results (held, held within noise, not held, not yet measured; per seed; rounds never
 reached), written beside a built table and summed up per paper."""
+
 import math
 
 import pandas as pd
 import pytest
 
 import shared.reporting.claims
-from shared.reporting.claims import (HELD, NOT_HELD, NOT_MEASURED, WITHIN_NOISE, BeatsAblations, Best, FewestRounds, Trend,
-                           evaluate, paper_claims, paper_values, run_values)
+from shared.reporting.claims import (
+    HELD,
+    NOT_HELD,
+    NOT_MEASURED,
+    WITHIN_NOISE,
+    BeatsAblations,
+    Best,
+    FewestRounds,
+    Trend,
+    evaluate,
+    paper_claims,
+    paper_values,
+    run_values,
+)
 from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
 from shared.methods.papers import paper_names
 from shared.reporting.tables import build_paper_claims, build_table
@@ -38,25 +51,42 @@ def test_a_wrongly_written_claim_fails_on_the_papers_numbers():
 
 def seeds_frame(values: dict) -> pd.DataFrame:
     """Generated run results: {(row, column): [value per seed]} as shared.reporting.summary.collect's rows."""
-    return pd.DataFrame([dict(row=r, column=c, seed=s, status="completed", value=v, run_id=f"{r}{c}{s}")
-                         for (r, c), per_seed in values.items() for s, v in enumerate(per_seed)])
+    return pd.DataFrame(
+        [
+            dict(row=r, column=c, seed=s, status="completed", value=v, run_id=f"{r}{c}{s}")
+            for (r, c), per_seed in values.items()
+            for s, v in enumerate(per_seed)
+        ]
+    )
 
 
 def grid_table(metric=Metric()):
     columns = [Column(label, {}) for label in ("clear", "close", "behind", "missing")]
-    return Table(paper="fedssd", name="tablegen", caption="Generated.", base=BASE,
-                 rows=[Row("Ours", {"name": "fedavg"}), Row("Rival", {"name": "fedavg"})], columns=columns,
-                 reported={"Ours": [Reported(60.0)] * 4, "Rival": [Reported(50.0)] * 4}, metric=metric)
+    return Table(
+        paper="fedssd",
+        name="tablegen",
+        caption="Generated.",
+        base=BASE,
+        rows=[Row("Ours", {"name": "fedavg"}), Row("Rival", {"name": "fedavg"})],
+        columns=columns,
+        reported={"Ours": [Reported(60.0)] * 4, "Rival": [Reported(50.0)] * 4},
+        metric=metric,
+    )
 
 
 def test_verdicts_per_column_and_per_seed_on_generated_runs():
     table = grid_table()
-    runs = seeds_frame({
-        ("Ours", "clear"): [70, 71, 72], ("Rival", "clear"): [60, 61, 62],       # ahead by 10
-        ("Ours", "close"): [60, 62, 58], ("Rival", "close"): [61, 60, 60.5],     # behind by 0.5, std 2
-        ("Ours", "behind"): [50, 50.5, 49.5], ("Rival", "behind"): [60, 60.2, 59.8],  # behind by 10
-        ("Ours", "missing"): [70, 70, 70],                                        # the rival never ran
-    })
+    runs = seeds_frame(
+        {
+            ("Ours", "clear"): [70, 71, 72],
+            ("Rival", "clear"): [60, 61, 62],  # ahead by 10
+            ("Ours", "close"): [60, 62, 58],
+            ("Rival", "close"): [61, 60, 60.5],  # behind by 0.5, std 2
+            ("Ours", "behind"): [50, 50.5, 49.5],
+            ("Rival", "behind"): [60, 60.2, 59.8],  # behind by 10
+            ("Ours", "missing"): [70, 70, 70],  # the rival never ran
+        }
+    )
     result = evaluate(table, [Best("tablegen", "Ours is best.", "test", rows=("Ours",))], run_values(table, runs))
     by = result.set_index("group")
     assert by.loc["clear", "verdict"] == HELD and by.loc["clear", "margin"] == pytest.approx(10.0)
@@ -81,8 +111,17 @@ def test_a_claimed_margin_must_be_cleared():
 def test_a_tie_is_no_lead():
     """Two identical runs (a method equal to FedAvg) do not make a claim of beating it hold."""
     table = grid_table()
-    values = run_values(table, seeds_frame({("Ours", "clear"): [50.0, 52.0], ("Rival", "clear"): [50.0, 52.0],
-                                            ("Ours", "close"): [50.0], ("Rival", "close"): [50.0]}))
+    values = run_values(
+        table,
+        seeds_frame(
+            {
+                ("Ours", "clear"): [50.0, 52.0],
+                ("Rival", "clear"): [50.0, 52.0],
+                ("Ours", "close"): [50.0],
+                ("Rival", "close"): [50.0],
+            }
+        ),
+    )
     result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear", "close"))], values)
     assert result.verdict.tolist() == [WITHIN_NOISE, NOT_HELD]  # a spread to be within; one seed has none
     assert result.seeds_held.tolist() == ["0/2", "0/1"]
@@ -97,8 +136,14 @@ def test_a_single_seed_has_no_spread_so_a_miss_is_never_within_noise():
 
 def test_fewest_rounds_counts_a_target_never_reached_as_worst():
     table = grid_table(Metric("rounds_to", target=50))
-    runs = seeds_frame({("Ours", "clear"): [20, 22], ("Rival", "clear"): [30, math.nan],
-                        ("Ours", "close"): [math.nan, math.nan], ("Rival", "close"): [math.nan, math.nan]})
+    runs = seeds_frame(
+        {
+            ("Ours", "clear"): [20, 22],
+            ("Rival", "clear"): [30, math.nan],
+            ("Ours", "close"): [math.nan, math.nan],
+            ("Rival", "close"): [math.nan, math.nan],
+        }
+    )
     claim = FewestRounds("tablegen", "fewest", "t", rows=("Ours",), columns=("clear", "close"))
     by = evaluate(table, [claim], run_values(table, runs)).set_index("group")
     assert by.loc["clear", "verdict"] == HELD and by.loc["clear", "seeds_held"] == "2/2"
@@ -109,13 +154,21 @@ def test_fewest_rounds_counts_a_target_never_reached_as_worst():
 
 def test_trend_of_a_gap_and_ablations_and_a_family():
     table = grid_table()
-    runs = seeds_frame({("Ours", "clear"): [51, 51], ("Rival", "clear"): [50, 50],
-                        ("Ours", "close"): [55, 55], ("Rival", "close"): [50, 50],
-                        ("Ours", "behind"): [54, 54], ("Rival", "behind"): [50, 50]})
+    runs = seeds_frame(
+        {
+            ("Ours", "clear"): [51, 51],
+            ("Rival", "clear"): [50, 50],
+            ("Ours", "close"): [55, 55],
+            ("Rival", "close"): [50, 50],
+            ("Ours", "behind"): [54, 54],
+            ("Rival", "behind"): [50, 50],
+        }
+    )
     values = run_values(table, runs)
     rising = Trend("tablegen", "the gap grows", "t", row="Ours", columns=("clear", "close"), minus="Rival")
-    falling_then = Trend("tablegen", "the gap grows", "t", row="Ours", columns=("clear", "close", "behind"),
-                         minus="Rival")
+    falling_then = Trend(
+        "tablegen", "the gap grows", "t", row="Ours", columns=("clear", "close", "behind"), minus="Rival"
+    )
     assert evaluate(table, [rising], values).verdict.tolist() == [HELD]
     assert evaluate(table, [falling_then], values).verdict.tolist() == [NOT_HELD]
     ablation = BeatsAblations("tablegen", "full beats ablated", "t", rows=("Ours",), against=("Rival",))
@@ -161,9 +214,16 @@ def test_a_claim_naming_a_cell_the_table_lacks_is_refused(monkeypatch):
 
 def test_an_inconsistency_must_name_a_reported_cell():
     with pytest.raises(ValueError, match="does not report"):
-        Table(paper="fedssd", name="t", caption="", base=BASE, rows=[Row("A", {"name": "fedavg"})],
-              columns=[Column("x", {})], reported={"A": [Reported(1.0)]},
-              inconsistencies=[Inconsistency("A", "y", "no such column")])
+        Table(
+            paper="fedssd",
+            name="t",
+            caption="",
+            base=BASE,
+            rows=[Row("A", {"name": "fedavg"})],
+            columns=[Column("x", {})],
+            reported={"A": [Reported(1.0)]},
+            inconsistencies=[Inconsistency("A", "y", "no such column")],
+        )
 
 
 def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_data(tmp_path):
@@ -180,7 +240,10 @@ def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_d
     declared = get_table("fedcad", "table4")
     table = labelled(copy_part(declared, "paper", copy), copy)
     assert (table.name, table.declared_name) == ("table4-cifar10-copy-dfaab4e", "table4")
-    assert shared.reporting.claims.table_claims(table) == shared.reporting.claims.table_claims(declared) and len(table.rows) == 4
+    assert (
+        shared.reporting.claims.table_claims(table) == shared.reporting.claims.table_claims(declared)
+        and len(table.rows) == 4
+    )
     table1 = labelled(copy_part(get_table("fedcad", "table1"), "paper", copy), copy)
     assert [c.label for c in table1.columns] == ["CIFAR10 acc", "CIFAR10 T(65%)"]
     assert shared.reporting.claims.table_claims(table1) == []  # each names a CIFAR-100 or FEMNIST column too
@@ -190,9 +253,19 @@ def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_d
         gain = 5.0 + epochs.index(cell.column.label) if cell.row.label == "FedCAD" else 0.0
         accuracy = {"FedAvg": 60.0}.get(cell.row.label, 65.0) + gain + cell.seed
         (tmp_path / "runs" / cell.run_id).mkdir(parents=True)
-        (tmp_path / "runs" / cell.run_id / "metrics.json").write_text(json.dumps(
-            {"status": "completed", "run_id": cell.run_id, "final_acc": accuracy, "best_acc": accuracy,
-             "eval_rounds": [1, 2], "global_acc": [50.0, accuracy], "local_acc": [40.0, 45.0]}))
+        (tmp_path / "runs" / cell.run_id / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "run_id": cell.run_id,
+                    "final_acc": accuracy,
+                    "best_acc": accuracy,
+                    "eval_rounds": [1, 2],
+                    "global_acc": [50.0, accuracy],
+                    "local_acc": [40.0, 45.0],
+                }
+            )
+        )
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out", copy_runtime(copy))
     verdicts = pd.read_csv(tmp_path / "out" / "claims.csv")
     assert sorted(set(zip(verdicts.table, verdicts.claim))) == [("table4", 1), ("table4", 2)]

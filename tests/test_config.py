@@ -28,7 +28,11 @@ def test_run_id_ignores_runtime_keys_only():
     assert run_id(load_config(None, ["data_root=/elsewhere", "trainer.device=cpu", "trainer.progress=false"])) == base
     assert run_id(load_config(None, ["seed=1"])) != base
     assert run_id(load_config(None, ["trainer.amp=true"])) != base
-    assert run_id(load_config(None, ["trainer.client_threads=2"])) == run_id(load_config(None, ["trainer.clients_per_step=2"])) == base
+    assert (
+        run_id(load_config(None, ["trainer.client_threads=2"]))
+        == run_id(load_config(None, ["trainer.clients_per_step=2"]))
+        == base
+    )
 
 
 def test_run_id_leaves_out_unset_keys():
@@ -51,15 +55,20 @@ def test_cli_runs_one_config(tmp_path, tiny_cfg):
     from tests.conftest import TINY
 
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "shared.run", *TINY, f"data_root={tmp_path}", "--out", str(out)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shared.run", *TINY, f"data_root={tmp_path}", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert '"status": "completed"' in proc.stdout
     assert "run_id:" in (out / "config.yaml").read_text()
 
 
 def test_cli_json_config_matches_the_same_overrides(capsys):
-    assert main(["--json", '{"partition": {"beta": 0.1}, "eval": {"target_acc": [60]}}', "seed=3", "--print-config"]) == 0
+    assert (
+        main(["--json", '{"partition": {"beta": 0.1}, "eval": {"target_acc": [60]}}', "seed=3", "--print-config"]) == 0
+    )
     printed = capsys.readouterr().out
     cfg = load_config(None, ["partition.beta=0.1", "eval.target_acc=[60]", "seed=3"])
     assert f"run_id: {run_id(cfg)}" in printed

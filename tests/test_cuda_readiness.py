@@ -2,6 +2,7 @@
 class without atomics, the decisions about several runs and compiled steps, per-client state on
 the host and in files of its own, the offline install's pieces, and the GPU machine's first
 command rehearsed at a tiny budget (tests/test_gpu.py checks the rest on CUDA)."""
+
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # --- determinism and TF32 ---------------------------------------------------------------------
 
+
 def test_deterministic_is_a_runtime_switch_on_by_default_that_keeps_run_ids():
     default, off = load_config(None, []), load_config(None, ["trainer.deterministic=false"])
     assert default.trainer.deterministic is True and "trainer.deterministic" in RUNTIME_KEYS
@@ -35,13 +37,20 @@ def test_a_run_records_its_numerics_and_deterministic_mode_changes_no_cpu_result
 
     on = run(tiny_cfg("federation.rounds=1"), tmp_path / "on")
     assert on["environment"]["numerics"] == {
-        "deterministic_algorithms": True, "cudnn_deterministic": True, "cudnn_benchmark": False,
-        "tf32_matmul": False, "tf32_cudnn": False, "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
+        "deterministic_algorithms": True,
+        "cudnn_deterministic": True,
+        "cudnn_benchmark": False,
+        "tf32_matmul": False,
+        "tf32_cudnn": False,
+        "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+    }
     off = run(tiny_cfg("federation.rounds=1", "trainer.deterministic=false"), tmp_path / "off")
     assert off["environment"]["numerics"]["deterministic_algorithms"] is False
     assert on["global_acc"] == off["global_acc"] and on["run_id"] == off["run_id"]
-    assert torch.equal(torch.load(tmp_path / "on" / "model.pt")["classifier.weight"],
-                       torch.load(tmp_path / "off" / "model.pt")["classifier.weight"])
+    assert torch.equal(
+        torch.load(tmp_path / "on" / "model.pt")["classifier.weight"],
+        torch.load(tmp_path / "off" / "model.pt")["classifier.weight"],
+    )
 
 
 def test_cublas_gets_a_fixed_workspace_before_any_run_touches_cuda():
@@ -67,12 +76,13 @@ def test_adaptive_pooling_by_products_equals_torchs_forward_and_backward(side):
     x = torch.randn(2, 3, side, side + 2, dtype=torch.float64, requires_grad=True)
     ours, theirs = AdaptiveAvgPool((6, 6))(x), F.adaptive_avg_pool2d(x, (6, 6))
     assert torch.allclose(ours, theirs, rtol=0, atol=1e-12)
-    grad_ours, = torch.autograd.grad(ours.square().sum(), x)
-    grad_theirs, = torch.autograd.grad(theirs.square().sum(), x)
+    (grad_ours,) = torch.autograd.grad(ours.square().sum(), x)
+    (grad_theirs,) = torch.autograd.grad(theirs.square().sum(), x)
     assert torch.allclose(grad_ours, grad_theirs, rtol=0, atol=1e-12)
 
 
 # --- compiled steps ----------------------------------------------------
+
 
 def test_only_a_full_batch_takes_the_compiled_model():
     from shared.training.clients import step_model
@@ -84,6 +94,7 @@ def test_only_a_full_batch_takes_the_compiled_model():
 
 
 # --- per-client state --------------------------------------------------------------------------
+
 
 def test_client_state_lives_on_the_host_and_is_a_copy():
     states = ClientStates("c")
@@ -119,7 +130,8 @@ PER_CLIENT = {"moon": ["previous"], "fedcurv": ["u", "v"], "scaffold": ["c_clien
 
 @pytest.mark.parametrize("method", sorted(PER_CLIENT))
 def test_per_client_state_is_checkpointed_in_its_own_files_and_a_finished_run_keeps_none(
-        method, tiny_cfg, tmp_path, kill_in_round):
+    method, tiny_cfg, tmp_path, kill_in_round
+):
     from shared.methods.client_state import MANIFEST
     from shared.training.trainer import run
 
@@ -132,8 +144,10 @@ def test_per_client_state_is_checkpointed_in_its_own_files_and_a_finished_run_ke
     resumed = run(cfg, tmp_path / "killed")
     straight = run(cfg, tmp_path / "straight")
     assert resumed["global_acc"] == straight["global_acc"] and resumed["global_loss"] == straight["global_loss"]
-    assert torch.equal(torch.load(tmp_path / "killed" / "model.pt")["classifier.weight"],
-                       torch.load(tmp_path / "straight" / "model.pt")["classifier.weight"])
+    assert torch.equal(
+        torch.load(tmp_path / "killed" / "model.pt")["classifier.weight"],
+        torch.load(tmp_path / "straight" / "model.pt")["classifier.weight"],
+    )
     assert not (tmp_path / "killed" / "client_state").exists() and not (tmp_path / "straight" / "client_state").exists()
 
 
@@ -150,9 +164,17 @@ def test_the_speed_benchmark_keeps_each_finished_variant_when_a_later_one_dies(t
 
     monkeypatch.setattr(speed, "run_ours", dies_on_the_second_variant)
     out = tmp_path / "speed.json"
-    tiny = ["dataset=synthetic", "dataset.synthetic.train_per_class=20", "dataset.synthetic.test_per_class=5",
-            "dataset.synthetic.image_size=16", "partition.clients=2", "local.epochs=1", "aux.per_class=2",
-            "trainer.device=cpu", f"data_root={tmp_path}"]
+    tiny = [
+        "dataset=synthetic",
+        "dataset.synthetic.train_per_class=20",
+        "dataset.synthetic.test_per_class=5",
+        "dataset.synthetic.image_size=16",
+        "partition.clients=2",
+        "local.epochs=1",
+        "aux.per_class=2",
+        "trainer.device=cpu",
+        f"data_root={tmp_path}",
+    ]
     with pytest.raises(KeyboardInterrupt):
         speed.main(["cpu", *tiny, "--variants", "sequential", "batched", "--out", str(out)])
     report = json.loads(out.read_text())
@@ -164,11 +186,13 @@ def test_the_speed_benchmark_keeps_each_finished_variant_when_a_later_one_dies(t
 
 # --- the install and the GPU machine's first command ------------------------------------------------
 
+
 def setup_choice(extra_path: str = "", **env) -> str:
     environment = {**{k: v for k, v in os.environ.items() if k != "TORCH_INDEX_URL"}, **env}
     environment["PATH"] = f"{extra_path}:{environment['PATH']}" if extra_path else environment["PATH"]
-    proc = subprocess.run(["bash", "scripts/setup.sh", "--dry-run"], capture_output=True, text=True, cwd=REPO,
-                          env=environment)
+    proc = subprocess.run(
+        ["bash", "scripts/setup.sh", "--dry-run"], capture_output=True, text=True, cwd=REPO, env=environment
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -194,11 +218,24 @@ def test_snakemake_is_an_extra_and_nothing_run_or_tested_needs_tqdm():
 
 def test_the_first_run_rehearses_on_a_cpu_into_one_folder(tmp_path):
     out = tmp_path / "first"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.first_run", "--out", str(out), "--minutes", "2"],
-                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.first_run", "--out", str(out), "--minutes", "2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert {p.name for p in out.iterdir()} == {"environment.json", "gpu-tests.xml", "speed.json", "trace.json",
-                                               "profile.txt", "first-run.log", "summary.md", "summary.json"}  # 8
+    assert {p.name for p in out.iterdir()} == {
+        "environment.json",
+        "gpu-tests.xml",
+        "speed.json",
+        "trace.json",
+        "profile.txt",
+        "first-run.log",
+        "summary.md",
+        "summary.json",
+    }  # 8
     summary = json.loads((out / "summary.json").read_text())
     assert [s["step"] for s in summary] == ["environment", "gpu tests", "speed", "profile"]
     assert all(s["ok"] for s in summary)
@@ -222,11 +259,13 @@ def test_gpu_tests_collect_and_runs_go_without_snakemake_tqdm_or_transformers(tm
         if not entry.name.lower().startswith(absent):
             (bare / entry.name).symlink_to(entry)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{bare}"}
-    code = ("import importlib.util, sys, pytest; "
-            "assert not any(importlib.util.find_spec(m) for m in ('snakemake', 'tqdm', 'transformers')); "
-            "from shared.targets.configs import load_config; "
-            "print(load_config(None, ['eval.target_acc=[60, 70]']).eval.target_acc); "
-            "sys.exit(pytest.main(['-m', 'gpu', '--collect-only', '-q', '-p', 'no:cacheprovider', 'tests']))")
+    code = (
+        "import importlib.util, sys, pytest; "
+        "assert not any(importlib.util.find_spec(m) for m in ('snakemake', 'tqdm', 'transformers')); "
+        "from shared.targets.configs import load_config; "
+        "print(load_config(None, ['eval.target_acc=[60, 70]']).eval.target_acc); "
+        "sys.exit(pytest.main(['-m', 'gpu', '--collect-only', '-q', '-p', 'no:cacheprovider', 'tests']))"
+    )
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()

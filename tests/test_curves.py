@@ -1,5 +1,6 @@
 """python -m shared.curves: per-round accuracy and loss of runs, finished or still training,
 from hand-written metrics.jsonl / metrics.json / config.yaml."""
+
 import json
 import subprocess
 import sys
@@ -15,8 +16,17 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def record(r, acc):
-    return {"round": r, "clients": [0, 1], "train_loss": 2.0 / r, "global_acc": acc, "global_loss": 2.5 - acc / 50,
-            "per_class_acc": [acc] * 10, "local_acc": acc - 4, "local_accs": [acc - 5, acc - 3], "seconds": 1.0}
+    return {
+        "round": r,
+        "clients": [0, 1],
+        "train_loss": 2.0 / r,
+        "global_acc": acc,
+        "global_loss": 2.5 - acc / 50,
+        "per_class_acc": [acc] * 10,
+        "local_acc": acc - 4,
+        "local_accs": [acc - 5, acc - 3],
+        "seconds": 1.0,
+    }
 
 
 def make_run(root, name, method, seed, accs, finished=True, jsonl=True, cut_last_line=False):
@@ -30,10 +40,18 @@ def make_run(root, name, method, seed, accs, finished=True, jsonl=True, cut_last
             text += json.dumps(record(len(accs) + 1, 99.0))[:25]  # a copy taken while the line was written
         (run / "metrics.jsonl").write_text(text)
     if finished:
-        (run / "metrics.json").write_text(json.dumps({
-            "status": "completed", "eval_rounds": [x["round"] for x in records], "final_acc": accs[-1],
-            "global_acc": accs, "local_acc": [x["local_acc"] for x in records],
-            "global_loss": [x["global_loss"] for x in records]}))
+        (run / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "eval_rounds": [x["round"] for x in records],
+                    "final_acc": accs[-1],
+                    "global_acc": accs,
+                    "local_acc": [x["local_acc"] for x in records],
+                    "global_loss": [x["global_loss"] for x in records],
+                }
+            )
+        )
     return run
 
 
@@ -57,8 +75,10 @@ def test_reads_running_and_finished_runs_with_method_and_seed(tmp_path):
 
 
 def test_draws_one_line_per_run_in_each_panel(tmp_path):
-    runs = [load_run(make_run(tmp_path, f"r{i}", "fedavg" if i < 2 else "fedprox", i, [10.0 + i, 20.0 + i, 30.0]))
-            for i in range(3)]
+    runs = [
+        load_run(make_run(tmp_path, f"r{i}", "fedavg" if i < 2 else "fedprox", i, [10.0 + i, 20.0 + i, 30.0]))
+        for i in range(3)
+    ]
     runs.append(load_run(make_run(tmp_path, "same", "fedavg", 0, [11.0, 19.0], finished=False)))
     out = plot(runs, tmp_path / "out" / "curves.png")
     assert out.read_bytes()[:8] == PNG
@@ -73,7 +93,9 @@ def test_command_line(tmp_path, capsys):
     out = tmp_path / "curves.png"
     assert main([str(a), str(b), str(tmp_path / "missing"), "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "fedcsd, seed 0: 3 rounds (completed)" in captured.out and "fedavg, seed 1: 2 rounds (running)" in captured.out
+    assert (
+        "fedcsd, seed 0: 3 rounds (completed)" in captured.out and "fedavg, seed 1: 2 rounds (running)" in captured.out
+    )
     assert "skipped" in captured.err and out.read_bytes()[:8] == PNG
     assert main([str(tmp_path / "missing")]) == 1
 
@@ -81,13 +103,19 @@ def test_command_line(tmp_path, capsys):
 def test_imports_neither_torch_nor_the_trainer(tmp_path):
     """It runs beside training (a login node, a second terminal): no torch, no trainer."""
     run = make_run(tmp_path, "a", "fedavg", 0, [20.0, 30.0])
-    code = ("import sys; from shared.curves import main; "
-            f"assert main([{str(run)!r}, '-o', {str(tmp_path / 'c.png')!r}]) == 0; "
-            "bad = [m for m in ('torch', 'shared.training.trainer', 'shared.methods.registry') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; from shared.curves import main; "
+        f"assert main([{str(run)!r}, '-o', {str(tmp_path / 'c.png')!r}]) == 0; "
+        "bad = [m for m in ('torch', 'shared.training.trainer', 'shared.methods.registry') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "shared.curves", str(run), "-o", str(tmp_path / "d.png")], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shared.curves", str(run), "-o", str(tmp_path / "d.png")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "d.png").read_bytes()[:8] == PNG

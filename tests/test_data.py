@@ -149,7 +149,9 @@ def test_synthetic_is_seeded_and_balanced(tiny_cfg):
 
 
 def test_unknown_dataset_lists_valid_names():
-    with pytest.raises(ConfigError, match=r"dataset.name='mnist' is unknown; valid: \['ag_news', 'cifar10', 'cifar100', 'femnist'"):
+    with pytest.raises(
+        ConfigError, match=r"dataset.name='mnist' is unknown; valid: \['ag_news', 'cifar10', 'cifar100', 'femnist'"
+    ):
         load_config(None, ["dataset=mnist"])
 
 
@@ -164,19 +166,25 @@ def test_data_costs_times_download_conversion_and_a_later_load(fake_cifar_server
     assert "[data] downloaded cifar-10-python.tar.gz" in capsys.readouterr().out
     assert main(["cifar10", f"data_root={root}", "--out", str(out)]) == 0  # the cache is used
     assert json.loads(out.read_text())["datasets"]["cifar10"]["cached_before"]
-    assert main(["cifar10", f"data_root={root}", "--rebuild", "--out", str(out)]) == 0  # converted again, not downloaded
+    assert (
+        main(["cifar10", f"data_root={root}", "--rebuild", "--out", str(out)]) == 0
+    )  # converted again, not downloaded
     rebuilt = json.loads(out.read_text())["datasets"]["cifar10"]
     assert not rebuilt["cached_before"] and rebuilt["downloaded"] == []
     assert main(["nonexistent", "--out", str(out)]) == 2
 
 
-@pytest.mark.parametrize("damage", [
-    lambda arrays: arrays.pop("train_y"),
-    lambda arrays: arrays.update(train_y=arrays["train_y"][:-1]),
-    lambda arrays: arrays.update(test_y=arrays["test_y"] + 100),
-    lambda arrays: arrays.update(train_x=arrays["train_x"][:, :, :5]),
-    lambda arrays: arrays.update(classes="airplane"),
-], ids=["a key missing", "labels short", "labels beyond the classes", "images of another shape", "classes not a list"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda arrays: arrays.pop("train_y"),
+        lambda arrays: arrays.update(train_y=arrays["train_y"][:-1]),
+        lambda arrays: arrays.update(test_y=arrays["test_y"] + 100),
+        lambda arrays: arrays.update(train_x=arrays["train_x"][:, :, :5]),
+        lambda arrays: arrays.update(classes="airplane"),
+    ],
+    ids=["a key missing", "labels short", "labels beyond the classes", "images of another shape", "classes not a list"],
+)
 def test_a_cache_that_loads_but_is_wrong_is_rebuilt(damage, fake_cifar_server, tmp_path, capsys):
     root = tmp_path / "root"
     first = load_dataset(cifar_cfg(root))

@@ -1,5 +1,6 @@
 """FEMNIST, Tiny-ImageNet, Office-Caltech-10, AG News and SST-5 on small generated fixtures in
 their real on-disk formats, served from file:// URLs where the real data is downloaded."""
+
 import hashlib
 import io
 import json
@@ -116,8 +117,9 @@ def leaf_json(path, writers):
 
 def test_femnist_from_leaf_train_and_test_json(tmp_path):
     folder = tmp_path / "femnist"
-    train = leaf_json(folder / "train" / "all_data_0_niid_1_keep_0_train_9.json",
-                      {"f0001_01": [0, 35, 61], "f0002_07": [10, 11]})
+    train = leaf_json(
+        folder / "train" / "all_data_0_niid_1_keep_0_train_9.json", {"f0001_01": [0, 35, 61], "f0002_07": [10, 11]}
+    )
     leaf_json(folder / "test" / "all_data_0_niid_1_keep_0_test_9.json", {"f0001_01": [61], "f0002_07": [3]})
     ds = load_dataset(cfg(tmp_path, "dataset=femnist"))
     assert len(ds.classes) == 62 and ds.classes[10] == "A" and ds.classes[36] == "a"
@@ -128,8 +130,9 @@ def test_femnist_from_leaf_train_and_test_json(tmp_path):
 
 
 def test_femnist_all_data_split_by_leafs_rule(tmp_path):
-    leaf_json(tmp_path / "femnist" / "all_data" / "all_data_0.json",
-              {"ten": list(range(10)), "two": [1, 2], "one": [5]})
+    leaf_json(
+        tmp_path / "femnist" / "all_data" / "all_data_0.json", {"ten": list(range(10)), "two": [1, 2], "one": [5]}
+    )
     ds = load_dataset(cfg(tmp_path, "dataset=femnist"))
     # 9 + 1 of ten samples, 1 + 1 of two, and a writer with one sample left out
     assert ds.train.group.bincount().tolist() == [9, 1] and len(ds.test) == 2
@@ -195,7 +198,10 @@ def make_tiny_imagenet(path):
         for c, wnid in enumerate(WNIDS):
             z.writestr(f"tiny-imagenet-200/train/{wnid}/{wnid}_boxes.txt", "")
             for i in range(3):
-                z.writestr(f"tiny-imagenet-200/train/{wnid}/images/{wnid}_{i}.JPEG", jpeg("L" if i == 2 else "RGB", seed=10 * c + i))
+                z.writestr(
+                    f"tiny-imagenet-200/train/{wnid}/images/{wnid}_{i}.JPEG",
+                    jpeg("L" if i == 2 else "RGB", seed=10 * c + i),
+                )
             for i in range(2):
                 name = f"val_{2 * c + i}.JPEG"
                 z.writestr(f"tiny-imagenet-200/val/images/{name}", jpeg(seed=100 + 2 * c + i))
@@ -251,7 +257,9 @@ def make_office(root, per_class=3, split_files=True):
             (folder / domain / label).mkdir(parents=True)
             for i in range(per_class):
                 name = f"{domain}/{label}/frame_{i:04d}.jpg"
-                (folder / name).write_bytes(jpeg("L" if (c + i) % 5 == 0 else "RGB", size=(40 + 10 * d, 30), seed=d * 100 + c * 10 + i))
+                (folder / name).write_bytes(
+                    jpeg("L" if (c + i) % 5 == 0 else "RGB", size=(40 + 10 * d, 30), seed=d * 100 + c * 10 + i)
+                )
                 paths.append((f"office_caltech_10/{name}", label, i))
         if split_files:
             for split, keep in (("train", lambda i: i > 0), ("test", lambda i: i == 0)):
@@ -311,11 +319,27 @@ def test_office_missing_partial_or_unsafe(tmp_path):
 
 def test_office_domains_are_the_clients_and_accuracy_is_reported_per_domain(tmp_path):
     make_office(tmp_path / "data")
-    run_cfg = load_config(None, [f"data_root={tmp_path / 'data'}", *CPU, "dataset=office_caltech10", "partition=domains",
-                                 "partition.clients=4", "federation.rounds=1", "local.epochs=1", "local.batch_size=10"])
+    run_cfg = load_config(
+        None,
+        [
+            f"data_root={tmp_path / 'data'}",
+            *CPU,
+            "dataset=office_caltech10",
+            "partition=domains",
+            "partition.clients=4",
+            "federation.rounds=1",
+            "local.epochs=1",
+            "local.batch_size=10",
+        ],
+    )
     federation = build_federation(run_cfg, torch.device("cpu"))
     assert federation.counts.sum(1).tolist() == [20] * 4
-    assert [federation.dataset.train.group[c.index].unique().tolist() for c in federation.clients] == [[0], [1], [2], [3]]
+    assert [federation.dataset.train.group[c.index].unique().tolist() for c in federation.clients] == [
+        [0],
+        [1],
+        [2],
+        [3],
+    ]
     summary = trainer.run(run_cfg, tmp_path / "run")
     assert summary["status"] == "completed" and list(summary["domain_acc"]) == list(DOMAINS)
     record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
@@ -342,18 +366,32 @@ def test_flip_and_rotation_augmentation():
 # --- the smoke scale's synthetic stand-ins ----------------------------------------------------
 
 SETTINGS = {
-    "femnist_writers": {"dataset": {"name": "femnist"}, "partition": {"kind": "writers", "clients": 10}, "model": {"name": "resnet50"}},
+    "femnist_writers": {
+        "dataset": {"name": "femnist"},
+        "partition": {"kind": "writers", "clients": 10},
+        "model": {"name": "resnet50"},
+    },
     "femnist_digits": {"dataset": {"name": "femnist_digits"}, "partition": {"kind": "dirichlet", "beta": 0.05}},
     "tiny_imagenet": {"dataset": {"name": "tiny_imagenet"}, "model": {"name": "resnet50"}},
-    "office": {"dataset": {"name": "office_caltech10"}, "partition": {"kind": "domains", "clients": 4}, "model": {"name": "alexnet_bn"}},
-    "sst5": {"dataset": {"name": "sst5"}, "partition": {"clients": 10}, "model": {"name": "distilbert"},
-             "local": {"optimizer": "adam", "lr": 1e-3, "epochs": 1}},
+    "office": {
+        "dataset": {"name": "office_caltech10"},
+        "partition": {"kind": "domains", "clients": 4},
+        "model": {"name": "alexnet_bn"},
+    },
+    "sst5": {
+        "dataset": {"name": "sst5"},
+        "partition": {"clients": 10},
+        "model": {"name": "distilbert"},
+        "local": {"optimizer": "adam", "lr": 1e-3, "epochs": 1},
+    },
 }
 
 
 def smoke_config(setting, root, **overrides):
     values = smoke_scale(SETTINGS[setting])
-    return load_config(None, {**values, "data_root": str(root), "trainer": {"device": "cpu", "progress": False}, **overrides})
+    return load_config(
+        None, {**values, "data_root": str(root), "trainer": {"device": "cpu", "progress": False}, **overrides}
+    )
 
 
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
@@ -361,8 +399,13 @@ def test_smoke_scale_stands_in_for_each_dataset(setting, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # importing it fails: the smoke scale must not need it
     run_cfg = smoke_config(setting, tmp_path)
     federation = build_federation(run_cfg, torch.device("cpu"))
-    model = build_model(run_cfg.model.name, federation.num_classes, federation.input_shape[0],
-                        federation.input_shape[-1], text=federation.dataset.text)
+    model = build_model(
+        run_cfg.model.name,
+        federation.num_classes,
+        federation.input_shape[0],
+        federation.input_shape[-1],
+        text=federation.dataset.text,
+    )
     x, y = next(federation.clients[0].batches(8, torch.Generator().manual_seed(0)))
     assert model(x).shape == (len(y), federation.num_classes)
     s, ds = run_cfg.dataset.synthetic, federation.dataset
@@ -392,8 +435,15 @@ def test_smoke_runs_report_what_the_tables_read(setting, tmp_path, monkeypatch):
 
 def test_synthetic_text_is_learnable_without_transformers(tiny_cfg, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
-    run_cfg = tiny_cfg("dataset.synthetic.text_length=16", "dataset.synthetic.vocab_size=100", "model=text_bow",
-                       "local.optimizer=adam", "local.lr=0.01", "federation.rounds=4", "local.epochs=2")
+    run_cfg = tiny_cfg(
+        "dataset.synthetic.text_length=16",
+        "dataset.synthetic.vocab_size=100",
+        "model=text_bow",
+        "local.optimizer=adam",
+        "local.lr=0.01",
+        "federation.rounds=4",
+        "local.epochs=2",
+    )
     ds = load_dataset(run_cfg)
     assert ds.train.x.shape == (600, 16) and ds.train.x.dtype == torch.int64 and ds.text.pad_id == 0
     assert (ds.train.x[:, 0] != 0).all() and (ds.train.x == 0).any()  # random lengths, padded
@@ -413,13 +463,23 @@ def test_text_and_image_models_do_not_mix_and_adam_is_checked():
 
 # --- AG News and SST-5 ---------------------------------------------------------------------
 
-AG_ROWS = [("3", "Wall St. Bears Claw Back", "Short-sellers are seeing green again."),
-           ("4", "Space, the final frontier", 'A "quoted", comma-laden description.'),
-           ("1", "Talks resume", "Diplomats met."), ("2", "Cup final", "A late goal.")]
-SST_TREES = {"train": ["(3 (2 It) (4 (4 works) (2 .)))", "(0 (1 (1 -LRB-) (1 (1 dull) (1 -RRB-))) (0 film))",
-                       "(4 (4 Superb) (2 .))", "(1 (2 Not) (1 good))", "(2 (2 A) (2 film))"],
-             "dev": ["(2 (2 Dev) (2 line))"],
-             "test": ["(2 (2 So) (2 so))", "(4 (4 Great))"]}
+AG_ROWS = [
+    ("3", "Wall St. Bears Claw Back", "Short-sellers are seeing green again."),
+    ("4", "Space, the final frontier", 'A "quoted", comma-laden description.'),
+    ("1", "Talks resume", "Diplomats met."),
+    ("2", "Cup final", "A late goal."),
+]
+SST_TREES = {
+    "train": [
+        "(3 (2 It) (4 (4 works) (2 .)))",
+        "(0 (1 (1 -LRB-) (1 (1 dull) (1 -RRB-))) (0 film))",
+        "(4 (4 Superb) (2 .))",
+        "(1 (2 Not) (1 good))",
+        "(2 (2 A) (2 film))",
+    ],
+    "dev": ["(2 (2 Dev) (2 line))"],
+    "test": ["(2 (2 So) (2 so))", "(4 (4 Great))"],
+}
 
 
 def make_ag_news(folder):
@@ -445,11 +505,20 @@ def text_server(tmp_path, monkeypatch):
     served = tmp_path / "server"
     served.mkdir()
     paths = make_ag_news(served)
-    monkeypatch.setattr(text_datasets, "AG_NEWS", {
-        split: Archive(paths[split].as_uri(), text_datasets.AG_NEWS[split].filename, md5(paths[split])) for split in paths})
+    monkeypatch.setattr(
+        text_datasets,
+        "AG_NEWS",
+        {
+            split: Archive(paths[split].as_uri(), text_datasets.AG_NEWS[split].filename, md5(paths[split]))
+            for split in paths
+        },
+    )
     sst = make_sst(served / "trainDevTestTrees_PTB.zip")
-    monkeypatch.setattr(text_datasets, "SST", Archive(sst.as_uri(), text_datasets.SST.filename,
-                                                      sha256=hashlib.sha256(sst.read_bytes()).hexdigest()))
+    monkeypatch.setattr(
+        text_datasets,
+        "SST",
+        Archive(sst.as_uri(), text_datasets.SST.filename, sha256=hashlib.sha256(sst.read_bytes()).hexdigest()),
+    )
     return served
 
 
@@ -477,22 +546,50 @@ def tiny_distilbert(tmp_path_factory):
     """A two-layer DistilBERT and a word-piece tokenizer, saved like a hub checkpoint: no network."""
     transformers = pytest.importorskip("transformers")
     folder = tmp_path_factory.mktemp("tiny-distilbert")
-    words = sorted({w.lower().strip('.,"()') for _, t, d in AG_ROWS for w in f"{t} {d}".split()}
-                   | {w.lower() for trees in SST_TREES.values() for t in trees for w in t.replace("(", " ").replace(")", " ").split() if not w.isdigit()})
+    words = sorted(
+        {w.lower().strip('.,"()') for _, t, d in AG_ROWS for w in f"{t} {d}".split()}
+        | {
+            w.lower()
+            for trees in SST_TREES.values()
+            for t in trees
+            for w in t.replace("(", " ").replace(")", " ").split()
+            if not w.isdigit()
+        }
+    )
     vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", '"', "(", ")", "-", *words]) + "\n")
+    vocab.write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", '"', "(", ")", "-", *words]) + "\n"
+    )
     transformers.DistilBertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
-    config = transformers.DistilBertConfig(vocab_size=len(vocab.read_text().split()), dim=32, n_layers=2, n_heads=2,
-                                           hidden_dim=64, max_position_embeddings=64)
+    config = transformers.DistilBertConfig(
+        vocab_size=len(vocab.read_text().split()),
+        dim=32,
+        n_layers=2,
+        n_heads=2,
+        hidden_dim=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.DistilBertModel(config).save_pretrained(folder)
     return folder
 
 
 def test_distilbert_on_ag_news_with_a_cached_tokenisation(text_server, tiny_distilbert, tmp_path, monkeypatch):
-    run_cfg = cfg(tmp_path / "root", "dataset=ag_news", "model=distilbert", f"model.pretrained={tiny_distilbert}",
-                  "dataset.max_length=16", "partition=iid", "partition.clients=2", "federation.rounds=1",
-                  "local.epochs=1", "local.batch_size=2", "local.optimizer=adam", "local.lr=1e-4", "method=fedgkd")
+    run_cfg = cfg(
+        tmp_path / "root",
+        "dataset=ag_news",
+        "model=distilbert",
+        f"model.pretrained={tiny_distilbert}",
+        "dataset.max_length=16",
+        "partition=iid",
+        "partition.clients=2",
+        "federation.rounds=1",
+        "local.epochs=1",
+        "local.batch_size=2",
+        "local.optimizer=adam",
+        "local.lr=1e-4",
+        "method=fedgkd",
+    )
     ds = load_dataset(run_cfg)
     assert ds.train.x.shape == (4, 16) and ds.text.pad_id == 0 and ds.classes[3] == "Sci/Tech"
     assert (ds.train.x[:, 0] == 2).all()  # [CLS] first
@@ -522,12 +619,15 @@ def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_c
     crop = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4, pad_mode="constant")
     out = crop(white, torch.Generator().manual_seed(0))
     assert (out == 0).any() and ((out == 0) | (out == 255)).all()  # black borders, where reflection has none
-    moon = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4, pad_mode="constant",
-                     max_rotation=15)
+    moon = Augmenter(
+        (0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=4, pad_mode="constant", max_rotation=15
+    )
     g = torch.Generator().manual_seed(0)
     in_order = moon.normalize(moon.rotate(moon.crop_and_flip(white, g).float(), g))
     assert torch.equal(moon(white, torch.Generator().manual_seed(0)), in_order)
-    with pytest.raises(ConfigError, match=r"dataset.augmentation='moon' is unknown; valid: \['feddf', 'moon_cifar100', 'niid_bench'\]"):
+    with pytest.raises(
+        ConfigError, match=r"dataset.augmentation='moon' is unknown; valid: \['feddf', 'moon_cifar100', 'niid_bench'\]"
+    ):
         tiny_cfg("dataset.augmentation=moon")
 
 

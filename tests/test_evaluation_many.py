@@ -1,4 +1,5 @@
 """evaluate_many: many models of one architecture tested in one vmapped pass over the test set."""
+
 import copy
 
 import pytest
@@ -23,8 +24,16 @@ class TinyBatchNorm(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.layers = nn.Sequential(nn.Conv2d(3, 4, 3, 2), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-                                    nn.Flatten(), nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU())
+        self.layers = nn.Sequential(
+            nn.Conv2d(3, 4, 3, 2),
+            nn.BatchNorm2d(4),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
+            nn.Linear(16, 8),
+            nn.BatchNorm1d(8),
+            nn.ReLU(),
+        )
         self.out_dim = 8
 
     def forward(self, x):
@@ -49,15 +58,20 @@ def models_of(name: str, count: int, classes: int) -> list[Net]:
 def by_hand(model: Net, split, federation, batch_size: int) -> dict:
     """The metrics written out plainly, one model, one batch after another."""
     model.eval()
-    logits = torch.cat([model(federation.augmenter.normalize(split.x[i:i + batch_size]))
-                        for i in range(0, len(split), batch_size)])
+    logits = torch.cat(
+        [model(federation.augmenter.normalize(split.x[i : i + batch_size])) for i in range(0, len(split), batch_size)]
+    )
     right = logits.argmax(1) == split.y
-    result = {"acc": 100 * right.sum().item() / len(split),
-              "loss": F.cross_entropy(logits, split.y, reduction="sum").item() / len(split),
-              "per_class_acc": [100 * right[split.y == c].double().mean().item() for c in range(federation.num_classes)]}
+    result = {
+        "acc": 100 * right.sum().item() / len(split),
+        "loss": F.cross_entropy(logits, split.y, reduction="sum").item() / len(split),
+        "per_class_acc": [100 * right[split.y == c].double().mean().item() for c in range(federation.num_classes)],
+    }
     if split.group is not None:
         names = federation.dataset.groups
-        result["domain_acc"] = {name: 100 * right[split.group == d].double().mean().item() for d, name in enumerate(names)}
+        result["domain_acc"] = {
+            name: 100 * right[split.group == d].double().mean().item() for d, name in enumerate(names)
+        }
     return result
 
 
@@ -171,8 +185,10 @@ def test_autocast_applies_to_the_vmapped_pass(tiny_cfg):
         assert bf16["loss"] == pytest.approx(evaluate(model, federation.test, federation, amp)["loss"], rel=2e-2)
 
 
-@pytest.mark.parametrize("way, kind", [([], "OneAfterAnother"), (["trainer.client_threads=2"], "InThreads"),
-                                       (["trainer.clients_per_step=2"], "Batched")])
+@pytest.mark.parametrize(
+    "way, kind",
+    [([], "OneAfterAnother"), (["trainer.client_threads=2"], "InThreads"), (["trainer.clients_per_step=2"], "Batched")],
+)
 def test_each_way_of_training_clients_tests_every_local_model(tiny_cfg, way, kind):
     cfg = tiny_cfg(*SMALL, "dataset.synthetic.train_per_class=20", *way)
     federation = build_federation(cfg, torch.device("cpu"))
@@ -187,6 +203,8 @@ def test_each_way_of_training_clients_tests_every_local_model(tiny_cfg, way, kin
     results = ways.train(clients, global_model, 0, test_local=True)
     for result in results:
         local_model.load_state_dict(result.update.state)
-        assert result.local_acc == pytest.approx(evaluate(local_model, federation.test, federation, cfg)["acc"], abs=1e-9)
+        assert result.local_acc == pytest.approx(
+            evaluate(local_model, federation.test, federation, cfg)["acc"], abs=1e-9
+        )
     assert len({result.local_acc for result in results}) > 1  # each its own model's accuracy
     assert all(result.local_acc is None for result in ways.train(clients, global_model, 0, test_local=False))

@@ -6,6 +6,8 @@ import torch
 from shared.training import clients as client_training
 
 from shared.training import trainer
+
+
 def history(out):
     """Per-round records without the wall-clock fields, for exact comparison."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -99,7 +101,7 @@ def test_augmentation_crops_and_flips_on_device():
     assert centred  # zero offset happens, with or without the flip
     # every output is a crop of the reflect-padded image at some offset, possibly mirrored
     padded = torch.nn.functional.pad(x[:1].float(), (4, 4, 4, 4), mode="reflect")[0]
-    crops = [padded[:, i:i + 8, j:j + 8] for i in range(9) for j in range(9)]
+    crops = [padded[:, i : i + 8, j : j + 8] for i in range(9) for j in range(9)]
     crops += [c.flip(-1) for c in crops]
     assert all(any(torch.equal(o, c) for c in crops) for o in out)
     plain = Augmenter((0.0,), (1 / 255,), augment=False, device=torch.device("cpu"))

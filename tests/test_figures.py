@@ -1,6 +1,7 @@
 """Figures from hand-written runs: whole-round ticks, one look per method (told apart in black
 and white, the same in every figure), a colour bar on every heatmap, axis labels and titles
 that say what they show, and the warning where a reduced scale makes a sweep's points one run."""
+
 import json
 
 import numpy as np
@@ -9,20 +10,46 @@ import yaml
 
 from shared.config.dotted import flatten
 from shared.targets.experiments import Column, Metric, Row, Table, expand
-from shared.reporting.figures import (DATASET_NAMES, DRAW, METHOD_ORDER, build_figure, draw, figure_title, merged_settings,
-                                     paper_overrides, setting_titles, sweep_panel, sweep_titles, series_styles, swept_key,
-                                     SWEPT)
+from shared.reporting.figures import (
+    DATASET_NAMES,
+    DRAW,
+    METHOD_ORDER,
+    build_figure,
+    draw,
+    figure_title,
+    merged_settings,
+    paper_overrides,
+    setting_titles,
+    sweep_panel,
+    sweep_titles,
+    series_styles,
+    swept_key,
+    SWEPT,
+)
 from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
 from shared.methods.papers import paper_names
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
-ROWS = [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
-        Row("MOON", {"name": "moon", "mu": 1.0}), Row("my variant", {"name": "fedavg"})]
+ROWS = [
+    Row("FedAvg", {"name": "fedavg"}),
+    Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+    Row("MOON", {"name": "moon", "mu": 1.0}),
+    Row("my variant", {"name": "fedavg"}),
+]
 
 
 def make_table(columns, rows=ROWS, metric=Metric()):
-    return Table(paper="fedssd", name="figtest", caption="A test grid.", base=BASE, rows=rows, columns=columns,
-                 reported={}, metric=metric, seeds=(0, 1))
+    return Table(
+        paper="fedssd",
+        name="figtest",
+        caption="A test grid.",
+        base=BASE,
+        rows=rows,
+        columns=columns,
+        reported={},
+        metric=metric,
+        seeds=(0, 1),
+    )
 
 
 def write_runs(cells, runs_dir, classes=10, clients=10):
@@ -33,17 +60,29 @@ def write_runs(cells, runs_dir, classes=10, clients=10):
         rng = np.random.default_rng(i)
         rounds = cell.config.federation.rounds
         accs = [float(v) for v in np.linspace(10, 40 + 5 * (i % 4), rounds) + rng.normal(0, 0.5, rounds)]
-        metrics = {"status": "completed", "run_id": cell.run_id, "eval_rounds": list(range(1, rounds + 1)),
-                   "global_acc": accs, "local_acc": [a - 3 for a in accs], "global_loss": [2.0] * rounds,
-                   "final_acc": accs[-1], "best_acc": max(accs), "wall_time_s": 1.0}
+        metrics = {
+            "status": "completed",
+            "run_id": cell.run_id,
+            "eval_rounds": list(range(1, rounds + 1)),
+            "global_acc": accs,
+            "local_acc": [a - 3 for a in accs],
+            "global_loss": [2.0] * rounds,
+            "final_acc": accs[-1],
+            "best_acc": max(accs),
+            "wall_time_s": 1.0,
+        }
         (out / "metrics.json").write_text(json.dumps(metrics))
-        (out / "metrics.jsonl").write_text("".join(
-            json.dumps({"round": r + 1, "global_acc": accs[r], "mask_filter_rate": 0.5 / (r + 1)}) + "\n"
-            for r in range(rounds)))
+        (out / "metrics.jsonl").write_text(
+            "".join(
+                json.dumps({"round": r + 1, "global_acc": accs[r], "mask_filter_rate": 0.5 / (r + 1)}) + "\n"
+                for r in range(rounds)
+            )
+        )
         counts = rng.integers(0, 20, size=(clients, classes))
         header = "client," + ",".join(str(k) for k in range(classes))
-        (out / "partition.csv").write_text("\n".join([header, *(f"{c}," + ",".join(map(str, row))
-                                                               for c, row in enumerate(counts))]) + "\n")
+        (out / "partition.csv").write_text(
+            "\n".join([header, *(f"{c}," + ",".join(map(str, row)) for c, row in enumerate(counts))]) + "\n"
+        )
 
 
 def round_axes(fig):
@@ -77,16 +116,26 @@ def test_curves_whole_round_ticks_and_one_look_per_method(tmp_path):
     figure = Figure("fedcad", "fig4", "The learning curves on CIFAR-10.", kind="curves", table=table)
     cells = figure.cells("paper")
     write_runs(cells, tmp_path / "runs")
-    fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "paper"), table=table,
-               scale="paper")
+    fig = draw(
+        "curves",
+        cells,
+        tmp_path / "runs",
+        tmp_path / "figure",
+        figure_title(figure, "paper"),
+        table=table,
+        scale="paper",
+    )
     assert (tmp_path / "figure.png").stat().st_size > 0 and (tmp_path / "figure.pdf").stat().st_size > 0
     axes = round_axes(fig)
     assert len(axes) == 4  # global and local accuracy, per setting
     for ax in axes:
         ticks = visible_ticks(ax)
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
-        assert all(label.get_text().replace("−", "-").lstrip("-").isdigit() for label in ax.get_xticklabels()
-                   if label.get_text())
+        assert all(
+            label.get_text().replace("−", "-").lstrip("-").isdigit()
+            for label in ax.get_xticklabels()
+            if label.get_text()
+        )
         assert ax.get_ylabel().endswith("(%)")
         looks = {line.get_label(): (line.get_marker(), line.get_linestyle()) for line in ax.get_lines()}
         assert set(looks) == {r.label for r in ROWS}
@@ -99,16 +148,29 @@ def test_curves_whole_round_ticks_and_one_look_per_method(tmp_path):
 
 
 def test_partitions_colour_bar_on_every_panel_and_titles_from_the_setting(tmp_path):
-    table = make_table([Column("CIFAR10 ACC", {"dataset": {"name": "cifar10"}}), Column("CIFAR100 ACC", {"dataset": {"name": "cifar100"}}),
-                        Column("TinyImageNet ACC", {"dataset": {"name": "tiny_imagenet"}})])
-    figure = Figure("fedssd", "fig6", "Visualization of statistical heterogeneity among clients.", kind="partitions",
-                    table=table)
+    table = make_table(
+        [
+            Column("CIFAR10 ACC", {"dataset": {"name": "cifar10"}}),
+            Column("CIFAR100 ACC", {"dataset": {"name": "cifar100"}}),
+            Column("TinyImageNet ACC", {"dataset": {"name": "tiny_imagenet"}}),
+        ]
+    )
+    figure = Figure(
+        "fedssd", "fig6", "Visualization of statistical heterogeneity among clients.", kind="partitions", table=table
+    )
     cells = figure.cells("smoke")  # synthetic stand-ins with 10, 100 and 200 classes
     assert len(cells) == 3
     for cell in cells:
         write_runs([cell], tmp_path / "runs", classes=cell.config.dataset.synthetic.num_classes)
-    fig = draw("partitions", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "smoke"),
-               table=table, scale="smoke")
+    fig = draw(
+        "partitions",
+        cells,
+        tmp_path / "runs",
+        tmp_path / "figure",
+        figure_title(figure, "smoke"),
+        table=table,
+        scale="smoke",
+    )
     panels = [ax for ax in fig.axes if ax.get_xlabel() == "client"]
     bars = [ax for ax in fig.axes if ax.get_ylabel() == "training samples"]
     assert len(panels) == 3 and len(bars) == 3  # the 100- and 200-class panels have theirs too
@@ -126,12 +188,20 @@ def sweep_table():
 
 def test_sweep_axes_name_the_swept_variable_and_the_metric(tmp_path):
     table = sweep_table()
-    figure = Figure("fedssd", "fig9", "The final global model's performance with different local epochs.",
-                    kind="sweep", table=table)
+    figure = Figure(
+        "fedssd", "fig9", "The final global model's performance with different local epochs.", kind="sweep", table=table
+    )
     cells = figure.cells("paper")
     write_runs(cells, tmp_path / "runs")
-    fig = draw("sweep", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "paper"), table=table,
-               scale="paper")
+    fig = draw(
+        "sweep",
+        cells,
+        tmp_path / "runs",
+        tmp_path / "figure",
+        figure_title(figure, "paper"),
+        table=table,
+        scale="paper",
+    )
     (ax,) = [ax for ax in fig.axes if ax.get_ylabel()]
     assert "local epochs" in ax.get_xlabel() and "E" in ax.get_xlabel() and ax.get_xlabel() != "value"
     assert ax.get_title() == "final acc against local epochs E"
@@ -154,8 +224,15 @@ def test_warning_where_a_reduced_scale_makes_the_points_the_same_runs(tmp_path, 
     assert len({c.run_id for c in cells}) == len(cells) // 3
     assert merged_settings("sweep", cells, table) == [["E=1", "E=5", "E=10"]]
     write_runs(cells, tmp_path / "runs")
-    fig = draw("sweep", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "smoke"), table=table,
-               scale="smoke")
+    fig = draw(
+        "sweep",
+        cells,
+        tmp_path / "runs",
+        tmp_path / "figure",
+        figure_title(figure, "smoke"),
+        table=table,
+        scale="smoke",
+    )
     texts = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)  # as read, whatever the wrapping
     assert "Warning: at scale smoke, E=1, E=5, E=10 are the same runs" in texts
     assert "same runs" in capsys.readouterr().err
@@ -191,14 +268,29 @@ def test_a_table_whose_columns_are_the_same_runs_at_a_reduced_scale_says_so(tmp_
 
 
 def test_round_metric_whole_round_ticks(tmp_path):
-    table = make_table([Column("β=0.5", {"partition": {"beta": 0.5}}), Column("β=5", {"partition": {"beta": 5.0}})],
-                       rows=ROWS[:1])
-    figure = Figure("fedcsd", "fig5", "The filter rate of the adaptive mask.", kind="round_metric", table=table,
-                    value="mask_filter_rate")
+    table = make_table(
+        [Column("β=0.5", {"partition": {"beta": 0.5}}), Column("β=5", {"partition": {"beta": 5.0}})], rows=ROWS[:1]
+    )
+    figure = Figure(
+        "fedcsd",
+        "fig5",
+        "The filter rate of the adaptive mask.",
+        kind="round_metric",
+        table=table,
+        value="mask_filter_rate",
+    )
     cells = figure.cells("paper")
     write_runs(cells, tmp_path / "runs")
-    fig = draw("round_metric", cells, tmp_path / "runs", tmp_path / "figure", figure_title(figure, "paper"),
-               table=table, value="mask_filter_rate", scale="paper")
+    fig = draw(
+        "round_metric",
+        cells,
+        tmp_path / "runs",
+        tmp_path / "figure",
+        figure_title(figure, "paper"),
+        table=table,
+        value="mask_filter_rate",
+        scale="paper",
+    )
     (ax,) = round_axes(fig)
     assert all(float(t).is_integer() for t in visible_ticks(ax))
     assert "mask filter rate" in ax.get_ylabel()
@@ -215,12 +307,21 @@ def test_papers_figures_are_titled_with_their_caption(paper):
 
 # How a panel title names a setting that differs between a figure's panels (others, such as the
 # model a dataset brings along, need not be named).
-NAMED = {"dataset.name": lambda v: DATASET_NAMES.get(v, v), "partition.beta": lambda v: f"Dir({v:g})",
-         "federation.participation": lambda v: f"C={v:g}", "partition.clients": lambda v: f"{v} clients",
-         "partition.k": lambda v: f"{v} classes per client",
-         "partition.kind": lambda v: {"dirichlet": "Dir(", "dirichlet_balanced": "balanced Dir(", "iid": "IID",
-                                      "classes": "classes per client", "writers": "split by writer",
-                                      "domains": "one domain per client"}[v]}
+NAMED = {
+    "dataset.name": lambda v: DATASET_NAMES.get(v, v),
+    "partition.beta": lambda v: f"Dir({v:g})",
+    "federation.participation": lambda v: f"C={v:g}",
+    "partition.clients": lambda v: f"{v} clients",
+    "partition.k": lambda v: f"{v} classes per client",
+    "partition.kind": lambda v: {
+        "dirichlet": "Dir(",
+        "dirichlet_balanced": "balanced Dir(",
+        "iid": "IID",
+        "classes": "classes per client",
+        "writers": "split by writer",
+        "domains": "one domain per client",
+    }[v],
+}
 
 
 def panel_titles(figure):
@@ -244,7 +345,9 @@ def test_every_declared_figures_panels_are_told_apart_by_their_titles(figure):
         panel = sweep_panel(figure.source)
         for key, title in titles.items():
             swept = swept_key([c for c in cells if panel(c) == key], figure.source)
-            assert swept in SWEPT and f"{SWEPT[swept]} {key[0]}" in title, f"{figure.paper}/{figure.name}: {title!r} lacks {swept}"
+            assert swept in SWEPT and f"{SWEPT[swept]} {key[0]}" in title, (
+                f"{figure.paper}/{figure.name}: {title!r} lacks {swept}"
+            )
     if figure.kind not in ("curves", "partitions"):
         return
     settings = {c.column.label: flatten(paper_overrides(c, figure.source)) for c in cells}
@@ -252,20 +355,27 @@ def test_every_declared_figures_panels_are_told_apart_by_their_titles(figure):
         values = {label: s.get(key) for label, s in settings.items()}
         if len(set(map(repr, values.values()))) > 1:  # the setting varies between panels: each names it
             for label, value in values.items():  # None: the default, which the title may leave unsaid
-                assert value is None or name(value) in titles[label], f"{figure.paper}/{figure.name}: {titles[label]!r} lacks {key}={value}"
+                assert value is None or name(value) in titles[label], (
+                    f"{figure.paper}/{figure.name}: {titles[label]!r} lacks {key}={value}"
+                )
 
 
 def test_titles_of_settings_that_read_the_same_add_the_settings_label():
-    table = make_table([Column("seed-split A", {"partition": {"beta": 0.5}, "local": {"lr": 0.1}}),
-                        Column("seed-split B", {"partition": {"beta": 0.5}, "local": {"lr": 0.01}})])
+    table = make_table(
+        [
+            Column("seed-split A", {"partition": {"beta": 0.5}, "local": {"lr": 0.1}}),
+            Column("seed-split B", {"partition": {"beta": 0.5}, "local": {"lr": 0.01}}),
+        ]
+    )
     titles = setting_titles(expand(table, "paper"), table)
     assert titles["seed-split A"].endswith("; seed-split A") and titles["seed-split B"].endswith("; seed-split B")
 
 
 def test_heatmap_ticks_at_round_steps(tmp_path):
     """200 classes tick at 0, 20, 40, ... (not at seaborn's 0, 11, 22, ...), 10 at every class."""
-    table = make_table([Column("many", {"dataset": {"synthetic": {"num_classes": 200}}}),
-                        Column("few", {"partition": {"beta": 0.5}})])
+    table = make_table(
+        [Column("many", {"dataset": {"synthetic": {"num_classes": 200}}}), Column("few", {"partition": {"beta": 0.5}})]
+    )
     cells = [c for c in expand(table, "paper") if c.row.label == "FedAvg" and c.seed == 0]
     for cell in cells:
         write_runs([cell], tmp_path / "runs", classes=cell.config.dataset.synthetic.num_classes)
@@ -295,8 +405,9 @@ def test_fedcad_fig1_heatmaps_fill_their_canvas(tmp_path, monkeypatch):
 
     figure = paper_figures("fedcad")["fig1"]
     monkeypatch.setattr(forgetting, "probe", lambda *args, **kwargs: forgetting.REPORTED)  # no training here
-    forgetting.draw_per_class(figure.cells("smoke"), tmp_path, tmp_path / "figure", figure_title(figure, "smoke"),
-                              table=figure.source)
+    forgetting.draw_per_class(
+        figure.cells("smoke"), tmp_path, tmp_path / "figure", figure_title(figure, "smoke"), table=figure.source
+    )
     width, _ = Image.open(tmp_path / "figure.png").size
     assert width <= 7 * 150 * 1.1  # the figure's 7 inches at 150 dpi, give or take the labels
 

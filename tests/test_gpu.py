@@ -17,6 +17,7 @@ ResNet-50 has no fp32 tolerance: here its rounding is amplified without bound (F
 comment), so its batched step is compared in float64 alone. In float64 the same comparison holds to 1e-16 on the CPU, so the float64 tests (the batched
 paths, resuming) use a tolerance of 1e-9: any wrong step, missed client or lost state shows.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,10 @@ from shared.training import trainer
 from shared.config.schema import run_id, to_dict
 from shared.targets.configs import load_config
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)"),
+]
 
 BASE = [
     "dataset=synthetic",
@@ -63,12 +66,21 @@ BATCHABLE = {
     "fedssd": ["method=fedssd", "aux.per_class=5"],
     "fedgkd-resnet8": ["method=fedgkd", "model=resnet8"],
     "fedgkd-vote-resnet8": ["method=fedgkd", "method.vote=true", "dataset.val_fraction=0.1", "model=resnet8"],
-    "fedavg-text_bow": ["method=fedavg", "model=text_bow", "dataset.synthetic.text_length=16",
-                        "dataset.synthetic.vocab_size=100"],
+    "fedavg-text_bow": [
+        "method=fedavg",
+        "model=text_bow",
+        "dataset.synthetic.text_length=16",
+        "dataset.synthetic.vocab_size=100",
+    ],
     # lr 0.003 as in MODELS: at 0.03 this scale is chaotic (below), and float64's rounding could
     # grow past the float64 test's 1e-9 in its third round
-    "fedavg-resnet50": ["method=fedavg", "model=resnet50", "dataset.synthetic.image_size=32",
-                        "dataset.synthetic.train_per_class=16", "local.lr=0.003"],
+    "fedavg-resnet50": [
+        "method=fedavg",
+        "model=resnet50",
+        "dataset.synthetic.image_size=32",
+        "dataset.synthetic.train_per_class=16",
+        "local.lr=0.003",
+    ],
 }
 FP32_TOLERANCE = {"fedavg_cnn": 1e-4, "resnet8": 2e-3, "text_bow": 1e-4}
 # None for ResNet-50: at this scale (16 images a class, BatchNorm over a few images at 1x1 in
@@ -83,8 +95,16 @@ BF16_TOLERANCE = 0.1
 # Every method, with what it needs (papers/*/tables.py): the server's auxiliary data (FedCAD,
 # FedSSD), a validation split (FedGKD-VOTE), a projection head (MOON, FedGKD+).
 METHODS = {
-    "fedavg": [], "fedprox": [], "fedcurv": [], "fedntd": [], "fedlsd": [], "fednova": [], "fedavgm": [],
-    "fedproto": [], "feddistill": [], "scaffold": [],
+    "fedavg": [],
+    "fedprox": [],
+    "fedcurv": [],
+    "fedntd": [],
+    "fedlsd": [],
+    "fednova": [],
+    "fedavgm": [],
+    "fedproto": [],
+    "feddistill": [],
+    "scaffold": [],
     "moon": ["model.projection_dim=32"],
     "fedgen": ["model=resnet8"],
     "fedcad": ["aux.per_class=5"],
@@ -101,6 +121,7 @@ RUNS_FALLBACK = "runs train one after another"
 
 
 # --- fixtures and helpers ---------------------------------------------------------------------
+
 
 @pytest.fixture(autouse=True)
 def peak_gpu_memory(record_property, request):
@@ -133,7 +154,10 @@ def train(tmp_path, name, *overrides):
     summary = trainer.run(make_cfg(tmp_path, *overrides), out)
     assert summary["status"] == "completed", summary["status"]
     assert summary["global_acc"] and all(math.isfinite(a) for a in summary["global_acc"])
-    assert summary["device"] == str(trainer.resolve_device("cuda")) and summary["environment"]["cuda"] == torch.version.cuda
+    assert (
+        summary["device"] == str(trainer.resolve_device("cuda"))
+        and summary["environment"]["cuda"] == torch.version.cuda
+    )
     return summary, torch.load(out / "model.pt", map_location="cpu")
 
 
@@ -153,13 +177,15 @@ def history(out):
 
 # --- models ---------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_distilbert(tmp_path_factory):
     """A two-layer DistilBERT with random weights, saved as a hub checkpoint (no network)."""
     transformers = pytest.importorskip("transformers")
     folder = tmp_path_factory.mktemp("tiny-distilbert")
-    config = transformers.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
-                                           max_position_embeddings=32)
+    config = transformers.DistilBertConfig(
+        vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=32
+    )
     torch.manual_seed(0)
     transformers.DistilBertModel(config).save_pretrained(folder)
     return folder
@@ -173,10 +199,18 @@ def tiny_distilbert(tmp_path_factory):
 MODELS = {
     "fedavg_cnn": [],
     "resnet8": ["model=resnet8"],
-    "resnet50": ["model=resnet50", "dataset.synthetic.image_size=32", "dataset.synthetic.train_per_class=16",
-                 "local.lr=0.003"],
-    "alexnet_bn": ["model=alexnet_bn", "dataset.synthetic.image_size=64", "dataset.synthetic.train_per_class=16",
-                   "local.lr=0.003"],
+    "resnet50": [
+        "model=resnet50",
+        "dataset.synthetic.image_size=32",
+        "dataset.synthetic.train_per_class=16",
+        "local.lr=0.003",
+    ],
+    "alexnet_bn": [
+        "model=alexnet_bn",
+        "dataset.synthetic.image_size=64",
+        "dataset.synthetic.train_per_class=16",
+        "local.lr=0.003",
+    ],
     "text_bow": ["model=text_bow", *TEXT],
 }
 
@@ -201,24 +235,34 @@ def test_every_model_trains_on_cuda(tmp_path, model):
 
 
 def test_distilbert_trains_on_cuda(tmp_path, tiny_distilbert):
-    overrides = ["model=distilbert", f"model.pretrained={tiny_distilbert}", *TEXT, "local.lr=1e-3", "federation.rounds=1"]
+    overrides = [
+        "model=distilbert",
+        f"model.pretrained={tiny_distilbert}",
+        *TEXT,
+        "local.lr=1e-3",
+        "federation.rounds=1",
+    ]
     _, weights = train(tmp_path, "distilbert", *overrides)
     assert relative_difference(initial_weights(tmp_path, *overrides), weights) > 1e-6
 
 
 # --- ways of training a round's clients -----------------------------------------------------
 
+
 def model_of(overrides) -> str:
     return next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "fedavg_cnn")
 
 
-@pytest.mark.parametrize("case", sorted(c for c, overrides in BATCHABLE.items() if model_of(overrides) in FP32_TOLERANCE))
+@pytest.mark.parametrize(
+    "case", sorted(c for c, overrides in BATCHABLE.items() if model_of(overrides) in FP32_TOLERANCE)
+)
 def test_batched_steps_with_and_without_cuda_graphs_give_the_sequential_weights(tmp_path, capsys, case):
     overrides = BATCHABLE[case]
     _, sequential = train(tmp_path, "sequential", *overrides)
     for graphs in ("true", "false"):
-        summary, batched = train(tmp_path, f"graphs-{graphs}", *overrides, "trainer.clients_per_step=4",
-                                 f"trainer.cuda_graphs={graphs}")
+        summary, batched = train(
+            tmp_path, f"graphs-{graphs}", *overrides, "trainer.clients_per_step=4", f"trainer.cuda_graphs={graphs}"
+        )
         assert CLIENTS_FALLBACK not in capsys.readouterr().err  # the batched step did train them
         assert relative_difference(sequential, batched) < FP32_TOLERANCE[model_of(overrides)], graphs
         # the round's training loss, each client's mean over its own steps, as the sequential loop's
@@ -232,14 +276,17 @@ def test_batched_steps_in_float64_give_the_sequential_weights_to_rounding(tmp_pa
     overrides = [*BATCHABLE[case], "federation.rounds=3", "federation.participation=0.75"]
     _, sequential = train(tmp_path, "sequential", *overrides)
     for graphs in ("true", "false"):
-        _, batched = train(tmp_path, f"graphs-{graphs}", *overrides, "trainer.clients_per_step=2",
-                           f"trainer.cuda_graphs={graphs}")
+        _, batched = train(
+            tmp_path, f"graphs-{graphs}", *overrides, "trainer.clients_per_step=2", f"trainer.cuda_graphs={graphs}"
+        )
         assert next(iter(batched.values())).dtype == torch.float64
         assert relative_difference(sequential, batched) < 1e-9, graphs
 
 
-@pytest.mark.parametrize("model, path", [("fedavg_cnn", 1), ("fedavg_cnn", 4), ("resnet8", 1), ("resnet8", 4),
-                                         ("resnet50", 1), ("alexnet_bn", 1)])
+@pytest.mark.parametrize(
+    "model, path",
+    [("fedavg_cnn", 1), ("fedavg_cnn", 4), ("resnet8", 1), ("resnet8", 4), ("resnet50", 1), ("alexnet_bn", 1)],
+)
 def test_bf16_autocast_and_channels_last(tmp_path, model, path):
     overrides = [*MODELS[model], "trainer.amp=true", "trainer.channels_last=true", f"trainer.clients_per_step={path}"]
     _, bf16 = train(tmp_path, "amp", *overrides)
@@ -256,12 +303,14 @@ def test_torch_compile_with_and_without_cuda_graphs_gives_the_sequential_weights
     overrides = ["partition=iid", "local.batch_size=10", "eval.local=false", "dataset.synthetic.train_per_class=16"]
     _, sequential = train(tmp_path, "sequential", *overrides)
     for graphs in ("true", "false"):
-        _, compiled = train(tmp_path, f"compiled-graphs-{graphs}", *overrides, "trainer.compile=true",
-                            f"trainer.cuda_graphs={graphs}")
+        _, compiled = train(
+            tmp_path, f"compiled-graphs-{graphs}", *overrides, "trainer.compile=true", f"trainer.cuda_graphs={graphs}"
+        )
         assert relative_difference(sequential, compiled) < FP32_TOLERANCE["fedavg_cnn"], graphs
 
 
 # --- methods ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_completes_on_cuda(tmp_path, method):
@@ -271,6 +320,7 @@ def test_every_method_completes_on_cuda(tmp_path, method):
 
 
 # --- several runs in one process --------------------------------------------------------------
+
 
 def run_together(tmp_path, configs: dict) -> int:
     """python -m shared.run --json A --out DIR_A --json B --out DIR_B ... in this process."""
@@ -286,8 +336,10 @@ def run_together(tmp_path, configs: dict) -> int:
 def test_a_group_of_runs_in_one_cuda_graph_equals_the_same_runs_alone(tmp_path, capsys):
     """A FedSSD row's runs (different seeds and partitions) in one batched step on CUDA, with
     one CUDA graph for the group, against each run alone and sequential."""
-    overrides = {f"seed{seed}": ["method=fedssd", "aux.per_class=5", f"seed={seed}", f"partition.beta={beta}"]
-                 for seed, beta in ((0, 0.5), (1, 0.1), (2, 10.0))}
+    overrides = {
+        f"seed{seed}": ["method=fedssd", "aux.per_class=5", f"seed={seed}", f"partition.beta={beta}"]
+        for seed, beta in ((0, 0.5), (1, 0.1), (2, 10.0))
+    }
     configs = {name: make_cfg(tmp_path, *o) for name, o in overrides.items()}
     assert run_together(tmp_path / "together", configs) == 0
     captured = capsys.readouterr()
@@ -301,7 +353,10 @@ def test_a_group_of_runs_in_one_cuda_graph_equals_the_same_runs_alone(tmp_path, 
 
 def test_runs_that_cannot_share_a_step_go_one_after_another(tmp_path, capsys):
     # FedCSD's loss counts the samples its mask removes, a side effect vmap cannot carry
-    configs = {"fedcsd": make_cfg(tmp_path, "method=fedcsd", "seed=0"), "fedcsd1": make_cfg(tmp_path, "method=fedcsd", "seed=1")}
+    configs = {
+        "fedcsd": make_cfg(tmp_path, "method=fedcsd", "seed=0"),
+        "fedcsd1": make_cfg(tmp_path, "method=fedcsd", "seed=1"),
+    }
     assert run_together(tmp_path, configs) == 0
     assert RUNS_FALLBACK in capsys.readouterr().err
     for name in configs:
@@ -309,6 +364,7 @@ def test_runs_that_cannot_share_a_step_go_one_after_another(tmp_path, capsys):
 
 
 # --- resuming ---------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def interrupted_in_round(method_name: str, round_index: int):

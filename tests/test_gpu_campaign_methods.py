@@ -11,6 +11,7 @@ the weights, tests/test_gpu.py) separates the ways.
 
 Part of the GPU session's gate (`pytest -m "gpu and gate"`): a few seconds a method.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,11 @@ from shared.training.group_training import run_group
 from tests.test_group_step import cases
 from tests.test_gpu import history, relative_difference
 
-pytestmark = [pytest.mark.gpu, pytest.mark.gate,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.gate,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)"),
+]
 
 
 def captures(monkeypatch) -> list:
@@ -44,8 +48,9 @@ def captures(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("case", sorted(cases()))
-def test_a_campaign_method_in_a_batched_captured_step_gives_the_sequential_weights(tmp_path, monkeypatch, float64,
-                                                                                   case):
+def test_a_campaign_method_in_a_batched_captured_step_gives_the_sequential_weights(
+    tmp_path, monkeypatch, float64, case
+):
     cfgs = small_group(cases()[case], device="cuda", cuda_graphs=True)
     graphs = captures(monkeypatch)
     together = run_group(cfgs, [tmp_path / f"group{i}" for i in range(len(cfgs))])

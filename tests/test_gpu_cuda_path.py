@@ -7,6 +7,7 @@ Skipped without a GPU; tests/test_cuda_readiness.py shows on a CPU what can be s
 
     python -m pytest -q -m gpu tests/test_gpu_cuda_path.py
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ from shared.training import trainer
 from shared.config.schema import to_dict
 from tests.test_gpu import BASE, MODELS, history, make_cfg, relative_difference, train
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)"),
+]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -61,8 +64,10 @@ DETERMINISTIC = {
 
 
 # the batched step in a CUDA graph is the campaign's path: the GPU session's gate runs that case
-@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.gate] if c == "fedgkd-batched-graphs" else [])
-                                  for c in sorted(DETERMINISTIC)])
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[pytest.mark.gate] if c == "fedgkd-batched-graphs" else []) for c in sorted(DETERMINISTIC)],
+)
 def test_the_same_seed_gives_bit_identical_weights_and_metrics(tmp_path, case):
     overrides = [*DETERMINISTIC[case], "federation.rounds=2"]
     first, a = train(tmp_path, "first", *overrides)
@@ -80,7 +85,10 @@ def test_a_run_sets_deterministic_kernels_no_benchmarking_and_no_tf32(tmp_path):
     assert not numerics["tf32_matmul"] and not numerics["tf32_cudnn"]
     assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.allow_tf32
     fast, _ = train(tmp_path, "fast", "federation.rounds=1", "trainer.deterministic=false")
-    assert fast["environment"]["numerics"]["cudnn_benchmark"] and not fast["environment"]["numerics"]["deterministic_algorithms"]
+    assert (
+        fast["environment"]["numerics"]["cudnn_benchmark"]
+        and not fast["environment"]["numerics"]["deterministic_algorithms"]
+    )
     assert fast["run_id"] == summary["run_id"]
 
 
@@ -116,6 +124,7 @@ def test_alexnet_pooling_has_a_deterministic_backward_where_torchs_has_none():
 
 # --- augmentation on the device -------------------------------------------------------------------
 
+
 @pytest.mark.gate
 @pytest.mark.parametrize("pad_mode", ["reflect", "constant"])
 def test_augmentation_on_cuda_crops_and_flips_the_padded_image(pad_mode):
@@ -126,7 +135,7 @@ def test_augmentation_on_cuda_crops_and_flips_the_padded_image(pad_mode):
     out = augmenter(images.cuda(), torch.Generator("cuda").manual_seed(0)).cpu()
     padded = F.pad(images.float(), (2, 2, 2, 2), mode=pad_mode)
     for image, original in zip(out, padded):
-        windows = [original[:, i:i + 8, j:j + 8] for i in range(5) for j in range(5)]
+        windows = [original[:, i : i + 8, j : j + 8] for i in range(5) for j in range(5)]
         assert any(torch.equal(image, w) or torch.equal(image, w.flip(-1)) for w in windows)
     assert len({tuple(o.flatten()[:8].tolist()) for o in out}) > 16  # the crops vary
 
@@ -151,6 +160,7 @@ def test_runs_with_each_augmentation_train_on_cuda(tmp_path, augmentation):
 
 
 # --- CUDA graphs and compile -----------------------------------------------------------------------
+
 
 def count_eager_steps(batched) -> list[int]:
     """Counts the eager (not replayed) runs of `batched.step` from now on: a capture runs it
@@ -200,7 +210,9 @@ def test_the_batched_step_is_captured_again_when_a_shared_float_or_the_layout_ch
     """MOON weights l_con by mu for a client with a previous model and by 0.0 for one without: a
     float every slot shares is a constant of the captured step, a float the slots differ in a
     stack of its own (another layout of the step's state)."""
-    cfg = make_cfg(tmp_path, "method=moon", "model.projection_dim=32", "partition.clients=6", "trainer.clients_per_step=4")
+    cfg = make_cfg(
+        tmp_path, "method=moon", "model.projection_dim=32", "partition.clients=6", "trainer.clients_per_step=4"
+    )
     setup = set_up(cfg, tmp_path / "run")
     batched = setup.clients.clients
     assert batched.slots == 4
@@ -230,14 +242,16 @@ def test_compile_with_uneven_clients_and_local_tests_compiles_one_graph_and_give
     summary, eager = train(tmp_path, "eager", *overrides)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled_summary, compiled = train(tmp_path, "compiled", *overrides, "trainer.compile=true",
-                                       f"trainer.cuda_graphs={graphs}")
+    compiled_summary, compiled = train(
+        tmp_path, "compiled", *overrides, "trainer.compile=true", f"trainer.cuda_graphs={graphs}"
+    )
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the full batch's shape alone
     assert relative_difference(eager, compiled) < 1e-4
     assert compiled_summary["local_acc"] == pytest.approx(summary["local_acc"], abs=5)
 
 
 # --- evaluation, memory ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("model", ["fedavg_cnn", "resnet8", "alexnet_bn"])
 def test_cuda_evaluation_equals_cpu_evaluation_of_the_same_weights(tmp_path, model):
@@ -279,11 +293,15 @@ def test_gpu_memory_does_not_grow_over_rounds(tmp_path, monkeypatch, case):
         allocated.append(torch.cuda.memory_allocated())
 
     monkeypatch.setattr(RunDirectory, "save_round", save_round)
-    cfg = make_cfg(tmp_path, *MEMORY[case], "federation.rounds=6", "federation.participation=0.5", "partition.clients=8")
+    cfg = make_cfg(
+        tmp_path, *MEMORY[case], "federation.rounds=6", "federation.participation=0.5", "partition.clients=8"
+    )
     summary = trainer.run(cfg, tmp_path / case)
     # six rounds of this tiny federation may not leave chance (MOON's on the CPU does not), which
     # marks the run suspect (trainer.judge): how well it learns is not what this test measures
-    assert summary["status"] == "completed" or summary["status"].startswith("suspect: final accuracy"), summary["status"]
+    assert summary["status"] == "completed" or summary["status"].startswith("suspect: final accuracy"), summary[
+        "status"
+    ]
     assert len(allocated) == 6
     assert max(allocated[2:]) <= allocated[1] + 2**20, [a / 2**20 for a in allocated]  # MiB after each round
 
@@ -334,12 +352,20 @@ def test_a_run_killed_and_resumed_in_new_processes_is_bit_identical_to_an_uninte
     overrides = [*DETERMINISTIC[case], "federation.rounds=3"]
     _, straight = train(tmp_path, "straight", *overrides)
     config = json.dumps(to_dict(make_cfg(tmp_path, *overrides)))
-    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_ROUND_1, config, str(tmp_path / "resumed")],
-                            cwd=REPO, capture_output=True, text=True)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_AFTER_ROUND_1, config, str(tmp_path / "resumed")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == 3, killed.stderr
     assert len(history(tmp_path / "resumed")) == 1 and (tmp_path / "resumed" / "checkpoint.pt").exists()
-    resumed = subprocess.run([sys.executable, "-m", "shared.run", "--json", config, "--out", str(tmp_path / "resumed")],
-                             cwd=REPO, capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "shared.run", "--json", config, "--out", str(tmp_path / "resumed")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert bitwise_equal(straight, weights(tmp_path / "resumed"))
     assert history(tmp_path / "straight") == history(tmp_path / "resumed")
@@ -347,10 +373,25 @@ def test_a_run_killed_and_resumed_in_new_processes_is_bit_identical_to_an_uninte
 
 # --- jobs: --gpu auto, cuda:i ----------------------------------------------------------------------
 
+
 def test_a_job_with_gpu_auto_trains_on_a_gpu(tmp_path):
     config = json.dumps(to_dict(make_cfg(tmp_path, "federation.rounds=1", "trainer.device=auto")))
-    proc = subprocess.run([sys.executable, "-m", "shared.run", "--gpu", "auto", "--json", config, "--out",
-                           str(tmp_path / "results" / "runs" / "job")], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shared.run",
+            "--gpu",
+            "auto",
+            "--json",
+            config,
+            "--out",
+            str(tmp_path / "results" / "runs" / "job"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "results" / "runs" / "job" / "metrics.json").read_text())
     assert summary["status"] == "completed" and summary["device"].startswith("cuda")
@@ -371,13 +412,18 @@ sys.exit(code)
 """
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                    reason="cuda:i against GPU 0 needs two GPUs")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="cuda:i against GPU 0 needs two GPUs"
+)
 def test_a_job_given_cuda_i_makes_it_the_current_device_and_opens_no_context_elsewhere(tmp_path):
     last = torch.cuda.device_count() - 1
     config = json.dumps(to_dict(make_cfg(tmp_path, "federation.rounds=1", f"trainer.device=cuda:{last}")))
-    proc = subprocess.run([sys.executable, "-c", SELECTED, "--json", config, "--out", str(tmp_path / "run")],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", SELECTED, "--json", config, "--out", str(tmp_path / "run")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"current {last}" in proc.stdout
     if "apps" in proc.stdout:  # where NVML lists processes
@@ -386,13 +432,31 @@ def test_a_job_given_cuda_i_makes_it_the_current_device_and_opens_no_context_els
 
 # --- the speed benchmark ---------------------------------------------------------------------------
 
+
 def test_the_speed_benchmark_on_cuda_writes_every_variant(tmp_path):
     from benchmarks.speed import main
 
     out = tmp_path / "speed.json"
     tiny = [o for o in BASE if not o.startswith(("trainer.", "local.lr", "local.weight_decay"))]
-    assert main(["fedssd", *tiny, "aux.per_class=5", f"data_root={tmp_path}", "--rounds", "2",
-                 "--variants", "sequential", "batched", "bf16", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fedssd",
+                *tiny,
+                "aux.per_class=5",
+                f"data_root={tmp_path}",
+                "--rounds",
+                "2",
+                "--variants",
+                "sequential",
+                "batched",
+                "bf16",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["device"].startswith("cuda") and list(report["variants"]) == ["sequential", "batched", "bf16"]
     variants = report["variants"]

@@ -1,5 +1,6 @@
 """A campaign session: scripts/gpu-session.sh rehearsed on the CPU, units sized to the time
 left, the ledger that keeps what travels small, and the runtime keys a session may set."""
+
 import json
 import os
 import shutil
@@ -44,10 +45,31 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable}  # --device cpu: one torch thread (shared.campaign.session.child_env)
     started = time.monotonic()
-    proc = subprocess.run(["bash", "scripts/gpu-session.sh", str(out), TARGET, "--scale", "smoke", "--device", "cpu",
-                           "--minutes", "1.5", "--max-files", "6", "--max-file-mib", "1",
-                           "--set", "trainer.deterministic=false"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            "bash",
+            "scripts/gpu-session.sh",
+            str(out),
+            TARGET,
+            "--scale",
+            "smoke",
+            "--device",
+            "cpu",
+            "--minutes",
+            "1.5",
+            "--max-files",
+            "6",
+            "--max-file-mib",
+            "1",
+            "--set",
+            "trainer.deterministic=false",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert time.monotonic() - started < 1.5 * 60 + 30
     files = {p.name: p.stat().st_size for p in out.iterdir()}
@@ -63,8 +85,14 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     unit = next(u for u in timing["units"] if u["rounds"])
     assert unit["peak_gpu_memory_mib"] is None and unit["gpu_utilisation"] is None
     assert unit["slots"] > 0 and unit["steps_per_round"] > 0 and unit["useful_share"] == 1.0  # one after another
-    assert set(unit["seconds_per_round"]) == {"total", "preparation", "steps", "aggregation", "evaluation",
-                                              "checkpointing"}
+    assert set(unit["seconds_per_round"]) == {
+        "total",
+        "preparation",
+        "steps",
+        "aggregation",
+        "evaluation",
+        "checkpointing",
+    }
     assert unit["seconds_per_round"]["steps"] > 0
 
     home = checkout(tmp_path / "home")
@@ -76,12 +104,18 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
 
 
 def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_writing(tmp_path):
-    for target, extra, message in ((TARGET, ["--max-files", "4"], "--max-files 4"),
-                                   (TARGET, ["--set", "seed=3"], "not a runtime key"),
-                                   (TARGET, ["--minutes", "0"], "--minutes 0"),
-                                   ("papers/fedssd/table99", [], "papers/fedssd/table99: ")):
-        proc = subprocess.run([sys.executable, "-m", "shared.campaign.session", str(tmp_path / "out"), target,
-                               "--minutes", "1", *extra], cwd=ROOT, capture_output=True, text=True)
+    for target, extra, message in (
+        (TARGET, ["--max-files", "4"], "--max-files 4"),
+        (TARGET, ["--set", "seed=3"], "not a runtime key"),
+        (TARGET, ["--minutes", "0"], "--minutes 0"),
+        ("papers/fedssd/table99", [], "papers/fedssd/table99: "),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "shared.campaign.session", str(tmp_path / "out"), target, "--minutes", "1", *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
 
@@ -94,8 +128,25 @@ def test_set_takes_runtime_keys_only_and_they_keep_run_ids(tmp_path, capsys):
     assert run_id(resolved) == rid and not resolved.trainer.cuda_graphs and not resolved.trainer.deterministic
     with pytest.raises(ConfigError, match="local.lr is not a runtime key"):
         parse_settings(["local.lr=0.5"])
-    assert main(["train", TARGET, "--scale", "smoke", "--minutes", "1", "--state", str(tmp_path / "s.tar.gz"),
-                 "--root", str(tmp_path), "--set", "method=fedprox"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                TARGET,
+                "--scale",
+                "smoke",
+                "--minutes",
+                "1",
+                "--state",
+                str(tmp_path / "s.tar.gz"),
+                "--root",
+                str(tmp_path),
+                "--set",
+                "method=fedprox",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: --set method=fedprox: method is not a runtime key") and err.count("\n") == 1
     assert not (tmp_path / "s.tar.gz").exists()
@@ -103,10 +154,15 @@ def test_set_takes_runtime_keys_only_and_they_keep_run_ids(tmp_path, capsys):
 
 # --- unit sizing ---------------------------------------------------------------------------------
 
+
 def history(run_dir: Path, rounds: list[tuple[int, float]]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").write_text("".join(
-        json.dumps({"round": i + 1, "slots": slots, "seconds": seconds}) + "\n" for i, (slots, seconds) in enumerate(rounds)))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"round": i + 1, "slots": slots, "seconds": seconds}) + "\n"
+            for i, (slots, seconds) in enumerate(rounds)
+        )
+    )
 
 
 def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planned(tmp_path):
@@ -115,7 +171,9 @@ def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planne
     first, cfg = ids[0], runs[ids[0]]
     clients = unit_sizing.clients_per_round(cfg)
     same = [r for r in ids if (runs[r].method["name"], runs[r].model.name) == (cfg.method["name"], cfg.model.name)]
-    other = next(r for r in ids if runs[r].method["name"] != cfg.method["name"] and runs[r].model.name == cfg.model.name)
+    other = next(
+        r for r in ids if runs[r].method["name"] != cfg.method["name"] and runs[r].model.name == cfg.model.name
+    )
     # unmeasured: the cost model's estimate (shared/targets/cost.py), the unit's runs one after another
     planned = unit_sizing.round_seconds([cfg, cfg], [])
     assert planned.source == "planned" and planned.seconds == pytest.approx(2 * unit_sizing.planned_seconds(cfg))
@@ -125,11 +183,13 @@ def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planne
     assert [m.seconds for m in measured] == [12.0]  # the median: a first round's warm-up does not count
     scaled = unit_sizing.round_seconds([cfg], measured)
     assert scaled.source.startswith("scaled from") and scaled.seconds == pytest.approx(
-        12.0 * unit_sizing.samples_per_round(cfg) / measured[0].samples)
+        12.0 * unit_sizing.samples_per_round(cfg) / measured[0].samples
+    )
     # the same method, model and slots: taken as measured, before any other
     history(tmp_path / first, [(clients, 3.0)])
     assert unit_sizing.round_seconds([cfg], unit_sizing.measured_rounds(runs, tmp_path)) == unit_sizing.Estimate(
-        3.0, "measured")
+        3.0, "measured"
+    )
     # a round recorded before slots were is no measurement
     (tmp_path / same[1]).mkdir()
     (tmp_path / same[1] / "metrics.jsonl").write_text('{"round": 1, "seconds": 1.0}\n{"torn": \n')
@@ -139,11 +199,15 @@ def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planne
 def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
     runs = smoke_runs("papers/fedssd/table2")  # a method's 5 settings x 2 seeds
     cfg = next(iter(runs.values()))
-    unit = [rid for rid, c in runs.items() if (c.method["name"], c.model.name) == (cfg.method["name"], cfg.model.name)][:3]
+    unit = [rid for rid, c in runs.items() if (c.method["name"], c.model.name) == (cfg.method["name"], cfg.model.name)][
+        :3
+    ]
     assert len(unit) == 3
     rounds = cfg.federation.rounds
-    measured = [unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 0.0,
-                                     10.0 * s) for s in (1, 2, 3)]  # a run's round 10 s, a unit's in proportion
+    measured = [
+        unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 0.0, 10.0 * s)
+        for s in (1, 2, 3)
+    ]  # a run's round 10 s, a unit's in proportion
     done = {unit[2]: rounds - 1}  # one round left
     assert unit_sizing.size_unit(unit, runs, done, 10.0 * 3 * rounds, measured)[0] == unit  # all three finish
     taken, estimate = unit_sizing.size_unit(unit, runs, done, 20.0 * rounds, measured)
@@ -155,18 +219,21 @@ def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
 def test_sized_units_skip_the_ledger_and_leave_the_runs_that_do_not_fit_for_later(tmp_path, monkeypatch, capsys):
     runs = smoke_runs("papers/fedssd/table2")  # groups of 5 settings
     ids = list(runs)
-    args = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=2, root=tmp_path,
-                                 ledger=frozenset(ids[:2]))
+    args = types.SimpleNamespace(
+        device="cpu", data_root=None, clients_per_step=2, root=tmp_path, ledger=frozenset(ids[:2])
+    )
     units = list(campaign_train.sized_units(runs, args, time.time() + 10**6, tmp_path / "runs"))
     trained = [rid for rids, _ in units for rid in rids]
     assert sorted(trained) == sorted(ids[2:])
     # a unit of which only one run finishes in the time left: it goes first, the others next
-    monkeypatch.setattr(unit_sizing, "round_seconds",
-                        lambda cfgs, measured: unit_sizing.Estimate(100.0 * len(cfgs), "test"))
+    monkeypatch.setattr(
+        unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0 * len(cfgs), "test")
+    )
     rounds = runs[ids[0]].federation.rounds
     group = next(rids for rids, _ in units if len(rids) > 1)
-    sized = campaign_train.sized_units({rid: runs[rid] for rid in group}, args, time.time() + 100 * rounds + 50,
-                                 tmp_path / "runs")
+    sized = campaign_train.sized_units(
+        {rid: runs[rid] for rid in group}, args, time.time() + 100 * rounds + 50, tmp_path / "runs"
+    )
     first = next(sized)
     assert len(first[0]) == 1 and "1 of the unit's" in capsys.readouterr().err
     assert sorted(first[0] + [rid for rids, _ in sized for rid in rids]) == sorted(group)  # one at a time
@@ -182,6 +249,7 @@ def test_the_timing_of_a_batched_round_counts_its_padding():
 
 
 # --- the ledger ----------------------------------------------------------------------------------
+
 
 def test_bundle_carries_a_ledger_and_the_checkpoints_that_fit_never_finished_runs(tmp_path, capsys):
     """Finished here or shipped: named in the ledger only; checkpoints the most advanced first
@@ -229,8 +297,16 @@ def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
     carried = {ids[0]: 2, ids[1]: 0}  # ids[0] as carried in; ids[1] moved on from round 0
     members = campaign_state.state_members(ids, runs_dir, frozenset([ids[3]]), carried)
     assert {name.split("/", 2)[1] for name, _, _ in members} == {ids[1], ids[2]}
-    args = types.SimpleNamespace(state=tmp_path / "back.tar.gz", state_targets=[TARGET], scale="smoke", copy_spec=None,
-                                 ledger=frozenset([ids[3]]), carried_rounds=carried, part_mib=15, max_parts=8)
+    args = types.SimpleNamespace(
+        state=tmp_path / "back.tar.gz",
+        state_targets=[TARGET],
+        scale="smoke",
+        copy_spec=None,
+        ledger=frozenset([ids[3]]),
+        carried_rounds=carried,
+        part_mib=15,
+        max_parts=8,
+    )
     campaign_train.state_run_ids.cache_clear()
     campaign_train.save(args, runs_dir)
     manifest, written = read_state(args.state)

@@ -12,6 +12,7 @@ take it (benchmarks/group_step.py trains a small group of two runs of each for t
 One training per method serves both (the first run with the meta default; where that fails,
 the operators are recorded again without it).
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,16 @@ from benchmarks.group_step import non_view, record_group_step, small_group, tabl
 # The campaign's targets whose every method the GPU session must take in a batched captured
 # step (docs/gpu-sessions.md); the campaign trains them on a copy of CIFAR-10, so their
 # rows' runs on other data are not among them.
-CAMPAIGN_TARGETS = ["papers/fedssd/table2", "papers/fedgkd/table5", "papers/fedgkd/table7", "papers/fedgkd/table8",
-                    "papers/fedgkd/table9", "papers/fedcad/table2", "papers/fedcad/table3", "papers/fedcad/table4"]
+CAMPAIGN_TARGETS = [
+    "papers/fedssd/table2",
+    "papers/fedgkd/table5",
+    "papers/fedgkd/table7",
+    "papers/fedgkd/table8",
+    "papers/fedgkd/table9",
+    "papers/fedcad/table2",
+    "papers/fedcad/table3",
+    "papers/fedcad/table4",
+]
 CAMPAIGN_DATASET = "cifar10"
 
 # Non-view operators of one group step per method: 2% above the count measured (after each
@@ -56,20 +65,52 @@ CEILINGS = {
 aten = torch.ops.aten
 # Operators that wait for the device: a value read on the host, or an output whose size
 # depends on the values
-HOST_SYNC = {aten._local_scalar_dense, aten.item, aten.is_nonzero, aten.equal, aten.allclose, aten.nonzero,
-             aten.nonzero_numpy, aten.argwhere, aten.masked_select, aten._unique, aten._unique2, aten.unique_dim,
-             aten.unique_consecutive, aten.bincount, aten.histc}
+HOST_SYNC = {
+    aten._local_scalar_dense,
+    aten.item,
+    aten.is_nonzero,
+    aten.equal,
+    aten.allclose,
+    aten.nonzero,
+    aten.nonzero_numpy,
+    aten.argwhere,
+    aten.masked_select,
+    aten._unique,
+    aten._unique2,
+    aten.unique_dim,
+    aten.unique_consecutive,
+    aten.bincount,
+    aten.histc,
+}
 # torch.use_deterministic_algorithms's documented list of operators that raise on CUDA (those it
 # lists as made deterministic, index_add_ or scatter_add_ among them, take a deterministic path)
-REFUSED_ON_CUDA = {aten.avg_pool3d_backward, aten._adaptive_avg_pool2d_backward, aten._adaptive_avg_pool3d_backward,
-                   aten.adaptive_max_pool2d_backward, aten.adaptive_max_pool3d_backward,
-                   aten.fractional_max_pool2d_backward, aten.fractional_max_pool3d_backward, aten.max_unpool2d,
-                   aten.max_unpool3d, aten.upsample_linear1d_backward, aten.upsample_bilinear2d_backward,
-                   aten.upsample_bicubic2d_backward, aten.upsample_trilinear3d_backward,
-                   aten._upsample_bilinear2d_aa_backward, aten._upsample_bicubic2d_aa_backward,
-                   aten.reflection_pad1d_backward, aten.reflection_pad2d_backward, aten.reflection_pad3d_backward,
-                   aten.nll_loss2d_forward, aten._ctc_loss_backward, aten.put_, aten.put, aten.histc,
-                   aten.grid_sampler_2d_backward, aten.grid_sampler_3d_backward}
+REFUSED_ON_CUDA = {
+    aten.avg_pool3d_backward,
+    aten._adaptive_avg_pool2d_backward,
+    aten._adaptive_avg_pool3d_backward,
+    aten.adaptive_max_pool2d_backward,
+    aten.adaptive_max_pool3d_backward,
+    aten.fractional_max_pool2d_backward,
+    aten.fractional_max_pool3d_backward,
+    aten.max_unpool2d,
+    aten.max_unpool3d,
+    aten.upsample_linear1d_backward,
+    aten.upsample_bilinear2d_backward,
+    aten.upsample_bicubic2d_backward,
+    aten.upsample_trilinear3d_backward,
+    aten._upsample_bilinear2d_aa_backward,
+    aten._upsample_bicubic2d_aa_backward,
+    aten.reflection_pad1d_backward,
+    aten.reflection_pad2d_backward,
+    aten.reflection_pad3d_backward,
+    aten.nll_loss2d_forward,
+    aten._ctc_loss_backward,
+    aten.put_,
+    aten.put,
+    aten.histc,
+    aten.grid_sampler_2d_backward,
+    aten.grid_sampler_3d_backward,
+}
 
 
 @functools.cache
@@ -93,7 +134,8 @@ def syncs_or_is_refused(op, args, kwargs) -> str | None:
     if packet in HOST_SYNC:
         return "synchronises with the host"
     if packet in (aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_) and any(
-            isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1] if i is not None):
+        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1] if i is not None
+    ):
         return "indexes by a mask (its size waits for the host)"
     if packet is aten.repeat_interleave and op is aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
         return "repeat_interleave without output_size waits for the host"
@@ -110,8 +152,19 @@ def syncs_or_is_refused(op, args, kwargs) -> str | None:
 
 def test_the_cases_are_every_method_of_the_campaigns_targets():
     names = {cfg.method["name"] for cfg in cases().values()}
-    assert {"fedavg", "fedprox", "fedcurv", "moon", "fedntd", "fedcad", "fedssd", "feddistill", "fedgen", "fedgkd",
-            "fedlsd"} <= names
+    assert {
+        "fedavg",
+        "fedprox",
+        "fedcurv",
+        "moon",
+        "fedntd",
+        "fedcad",
+        "fedssd",
+        "feddistill",
+        "fedgen",
+        "fedgkd",
+        "fedlsd",
+    } <= names
     assert set(CEILINGS) == set(cases())  # one ceiling per method
 
 
@@ -119,7 +172,9 @@ def test_the_cases_are_every_method_of_the_campaigns_targets():
 def test_a_group_step_neither_synchronises_nor_refuses_determinism_and_stays_under_its_ceiling(case):
     recorder, _ = trained(case)
     assert recorder.calls, "no batched step was recorded"
-    bad = sorted({f"{op} {why}" for op, args, kwargs in recorder.calls if (why := syncs_or_is_refused(op, args, kwargs))})
+    bad = sorted(
+        {f"{op} {why}" for op, args, kwargs in recorder.calls if (why := syncs_or_is_refused(op, args, kwargs))}
+    )
     assert not bad, bad
     count = len(non_view(recorder.ops))
     assert count <= CEILINGS[case], f"{case}: {count} non-view operators a step, the ceiling is {CEILINGS[case]}"

@@ -1,4 +1,5 @@
 """A group of runs trained in one batched step against each run trained alone (float64, CPU)."""
+
 import json
 import time
 
@@ -14,14 +15,39 @@ from shared.run import main
 
 # Three runs of one row: different seeds and Dirichlet partitions, one with two local epochs,
 # so clients differ in size and runs in steps. 16x16 images keep float64 convolutions quick.
-SMALL = ["dataset.synthetic.image_size=16", "dataset.synthetic.train_per_class=24", "partition.clients=3",
-         "local.batch_size=16", "local.momentum=0.9", "local.weight_decay=5e-4", "local.grad_clip=5",
-         "eval.local=true"]
-MEMBERS = [["seed=1", "partition.beta=0.5"], ["seed=2", "partition.beta=0.3"], ["seed=3", "partition.beta=1.0", "local.epochs=2"]]
-METHODS = {"fedavg": [], "fedprox": [], "fedssd": ["aux.per_class=5"], "fedgkd": [], "fednova": [], "fedavgm": [],
-           "moon": [], "scaffold": [], "fedlsd": [], "fedcurv": [], "fedntd": [], "fedproto": [], "feddistill": [],
-           "fedcad": ["aux.per_class=5"], "fedgen": ["method.hidden=16", "method.noise_dim=4", "method.generator_steps=2"],
-           "fedcsd": ["aux.per_class=5"]}
+SMALL = [
+    "dataset.synthetic.image_size=16",
+    "dataset.synthetic.train_per_class=24",
+    "partition.clients=3",
+    "local.batch_size=16",
+    "local.momentum=0.9",
+    "local.weight_decay=5e-4",
+    "local.grad_clip=5",
+    "eval.local=true",
+]
+MEMBERS = [
+    ["seed=1", "partition.beta=0.5"],
+    ["seed=2", "partition.beta=0.3"],
+    ["seed=3", "partition.beta=1.0", "local.epochs=2"],
+]
+METHODS = {
+    "fedavg": [],
+    "fedprox": [],
+    "fedssd": ["aux.per_class=5"],
+    "fedgkd": [],
+    "fednova": [],
+    "fedavgm": [],
+    "moon": [],
+    "scaffold": [],
+    "fedlsd": [],
+    "fedcurv": [],
+    "fedntd": [],
+    "fedproto": [],
+    "feddistill": [],
+    "fedcad": ["aux.per_class=5"],
+    "fedgen": ["method.hidden=16", "method.noise_dim=4", "method.generator_steps=2"],
+    "fedcsd": ["aux.per_class=5"],
+}
 
 
 def configs(tiny_cfg, method: str, *extra: str):
@@ -63,7 +89,9 @@ def test_a_group_trains_each_run_as_it_trains_alone(tiny_cfg, tmp_path, float64,
     for i, cfg in enumerate(alone_cfgs):
         trainer.run(cfg, tmp_path / f"alone{i}")
         assert_same_run(tmp_path / f"group{i}", tmp_path / f"alone{i}")
-    assert not torch.equal(weights(tmp_path / "group0")["classifier.weight"], weights(tmp_path / "group1")["classifier.weight"])
+    assert not torch.equal(
+        weights(tmp_path / "group0")["classifier.weight"], weights(tmp_path / "group1")["classifier.weight"]
+    )
 
 
 def test_a_group_stopped_by_its_deadline_and_started_again_gives_the_uninterrupted_runs(tiny_cfg, tmp_path, float64):
@@ -92,7 +120,9 @@ def test_runs_that_cannot_share_a_step_train_one_after_another_with_a_note(tiny_
         args += ["--json", json.dumps(to_dict(cfg)), "--out", str(tmp_path / f"run{i}")]
     assert main(args) == 0
     assert "note: 2 runs train one after another: on a CPU" in capsys.readouterr().err
-    assert all(json.loads((tmp_path / f"run{i}" / "metrics.json").read_text())["status"] == "completed" for i in range(2))
+    assert all(
+        json.loads((tmp_path / f"run{i}" / "metrics.json").read_text())["status"] == "completed" for i in range(2)
+    )
 
 
 def test_a_run_that_diverges_leaves_its_group_and_the_others_train_as_alone(tiny_cfg, tmp_path, float64, monkeypatch):

@@ -2,6 +2,7 @@
 two-column page with IEEE's dimensions, without an error, without an overfull box wider than
 10 pt and scaled to no less than 80% (a wide table turns onto a landscape page instead): all 18 tables, built from fabricated run summaries at smoke scale (some runs diverged,
 some flagged suspect, methods not implemented shown as n/i)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,16 +20,19 @@ from shared.targets.experiments import all_tables, expand
 from shared.reporting.latex import LATEX_PACKAGES, MIN_SCALE
 from shared.reporting.tables import build_table
 
-pytestmark = [pytest.mark.latex,
-              pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not on PATH")]
+pytestmark = [pytest.mark.latex, pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not on PATH")]
 
 PREAMBLE = r"\usepackage[T1]{fontenc}" + "\n" + rf"\usepackage{{{','.join(LATEX_PACKAGES)}}}"
 CLASSES = {
     # LaTeX's default one-column article (345 pt of text)
     "article": r"\documentclass{article}",
     # IEEEtran's page: letter paper, 10 pt, two columns of 3.5 in on 7.16 in of text
-    "ieee-twocolumn": "\n".join([r"\documentclass[10pt,twocolumn]{article}",
-                                 r"\usepackage[letterpaper,hmargin=0.67in,top=0.75in,bottom=1in,columnsep=0.17in]{geometry}"]),
+    "ieee-twocolumn": "\n".join(
+        [
+            r"\documentclass[10pt,twocolumn]{article}",
+            r"\usepackage[letterpaper,hmargin=0.67in,top=0.75in,bottom=1in,columnsep=0.17in]{geometry}",
+        ]
+    ),
 }
 MAX_OVERFULL_PT = 10.0
 TABLE_COUNT = 18
@@ -37,7 +41,7 @@ DOMAINS = ("amazon", "caltech", "dslr", "webcam")
 
 def unit(run_id: str, salt: str) -> float:
     """A number in [0, 1) fixed by the run id."""
-    return int(hashlib.sha256(f"{run_id}/{salt}".encode()).hexdigest()[:12], 16) / 16 ** 12
+    return int(hashlib.sha256(f"{run_id}/{salt}".encode()).hexdigest()[:12], 16) / 16**12
 
 
 def fabricate(run_id: str) -> dict:
@@ -49,11 +53,26 @@ def fabricate(run_id: str) -> dict:
     rounds = [*range(1, 10), *range(10, 101, 10)]  # every round to 10, then every tenth (as eval.every would)
     accs = [round(final * (1 - math.exp(-r / speed)), 2) for r in rounds]
     draw = unit(run_id, "status")
-    status = "diverged: loss is nan" if draw < 1 / 15 else "suspect: accuracy at chance" if draw < 1 / 15 + 1 / 20 \
+    status = (
+        "diverged: loss is nan"
+        if draw < 1 / 15
+        else "suspect: accuracy at chance"
+        if draw < 1 / 15 + 1 / 20
         else "completed"
-    return {"status": status, "run_id": run_id, "eval_rounds": rounds, "global_acc": accs, "local_acc": accs,
-            "final_acc": accs[-1], "best_acc": max(accs), "wall_time_s": 60.0, "device": "cpu", "device_name": "cpu",
-            "domain_acc": {d: round(100 * unit(run_id, d), 2) for d in DOMAINS}}
+    )
+    return {
+        "status": status,
+        "run_id": run_id,
+        "eval_rounds": rounds,
+        "global_acc": accs,
+        "local_acc": accs,
+        "final_acc": accs[-1],
+        "best_acc": max(accs),
+        "wall_time_s": 60.0,
+        "device": "cpu",
+        "device_name": "cpu",
+        "domain_acc": {d: round(100 * unit(run_id, d), 2) for d in DOMAINS},
+    }
 
 
 def overfull_boxes(log: str) -> list[float]:
@@ -63,19 +82,40 @@ def overfull_boxes(log: str) -> list[float]:
 def scale_factors(log: str) -> list[float]:
     """How far each tabular was scaled down to its line (table.tex says so on the terminal)."""
     unwrapped = log.replace("\n", "")  # TeX breaks its log lines at 79 characters
-    return [float(line) / float(natural) for natural, line in
-            re.findall(r"table\.tex: a tabular of (\d+(?:\.\d+)?)pt scaled to the line, (\d+(?:\.\d+)?)pt", unwrapped)]
+    return [
+        float(line) / float(natural)
+        for natural, line in re.findall(
+            r"table\.tex: a tabular of (\d+(?:\.\d+)?)pt scaled to the line, (\d+(?:\.\d+)?)pt", unwrapped
+        )
+    ]
 
 
 def compile_tex(table_tex: Path, document_class: str, workdir: Path) -> tuple[list[str], float, str]:
     """pdflatex on a document holding the table: (errors, widest overfull box in pt, log)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "doc.tex").write_text("\n".join([
-        CLASSES[document_class], PREAMBLE, r"\begin{document}",
-        r"Text before the table.", rf"\input{{{table_tex.resolve().as_posix()}}}", r"Text after the table.",
-        r"\end{document}", ""]))
-    result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=workdir,
-                            capture_output=True, text=True, errors="replace", timeout=120, check=False)
+    (workdir / "doc.tex").write_text(
+        "\n".join(
+            [
+                CLASSES[document_class],
+                PREAMBLE,
+                r"\begin{document}",
+                r"Text before the table.",
+                rf"\input{{{table_tex.resolve().as_posix()}}}",
+                r"Text after the table.",
+                r"\end{document}",
+                "",
+            ]
+        )
+    )
+    result = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=120,
+        check=False,
+    )
     log_path = workdir / "doc.log"
     log = log_path.read_text(errors="replace") if log_path.exists() else result.stdout
     errors = [line for line in log.splitlines() if line.startswith("!")]
@@ -124,8 +164,10 @@ def test_every_table_compiles_and_fits(built_tables, document_class, tmp_path):
         errors, widest, log = compile_tex(out / "table.tex", document_class, tmp_path / f"{table.paper}-{table.name}")
         smallest = min(scale_factors(log), default=1.0)
         if errors or widest > MAX_OVERFULL_PT or smallest < MIN_SCALE:
-            problems.append(f"{table.paper}/{table.name}: errors {errors}, widest overfull box {widest:.1f} pt, "
-                            f"scaled to {smallest:.0%}")
+            problems.append(
+                f"{table.paper}/{table.name}: errors {errors}, widest overfull box {widest:.1f} pt, "
+                f"scaled to {smallest:.0%}"
+            )
     assert not problems, "\n".join(problems)
 
 

@@ -1,6 +1,7 @@
 """The house rules a newcomer relies on to find their way: shared/ holds the commands people type
 beside packages by concern, the packages form floors (a module imports only its own package or one
 below it, so no cycle can form), and no module or function grows past a screenful or two."""
+
 import ast
 from pathlib import Path
 
@@ -27,8 +28,13 @@ def project_imports(path: Path):
     """Every `shared.X` this file imports, at the top or inside a function; imports under
     `if TYPE_CHECKING:` are annotations only and load nothing."""
     tree = ast.parse(path.read_text())
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-               for child in node.body for n in ast.walk(child)}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in node.body
+        for n in ast.walk(child)
+    }
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue

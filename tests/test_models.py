@@ -98,6 +98,7 @@ def test_inference_pooling_equals_max_pool2d():
 def test_each_image_models_smallest_side_is_what_its_layers_take(name):
     """MODELS[name].min_side, which the config check uses, against forward passes on the meta
     device (no memory, no arithmetic): the side itself goes through, one pixel less does not."""
+
     def fits(side):
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a layer of zero size warns before the forward fails

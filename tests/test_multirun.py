@@ -1,4 +1,5 @@
 """Several runs in one process (shared.run with several --json) and the workflow's runs_per_job."""
+
 import json
 import re
 
@@ -36,5 +37,7 @@ def test_runs_per_job_makes_one_job_of_each_group(project):  # noqa: F811
     assert sorted(rid for job in jobs for rid in job if rid in runs) == sorted(runs)
     for job in jobs:
         assert len({group_key(runs[rid]) for rid in job if rid in runs}) == 1
-    settings = [{json.dumps(to_dict(runs[rid].partition), sort_keys=True) for rid in job if rid in runs} for job in jobs]
+    settings = [
+        {json.dumps(to_dict(runs[rid].partition), sort_keys=True) for rid in job if rid in runs} for job in jobs
+    ]
     assert max(map(len, settings)) > 1  # a row's settings share a job, not only one cell's seeds

@@ -1,5 +1,6 @@
 """The four papers' methods held to their equations, on hand-made tensors, and to the
 reductions the papers state."""
+
 import json
 import math
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ def runs_match(a, b):
 
 
 # --- FedCAD --------------------------------------------------------------------------------
+
 
 def test_fedcad_class_wise_weights_eq6():
     from papers.fedcad.fedcad import class_wise_weights
@@ -39,16 +41,21 @@ def test_fedcad_loss_weights_each_sample_by_its_class():
 
 def test_fedcad_reductions(tiny_cfg, tmp_path):
     fedavg = trainer.run(tiny_cfg("aux.per_class=5"), tmp_path / "fedavg")
-    cad_zero = trainer.run(tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0", "method.gamma=0"), tmp_path / "cad0")
+    cad_zero = trainer.run(
+        tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0", "method.gamma=0"), tmp_path / "cad0"
+    )
     runs_match(fedavg, cad_zero)  # beta = gamma = 0: FedAvg
     lsd = trainer.run(tiny_cfg("method=fedlsd", "method.alpha=0.3"), tmp_path / "lsd")
-    cad = trainer.run(tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0.3", "method.gamma=0.3"), tmp_path / "cad")
+    cad = trainer.run(
+        tiny_cfg("aux.per_class=5", "method=fedcad", "method.beta=0.3", "method.gamma=0.3"), tmp_path / "cad"
+    )
     assert cad["global_acc"] == lsd["global_acc"]  # beta = gamma = c: FedLSD with weight c
     wa, wb = torch.load(tmp_path / "lsd" / "model.pt"), torch.load(tmp_path / "cad" / "model.pt")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 # --- FedSSD --------------------------------------------------------------------------------
+
 
 def test_fedssd_credibility_by_hand():
     from papers.fedssd.fedssd import class_credibility, credibility_matrix
@@ -117,7 +124,8 @@ def test_fedssd_table3_variants_by_hand():
     assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + 0.1 * 1.0)
     method.params.loss = "kl"
     assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(
-        CE + 0.1 * kl(softmax([2, 0, 0]), softmax([1, 0, 0])))
+        CE + 0.1 * kl(softmax([2, 0, 0]), softmax([1, 0, 0]))
+    )
 
 
 def test_fedssd_runs_with_auxiliary_data(tiny_cfg, tmp_path):
@@ -126,6 +134,7 @@ def test_fedssd_runs_with_auxiliary_data(tiny_cfg, tmp_path):
 
 
 # --- FedGKD --------------------------------------------------------------------------------
+
 
 def test_fedgkd_teacher_averages_the_last_m_global_models():
     method = make("fedgkd", buffer=2)
@@ -147,8 +156,13 @@ def test_fedgkd_mse_regulariser_is_a_mean_over_the_classes():
     """Table IX's MSE: a mean squared error over the logits (the released F.mse_loss); `sum` is K times it."""
     teacher = linear_net([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])  # teacher logits [0, 1, 0]; ours [1, 0, 0]
     for reduction, squared in ((None, 2 / 3), ("sum", 2.0)):
-        method = make("fedgkd", gamma=0.4, buffer=1, regulariser="mse",
-                      **({} if reduction is None else {"class_reduction": reduction}))
+        method = make(
+            "fedgkd",
+            gamma=0.4,
+            buffer=1,
+            regulariser="mse",
+            **({} if reduction is None else {"class_reduction": reduction}),
+        )
         method.prepare_round(1, teacher)
         assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE + 0.2 * squared)
 
@@ -192,14 +206,16 @@ def test_fedgkd_vote_weights_by_validation_loss():
 
 def test_fedgkd_m1_distils_the_last_global_model_and_vote_m1_equals_it(tiny_cfg, tmp_path):
     plain = trainer.run(tiny_cfg("method=fedgkd", "method.buffer=1", "dataset.val_fraction=0.1"), tmp_path / "m1")
-    vote = trainer.run(tiny_cfg("method=fedgkd", "method.buffer=1", "method.vote=true", "dataset.val_fraction=0.1"),
-                       tmp_path / "vote")
+    vote = trainer.run(
+        tiny_cfg("method=fedgkd", "method.buffer=1", "method.vote=true", "dataset.val_fraction=0.1"), tmp_path / "vote"
+    )
     assert plain["global_acc"] == vote["global_acc"]
     wa, wb = torch.load(tmp_path / "m1" / "model.pt"), torch.load(tmp_path / "vote" / "model.pt")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 # --- FedCSD --------------------------------------------------------------------------------
+
 
 def test_fedcsd_similarity_refinement_and_masks_by_hand():
     from papers.fedcsd.fedcsd import adaptive_mask, forcible_mask, similarity_refined
@@ -254,11 +270,14 @@ def test_fedcsd_released_code_refines_by_each_clients_own_prototypes():
 
     x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [9.0, 9.0]], dtype=torch.float64)
     y = torch.tensor([0, 0, 1, 1])
-    client = SimpleNamespace(id=0, index=torch.zeros(1),
-                             batches=lambda batch_size, generator: iter([(x[:3], y[:3]), (x[3:], y[3:])]))
+    client = SimpleNamespace(
+        id=0, index=torch.zeros(1), batches=lambda batch_size, generator: iter([(x[:3], y[:3]), (x[3:], y[3:])])
+    )
     teacher = linear_net([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # logits [x1, x2, x1 + x2]
     got = own_prototypes(teacher, client, 3, 3, torch.Generator())  # the last batch (1 sample) is dropped
-    torch.testing.assert_close(got, torch.tensor([[0.5, 1.0, 1.5], [3.0, 0.0, 3.0], [0.0, 0.0, 0.0]], dtype=torch.float64).float())
+    torch.testing.assert_close(
+        got, torch.tensor([[0.5, 1.0, 1.5], [3.0, 0.0, 3.0], [0.0, 0.0, 0.0]], dtype=torch.float64).float()
+    )
 
     released = make("fedcsd", released_code=True)
     released.federation.clients = [client]
@@ -295,13 +314,18 @@ def test_the_readings_benchmark_trains_fedavg_both_fedssd_readings_and_the_const
             (tmp_path / "imgs" / split / f"c{c}").mkdir(parents=True)
             for i in range(n):
                 Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
-                    tmp_path / "imgs" / split / f"c{c}" / f"{i}.png")
+                    tmp_path / "imgs" / split / f"c{c}" / f"{i}.png"
+                )
     monkeypatch.setenv("FEDREPRO_DATA", str(tmp_path / "root"))
     out = tmp_path / "bench" / "readings.json"
     fedssd_readings.main([str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--out", str(out)])
     curves = json.loads(out.read_text())["curves"]
-    arms = ["FedAvg", "FedSSD, M^2 (the paper's text)", "FedSSD, M (mask_weight=m)",
-            "Constant MSE, alpha 0.01 (Table III's MSE row)"]
+    arms = [
+        "FedAvg",
+        "FedSSD, M^2 (the paper's text)",
+        "FedSSD, M (mask_weight=m)",
+        "Constant MSE, alpha 0.01 (Table III's MSE row)",
+    ]
     assert list(curves) == arms
     assert all(len(c["global_acc"]) == 1 for c in curves.values())
     rows = out.with_suffix(".csv").read_text().splitlines()
@@ -311,8 +335,9 @@ def test_the_readings_benchmark_trains_fedavg_both_fedssd_readings_and_the_const
     # one arm per process, joined: the same curves (each arm's run directory is reused)
     half = [tmp_path / "bench" / f"{n}.json" for n in ("a", "b")]
     for path, chosen in zip(half, (["fedavg", "fedssd-m2"], ["fedssd-m", "mse"])):
-        fedssd_readings.main([str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--arms", *chosen,
-                              "--out", str(path)])
+        fedssd_readings.main(
+            [str(tmp_path / "imgs"), "--rounds", "1", "--epochs", "1", "--arms", *chosen, "--out", str(path)]
+        )
     joined = tmp_path / "bench" / "joined.json"
     fedssd_readings.main(["--join", *map(str, half), "--out", str(joined)])
     assert json.loads(joined.read_text())["curves"] == curves

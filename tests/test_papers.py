@@ -1,5 +1,6 @@
 """Papers register themselves: a folder dropped into papers/ brings its methods, tables and
 Snakemake targets, with nothing edited outside it."""
+
 import subprocess
 import sys
 import textwrap
@@ -31,7 +32,7 @@ NEW_PAPER = {
             def local_loss(self, model, x, y, client):
                 return self.params.scale * F.cross_entropy(model(x), y)
     ''',
-    "tables.py": '''
+    "tables.py": """
         from shared.reporting.claims import Best
         from shared.targets.experiments import MOON_CIFAR10, Column, Reported, Row, Table
 
@@ -41,14 +42,18 @@ NEW_PAPER = {
             columns=[Column("δ=0.5", {})], reported={"FedHalf": [Reported(70.0)], "FedAvg": [Reported(69.0)]},
             seeds=(0, 1))]
         CLAIMS = [Best("table1", "FedHalf beats FedAvg.", "its abstract", rows=("FedHalf",))]
-    ''',
+    """,
 }
 
 
 def test_the_four_papers_are_found_with_their_methods():
     assert paper_names() == ("fedcad", "fedcsd", "fedgkd", "fedssd")
-    assert paper_methods() == {"fedcad": "papers.fedcad.fedcad:FedCAD", "fedcsd": "papers.fedcsd.fedcsd:FedCSD",
-                               "fedgkd": "papers.fedgkd.fedgkd:FedGKD", "fedssd": "papers.fedssd.fedssd:FedSSD"}
+    assert paper_methods() == {
+        "fedcad": "papers.fedcad.fedcad:FedCAD",
+        "fedcsd": "papers.fedcsd.fedcsd:FedCSD",
+        "fedgkd": "papers.fedgkd.fedgkd:FedGKD",
+        "fedssd": "papers.fedssd.fedssd:FedSSD",
+    }
 
 
 def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa: F811
@@ -57,8 +62,12 @@ def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa
     for name, text in NEW_PAPER.items():
         (folder / name).write_text(textwrap.dedent(text).lstrip())
     try:
-        printed = subprocess.run([sys.executable, "-m", "shared.run", "method=fedhalf", "--print-config"],
-                                 cwd=project, capture_output=True, text=True)
+        printed = subprocess.run(
+            [sys.executable, "-m", "shared.run", "method=fedhalf", "--print-config"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+        )
         assert printed.returncode == 0 and "scale: 0.5" in printed.stdout, printed.stderr
         for target in ("papers/newpaper/table1", "newpaper"):
             dry = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
@@ -74,8 +83,12 @@ def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa
 # Cells where a paper's own marks, averages, text or other tables contradict its printed number
 # (issue 24): each is marked in the comparison, and the table keeps what the paper printed.
 KNOWN_INCONSISTENCIES = {
-    ("fedcsd", "table1"): {("MOON", "CIFAR-100 β=0.5"): 98.49, ("MOON", "CIFAR-100 β=0.01"): 59.78,
-                           ("FedProto", "FEMNIST β=0.05"): 71.16, ("FedCSD", "CIFAR-100 β=5"): 71.53},
+    ("fedcsd", "table1"): {
+        ("MOON", "CIFAR-100 β=0.5"): 98.49,
+        ("MOON", "CIFAR-100 β=0.01"): 59.78,
+        ("FedProto", "FEMNIST β=0.05"): 71.16,
+        ("FedCSD", "CIFAR-100 β=5"): 71.53,
+    },
     ("fedcsd", "table2"): {("MOON", "A"): 53.10},
     ("fedcad", "table1"): {("FedCAD", "CIFAR10 T(65%)"): 22},
     ("fedcad", "table4"): {("FedAvg", "E=10"): 70.81, ("FedLSD", "E=10"): 72.05},
@@ -97,8 +110,11 @@ def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
         labels = [c.label for c in table.columns]
         for (row, column), printed in cells.items():
             assert table.reported[row][labels.index(column)].mean == printed, (paper, name, row, column)
-        comp = comparison(table, summarize_cells(table, pd.DataFrame(
-            columns=["row", "column", "seed", "run_id", "status", "value"])), "paper")
+        comp = comparison(
+            table,
+            summarize_cells(table, pd.DataFrame(columns=["row", "column", "seed", "run_id", "status", "value"])),
+            "paper",
+        )
         assert set(comp[comp.paper_note != ""].set_index(["row", "column"]).index) == set(cells)
         text = comparison_markdown(table, comp, "paper")
         assert text.count("§") == 2 * len(cells)  # on the number and before its note
@@ -114,8 +130,10 @@ def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the
     from shared.data.partition import writers
 
     groups = np.repeat(np.arange(50), 3)  # 50 writers, 3 samples each
-    chosen = [writers(groups, PartitionConfig(kind="writers", clients=5, writers=20), np.random.default_rng(s))
-              for s in (0, 0, 1)]
+    chosen = [
+        writers(groups, PartitionConfig(kind="writers", clients=5, writers=20), np.random.default_rng(s))
+        for s in (0, 0, 1)
+    ]
     used = [set(groups[np.concatenate(parts)]) for parts in chosen]
     assert len(used[0]) == 20 and used[0] == used[1] and used[0] != used[2]
     assert all(len(part) == 4 * 3 for part in chosen[0])  # 4 writers per client, all their samples

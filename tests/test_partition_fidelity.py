@@ -2,6 +2,7 @@
 `partition.kind=dirichlet_balanced`), checked against count matrices and index-order digests
 computed once from that code (tests/data/partition_golden.json says how), and a check that the
 default partitions are unchanged by these switches."""
+
 import hashlib
 import json
 import random
@@ -15,8 +16,13 @@ from shared.data.partition import count_matrix, dirichlet_balanced_lists, partit
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "partition_golden.json").read_text())
 # NIID-Bench's partition names -> (partition.kind, partition.k)
-NIID_BENCH_NAMES = {"noniid-labeldir": ("dirichlet", 2), "noniid-#label2": ("classes", 2),
-                    "noniid-#label3": ("classes", 3), "noniid-#label10": ("classes", 10), "homo": ("iid", 2)}
+NIID_BENCH_NAMES = {
+    "noniid-labeldir": ("dirichlet", 2),
+    "noniid-#label2": ("classes", 2),
+    "noniid-#label3": ("classes", 3),
+    "noniid-#label10": ("classes", 10),
+    "homo": ("iid", 2),
+}
 
 
 def digest(parts) -> str:
@@ -54,14 +60,22 @@ def test_legacy_global_functions_and_instances_give_one_stream():
         random.seed(3)
         a = np.arange(50)
         np.random.shuffle(a)
-        glob = (a.tolist(), np.random.dirichlet(np.full(5, 0.5)).tolist(), np.random.permutation(20).tolist(),
-                [random.randint(0, 9) for _ in range(10)])
+        glob = (
+            a.tolist(),
+            np.random.dirichlet(np.full(5, 0.5)).tolist(),
+            np.random.permutation(20).tolist(),
+            [random.randint(0, 9) for _ in range(10)],
+        )
     finally:
         np.random.set_state(state)
         random.setstate(py_state)
     rs, py = np.random.RandomState(3), random.Random(3)
-    inst = (rs.permutation(np.arange(50)).tolist(), rs.dirichlet(np.full(5, 0.5)).tolist(), rs.permutation(20).tolist(),
-            [py.randint(0, 9) for _ in range(10)])
+    inst = (
+        rs.permutation(np.arange(50)).tolist(),
+        rs.dirichlet(np.full(5, 0.5)).tolist(),
+        rs.permutation(20).tolist(),
+        [py.randint(0, 9) for _ in range(10)],
+    )
     assert glob == inst
 
 
@@ -69,19 +83,25 @@ def test_legacy_global_functions_and_instances_give_one_stream():
 # dirichlet_balanced existed: the default (rng unset) must keep every existing partition, so
 # that no run id or result changes.
 DEFAULT_DIGESTS = {
-    ("dirichlet", 0.5, 0): "eb720b724cb6cb97", ("dirichlet", 0.5, 1): "d1a917212d56820c",
-    ("dirichlet", 0.1, 0): "3613717a944fc94e", ("dirichlet", 0.1, 1): "345ef5abcc868de6",
-    ("classes", 2, 0): "440e1e17a1c10443", ("classes", 2, 1): "99de79b6bfe978cc",
-    ("iid", 7, 0): "e7527c79fdfd060f", ("iid", 7, 1): "9c4a422fdf3edc4d",
+    ("dirichlet", 0.5, 0): "eb720b724cb6cb97",
+    ("dirichlet", 0.5, 1): "d1a917212d56820c",
+    ("dirichlet", 0.1, 0): "3613717a944fc94e",
+    ("dirichlet", 0.1, 1): "345ef5abcc868de6",
+    ("classes", 2, 0): "440e1e17a1c10443",
+    ("classes", 2, 1): "99de79b6bfe978cc",
+    ("iid", 7, 0): "e7527c79fdfd060f",
+    ("iid", 7, 1): "9c4a422fdf3edc4d",
 }
 
 
 @pytest.mark.parametrize("key", list(DEFAULT_DIGESTS), ids=str)
 def test_default_partitions_unchanged(key):
     kind, value, seed = key
-    cfg = {"dirichlet": PartitionConfig(kind="dirichlet", clients=10, beta=value),
-           "classes": PartitionConfig(kind="classes", clients=10, k=value),
-           "iid": PartitionConfig(kind="iid", clients=value)}[kind]
+    cfg = {
+        "dirichlet": PartitionConfig(kind="dirichlet", clients=10, beta=value),
+        "classes": PartitionConfig(kind="classes", clients=10, k=value),
+        "iid": PartitionConfig(kind="iid", clients=value),
+    }[kind]
     parts = partition(np.arange(5000) % 10, 10, cfg, seed=seed)
     raw = hashlib.sha256(b"".join(p.astype(np.int64).tobytes() + b"|" for p in parts)).hexdigest()[:16]
     assert raw == DEFAULT_DIGESTS[key]
@@ -96,7 +116,7 @@ def test_dirichlet_balanced_minimum_size_and_equal_clients(clients, beta):
     group = min(10, clients)
     chunk = int(group / clients * len(labels))
     for start in range(0, clients, group):  # every client of a chunk holds at least half the chunk's average
-        members = lists[start:start + group]
+        members = lists[start : start + group]
         size = sum(map(len, members))
         assert min(map(len, members)) >= int(0.5 * size / len(members))
         assert start + group >= clients or size == chunk
@@ -105,7 +125,7 @@ def test_dirichlet_balanced_minimum_size_and_equal_clients(clients, beta):
     assert [len(p) for p in parts] == [per] * clients  # the released code's equal cut
     joined = np.concatenate(parts)
     assert len(np.unique(joined)) == len(joined) == per * clients  # the last N mod clients go unused
-    assert (joined == np.concatenate(lists)[:per * clients]).all()
+    assert (joined == np.concatenate(lists)[: per * clients]).all()
 
 
 def test_dirichlet_balanced_statistics_against_niid_bench():
@@ -114,7 +134,9 @@ def test_dirichlet_balanced_statistics_against_niid_bench():
     NIID-Bench's algorithm leaves its smallest client at a few hundred or less."""
     labels = np.arange(50000) % 10
     cfg = PartitionConfig(kind="dirichlet_balanced", clients=20, beta=0.1)
-    smallest_lists = [min(map(len, dirichlet_balanced_lists(labels, 10, cfg, np.random.RandomState(s)))) for s in range(3)]
+    smallest_lists = [
+        min(map(len, dirichlet_balanced_lists(labels, 10, cfg, np.random.RandomState(s)))) for s in range(3)
+    ]
     assert min(smallest_lists) >= 1250
     niid = PartitionConfig(kind="dirichlet", clients=20, beta=0.1, rng="niid_bench")
     smallest_niid = [min(map(len, partition(labels, 10, niid, seed=s))) for s in range(3)]
@@ -127,9 +149,21 @@ def test_dirichlet_balanced_statistics_against_niid_bench():
 @pytest.mark.parametrize(
     "cfg, seed, message",
     [
-        (PartitionConfig(rng="numpy"), 0, r"partition.rng='numpy' is unknown; valid: null \(our generator\) or niid_bench"),
-        (PartitionConfig(kind="domains", clients=2, rng="niid_bench"), 0, "partition.rng=niid_bench draws only the kinds iid, dirichlet, classes"),
-        (PartitionConfig(kind="dirichlet_balanced", rng="niid_bench"), 0, "dirichlet_balanced always draws as its released code"),
+        (
+            PartitionConfig(rng="numpy"),
+            0,
+            r"partition.rng='numpy' is unknown; valid: null \(our generator\) or niid_bench",
+        ),
+        (
+            PartitionConfig(kind="domains", clients=2, rng="niid_bench"),
+            0,
+            "partition.rng=niid_bench draws only the kinds iid, dirichlet, classes",
+        ),
+        (
+            PartitionConfig(kind="dirichlet_balanced", rng="niid_bench"),
+            0,
+            "dirichlet_balanced always draws as its released code",
+        ),
         (PartitionConfig(kind="dirichlet_balanced", beta=0.0), 0, "partition.beta=0.0 must be > 0"),
         (PartitionConfig(rng="niid_bench"), -1, r"seed=-1 must lie in \[0, 2\*\*32\)"),
     ],

@@ -1,5 +1,6 @@
 """python -m shared.plan: a total, and GPU-hours calibrated from this machine's measurements
 (finished runs, run benchmarks, speed benchmark results) where they exist."""
+
 import json
 
 import pytest
@@ -24,15 +25,29 @@ def write_run(runs, rid, cfg, seconds, device="cuda:0"):
     run = runs / rid
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (run / "metrics.json").write_text(json.dumps({
-        "status": "completed", "device": device, "wall_time_s": seconds, "rounds_completed": cfg["federation"]["rounds"],
-        "client_samples": [5000] * 10, "eval_rounds": list(range(1, cfg["federation"]["rounds"] + 1))}))
+    (run / "metrics.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "device": device,
+                "wall_time_s": seconds,
+                "rounds_completed": cfg["federation"]["rounds"],
+                "client_samples": [5000] * 10,
+                "eval_rounds": list(range(1, cfg["federation"]["rounds"] + 1)),
+            }
+        )
+    )
 
 
 def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = {"model": {"name": "fedavg_cnn"}, "dataset": {"name": "cifar10"}, "federation": {"rounds": 10},
-           "local": {"epochs": 1}, "eval": {"local": False}}
+    cfg = {
+        "model": {"name": "fedavg_cnn"},
+        "dataset": {"name": "cifar10"},
+        "federation": {"rounds": 10},
+        "local": {"epochs": 1},
+        "eval": {"local": False},
+    }
     # 10 rounds x 50,000 samples + 10 tests of 10,000 / 3 in 100 s
     write_run(tmp_path / "results" / "runs", "a" * 16, cfg, 100.0)
     write_run(tmp_path / "results" / "runs", "b" * 16, cfg, 50.0, device="cpu")  # another device: ignored
@@ -56,10 +71,20 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
 def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
-    (tmp_path / "benchmarks" / "results" / "fedgkd-cuda.json").write_text(json.dumps({
-        "config": "fedgkd", "model": "resnet8", "device": "cuda", "variants": {"reference": {"samples_per_s": 1000.0},
-                                                           "batched": {"samples_per_s": 90_000.0},
-                                                           "sequential": {"samples_per_s": 30_000.0}}}))
+    (tmp_path / "benchmarks" / "results" / "fedgkd-cuda.json").write_text(
+        json.dumps(
+            {
+                "config": "fedgkd",
+                "model": "resnet8",
+                "device": "cuda",
+                "variants": {
+                    "reference": {"samples_per_s": 1000.0},
+                    "batched": {"samples_per_s": 90_000.0},
+                    "sequential": {"samples_per_s": 30_000.0},
+                },
+            }
+        )
+    )
     measured = cost.measured_throughput("cuda")
     assert measured["resnet8"]["samples_per_s"] == 90_000.0 and "speed benchmark" in measured["resnet8"]["source"]
     assert cost.measured_throughput("cpu") == {}
@@ -67,11 +92,17 @@ def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monke
 
 def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, tmp_path):
     """FedAvg on CIFAR-10 under Dir(0.5): one experiment for FedCAD's and FedSSD's tables."""
-    fedavg = next(c for c in expand(get_table("fedssd", "table2"), "smoke")
-                  if c.row.label == "FedAvg" and c.column.label == "δ=0.5" and c.seed == 0)
+    fedavg = next(
+        c
+        for c in expand(get_table("fedssd", "table2"), "smoke")
+        if c.row.label == "FedAvg" and c.column.label == "δ=0.5" and c.seed == 0
+    )
     (tmp_path / fedavg.run_id).mkdir()
-    (tmp_path / fedavg.run_id / "metrics.json").write_text(json.dumps(
-        {"status": "completed", "final_acc": 42.5, "eval_rounds": [1, 2, 3], "global_acc": [20.0, 30.0, 42.5]}))
+    (tmp_path / fedavg.run_id / "metrics.json").write_text(
+        json.dumps(
+            {"status": "completed", "final_acc": 42.5, "eval_rounds": [1, 2, 3], "global_acc": [20.0, 30.0, 42.5]}
+        )
+    )
     df = shared_runs.shared_runs("smoke", tmp_path)
     rows = df[df.experiment == shared_runs.experiment_id(fedavg)].set_index(["paper", "table", "column"])
     assert rows.loc[("fedssd", "table2", "δ=0.5"), "paper_number"] == "70.49 ± 0.23"
@@ -117,11 +148,14 @@ def test_a_paper_alone_lists_every_target_of_it_in_either_form(capsys, tmp_path,
     assert {"table1", "table2", "fig6", "search_fedprox", "total"} <= set(listed)
 
 
-@pytest.mark.parametrize("words, valid", [
-    (["papers/fedssd/table9"], "valid for fedssd: table1, table2, table3, fig6"),
-    (["fedssd", "table9"], "valid for fedssd: table1, table2, table3, fig6"),
-    (["papers/fedfoo/table2"], "valid papers: fedcad, fedcsd, fedgkd, fedssd"),
-])
+@pytest.mark.parametrize(
+    "words, valid",
+    [
+        (["papers/fedssd/table9"], "valid for fedssd: table1, table2, table3, fig6"),
+        (["fedssd", "table9"], "valid for fedssd: table1, table2, table3, fig6"),
+        (["papers/fedfoo/table2"], "valid papers: fedcad, fedcsd, fedgkd, fedssd"),
+    ],
+)
 def test_a_name_that_is_no_target_is_one_line_naming_the_valid_ones(words, valid, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit:

@@ -1,6 +1,7 @@
 """A row that reads a method otherwise than the paper's text (Row.reading_of): beside the printed
 row in every output, labelled so, never given a paper number or a rank mark, judged on the
 printed row's claims beside them; FedSSD's weight-M reading in its Tables I-III, trained first."""
+
 from collections import Counter
 
 import pandas as pd
@@ -16,12 +17,19 @@ from tests.test_tables import BASE, write_runs
 
 def reading_table():
     return Table(
-        paper="fedssd", name="tabletest", caption="A test table.", base=BASE,
-        rows=[Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
-              Row("FedProx (mu 1)", {"name": "fedprox", "mu": 1.0}, reading_of="FedProx", reading="mu read as 1")],
+        paper="fedssd",
+        name="tabletest",
+        caption="A test table.",
+        base=BASE,
+        rows=[
+            Row("FedAvg", {"name": "fedavg"}),
+            Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+            Row("FedProx (mu 1)", {"name": "fedprox", "mu": 1.0}, reading_of="FedProx", reading="mu read as 1"),
+        ],
         columns=[Column("a", {"partition": {"beta": 0.1}}), Column("b", {"partition": {"beta": 0.5}})],
         reported={"FedAvg": [Reported(50.0, 1.0), Reported(60.0, 1.0)], "FedProx": [Reported(52.0), Reported(62.0)]},
-        seeds=(0, 1, 2))
+        seeds=(0, 1, 2),
+    )
 
 
 CURVES = {  # the reading beats everything at "a" and loses to FedAvg at "b"; the printed row the reverse
@@ -57,8 +65,9 @@ def test_a_reading_row_is_labelled_everywhere_and_has_no_paper_number_or_mark(tm
     assert r"\textbf{\boldmath 50.00" in tex
     for page in ("comparison.md", "comparison.html"):
         text = (out / page).read_text()
-        assert "FedProx (mu 1) ¶" in text and "a reading of FedProx that is not the paper&#x27;s text" in \
-            text.replace("'", "&#x27;")
+        assert "FedProx (mu 1) ¶" in text and "a reading of FedProx that is not the paper&#x27;s text" in text.replace(
+            "'", "&#x27;"
+        )
 
     verdicts = pd.read_csv(out / "claims.csv", keep_default_na=False, dtype={"claim": str})
     printed = verdicts[verdicts.reading == ""].set_index("group")

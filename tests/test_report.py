@@ -6,6 +6,7 @@ captioned with the paper's caption and the scale.
 The runs are written by hand (no training): FedCAD's smoke tables (Table 2, the cheapest,
 4 methods x 4 settings x 2 seeds, is the one opened; its claims summary reads them all), and
 its Fig. 4."""
+
 import base64
 import json
 import re
@@ -24,18 +25,34 @@ from shared.targets.figure_declarations import get_figure
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
 TARGETS = ("papers/fedcad/table2", "papers/fedcad/fig4", "papers/fedcad/claims", "results/smoke/shared_runs")
-CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(name)), None)
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--virtual-time-budget=5000", "--window-size=1400,1800"]
+CHROMIUM = next(
+    (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=5000",
+    "--window-size=1400,1800",
+]
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/install-chromium.sh)")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/install-chromium.sh)"),
+]
 
 
 def ignore(directory, names):
-    return [n for n in names if n == "__pycache__" or (Path(directory, n).is_dir() and n.startswith(("table", "fig", "claims")))]
+    return [
+        n
+        for n in names
+        if n == "__pycache__" or (Path(directory, n).is_dir() and n.startswith(("table", "fig", "claims")))
+    ]
 
 
 def write_runs(project):
@@ -51,11 +68,24 @@ def write_runs(project):
         reported = reported if table.metric_for(cell.column).higher_is_better else 60.0  # a count of rounds
         rounds = cell.config.federation.rounds
         accs = [float(reported * (r + 1) / rounds + np.random.default_rng(i).normal(0, 0.5)) for r in range(rounds)]
-        (out / "metrics.json").write_text(json.dumps({
-            "status": "completed", "run_id": cell.run_id, "rounds_completed": rounds,
-            "eval_rounds": list(range(1, rounds + 1)), "global_acc": accs, "local_acc": [a - 4 for a in accs],
-            "global_loss": [1.0] * rounds, "final_acc": accs[-1], "best_acc": max(accs), "wall_time_s": 5.0,
-            "device": "cpu", "device_name": "test"}))
+        (out / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "run_id": cell.run_id,
+                    "rounds_completed": rounds,
+                    "eval_rounds": list(range(1, rounds + 1)),
+                    "global_acc": accs,
+                    "local_acc": [a - 4 for a in accs],
+                    "global_loss": [1.0] * rounds,
+                    "final_acc": accs[-1],
+                    "best_acc": max(accs),
+                    "wall_time_s": 5.0,
+                    "device": "cpu",
+                    "device_name": "test",
+                }
+            )
+        )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +99,9 @@ def report(tmp_path_factory):
     build = subprocess.run([*snakemake, "--cores", "2", "--", *TARGETS], cwd=project, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     assert not re.search(r"^run\s+\d+$", build.stdout + build.stderr, re.M)  # no training: the runs are there
-    made = subprocess.run([*snakemake, "--report", "report.html", "--", *TARGETS], cwd=project, capture_output=True,
-                          text=True)
+    made = subprocess.run(
+        [*snakemake, "--report", "report.html", "--", *TARGETS], cwd=project, capture_output=True, text=True
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     return project / "report.html"
 
@@ -83,8 +114,12 @@ def results_of(report_html: str) -> dict:
 
 def chromium(page: Path, *args: str) -> str:
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -92,8 +127,11 @@ def chromium(page: Path, *args: str) -> str:
 def opened(report: Path, name: str, script: str) -> Path:
     """The report with `script` run once it has rendered: what clicking through it shows."""
     html = report.read_text()
-    hook = ("<script>window.addEventListener('load', function () { setTimeout(function () {"
-            + script + "}, 100); });</script>")
+    hook = (
+        "<script>window.addEventListener('load', function () { setTimeout(function () {"
+        + script
+        + "}, 100); });</script>"
+    )
     page = report.with_name(name)
     at = html.rindex("</body>")
     page.write_text(html[:at] + hook + html[at:])
@@ -102,10 +140,12 @@ def opened(report: Path, name: str, script: str) -> Path:
 
 def show(path_suffix: str, navbar: str, content: str) -> str:
     """JavaScript: the result whose path ends in `path_suffix` open, as its eye button opens it."""
-    return (f"const path = Object.keys(results).find(p => p.endsWith('{path_suffix}'));"
-            f"const [category, subcategory] = path.split('/').slice(-3, -1);"
-            f"app.setView({{navbarMode: '{navbar}', category: category, subcategory: subcategory, "
-            f"content: '{content}', contentPath: results[path].data_uri, resultPath: path}});")
+    return (
+        f"const path = Object.keys(results).find(p => p.endsWith('{path_suffix}'));"
+        f"const [category, subcategory] = path.split('/').slice(-3, -1);"
+        f"app.setView({{navbarMode: '{navbar}', category: category, subcategory: subcategory, "
+        f"content: '{content}', contentPath: results[path].data_uri, resultPath: path}});"
+    )
 
 
 def test_report_files_labels_and_captions(report):
@@ -144,8 +184,12 @@ def test_table_page_shows_the_comparison_inline(report, tmp_path):
     shot = tmp_path / "table_page.png"
     chromium(page, f"--screenshot={shot}")
     dom = chromium(page, "--dump-dom")
-    for label in ("comparison with the paper (comparison.html)", "table as CSV (table.csv)",
-                  "table as LaTeX (table.tex)", "provenance (provenance.yaml)"):
+    for label in (
+        "comparison with the paper (comparison.html)",
+        "table as CSV (table.csv)",
+        "table as LaTeX (table.tex)",
+        "provenance (provenance.yaml)",
+    ):
         assert label in dom, label  # listed in the navigation, each under its own name
     src = re.search(r'<iframe[^>]*src="(data:text/html[^"]*)"', dom)
     assert src, "the comparison is not shown inline"

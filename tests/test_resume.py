@@ -1,5 +1,6 @@
 """Reliability of a run's directory: every method resumes bit-identically after a kill, corrupt
 state is set aside, a planted pickle is refused, one writer per run, no overwriting."""
+
 import json
 import os
 import pickle
@@ -14,11 +15,15 @@ from shared.runs.directory import RunDirectoryError
 from tests.test_fedavg import history
 
 
-
 @pytest.mark.parametrize("method", method_names())
 def test_every_method_resumes_bit_identically_after_a_kill(method, tiny_cfg, tmp_path, kill_in_round):
-    cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "federation.participation=0.5",
-                   "dataset.synthetic.image_size=16", *NEEDS.get(method, []))
+    cfg = tiny_cfg(
+        f"method={method}",
+        "federation.rounds=3",
+        "federation.participation=0.5",
+        "dataset.synthetic.image_size=16",
+        *NEEDS.get(method, []),
+    )
     trainer.run(cfg, tmp_path / "straight")
     kill_in_round(cfg, tmp_path / "resumed", 1)
     trainer.run(cfg, tmp_path / "resumed")
@@ -116,8 +121,16 @@ def test_kill_9_mid_run_then_the_same_command_resumes_bit_identically(tmp_path):
 
     from tests.conftest import TINY
 
-    command = [sys.executable, "-m", "shared.run", *TINY, "federation.rounds=5", "method=scaffold",
-               f"data_root={tmp_path / 'data'}", "trainer.progress=true"]
+    command = [
+        sys.executable,
+        "-m",
+        "shared.run",
+        *TINY,
+        "federation.rounds=5",
+        "method=scaffold",
+        f"data_root={tmp_path / 'data'}",
+        "trainer.progress=true",
+    ]
     subprocess.run([*command, "--out", str(tmp_path / "straight")], check=True, capture_output=True)
     proc = subprocess.Popen([*command, "--out", str(tmp_path / "resumed")], stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
@@ -135,6 +148,7 @@ def test_kill_9_mid_run_then_the_same_command_resumes_bit_identically(tmp_path):
 
 # --- states a crash, a full disk or a tampered file can leave: each set aside and redone ---------
 
+
 def checkpoint_with(cfg, tmp_path, kill_in_round, change):
     """A run killed after round 1 whose checkpoint `change` then damaged."""
     kill_in_round(cfg, tmp_path / "run", 1)
@@ -149,16 +163,28 @@ def first_tensor(state):
     state["global"][name] = torch.zeros(3, 1, 7)
 
 
-@pytest.mark.parametrize("change", [
-    first_tensor,
-    lambda state: state["global"].clear(),
-    lambda state: state.update(history=[{"round": 5, "train_loss": 1.0}]),
-    lambda state: state.update(history="not a list"),
-    lambda state: state.update(elapsed="soon"),
-    lambda state: state.pop("method"),
-], ids=["wrongly shaped tensor", "no model tensors", "history of another round", "history not a list",
-        "elapsed of the wrong type", "no method state"])
-def test_a_checkpoint_that_does_not_fit_is_set_aside_and_the_run_redone(change, tiny_cfg, tmp_path, kill_in_round, capsys):
+@pytest.mark.parametrize(
+    "change",
+    [
+        first_tensor,
+        lambda state: state["global"].clear(),
+        lambda state: state.update(history=[{"round": 5, "train_loss": 1.0}]),
+        lambda state: state.update(history="not a list"),
+        lambda state: state.update(elapsed="soon"),
+        lambda state: state.pop("method"),
+    ],
+    ids=[
+        "wrongly shaped tensor",
+        "no model tensors",
+        "history of another round",
+        "history not a list",
+        "elapsed of the wrong type",
+        "no method state",
+    ],
+)
+def test_a_checkpoint_that_does_not_fit_is_set_aside_and_the_run_redone(
+    change, tiny_cfg, tmp_path, kill_in_round, capsys
+):
     cfg = tiny_cfg("federation.rounds=3")
     trainer.run(cfg, tmp_path / "straight")
     checkpoint_with(cfg, tmp_path, kill_in_round, change)
@@ -170,10 +196,18 @@ def test_a_checkpoint_that_does_not_fit_is_set_aside_and_the_run_redone(change, 
     assert history(tmp_path / "run") == history(tmp_path / "straight")  # started again, the same run
 
 
-@pytest.mark.parametrize("summary", [
-    {"status": 3}, {"status": "completed", "run_id": None}, {"status": "completed", "final_acc": "high"},
-    {"status": "completed", "global_acc": 7}, [1, 2], "completed",
-], ids=["status a number", "run id null", "accuracy a string", "curve a number", "a list", "a string"])
+@pytest.mark.parametrize(
+    "summary",
+    [
+        {"status": 3},
+        {"status": "completed", "run_id": None},
+        {"status": "completed", "final_acc": "high"},
+        {"status": "completed", "global_acc": 7},
+        [1, 2],
+        "completed",
+    ],
+    ids=["status a number", "run id null", "accuracy a string", "curve a number", "a list", "a string"],
+)
 def test_a_summary_with_fields_of_the_wrong_type_is_set_aside_and_the_run_redone(summary, tiny_cfg, tmp_path, capsys):
     cfg = tiny_cfg()
     first = trainer.run(cfg, tmp_path / "run")
@@ -263,7 +297,15 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_pat
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "shared.run", *tiny_args(tmp_path), "--out", str(tmp_path / "run"), "--record-failure"]
+    command = [
+        sys.executable,
+        "-m",
+        "shared.run",
+        *tiny_args(tmp_path),
+        "--out",
+        str(tmp_path / "run"),
+        "--record-failure",
+    ]
     limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
     full = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit)
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr

@@ -1,6 +1,7 @@
 """python -m shared.run as the workflow's jobs call it: runs named by id and scale, exit codes
 that let Snakemake retry transient failures, a failure recorded on the last attempt only, a
 diverged run as a result, and finished runs of a group job put back after a sibling failed."""
+
 import json
 import os
 import subprocess
@@ -20,8 +21,13 @@ def project(tmp_path_factory):
 
 def run(root, *args):
     env = {**os.environ, "WFCHECK_DIR": str(root / "markers")}
-    return subprocess.run([sys.executable, "-m", "shared.run", "--scale", "smoke", *args, "trainer.device=cpu"],
-                          cwd=root, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "shared.run", "--scale", "smoke", *args, "trainer.device=cpu"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_a_raising_run_fails_its_job_until_the_last_attempt(project):
@@ -51,9 +57,13 @@ def test_diverged_is_a_result_and_a_group_job_restores_finished_runs(project):
     group = [f"results/runs/{ids['FedAvg']}", f"results/runs/{ids['Diverging']}"]
     proc = run(root, "--runs", *group, "--attempt", "1", "--attempts", "3")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    metrics = {rid: json.loads((root / "results" / "runs" / rid / "metrics.json").read_text())
-               for rid in (ids["FedAvg"], ids["Diverging"])}
-    assert metrics[ids["FedAvg"]]["status"] == "completed" and metrics[ids["Diverging"]]["status"].startswith("diverged")
+    metrics = {
+        rid: json.loads((root / "results" / "runs" / rid / "metrics.json").read_text())
+        for rid in (ids["FedAvg"], ids["Diverging"])
+    }
+    assert metrics[ids["FedAvg"]]["status"] == "completed" and metrics[ids["Diverging"]]["status"].startswith(
+        "diverged"
+    )
 
     # Snakemake deleted the group's outputs because a sibling failed: the retry puts them back.
     for rid in (ids["FedAvg"], ids["Diverging"]):

@@ -1,6 +1,7 @@
 """profiles/slurm on a real SLURM (one node on loopback: scripts/slurm-local.sh, which CI's
 .ci/install-slurm.sh runs): a smoke table builds, several run jobs are queued at once, and a job
 killed at its time limit is retried with twice the time and continues from its checkpoint."""
+
 import os
 import re
 import subprocess
@@ -17,20 +18,25 @@ from tests.test_workflow import make_project, paper_runs
 
 def slurm_answers() -> bool:
     try:
-        return all(subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
-                   for cmd in (["sinfo", "-h"], ["sbatch", "--version"], ["squeue", "-h"]))
+        return all(
+            subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
+            for cmd in (["sinfo", "-h"], ["sbatch", "--version"], ["squeue", "-h"])
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(not slurm_answers(), reason="no SLURM answers here (sudo scripts/slurm-local.sh starts one)")]
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(not slurm_answers(), reason="no SLURM answers here (sudo scripts/slurm-local.sh starts one)"),
+]
 
 
 def queue(name: str) -> list[dict]:
     """This workflow's SLURM jobs (squeue keeps finished ones for MinJobAge)."""
-    out = subprocess.run(["squeue", "--states=all", "--noheader", "--name", name, "-o", "%i|%T|%l|%k"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--name", name, "-o", "%i|%T|%l|%k"], capture_output=True, text=True
+    ).stdout
     return [dict(zip(("id", "state", "limit", "comment"), line.split("|", 3))) for line in out.splitlines() if line]
 
 
@@ -43,10 +49,32 @@ def test_smoke_tables_through_the_slurm_profile(tmp_path):
     fast, stalling = paper_runs("wfcheck", "table2", project), paper_runs("wfcheck", "table3", project)
     started = time.time()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--slurm-status-command", "squeue",
-         "--slurm-init-seconds-before-status-checks", "5", "--slurm-keep-successful-logs", "--latency-wait", "5",
-         "--config", "scale=smoke", "device=cpu", "runtime_minutes=1", "--", *targets],
-        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            "profiles/slurm",
+            "--slurm-status-command",
+            "squeue",
+            "--slurm-init-seconds-before-status-checks",
+            "5",
+            "--slurm-keep-successful-logs",
+            "--latency-wait",
+            "5",
+            "--config",
+            "scale=smoke",
+            "device=cpu",
+            "runtime_minutes=1",
+            "--",
+            *targets,
+        ],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output = []
     reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
     reader.start()

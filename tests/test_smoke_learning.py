@@ -3,6 +3,7 @@ data the README's first table's runs leave chance, FedSSD's selective distillati
 (its weights are not FedAvg's, and at δ=0.1, where its term is smallest, neither is its
 accuracy), and the data does not let a near-IID run reach 100%. benchmarks/smoke_learning.py
 prints the whole table, marked as the tables mark it."""
+
 import hashlib
 from types import SimpleNamespace
 
@@ -27,20 +28,32 @@ def fedssd_table2_runs(tmp_path_factory):
     near IID (δ=10), seed 0, trained as the smoke table trains them:
     {(row, column, seed): (summary, weights)}."""
     out = tmp_path_factory.mktemp("smoke_runs")
-    wanted = {("FedAvg", "δ=0.1", 0), ("FedSSD", "δ=0.1", 0), ("FedAvg", "δ=0.1", 1), ("FedSSD", "δ=0.1", 1),
-              ("FedAvg", "δ=10", 0)}
-    cells = [c for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
-             if (c.row.label, c.column.label, c.seed) in wanted]
+    wanted = {
+        ("FedAvg", "δ=0.1", 0),
+        ("FedSSD", "δ=0.1", 0),
+        ("FedAvg", "δ=0.1", 1),
+        ("FedSSD", "δ=0.1", 1),
+        ("FedAvg", "δ=10", 0),
+    }
+    cells = [
+        c
+        for c in expand(get_table("fedssd", "table2"), "smoke", {"trainer": {"device": "cpu", "progress": False}})
+        if (c.row.label, c.column.label, c.seed) in wanted
+    ]
     assert len(cells) == len(wanted)
     torch.set_num_threads(1)
-    return {(c.row.label, c.column.label, c.seed): (run(c.config, out / c.run_id), torch.load(out / c.run_id / "model.pt"))
-            for c in cells}
+    return {
+        (c.row.label, c.column.label, c.seed): (run(c.config, out / c.run_id), torch.load(out / c.run_id / "model.pt"))
+        for c in cells
+    }
 
 
 def test_smoke_runs_leave_chance(fedssd_table2_runs):
     for (row, column, seed), (summary, _) in fedssd_table2_runs.items():
         assert summary["status"] == "completed"
-        assert summary["final_acc"] > CHANCE + 5, f"{row} at {column}, seed {seed}, is at chance: {summary['global_acc']}"
+        assert summary["final_acc"] > CHANCE + 5, (
+            f"{row} at {column}, seed {seed}, is at chance: {summary['global_acc']}"
+        )
 
 
 def test_fedssd_distils_at_smoke_scale(fedssd_table2_runs):
@@ -55,8 +68,11 @@ def test_fedssd_cell_differs_from_fedavg_where_its_term_is_smallest(fedssd_table
     """The README's first table shows FedSSD apart from FedAvg in every column: at δ=0.1 (the
     column where batch size 8 tied, every seed at FedAvg's number) at least one seed's final
     accuracy differs, so the cell is not marked `$^{=}$` (README: Try it first)."""
-    accuracies = {(row, seed): summary["final_acc"] for (row, column, seed), (summary, _) in fedssd_table2_runs.items()
-                  if column == "δ=0.1"}
+    accuracies = {
+        (row, seed): summary["final_acc"]
+        for (row, column, seed), (summary, _) in fedssd_table2_runs.items()
+        if column == "δ=0.1"
+    }
     assert any(accuracies["FedSSD", seed] != accuracies["FedAvg", seed] for seed in (0, 1)), accuracies
 
 
@@ -69,16 +85,29 @@ def test_near_iid_smoke_run_is_not_saturated(fedssd_table2_runs):
 def test_smoke_report_marks_ties_with_fedavg_and_seeds_at_chance():
     """The benchmark marks what the tables mark: `=` where every seed equals FedAvg's (FedSSD at
     δ=0.1 at the earlier batch size 8: 62.90 and 58.10), `°` at chance, and lists the single seeds at chance."""
-    frame = pd.DataFrame([("FedAvg", "δ=0.1", 0, 62.9), ("FedAvg", "δ=0.1", 1, 58.1),
-                          ("FedSSD", "δ=0.1", 0, 62.9), ("FedSSD", "δ=0.1", 1, 58.1),
-                          ("FedAvg", "δ=10", 0, 77.6), ("FedAvg", "δ=10", 1, 78.7),
-                          ("FedSSD", "δ=10", 0, 77.4), ("FedSSD", "δ=10", 1, 78.7),
-                          ("MOON", "δ=0.1", 0, 10.0), ("MOON", "δ=0.1", 1, 10.4),
-                          ("MOON", "δ=10", 0, 18.7), ("MOON", "δ=10", 1, 10.0)],
-                         columns=["row", "column", "seed", "acc"]).assign(status="completed")
+    frame = pd.DataFrame(
+        [
+            ("FedAvg", "δ=0.1", 0, 62.9),
+            ("FedAvg", "δ=0.1", 1, 58.1),
+            ("FedSSD", "δ=0.1", 0, 62.9),
+            ("FedSSD", "δ=0.1", 1, 58.1),
+            ("FedAvg", "δ=10", 0, 77.6),
+            ("FedAvg", "δ=10", 1, 78.7),
+            ("FedSSD", "δ=10", 0, 77.4),
+            ("FedSSD", "δ=10", 1, 78.7),
+            ("MOON", "δ=0.1", 0, 10.0),
+            ("MOON", "δ=0.1", 1, 10.4),
+            ("MOON", "δ=10", 0, 18.7),
+            ("MOON", "δ=10", 1, 10.0),
+        ],
+        columns=["row", "column", "seed", "acc"],
+    ).assign(status="completed")
     text = report(get_table("fedssd", "table2"), frame, CHANCE, 1.0, SimpleNamespace(smoke=[], sets=[], jobs=2))
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in text.splitlines() if line.startswith("| ") and "row" not in line}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in text.splitlines()
+        if line.startswith("| ") and "row" not in line
+    }
     assert rows == {"FedAvg": ["60.50", "78.15"], "MOON": ["10.20°", "14.35"], "FedSSD": ["60.50=", "78.05"]}
     assert "FedSSD - FedAvg: δ=0.1 +0.00, δ=10 -0.10" in text
     assert "cells at chance: 1; cells equal to FedAvg at every seed (=): 1; single seeds at chance: 3" in text
@@ -107,5 +136,12 @@ def test_overlap_mixes_another_class_in():
 
 def test_overlap_is_refused_for_token_sequences():
     with pytest.raises(ConfigError, match="overlap applies to images"):
-        load_config(None, ["dataset=synthetic", "dataset.synthetic.text_length=16", "dataset.synthetic.overlap=0.5",
-                           "model=text_bow"])
+        load_config(
+            None,
+            [
+                "dataset=synthetic",
+                "dataset.synthetic.text_length=16",
+                "dataset.synthetic.overlap=0.5",
+                "model=text_bow",
+            ],
+        )

@@ -1,6 +1,7 @@
 """Runs -> table, on hand-written metrics: values, marks for failed cells, best/second (ties,
 failed and suspect cells), the comparison with the paper (rank agreement, HTML, figure), the
 LaTeX escaping and layout, and the metrics a table can ask for."""
+
 import json
 import math
 from pathlib import Path
@@ -17,12 +18,20 @@ BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}
 
 def make_table(metric=Metric()):
     return Table(
-        paper="fedssd", name="tabletest", caption="A test table.", base=BASE,
-        rows=[Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
-              Row("Future", {"name": "not-a-method-yet"})],
+        paper="fedssd",
+        name="tabletest",
+        caption="A test table.",
+        base=BASE,
+        rows=[
+            Row("FedAvg", {"name": "fedavg"}),
+            Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+            Row("Future", {"name": "not-a-method-yet"}),
+        ],
         columns=[Column("a", {"partition": {"beta": 0.1}}), Column("b", {"partition": {"beta": 0.5}})],
         reported={"FedAvg": [Reported(50.0, 1.0), Reported(60.0, 1.0)], "FedProx": [Reported(52.0), None]},
-        metric=metric, seeds=(0, 1, 2))
+        metric=metric,
+        seeds=(0, 1, 2),
+    )
 
 
 def write_runs(table, runs_dir, curves, failed=(), suspect=()):
@@ -31,11 +40,23 @@ def write_runs(table, runs_dir, curves, failed=(), suspect=()):
     for cell in expand(table, "paper"):
         accs = curves[(cell.row.label, cell.column.label)][cell.seed]
         key = (cell.row.label, cell.column.label)
-        status = ("diverged: nan" if key in failed else "suspect: at chance" if key in suspect else "completed") \
-            if cell.seed == 0 else "completed"
-        metrics = {"status": status, "run_id": cell.run_id, "eval_rounds": list(range(1, len(accs) + 1)),
-                   "global_acc": accs, "local_acc": accs, "final_acc": accs[-1], "best_acc": max(accs),
-                   "wall_time_s": 3600.0, "device": "cuda:0", "device_name": "H100"}
+        status = (
+            ("diverged: nan" if key in failed else "suspect: at chance" if key in suspect else "completed")
+            if cell.seed == 0
+            else "completed"
+        )
+        metrics = {
+            "status": status,
+            "run_id": cell.run_id,
+            "eval_rounds": list(range(1, len(accs) + 1)),
+            "global_acc": accs,
+            "local_acc": accs,
+            "final_acc": accs[-1],
+            "best_acc": max(accs),
+            "wall_time_s": 3600.0,
+            "device": "cuda:0",
+            "device_name": "H100",
+        }
         (runs_dir / cell.run_id).mkdir(parents=True, exist_ok=True)  # columns may share a run
         (runs_dir / cell.run_id / "metrics.json").write_text(json.dumps(metrics))
 
@@ -119,8 +140,10 @@ def test_fixed_target_and_accuracy_at_round(tmp_path):
 def test_columns_with_their_own_metric_and_transposed_layout(tmp_path):
     """FedCAD Table 1 puts acc and T(x%) side by side; FedGKD prints methods as columns."""
     table = make_table()
-    table.columns = [Column("acc", {"partition": {"beta": 0.1}}),
-                     Column("T(45%)", {"partition": {"beta": 0.1}}, metric=Metric("rounds_to", target=45))]
+    table.columns = [
+        Column("acc", {"partition": {"beta": 0.1}}),
+        Column("T(45%)", {"partition": {"beta": 0.1}}, metric=Metric("rounds_to", target=45)),
+    ]
     table.methods_as_columns = True
     curves = {(r, c): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in ("acc", "T(45%)")}
     write_runs(table, tmp_path / "runs", curves)
@@ -138,9 +161,13 @@ def test_columns_with_their_own_metric_and_transposed_layout(tmp_path):
 
 def test_domain_metrics(tmp_path):
     table = make_table()
-    table.columns = [Column("A", {}, metric=Metric("domain_acc", domain="amazon")),
-                     Column("Average", {}, metric=Metric("domain_avg"))]
-    write_runs(table, tmp_path / "runs", {(r, c): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in ("A", "Average")})
+    table.columns = [
+        Column("A", {}, metric=Metric("domain_acc", domain="amazon")),
+        Column("Average", {}, metric=Metric("domain_avg")),
+    ]
+    write_runs(
+        table, tmp_path / "runs", {(r, c): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in ("A", "Average")}
+    )
     for metrics_path in (tmp_path / "runs").glob("*/metrics.json"):
         metrics = json.loads(metrics_path.read_text())
         metrics["domain_acc"] = {"amazon": 40.0, "caltech": 30.0, "dslr": 60.0, "webcam": 90.0}
@@ -163,8 +190,12 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     search = Search("fedssd", "search_test", "tabletest", "FedProx", {"method.mu": [0.001, 0.1]})
     grid = search.as_table()
     assert [r.method for r in grid.rows] == [{"name": "fedprox", "mu": 0.001}, {"name": "fedprox", "mu": 0.1}]
-    better_in_a = {("mu=0.001", "a"): CURVES[("FedAvg", "a")], ("mu=0.1", "a"): CURVES[("FedProx", "a")],
-                   ("mu=0.001", "b"): CURVES[("FedProx", "b")], ("mu=0.1", "b"): CURVES[("FedAvg", "b")]}
+    better_in_a = {
+        ("mu=0.001", "a"): CURVES[("FedAvg", "a")],
+        ("mu=0.1", "a"): CURVES[("FedProx", "a")],
+        ("mu=0.001", "b"): CURVES[("FedProx", "b")],
+        ("mu=0.1", "b"): CURVES[("FedAvg", "b")],
+    }
     write_runs(grid, tmp_path / "runs", better_in_a)
     build_search(search, "paper", tmp_path / "runs", tmp_path / "out")
     best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())["best"]
@@ -181,8 +212,11 @@ def test_sweep_and_round_metric_figures(tmp_path, methods):
 
     table = make_table()
     table.rows = table.rows[:methods]
-    table.columns = [Column("μ=0.1", {"partition": {"beta": 0.1}}), Column("μ=1", {"partition": {"beta": 0.5}}),
-                     Column("τ=4", {"partition": {"beta": 5.0}})]
+    table.columns = [
+        Column("μ=0.1", {"partition": {"beta": 0.1}}),
+        Column("μ=1", {"partition": {"beta": 0.5}}),
+        Column("τ=4", {"partition": {"beta": 5.0}}),
+    ]
     curves = {(r, c.label): CURVES[(r, "a")] for r in ("FedAvg", "FedProx") for c in table.columns}
     write_runs(table, tmp_path / "runs", curves)
     for cell in expand(table, "paper"):
@@ -192,13 +226,18 @@ def test_sweep_and_round_metric_figures(tmp_path, methods):
         figure = Figure("fedssd", f"fig_{kind}", "A test figure.", kind=kind, table=table, value=value)
         build_figure(figure, "paper", tmp_path / "runs", tmp_path / kind)
         assert (tmp_path / kind / "figure.png").stat().st_size > 0
-        assert len(yaml.safe_load((tmp_path / kind / "provenance.yaml").read_text())["runs"]) == methods * 3 * 3  # rows x columns x seeds
+        assert (
+            len(yaml.safe_load((tmp_path / kind / "provenance.yaml").read_text())["runs"]) == methods * 3 * 3
+        )  # rows x columns x seeds
 
 
 def three_methods():
     table = make_table()
-    table.rows = [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox", "mu": 0.01}),
-                  Row("FedProx μ=0.1", {"name": "fedprox", "mu": 0.1})]
+    table.rows = [
+        Row("FedAvg", {"name": "fedavg"}),
+        Row("FedProx", {"name": "fedprox", "mu": 0.01}),
+        Row("FedProx μ=0.1", {"name": "fedprox", "mu": 0.1}),
+    ]
     table.reported = {}
     return table
 
@@ -247,10 +286,18 @@ def test_grouped_headers_and_rows(tmp_path):
     from shared.reporting.summary import summarize_cells
 
     table = make_table()
-    table.columns = [Column("CIFAR10 acc", {}, r"CIFAR10 acc $\uparrow$"), Column("CIFAR10 T(45%)", {}),
-                     Column("CIFAR100 acc", {}), Column("CIFAR100 T(45%)", {})]
-    table.rows = [Row("CIFAR-10, M=1", {"name": "fedavg"}), Row("CIFAR-10, M=3", {"name": "fedavg"}),
-                  Row("CIFAR-100, M=1", {"name": "fedavg"}), Row("CIFAR-100, M=3", {"name": "fedavg"})]
+    table.columns = [
+        Column("CIFAR10 acc", {}, r"CIFAR10 acc $\uparrow$"),
+        Column("CIFAR10 T(45%)", {}),
+        Column("CIFAR100 acc", {}),
+        Column("CIFAR100 T(45%)", {}),
+    ]
+    table.rows = [
+        Row("CIFAR-10, M=1", {"name": "fedavg"}),
+        Row("CIFAR-10, M=3", {"name": "fedavg"}),
+        Row("CIFAR-100, M=1", {"name": "fedavg"}),
+        Row("CIFAR-100, M=3", {"name": "fedavg"}),
+    ]
     table.reported = {}
     tex = latex_table(table, summarize_cells(table, pd.DataFrame()), "paper")
     assert r"\multicolumn{2}{c}{CIFAR10} & \multicolumn{2}{c}{CIFAR100}" in tex
@@ -275,9 +322,11 @@ def test_reporting_imports_no_training_code():
     import sys
 
     training = ("shared.training.trainer", "shared.data.federation", "shared.methods.fedavg", "shared.training.batched")
-    code = (f"import sys, shared.reporting.tables, shared.reporting.summary, shared.reporting.latex, "
-            f"shared.reporting.comparison, shared.reporting.figures; bad = [m for m in {training!r} if m in sys.modules]; "
-            "print(bad); sys.exit(bool(bad))")
+    code = (
+        f"import sys, shared.reporting.tables, shared.reporting.summary, shared.reporting.latex, "
+        f"shared.reporting.comparison, shared.reporting.figures; bad = [m for m in {training!r} if m in sys.modules]; "
+        "print(bad); sys.exit(bool(bad))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     for module in ("shared/reporting/figures.py", "shared/runs/metrics.py", "shared/runs/provenance.py"):
@@ -306,8 +355,11 @@ def test_a_table_from_several_commits_says_so_in_its_provenance(tmp_path):
 def test_cells_at_chance_are_marked_in_the_table_and_comparison(tmp_path):
     """Synthetic data has 10 classes: 10% is chance; 10.4% is within the margin, 11% is not."""
     table = make_table()
-    curves = {**CURVES, ("FedAvg", "a"): [[10, 10, 10], [10, 10, 10.4], [10, 10, 10.6]],
-              ("FedProx", "a"): [[10, 10, 11], [10, 10, 11], [10, 10, 11]]}
+    curves = {
+        **CURVES,
+        ("FedAvg", "a"): [[10, 10, 10], [10, 10, 10.4], [10, 10, 10.6]],
+        ("FedProx", "a"): [[10, 10, 11], [10, 10, 11], [10, 10, 11]],
+    }
     write_runs(table, tmp_path / "runs", curves)
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
@@ -329,8 +381,11 @@ def test_cells_whose_every_seed_equals_fedavg_are_marked(tmp_path):
     """FedProx at a has FedAvg's value at every seed (the same numbers in another seed order are
     not equal), and is marked in the table and the comparison; FedAvg itself never is."""
     table = make_table()
-    curves = {**CURVES, ("FedProx", "a"): CURVES["FedAvg", "a"],
-              ("FedProx", "b"): [CURVES["FedAvg", "b"][i] for i in (1, 0, 2)]}
+    curves = {
+        **CURVES,
+        ("FedProx", "a"): CURVES["FedAvg", "a"],
+        ("FedProx", "b"): [CURVES["FedAvg", "b"][i] for i in (1, 0, 2)],
+    }
     write_runs(table, tmp_path / "runs", curves)
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])

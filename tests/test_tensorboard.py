@@ -1,5 +1,6 @@
 """trainer.tensorboard=true: each round's metrics as TensorBoard events in the run directory,
 read back with TensorBoard's own event reader; the switch is no part of the run id."""
+
 import json
 
 import pytest

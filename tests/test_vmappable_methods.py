@@ -10,6 +10,7 @@ The method's state is one trained round old (two of four clients trained, so tha
 models, FedCurv's Fisher terms, SCAFFOLD's controls and the class statistics exist for some
 clients and not others), and the local model has moved away from the global one, so that no
 distillation term is at its minimum, where its gradient would vanish and prove nothing."""
+
 import copy
 
 import pytest
@@ -30,18 +31,29 @@ NOT_PER_SAMPLE = {
 }
 
 # Overrides each method needs to run at all, then the variants of its loss worth covering.
-NEEDS = {"fedcad": ["aux.per_class=2"], "fedssd": ["aux.per_class=2", "method.threshold=0", "method.m_max=1"],
-         "moon": ["model.projection_dim=8"]}
+NEEDS = {
+    "fedcad": ["aux.per_class=2"],
+    "fedssd": ["aux.per_class=2", "method.threshold=0", "method.m_max=1"],
+    "moon": ["model.projection_dim=8"],
+}
 VARIANTS = {
     "fedcad": [[], ["method.estimate_on=local"]],
     "fedssd": [[], ["method.loss=kl"], ["method.loss=mse"], ["method.mask_weight=m", "method.class_reduction=mean"]],
-    "fedgkd": [[], ["method.vote=true", "dataset.val_fraction=0.1"], ["method.regulariser=mse"],
-               ["method.released_code=true", "method.temperature=2"]],
+    "fedgkd": [
+        [],
+        ["method.vote=true", "dataset.val_fraction=0.1"],
+        ["method.regulariser=mse"],
+        ["method.released_code=true", "method.temperature=2"],
+    ],
 }
 FEDAVG_LOSS = {"fedavg", "fednova", "fedavgm"}  # methods whose local loss is plain cross-entropy
 
-TINY_ROUND = ["dataset.synthetic.image_size=16", "dataset.synthetic.train_per_class=8", "local.batch_size=6",
-              "local.lr=0.1"]
+TINY_ROUND = [
+    "dataset.synthetic.image_size=16",
+    "dataset.synthetic.train_per_class=8",
+    "local.batch_size=6",
+    "local.lr=0.1",
+]
 
 
 def per_sample_methods() -> list[str]:
@@ -49,8 +61,11 @@ def per_sample_methods() -> list[str]:
 
 
 def cases():
-    return [pytest.param(name, [*NEEDS.get(name, []), *variant], id=" ".join([name, *variant]))
-            for name in per_sample_methods() for variant in VARIANTS.get(name, [[]])]
+    return [
+        pytest.param(name, [*NEEDS.get(name, []), *variant], id=" ".join([name, *variant]))
+        for name in per_sample_methods()
+        for variant in VARIANTS.get(name, [[]])
+    ]
 
 
 class LocalLoss(nn.Module):
@@ -111,12 +126,16 @@ def shared_by_slots(values: dict) -> dict:
     (stacked where slots differ in them, shared/training/slot_state.py), and None, which says a term is
     off for every slot. A container of tensors or modules would be shared by every slot: the
     test refuses it outright."""
-    shared = {k: v for k, v in values.items()
-              if v is not None and not isinstance(v, (torch.Tensor, nn.Module)) and type(v) is not float}
+    shared = {
+        k: v
+        for k, v in values.items()
+        if v is not None and not isinstance(v, (torch.Tensor, nn.Module)) and type(v) is not float
+    }
     for name, value in shared.items():
         inside = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else []
         assert not any(isinstance(v, (torch.Tensor, nn.Module)) for v in inside), (
-            f"local_loss reads {name}, a {type(value).__name__} of tensors or modules: make it one tensor or module")
+            f"local_loss reads {name}, a {type(value).__name__} of tensors or modules: make it one tensor or module"
+        )
     return shared
 
 
@@ -146,11 +165,14 @@ def test_local_loss_is_the_mean_of_its_per_sample_losses_under_vmap(tiny_cfg, fl
     trained, fresh = federation.clients[0], federation.clients[2]  # client 2 has not trained yet
 
     # another run of the group (another seed: other data, other global model), and other clients
-    other_run, other_federation, other_global = one_round_old(tiny_cfg(*TINY_ROUND, f"method={name}", *overrides, "seed=1"))
+    other_run, other_federation, other_global = one_round_old(
+        tiny_cfg(*TINY_ROUND, f"method={name}", *overrides, "seed=1")
+    )
     other_run.start_client(other_federation.clients[0], copy.deepcopy(other_global))
     other_x, other_y, other_inputs = batch_of(other_run, other_federation.clients[0], cfg)
-    other = shared_by_slots(attributes_local_loss_reads(
-        other_run, moved_local_model(other_global), other_x, other_y, None, **other_inputs))
+    other = shared_by_slots(
+        attributes_local_loss_reads(other_run, moved_local_model(other_global), other_x, other_y, None, **other_inputs)
+    )
     for client in (fresh, trained):
         method.start_client(client, copy.deepcopy(global_model))
         model = moved_local_model(global_model)
@@ -172,6 +194,7 @@ def test_local_loss_is_the_mean_of_its_per_sample_losses_under_vmap(tiny_cfg, fl
         def mean_of_per_sample_losses(params):
             def one_sample(xi, yi, row):
                 return functional_call(wrapper, params, (xi[None], yi[None], {k: v[None] for k, v in row.items()}))
+
             per_sample = vmap(one_sample)(x, y, inputs)
             return per_sample.mean()
 

@@ -1,4 +1,5 @@
 """The Snakemake workflow, run in a copy of the project so the checkout stays clean."""
+
 import csv
 import json
 import os
@@ -67,7 +68,7 @@ class Stalling(FedAvg):
             time.sleep(3600)
         super().prepare_round(round, global_model)
 '''
-CHECK_PAPER_TABLES = '''from shared.targets.experiments import Column, Row, Table
+CHECK_PAPER_TABLES = """from shared.targets.experiments import Column, Row, Table
 
 BASE = {"dataset": {"name": "cifar10"}, "model": {"name": "fedavg_cnn"},
         "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 4}, "federation": {"rounds": 3}}
@@ -83,7 +84,7 @@ TABLES = [
     Table("wfcheck", "table4", "Local epochs", BASE, [Row("FedAvg", {"name": "fedavg"})],
           [Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5)], {}, seeds=(0,)),
 ]
-'''
+"""
 
 
 def make_project(copy: Path, check_paper: bool = False) -> Path:
@@ -106,8 +107,10 @@ def make_project(copy: Path, check_paper: bool = False) -> Path:
 
 def paper_runs(paper: str, table: str, project: Path, scale: str = "smoke") -> list[str]:
     """Run ids of a table as the project copy expands it (the test paper is only there)."""
-    code = ("import json; from shared.targets.experiments import expand, get_table; "
-            f"print(json.dumps([c.run_id for c in expand(get_table({paper!r}, {table!r}), {scale!r})]))")
+    code = (
+        "import json; from shared.targets.experiments import expand, get_table; "
+        f"print(json.dumps([c.run_id for c in expand(get_table({paper!r}, {table!r}), {scale!r})]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
@@ -124,8 +127,9 @@ def skip_generated(directory, names):
 
 
 def snakemake(project, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True, env=env
+    )
 
 
 def job_counts(stdout: str) -> dict[str, int]:
@@ -187,7 +191,11 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     comparison = pd.read_csv(out / "comparison.csv")
     assert comparison.loc[comparison.row == "FedAvg", "paper_mean"].tolist() == [61.73, 71.29, 71.56, 72.98]
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
-    assert provenance["scale"] == "smoke" and provenance["runs"] == 4 * 2 * sum(r.implemented for r in definition.rows) and provenance["packages"]["torch"]
+    assert (
+        provenance["scale"] == "smoke"
+        and provenance["runs"] == 4 * 2 * sum(r.implemented for r in definition.rows)
+        and provenance["packages"]["torch"]
+    )
     fig = project / "results" / "smoke" / "fedcad" / "fig4"
     assert (fig / "figure.png").stat().st_size > 0 and (fig / "figure.pdf").stat().st_size > 0
 
@@ -201,7 +209,18 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
     assert "figure.png" in (project / "results" / "logs" / "smoke" / "figures" / "fedcad-fig4.log").read_text()
     with open(project / "results" / "index.csv", newline="") as f:
         index = list(csv.DictReader(f))
-    assert list(index[0]) == ["run_id", "paper", "table", "method", "row", "column", "seed", "scale", "status", "final_acc"]
+    assert list(index[0]) == [
+        "run_id",
+        "paper",
+        "table",
+        "method",
+        "row",
+        "column",
+        "seed",
+        "scale",
+        "status",
+        "final_acc",
+    ]
     mine = [r for r in index if r["table"] == "table2" and r["paper"] == "fedcad"]
     assert sorted(r["run_id"] for r in mine) == sorted(run_ids)
     assert all(r["scale"] == "smoke" and r["status"] == "completed" and float(r["final_acc"]) >= 0 for r in mine)
@@ -227,12 +246,23 @@ def test_speed_switches_on_a_finished_table_retrain_nothing(project):
     the finished smoke table of the test above schedules nothing (it used to retrain every run)."""
     target = "papers/fedcad/table2"
     base = ["--config", "scale=smoke", "device=cpu"]
-    assert (project / "results" / "smoke" / "fedcad" / "table2" / "table.csv").exists(), "runs after the end-to-end test"
-    for switch in (["client_threads=2"], ["clients_per_step=2"], ["runs_per_job=2"], ["runs_per_job=3"],
-                   ["data_root=elsewhere"], ["device=auto"]):
+    assert (project / "results" / "smoke" / "fedcad" / "table2" / "table.csv").exists(), (
+        "runs after the end-to-end test"
+    )
+    for switch in (
+        ["client_threads=2"],
+        ["clients_per_step=2"],
+        ["runs_per_job=2"],
+        ["runs_per_job=3"],
+        ["data_root=elsewhere"],
+        ["device=auto"],
+    ):
         dry = snakemake(project, "-n", *base, *switch, "--", target)
         assert dry.returncode == 0, dry.stderr[-2000:]
-        assert job_counts(dry.stdout) == {} and "Nothing to be done" in dry.stdout + dry.stderr, (switch, dry.stdout[-3000:])
+        assert job_counts(dry.stdout) == {} and "Nothing to be done" in dry.stdout + dry.stderr, (
+            switch,
+            dry.stdout[-3000:],
+        )
     dry = snakemake(project, "-n", *base, "--", target, env={**os.environ, "FEDREPRO_DATA": "/somewhere/else"})
     assert job_counts(dry.stdout) == {} and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
 
@@ -297,14 +327,26 @@ def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_proj
     invocation. A diverged run is a permanent result on its first attempt."""
     project = check_project
     env = {**os.environ, "WFCHECK_DIR": str(tmp_path / "markers")}
-    args = ["--cores", "2", "--keep-going", "--config", "scale=smoke", "device=cpu", "retries=1", "--",
-            "papers/wfcheck/table1"]
+    args = [
+        "--cores",
+        "2",
+        "--keep-going",
+        "--config",
+        "scale=smoke",
+        "device=cpu",
+        "retries=1",
+        "--",
+        "papers/wfcheck/table1",
+    ]
     proc = snakemake(project, *args, "papers/wfcheck/table4", env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     # a reduced scale that makes columns one experiment says so in the table job's log
     log = (project / "results" / "logs" / "smoke" / "tables" / "wfcheck-table4.log").read_text()
     assert "warning: " in log and "E=1, E=5 are the same runs" in log, log
-    ids = {row: [rid] for row, rid in zip(("FedAvg", "Flaky", "Broken", "Diverging"), paper_runs("wfcheck", "table1", project))}
+    ids = {
+        row: [rid]
+        for row, rid in zip(("FedAvg", "Flaky", "Broken", "Diverging"), paper_runs("wfcheck", "table1", project))
+    }
     runs, logs = project / "results" / "runs", project / "results" / "logs" / "runs"
     status = lambda rid: json.loads((runs / rid / "metrics.json").read_text())["status"]
     assert all(status(r) == "completed" for r in ids["FedAvg"] + ids["Flaky"])
@@ -377,13 +419,17 @@ RUNTIME = {"data_root": "data", "trainer": {"device": "cpu", "clients_per_step":
 
 def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, monkeypatch):
     from shared.targets import expansion as module
+
     first = module.expansion("smoke", RUNTIME, tmp_path)
     assert (tmp_path / "smoke.pickle").exists()
     table = get_table("fedssd", "table2")
-    assert first.target_runs("fedssd", "table", "table2") == list(dict.fromkeys(c.run_id for c in expand(table, "smoke")))
+    assert first.target_runs("fedssd", "table", "table2") == list(
+        dict.fromkeys(c.run_id for c in expand(table, "smoke"))
+    )
     search = next(iter(paper_searches("fedssd").values()))  # a table's and a search's runs are their grid's
-    assert first.target_runs("fedssd", "search", search.name) == list(dict.fromkeys(
-        c.run_id for c in expand(search.as_table(), "smoke")))
+    assert first.target_runs("fedssd", "search", search.name) == list(
+        dict.fromkeys(c.run_id for c in expand(search.as_table(), "smoke"))
+    )
 
     def must_not_expand(*args):
         raise AssertionError("expanded again although the code and settings are the same")
@@ -403,11 +449,14 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
 
 
 def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
-    code = ("import sys; from shared.targets.expansion import expansion; "
-            f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
-            "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))")
-    fill, cached = (subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-                    for _ in range(2))
+    code = (
+        "import sys; from shared.targets.expansion import expansion; "
+        f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
+        "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))"
+    )
+    fill, cached = (
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True) for _ in range(2)
+    )
     assert fill.returncode == 0 and cached.returncode == 0, fill.stderr + cached.stderr
     assert fill.stdout.split()[0] == cached.stdout.split()[0]
     assert cached.stdout.split()[1:] == ["False", "False"]
@@ -433,7 +482,9 @@ def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
     args = ["--config", "scale=paper", "device=cpu", f"copy=cifar10={sha}", "--", "papers/fedcad/table4"]
     runs = campaign_runs(["papers/fedcad/table4"], "paper", Copy("cifar10", sha))[0]
     planned = snakemake(project, "-n", *args)
-    assert job_counts(planned.stdout) == {"run": len(runs), "table": 1, "papers/fedcad/table4": 1}, planned.stderr[-2000:]
+    assert job_counts(planned.stdout) == {"run": len(runs), "table": 1, "papers/fedcad/table4": 1}, planned.stderr[
+        -2000:
+    ]
     for rid in runs:
         finish_for_table(project / "results" / "runs", rid, 60.0)
     built = snakemake(project, "--cores", "1", *args)
@@ -448,5 +499,7 @@ def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
     for summary in ("shared_runs", "fedcad/claims"):  # they span the official data: none is built on a copy
         planned = snakemake(project, "-n", *args[:-1], f"results/cifar10-png-copy-{sha[:7]}/{summary}")
         assert planned.returncode != 0 and "No rule to produce" in planned.stdout + planned.stderr, summary
-    bad = snakemake(project, "-n", "--config", "scale=paper", "device=cpu", f"copy=cifar10={'0' * 64}", "--", "papers/fedcad/table4")
+    bad = snakemake(
+        project, "-n", "--config", "scale=paper", "device=cpu", f"copy=cifar10={'0' * 64}", "--", "papers/fedcad/table4"
+    )
     assert bad.returncode != 0 and "no file with that SHA-256" in bad.stdout + bad.stderr

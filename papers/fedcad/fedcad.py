@@ -14,6 +14,7 @@ and beta = gamma = 0 is FedAvg.
 Switches: `estimate_on=local` estimates E_{x|y} on the client's own data (the student abstract);
 `phi_at_temperature=false` takes p_g at T = 1 in phi (the paper defines p_g at temperature T).
 """
+
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,15 +42,21 @@ class FedCAD(FedLSD):
         beta: Probability = 0.3  # lower bound of a_y; the paper tunes it in {0, 0.3, 0.5, 0.7}
         gamma: Probability = 0.5  # upper bound of a_y
         temperature: Positive = 2.0  # not stated for FedCAD; FedLSD's T
-        estimate_on: Literal["aux", "local"] = "aux"  # aux: the server's auxiliary data (the paper) | local (student abstract)
+        estimate_on: Literal["aux", "local"] = (
+            "aux"  # aux: the server's auxiliary data (the paper) | local (student abstract)
+        )
         phi_at_temperature: bool = True  # p_g at temperature T in phi (the paper's p_g), else at T = 1
 
     @classmethod
     def check_config(cls, params, cfg):
-        check(params.beta <= params.gamma,
-              f"method.beta={params.beta} must be <= method.gamma={params.gamma}: a_y lies in [beta, gamma]")
-        check(params.estimate_on != "aux" or cfg.aux.per_class > 0,
-              "FedCAD estimates its weights on the server's auxiliary data: set aux.per_class (32)")
+        check(
+            params.beta <= params.gamma,
+            f"method.beta={params.beta} must be <= method.gamma={params.gamma}: a_y lies in [beta, gamma]",
+        )
+        check(
+            params.estimate_on != "aux" or cfg.aux.per_class > 0,
+            "FedCAD estimates its weights on the server's auxiliary data: set aux.per_class (32)",
+        )
 
     def estimate(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         p = self.params

@@ -6,6 +6,7 @@ train 10 local epochs there with FedAvg, FedLSD and FedCAD, and test each local 
 class. The paper's "certain client" holds classes 6-9 mostly; we take the client whose label
 distribution has the lowest entropy (the most skewed one), or `client` if given.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,12 +29,16 @@ from shared.training.trainer import resolve_device
 
 # Student abstract, Fig. 2: per-class share of the client's data and per-class accuracy.
 REPORTED = pd.DataFrame(
-    [[0.0, 0.0, 0.02, 0.03, 0.04, 0.08, 0.18, 0.22, 0.22, 0.22],
-     [0.58, 0.8, 0.62, 0.78, 0.67, 0.72, 0.3, 0.03, 0.18, 0.07],
-     [0.0, 0.1, 0.39, 0.42, 0.21, 0.24, 0.65, 0.81, 0.86, 0.83],
-     [0.56, 0.79, 0.62, 0.78, 0.69, 0.61, 0.47, 0.05, 0.25, 0.12],
-     [0.48, 0.68, 0.54, 0.71, 0.59, 0.51, 0.66, 0.38, 0.72, 0.65]],
-    index=["Data", "Global", "FedAvg", "FedLSD", "FedCAD"], columns=range(10))
+    [
+        [0.0, 0.0, 0.02, 0.03, 0.04, 0.08, 0.18, 0.22, 0.22, 0.22],
+        [0.58, 0.8, 0.62, 0.78, 0.67, 0.72, 0.3, 0.03, 0.18, 0.07],
+        [0.0, 0.1, 0.39, 0.42, 0.21, 0.24, 0.65, 0.81, 0.86, 0.83],
+        [0.56, 0.79, 0.62, 0.78, 0.69, 0.61, 0.47, 0.05, 0.25, 0.12],
+        [0.48, 0.68, 0.54, 0.71, 0.59, 0.51, 0.66, 0.38, 0.72, 0.65],
+    ],
+    index=["Data", "Global", "FedAvg", "FedLSD", "FedCAD"],
+    columns=range(10),
+)
 
 LOCAL_EPOCHS = 10
 
@@ -56,11 +61,15 @@ def probe(table: Table, fedavg: Cell, runs_dir: Path, client: int | None = None)
     global_model.load_state_dict(load_tensors(runs_dir / fedavg.run_id / "model.pt", device))
     cid = most_skewed_client(federation.counts) if client is None else client
     counts = federation.counts[cid]
-    rows = {"Data": counts / counts.sum(),
-            "Global": np.array(evaluate(global_model, federation.test, federation, cfg)["per_class_acc"]) / 100}
+    rows = {
+        "Data": counts / counts.sum(),
+        "Global": np.array(evaluate(global_model, federation.test, federation, cfg)["per_class_acc"]) / 100,
+    }
     for row in table.rows:
-        local_cfg = load_config(None, deep_merge(to_dict(cfg), deep_merge(row.config, {
-            "method": row.method, "local": {"epochs": LOCAL_EPOCHS}})))
+        local_cfg = load_config(
+            None,
+            deep_merge(to_dict(cfg), deep_merge(row.config, {"method": row.method, "local": {"epochs": LOCAL_EPOCHS}})),
+        )
         method = build_method(local_cfg, federation)
         method.prepare_round(cfg.federation.rounds, global_model)
         model = copy.deepcopy(global_model)
@@ -81,8 +90,9 @@ def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str
     ours.to_csv(f"{out_stem}.csv")
     fig, axes = plt.subplots(2, 1, figsize=(7, 6.5))
     for ax, frame, name in ((axes[0], ours, "ours"), (axes[1], REPORTED, "paper (student abstract, Fig. 2)")):
-        sns.heatmap(frame, ax=ax, annot=True, fmt=".2f", cmap="Blues", vmin=0, vmax=1, cbar=False,
-                    annot_kws={"size": 8})
+        sns.heatmap(
+            frame, ax=ax, annot=True, fmt=".2f", cmap="Blues", vmin=0, vmax=1, cbar=False, annot_kws={"size": 8}
+        )
         ax.set_title(name)
         ax.set_xlabel("class")
     finish(fig, out_stem, title)  # the title wrapped to the heatmaps' width: they fill the canvas

@@ -1,6 +1,7 @@
 """FedCAD (He et al., "Class-Wise Adaptive Self Distillation for Heterogeneous Federated
 Learning", FL-AAAI-22): its tables, figures and searches as data, with the numbers the paper
 reports. The paper prints single numbers (no spread); we run three seeds."""
+
 from shared.reporting.claims import Best, FewestRounds, Trend
 from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
@@ -15,8 +16,12 @@ R = Reported
 CIFAR100 = {"dataset": {"name": "cifar100"}, "model": {"name": "resnet50"}}
 # About 2,000 writers assigned at random to 10 clients (NIID-Bench's "real" partition; our
 # generator: partition.rng=niid_bench draws only the label partitions).
-FEMNIST = {"dataset": {"name": "femnist"}, "model": {"name": "resnet50"},
-           "partition": {"kind": "writers", "rng": None}, "federation": {"rounds": 50}}
+FEMNIST = {
+    "dataset": {"name": "femnist"},
+    "model": {"name": "resnet50"},
+    "partition": {"kind": "writers", "rng": None},
+    "federation": {"rounds": 50},
+}
 
 # The paper tunes FedProx's mu in {0.001, 0.01, 0.1}, FedLSD's weight in {0.1, 0.3, 0.5} (T=2)
 # and FedCAD's beta, gamma in {0, 0.3, 0.5, 0.7}, but does not report the values it chose:
@@ -34,10 +39,12 @@ def dirichlet(beta: float) -> Column:
 
 
 TABLE1 = Table(
-    paper="fedcad", name="table1",
+    paper="fedcad",
+    name="table1",
     caption="The top-1 test accuracy (acc) after training the target rounds and the number of "
-            "communication rounds (T) to achieve the target accuracy.",
-    base=MOON_CIFAR10, rows=METHODS,
+    "communication rounds (T) to achieve the target accuracy.",
+    base=MOON_CIFAR10,
+    rows=METHODS,
     columns=[
         Column("CIFAR10 acc", {}, r"CIFAR10 acc $\uparrow$"),
         Column("CIFAR10 T(65%)", {}, r"CIFAR10 T(65\%) $\downarrow$", Metric("rounds_to", target=65)),
@@ -52,18 +59,26 @@ TABLE1 = Table(
         "FedLSD": [R(72.56), R(38), R(72.64), R(29), R(94.68), R(5)],
         "FedCAD": [R(73.14), R(22), R(73.27), R(20), R(94.65), R(4)],
     },
-    inconsistencies=[Inconsistency("FedCAD", "CIFAR10 T(65%)", "the text says FedCAD needs 58.54% of FedAvg's 41 "
-                                   "rounds, which is 24 rounds.", implied=24)],
+    inconsistencies=[
+        Inconsistency(
+            "FedCAD",
+            "CIFAR10 T(65%)",
+            "the text says FedCAD needs 58.54% of FedAvg's 41 rounds, which is 24 rounds.",
+            implied=24,
+        )
+    ],
     curves=True,  # Fig. 4: the learning curves on CIFAR-10
     notes="FEMNIST: LEAF's 62 classes, all of LEAF's writers grouped into 10 clients; the paper says about 2,000 "
-          "writers, which partition.writers=2000 draws (a seeded choice; this table uses all writers). The paper's "
-          "94% suggests the 10-class digits variant may have been used: dataset.name=femnist_digits.",
+    "writers, which partition.writers=2000 draws (a seeded choice; this table uses all writers). The paper's "
+    "94% suggests the 10-class digits variant may have been used: dataset.name=femnist_digits.",
 )
 
 TABLE2 = Table(
-    paper="fedcad", name="table2",
+    paper="fedcad",
+    name="table2",
     caption="The top-1 test accuracy with different levels of data heterogeneity on CIFAR10.",
-    base=MOON_CIFAR10, rows=METHODS,
+    base=MOON_CIFAR10,
+    rows=METHODS,
     columns=[dirichlet(d) for d in (0.1, 0.5, 5.0, 10.0)],
     reported={
         "FedAvg": [R(61.73), R(71.29), R(71.56), R(72.98)],
@@ -75,7 +90,8 @@ TABLE2 = Table(
 
 # "We partition CIFAR10 training dataset into 100 clients and randomly sample C=0.1,0.3,0.5."
 TABLE3 = Table(
-    paper="fedcad", name="table3",
+    paper="fedcad",
+    name="table3",
     caption="The top-1 test accuracy with different clients sampling ratio on CIFAR10.",
     base={**MOON_CIFAR10, "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 100, "rng": "niid_bench"}},
     rows=METHODS,
@@ -90,9 +106,11 @@ TABLE3 = Table(
 )
 
 TABLE4 = Table(
-    paper="fedcad", name="table4",
+    paper="fedcad",
+    name="table4",
     caption="The top-1 test accuracy with different number of local epochs on CIFAR10.",
-    base=MOON_CIFAR10, rows=METHODS,
+    base=MOON_CIFAR10,
+    rows=METHODS,
     columns=[Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 10, 20, 50)],
     reported={
         "FedAvg": [R(64.19), R(70.81), R(70.01), R(68.40)],
@@ -101,10 +119,12 @@ TABLE4 = Table(
         "FedCAD": [R(65.10), R(73.14), R(72.63), R(72.51)],
     },
     inconsistencies=[
-        Inconsistency("FedAvg", "E=10", "E=10 is the default setting, for which Tables 1 and 2 print 71.29.",
-                      implied=71.29),
-        Inconsistency("FedLSD", "E=10", "E=10 is the default setting, for which Tables 1 and 2 print 72.56.",
-                      implied=72.56),
+        Inconsistency(
+            "FedAvg", "E=10", "E=10 is the default setting, for which Tables 1 and 2 print 71.29.", implied=71.29
+        ),
+        Inconsistency(
+            "FedLSD", "E=10", "E=10 is the default setting, for which Tables 1 and 2 print 72.56.", implied=72.56
+        ),
     ],
 )
 
@@ -113,49 +133,114 @@ TABLES = [TABLE1, TABLE2, TABLE3, TABLE4]
 # What the abstract and the analysis of the tables claim: FedCAD outperforms the state of the
 # art, converges in fewer rounds, and gains more over FedAvg the longer clients train.
 CLAIMS = [
-    Best("table2", "FedCAD has the best mean accuracy at every level of heterogeneity on CIFAR-10.",
-         "abstract: outperforms other state-of-the-art FL algorithms", rows=("FedCAD",)),
-    Best("table1", "FedCAD has the best final accuracy on CIFAR-10 and CIFAR-100.",
-         "abstract: outperforms other state-of-the-art FL algorithms on benchmark datasets", rows=("FedCAD",),
-         columns=("CIFAR10 acc", "CIFAR100 acc")),
-    FewestRounds("table1", "FedCAD reaches the target accuracy in the fewest rounds on CIFAR-10 and FEMNIST.",
-                 "Table 1's text: fewer communication rounds to the target accuracy", rows=("FedCAD",),
-                 columns=("CIFAR10 T(65%)", "FEMNIST T(90%)")),
-    Best("table3", "FedCAD has the best mean accuracy at every client sampling ratio.",
-         "abstract: outperforms other state-of-the-art FL algorithms", rows=("FedCAD",)),
-    Best("table4", "FedCAD has the best mean accuracy at every number of local epochs.",
-         "Table 4's text: exceeds the other methods under every E", rows=("FedCAD",)),
-    Trend("table4", "FedCAD's gain over FedAvg grows with the local epochs.",
-          "Table 4's text: with local epochs growing, the improvement margin increases", row="FedCAD",
-          columns=("E=1", "E=10", "E=20", "E=50"), minus="FedAvg"),
+    Best(
+        "table2",
+        "FedCAD has the best mean accuracy at every level of heterogeneity on CIFAR-10.",
+        "abstract: outperforms other state-of-the-art FL algorithms",
+        rows=("FedCAD",),
+    ),
+    Best(
+        "table1",
+        "FedCAD has the best final accuracy on CIFAR-10 and CIFAR-100.",
+        "abstract: outperforms other state-of-the-art FL algorithms on benchmark datasets",
+        rows=("FedCAD",),
+        columns=("CIFAR10 acc", "CIFAR100 acc"),
+    ),
+    FewestRounds(
+        "table1",
+        "FedCAD reaches the target accuracy in the fewest rounds on CIFAR-10 and FEMNIST.",
+        "Table 1's text: fewer communication rounds to the target accuracy",
+        rows=("FedCAD",),
+        columns=("CIFAR10 T(65%)", "FEMNIST T(90%)"),
+    ),
+    Best(
+        "table3",
+        "FedCAD has the best mean accuracy at every client sampling ratio.",
+        "abstract: outperforms other state-of-the-art FL algorithms",
+        rows=("FedCAD",),
+    ),
+    Best(
+        "table4",
+        "FedCAD has the best mean accuracy at every number of local epochs.",
+        "Table 4's text: exceeds the other methods under every E",
+        rows=("FedCAD",),
+    ),
+    Trend(
+        "table4",
+        "FedCAD's gain over FedAvg grows with the local epochs.",
+        "Table 4's text: with local epochs growing, the improvement margin increases",
+        row="FedCAD",
+        columns=("E=1", "E=10", "E=20", "E=50"),
+        minus="FedAvg",
+    ),
 ]
 
 # Fig. 1: 10 FedAvg rounds on CIFAR-10 Dir(0.5), then 10 local epochs on one client with each method.
 FORGETTING_PROBE = Table(
-    paper="fedcad", name="fig1_grid", caption="Global model after 10 FedAvg rounds",
+    paper="fedcad",
+    name="fig1_grid",
+    caption="Global model after 10 FedAvg rounds",
     base={**MOON_CIFAR10, "federation": {"rounds": 10, "participation": 1.0}, "aux": {"per_class": 32}},
-    rows=[METHODS[0], METHODS[2], METHODS[3]], columns=[Column("δ=0.5", {})], reported={}, seeds=(0,))
+    rows=[METHODS[0], METHODS[2], METHODS[3]],
+    columns=[Column("δ=0.5", {})],
+    reported={},
+    seeds=(0,),
+)
 
 FIGURES = [
-    Figure("fedcad", "fig1", "Per-class accuracy of one client's local model after 10 local epochs from a global "
-           "model trained 10 rounds with FedAvg (first row: the client's data; second: the global model).",
-           kind="custom", table=FORGETTING_PROBE, rows=["FedAvg"], draw_with=draw_per_class),
-    Figure("fedcad", "fig3", "The data distribution of each client (CIFAR-10, Dir(0.5)).",
-           kind="partitions", table="table2", columns=["δ=0.5"]),
-    Figure("fedcad", "fig4", "The learning curves on CIFAR-10 (Dir(0.5)): global accuracy and local average accuracy.",
-           kind="curves", table="table2", columns=["δ=0.5"]),
+    Figure(
+        "fedcad",
+        "fig1",
+        "Per-class accuracy of one client's local model after 10 local epochs from a global "
+        "model trained 10 rounds with FedAvg (first row: the client's data; second: the global model).",
+        kind="custom",
+        table=FORGETTING_PROBE,
+        rows=["FedAvg"],
+        draw_with=draw_per_class,
+    ),
+    Figure(
+        "fedcad",
+        "fig3",
+        "The data distribution of each client (CIFAR-10, Dir(0.5)).",
+        kind="partitions",
+        table="table2",
+        columns=["δ=0.5"],
+    ),
+    Figure(
+        "fedcad",
+        "fig4",
+        "The learning curves on CIFAR-10 (Dir(0.5)): global accuracy and local average accuracy.",
+        kind="curves",
+        table="table2",
+        columns=["δ=0.5"],
+    ),
 ]
 
 # The grids of "Hyper-parameters", at the default setting of each dataset in Table 1.
 ACC_COLUMNS = ["CIFAR10 acc", "CIFAR100 acc", "FEMNIST acc"]
 SEARCHES = [
-    Search("fedcad", "search_fedprox", "table1", "FedProx", {"method.mu": [0.001, 0.01, 0.1]}, ACC_COLUMNS,
-           "FedProx mu"),
-    Search("fedcad", "search_fedlsd", "table1", "FedLSD", {"method.alpha": [0.1, 0.3, 0.5]}, ACC_COLUMNS,
-           "FedLSD distillation weight (T=2)"),
+    Search(
+        "fedcad", "search_fedprox", "table1", "FedProx", {"method.mu": [0.001, 0.01, 0.1]}, ACC_COLUMNS, "FedProx mu"
+    ),
+    Search(
+        "fedcad",
+        "search_fedlsd",
+        "table1",
+        "FedLSD",
+        {"method.alpha": [0.1, 0.3, 0.5]},
+        ACC_COLUMNS,
+        "FedLSD distillation weight (T=2)",
+    ),
     # "we tune beta and gamma from {0, 0.3, 0.5, 0.7} respectively", with beta <= gamma (Eq. 6:
     # they bound a_y from below and above; beta = gamma is FedLSD, or FedAvg at 0)
-    Search("fedcad", "search_fedcad", "table1", "FedCAD",
-           {"method.beta": [0.0, 0.3, 0.5, 0.7], "method.gamma": [0.0, 0.3, 0.5, 0.7]}, ACC_COLUMNS,
-           "FedCAD beta and gamma", admissible=lambda point: point["method.beta"] <= point["method.gamma"]),
+    Search(
+        "fedcad",
+        "search_fedcad",
+        "table1",
+        "FedCAD",
+        {"method.beta": [0.0, 0.3, 0.5, 0.7], "method.gamma": [0.0, 0.3, 0.5, 0.7]},
+        ACC_COLUMNS,
+        "FedCAD beta and gamma",
+        admissible=lambda point: point["method.beta"] <= point["method.gamma"],
+    ),
 ]

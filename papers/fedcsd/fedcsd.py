@@ -20,6 +20,7 @@ the teacher is never put in eval mode (BatchNorm normalises by each batch); the 
 the refined logits and delta is not detached.
 The share of samples the mask removes is logged each round as `mask_filter_rate` (Fig. 5).
 """
+
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,7 +53,11 @@ def forcible_mask(z_teacher: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (z_teacher.argmax(1) == y).float()
 
 
-MASKS = {"adaptive": adaptive_mask, "forcible": forcible_mask, "none": lambda z, y: torch.ones_like(y, dtype=torch.float)}
+MASKS = {
+    "adaptive": adaptive_mask,
+    "forcible": forcible_mask,
+    "none": lambda z, y: torch.ones_like(y, dtype=torch.float),
+}
 
 
 @torch.no_grad()
@@ -70,10 +75,12 @@ def own_prototypes(teacher, client, batch_size: int, num_classes: int, generator
 
 class FedCSD(FedAvg):
     capabilities = Capabilities(
-        per_sample_loss=False, independent_clients=False,
+        per_sample_loss=False,
+        independent_clients=False,
         why_not="its loss counts the samples its mask removes (mask_filter_rate, Fig. 5) into the method's own "
-                "counters, an in-place side effect that vmap cannot carry; and with released_code its teacher, "
-                "in train mode, normalises BatchNorm by the whole batch")
+        "counters, an in-place side effect that vmap cannot carry; and with released_code its teacher, "
+        "in train mode, normalises BatchNorm by the whole batch",
+    )
 
     @dataclass
     class Params:
@@ -113,8 +120,10 @@ class FedCSD(FedAvg):
         if self.params.released_code:
             self.teacher.train()
         elif self.params.similarity:
-            per_client = [class_means(self.teacher, c, self.cfg.eval.batch_size, self.federation.num_classes,
-                                      lambda m, x: m(x)) for c in self.federation.clients]
+            per_client = [
+                class_means(self.teacher, c, self.cfg.eval.batch_size, self.federation.num_classes, lambda m, x: m(x))
+                for c in self.federation.clients
+            ]
             means = [m for m, _ in per_client]
             if self.params.prototypes_over == "holders":
                 self.prototypes, _ = average_per_class(means, [n for _, n in per_client], weighted=False)
@@ -124,9 +133,11 @@ class FedCSD(FedAvg):
     def start_client(self, client, model):
         if self.params.released_code and self.params.similarity:
             generator = torch.Generator(client.index.device).manual_seed(
-                derive_seed(self.cfg.seed, self.round, client.id, PROTOTYPE_STREAM))
-            self.prototypes = own_prototypes(self.teacher, client, self.cfg.local.batch_size,
-                                             self.federation.num_classes, generator)
+                derive_seed(self.cfg.seed, self.round, client.id, PROTOTYPE_STREAM)
+            )
+            self.prototypes = own_prototypes(
+                self.teacher, client, self.cfg.local.batch_size, self.federation.num_classes, generator
+            )
 
     def local_loss(self, model, x, y, client):
         z = model(x)
@@ -139,7 +150,7 @@ class FedCSD(FedAvg):
         mask = MASKS[p.mask](target.detach() if p.released_code else z_teacher, y)
         self.masked += (1 - mask).sum()
         self.seen += len(y)
-        csd = (mask * p.tau ** 2 * kl_per_sample(target, z, p.tau)).mean()
+        csd = (mask * p.tau**2 * kl_per_sample(target, z, p.tau)).mean()
         ce = F.cross_entropy(z, y)
         return ((1 - p.mu) if p.released_code else 1.0) * ce + p.mu * csd
 

@@ -1,6 +1,7 @@
 """FedCSD (Yan et al., "Rethinking Client Drift in Federated Learning: A Logit Perspective"): its
 tables, figures and searches as data, with the numbers the paper reports (single numbers; the
 paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed from the means)."""
+
 from dataclasses import replace
 
 from shared.reporting.claims import BeatsAblations, Best
@@ -22,8 +23,12 @@ PROTOCOL = {
 CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": {"name": "resnet50"}}
 FEMNIST = {"dataset": {"name": "femnist_digits"}, "model": {"name": "fedavg_cnn"}}
 # Four domains, one client each (FedBN's split and preprocessing).
-OFFICE = {"dataset": {"name": "office_caltech10"}, "model": {"name": "alexnet_bn"},
-          "partition": {"kind": "domains", "clients": 4, "rng": None}, "local": {"batch_size": 32}}
+OFFICE = {
+    "dataset": {"name": "office_caltech10"},
+    "model": {"name": "alexnet_bn"},
+    "partition": {"kind": "domains", "clients": 4, "rng": None},
+    "local": {"batch_size": 32},
+}
 
 # "We fine-tune the mu from {0.001, 0.01, 0.1, 1} ... The optimal mu for FedProx, MOON, FedGKD, and
 # FedProto is 0.001, 1, 0.01, and 1"; MOON without its projection layer. FedGKD's loss is
@@ -44,18 +49,24 @@ FEDCSD_OFFICE = Row("FedCSD", {"name": "fedcsd", "mu": 0.5, "tau": 4.0, "tma": 0
 
 
 def dirichlet(dataset: str, config: dict, beta: float) -> Column:
-    return Column(f"{dataset} β={beta:g}", deep_merge(config, {"partition": {"beta": beta}}),
-                  rf"{dataset} $\beta={beta:g}$")
+    return Column(
+        f"{dataset} β={beta:g}", deep_merge(config, {"partition": {"beta": beta}}), rf"{dataset} $\beta={beta:g}$"
+    )
 
 
-LABEL_SKEW = [*(dirichlet("CIFAR-100", CIFAR100, b) for b in (0.01, 0.5, 5.0)),
-              *(dirichlet("FEMNIST", FEMNIST, b) for b in (0.01, 0.05, 0.5))]
+LABEL_SKEW = [
+    *(dirichlet("CIFAR-100", CIFAR100, b) for b in (0.01, 0.5, 5.0)),
+    *(dirichlet("FEMNIST", FEMNIST, b) for b in (0.01, 0.05, 0.5)),
+]
 DEFAULT = "CIFAR-100 β=0.5"  # the setting of the ablations and Figs. 3-4
 
 TABLE1 = Table(
-    paper="fedcsd", name="table1",
+    paper="fedcsd",
+    name="table1",
     caption="The test accuracy (%) of all approaches with different β on CIFAR-100 and FEMNIST.",
-    base=PROTOCOL, rows=[*BASELINES, FEDCSD], columns=LABEL_SKEW,
+    base=PROTOCOL,
+    rows=[*BASELINES, FEDCSD],
+    columns=LABEL_SKEW,
     reported={
         "FedAvg": [R(58.50), R(66.67), R(68.83), R(86.36), R(97.31), R(99.07)],
         "FedProx": [R(59.37), R(68.64), R(69.64), R(76.40), R(97.53), R(99.24)],
@@ -69,24 +80,34 @@ TABLE1 = Table(
     curves=True,  # Fig. 6 (a-c)
     # The paper marks each number with its difference to FedAvg, "(x.xx)" up or down.
     inconsistencies=[
-        Inconsistency("MOON", "CIFAR-100 β=0.5", "its mark (0.43) up on FedAvg's 66.67 gives 67.10; 98.49 is "
-                      "out of range for the column.", implied=67.10),
-        Inconsistency("MOON", "CIFAR-100 β=0.01", "its mark (1.72) down on FedAvg's 58.50 gives 56.78.",
-                      implied=56.78),
+        Inconsistency(
+            "MOON",
+            "CIFAR-100 β=0.5",
+            "its mark (0.43) up on FedAvg's 66.67 gives 67.10; 98.49 is out of range for the column.",
+            implied=67.10,
+        ),
+        Inconsistency("MOON", "CIFAR-100 β=0.01", "its mark (1.72) down on FedAvg's 58.50 gives 56.78.", implied=56.78),
         Inconsistency("FedProto", "FEMNIST β=0.05", "its mark on FedAvg's 97.31 gives 69.70.", implied=69.70),
-        Inconsistency("FedCSD", "CIFAR-100 β=5", "its mark on FedAvg's 68.83 gives 73.69; Table IV and the text "
-                      "give 71.53, as printed."),
+        Inconsistency(
+            "FedCSD",
+            "CIFAR-100 β=5",
+            "its mark on FedAvg's 68.83 gives 73.69; Table IV and the text give 71.53, as printed.",
+        ),
     ],
 )
 
 DOMAINS = {"A": "amazon", "C": "caltech", "D": "dslr", "W": "webcam"}
 TABLE2 = Table(
-    paper="fedcsd", name="table2",
+    paper="fedcsd",
+    name="table2",
     caption="The test accuracy (%) of all approaches on Office-Caltech-10: A (Amazon), C (Caltech), D (DSLR), "
-            "W (Webcam), and the average.",
-    base=deep_merge(PROTOCOL, OFFICE), rows=[*BASELINES, FEDCSD_OFFICE],
-    columns=[*(Column(short, {}, metric=Metric("domain_acc", domain=name)) for short, name in DOMAINS.items()),
-             Column("Average", {}, metric=Metric("domain_avg"))],
+    "W (Webcam), and the average.",
+    base=deep_merge(PROTOCOL, OFFICE),
+    rows=[*BASELINES, FEDCSD_OFFICE],
+    columns=[
+        *(Column(short, {}, metric=Metric("domain_acc", domain=name)) for short, name in DOMAINS.items()),
+        Column("Average", {}, metric=Metric("domain_avg")),
+    ],
     reported={
         "FedAvg": [R(53.12), R(44.88), R(65.62), R(86.44), R(62.51)],
         "FedProx": [R(53.12), R(45.33), R(62.50), R(86.44), R(61.84)],
@@ -98,8 +119,9 @@ TABLE2 = Table(
         "FedCSD": [R(55.20), R(45.33), R(68.75), R(88.13), R(64.35)],
     },
     curves=True,  # Fig. 6 (d)
-    inconsistencies=[Inconsistency("MOON", "A", "its average 63.20 over the four domains gives 51.04 for Amazon.",
-                                   implied=51.04)],
+    inconsistencies=[
+        Inconsistency("MOON", "A", "its average 63.20 over the four domains gives 51.04 for Amazon.", implied=51.04)
+    ],
 )
 
 # Table III: "Base" distils the last global model with none of the three components.
@@ -112,23 +134,37 @@ ABLATION = [
     FEDCSD,
 ]
 TABLE3 = Table(
-    paper="fedcsd", name="table3",
+    paper="fedcsd",
+    name="table3",
     caption="Ablation study of the key components on CIFAR-100 and β = 0.5: δ̂ the class prototype similarity "
-            "weighted score, M the adaptive mask, TMA the teacher's moving average.",
-    base=PROTOCOL, rows=ABLATION, columns=[Column("Accuracy", dirichlet("CIFAR-100", CIFAR100, 0.5).config)],
-    reported={"FedAvg": [R(66.67)], "Base": [R(63.66)], "M1 (δ̂, M)": [R(70.19)], "M2 (δ̂, TMA)": [R(69.38)],
-              "M3 (M, TMA)": [R(68.34)], "FedCSD": [R(71.36)]},
+    "weighted score, M the adaptive mask, TMA the teacher's moving average.",
+    base=PROTOCOL,
+    rows=ABLATION,
+    columns=[Column("Accuracy", dirichlet("CIFAR-100", CIFAR100, 0.5).config)],
+    reported={
+        "FedAvg": [R(66.67)],
+        "Base": [R(63.66)],
+        "M1 (δ̂, M)": [R(70.19)],
+        "M2 (δ̂, TMA)": [R(69.38)],
+        "M3 (M, TMA)": [R(68.34)],
+        "FedCSD": [R(71.36)],
+    },
 )
 
 TABLE4 = Table(
-    paper="fedcsd", name="table4",
+    paper="fedcsd",
+    name="table4",
     caption="The test accuracy (%) of different masks on CIFAR-100 with different β.",
     base=PROTOCOL,
-    rows=[Row("FedCSD + forcible mask", {**FEDCSD.method, "mask": "forcible"}),
-          Row("FedCSD + adaptive mask (ours)", FEDCSD.method)],
+    rows=[
+        Row("FedCSD + forcible mask", {**FEDCSD.method, "mask": "forcible"}),
+        Row("FedCSD + adaptive mask (ours)", FEDCSD.method),
+    ],
     columns=LABEL_SKEW[:3],
-    reported={"FedCSD + forcible mask": [R(59.95), R(70.03), R(69.61)],
-              "FedCSD + adaptive mask (ours)": [R(60.15), R(71.36), R(71.53)]},
+    reported={
+        "FedCSD + forcible mask": [R(59.95), R(70.03), R(69.61)],
+        "FedCSD + adaptive mask (ours)": [R(60.15), R(71.36), R(71.53)],
+    },
 )
 
 TABLES = [TABLE1, TABLE2, TABLE3, TABLE4]
@@ -137,52 +173,120 @@ TABLES = [TABLE1, TABLE2, TABLE3, TABLE4]
 # state of the art in every data setting, and each component (similarity weighting, adaptive
 # mask, teacher moving average) contributing.
 CLAIMS = [
-    Best("table1", "FedCSD has the best mean accuracy in every label-skew setting.",
-         "abstract and conclusion: outperforms the state of the art in various heterogeneous settings",
-         rows=("FedCSD",)),
-    Best("table1", "FedCSD's accuracy is above FedAvg's in every label-skew setting.",
-         "conclusion: significant improvement over FedAvg", rows=("FedCSD",), against=("FedAvg",)),
-    Best("table2", "FedCSD has the best average accuracy over the four domains of Office-Caltech-10.",
-         "conclusion: outperforms the state of the art in different data settings (feature skew)",
-         rows=("FedCSD",), columns=("Average",)),
-    BeatsAblations("table3", "The full FedCSD beats every variant without one or more of its components.",
-                   "abstract: similarity distillation and the adaptive mask both help", rows=("FedCSD",),
-                   against=("Base", "M1 (δ̂, M)", "M2 (δ̂, TMA)", "M3 (M, TMA)")),
-    BeatsAblations("table4", "The adaptive mask beats the forcible mask at every β.",
-                   "abstract: an adaptive mask filters out the global model's wrong soft labels",
-                   rows=("FedCSD + adaptive mask (ours)",), against=("FedCSD + forcible mask",)),
+    Best(
+        "table1",
+        "FedCSD has the best mean accuracy in every label-skew setting.",
+        "abstract and conclusion: outperforms the state of the art in various heterogeneous settings",
+        rows=("FedCSD",),
+    ),
+    Best(
+        "table1",
+        "FedCSD's accuracy is above FedAvg's in every label-skew setting.",
+        "conclusion: significant improvement over FedAvg",
+        rows=("FedCSD",),
+        against=("FedAvg",),
+    ),
+    Best(
+        "table2",
+        "FedCSD has the best average accuracy over the four domains of Office-Caltech-10.",
+        "conclusion: outperforms the state of the art in different data settings (feature skew)",
+        rows=("FedCSD",),
+        columns=("Average",),
+    ),
+    BeatsAblations(
+        "table3",
+        "The full FedCSD beats every variant without one or more of its components.",
+        "abstract: similarity distillation and the adaptive mask both help",
+        rows=("FedCSD",),
+        against=("Base", "M1 (δ̂, M)", "M2 (δ̂, TMA)", "M3 (M, TMA)"),
+    ),
+    BeatsAblations(
+        "table4",
+        "The adaptive mask beats the forcible mask at every β.",
+        "abstract: an adaptive mask filters out the global model's wrong soft labels",
+        rows=("FedCSD + adaptive mask (ours)",),
+        against=("FedCSD + forcible mask",),
+    ),
 ]
 
 # Figs. 3 and 4: one hyperparameter varied at a time around mu 0.001, tau 10, alpha 0.9.
 SENSITIVITY = Table(
-    paper="fedcsd", name="fig3_grid", caption="mu and tau", base=deep_merge(PROTOCOL, TABLE3.columns[0].config),
-    rows=[Row("FedCSD", FEDCSD.method, per_column={
-        **{f"μ={m:g}": {"method": {"mu": m}} for m in (0.001, 0.01, 0.1, 1.0)},
-        **{f"τ={t:g}": {"method": {"tau": float(t)}} for t in (1, 4, 10, 20)}})],
-    columns=[*(Column(f"μ={m:g}", {}) for m in (0.001, 0.01, 0.1, 1.0)),
-             *(Column(f"τ={t:g}", {}) for t in (1, 4, 10, 20))],
-    reported={})
+    paper="fedcsd",
+    name="fig3_grid",
+    caption="mu and tau",
+    base=deep_merge(PROTOCOL, TABLE3.columns[0].config),
+    rows=[
+        Row(
+            "FedCSD",
+            FEDCSD.method,
+            per_column={
+                **{f"μ={m:g}": {"method": {"mu": m}} for m in (0.001, 0.01, 0.1, 1.0)},
+                **{f"τ={t:g}": {"method": {"tau": float(t)}} for t in (1, 4, 10, 20)},
+            },
+        )
+    ],
+    columns=[
+        *(Column(f"μ={m:g}", {}) for m in (0.001, 0.01, 0.1, 1.0)),
+        *(Column(f"τ={t:g}", {}) for t in (1, 4, 10, 20)),
+    ],
+    reported={},
+)
 TMA_MOMENTUM = Table(
-    paper="fedcsd", name="fig4_grid", caption="alpha", base=SENSITIVITY.base,
+    paper="fedcsd",
+    name="fig4_grid",
+    caption="alpha",
+    base=SENSITIVITY.base,
     rows=[Row("FedCSD", FEDCSD.method, per_column={f"α={a:g}": {"method": {"tma": a}} for a in (0.0, 0.8, 0.9, 0.99)})],
-    columns=[Column(f"α={a:g}", {}) for a in (0.0, 0.8, 0.9, 0.99)], reported={})
+    columns=[Column(f"α={a:g}", {}) for a in (0.0, 0.8, 0.9, 0.99)],
+    reported={},
+)
 # Fig. 6: FedAvg, Base and FedCSD over the rounds (the paper's panels: CIFAR-100, FEMNIST, Office).
 OFFICE_HYPERPARAMETERS = {"Office-Caltech-10": {"method": {"mu": 0.5, "tau": 4.0}}}
 CONVERGENCE = Table(
-    paper="fedcsd", name="fig6_grid", caption="Convergence", base=PROTOCOL,
-    rows=[BASELINES[0], replace(ABLATION[1], per_column=OFFICE_HYPERPARAMETERS),
-          replace(FEDCSD, per_column=OFFICE_HYPERPARAMETERS)],
-    columns=[LABEL_SKEW[1], LABEL_SKEW[4], Column("Office-Caltech-10", OFFICE)], reported={})
+    paper="fedcsd",
+    name="fig6_grid",
+    caption="Convergence",
+    base=PROTOCOL,
+    rows=[
+        BASELINES[0],
+        replace(ABLATION[1], per_column=OFFICE_HYPERPARAMETERS),
+        replace(FEDCSD, per_column=OFFICE_HYPERPARAMETERS),
+    ],
+    columns=[LABEL_SKEW[1], LABEL_SKEW[4], Column("Office-Caltech-10", OFFICE)],
+    reported={},
+)
 
 FIGURES = [
-    Figure("fedcsd", "fig3", "Test accuracy versus loss weight μ and temperature τ on CIFAR-100 (β = 0.5).",
-           kind="sweep", table=SENSITIVITY),
-    Figure("fedcsd", "fig4", "Test accuracy versus the teacher's momentum α on CIFAR-100 (β = 0.5).",
-           kind="sweep", table=TMA_MOMENTUM),
-    Figure("fedcsd", "fig5", "The filter rate of the adaptive mask versus communication rounds on CIFAR-100 and FEMNIST.",
-           kind="round_metric", table="table1", rows=["FedCSD"], value="mask_filter_rate"),
-    Figure("fedcsd", "fig6", "Test accuracy versus communication rounds on CIFAR-100, FEMNIST and Office-Caltech-10.",
-           kind="curves", table=CONVERGENCE),
+    Figure(
+        "fedcsd",
+        "fig3",
+        "Test accuracy versus loss weight μ and temperature τ on CIFAR-100 (β = 0.5).",
+        kind="sweep",
+        table=SENSITIVITY,
+    ),
+    Figure(
+        "fedcsd",
+        "fig4",
+        "Test accuracy versus the teacher's momentum α on CIFAR-100 (β = 0.5).",
+        kind="sweep",
+        table=TMA_MOMENTUM,
+    ),
+    Figure(
+        "fedcsd",
+        "fig5",
+        "The filter rate of the adaptive mask versus communication rounds on CIFAR-100 and FEMNIST.",
+        kind="round_metric",
+        table="table1",
+        rows=["FedCSD"],
+        value="mask_filter_rate",
+    ),
+    Figure(
+        "fedcsd",
+        "fig6",
+        "Test accuracy versus communication rounds on CIFAR-100, FEMNIST and Office-Caltech-10.",
+        kind="curves",
+        table=CONVERGENCE,
+    ),
 ]
 
 # "We fine-tune the mu from {0.001, 0.01, 0.1, 1} and report the best result for all methods";
@@ -191,9 +295,21 @@ MU_GRID = [0.001, 0.01, 0.1, 1.0]
 SEARCHES = [
     Search("fedcsd", "search_fedprox", "table1", "FedProx", {"method.mu": MU_GRID}, description="FedProx mu"),
     Search("fedcsd", "search_moon", "table1", "MOON", {"method.mu": MU_GRID}, description="MOON mu"),
-    Search("fedcsd", "search_fedgkd", "table1", "FedGKD", {"method.gamma": [2 * m for m in MU_GRID]},
-           description="FedGKD gamma = 2 mu"),
+    Search(
+        "fedcsd",
+        "search_fedgkd",
+        "table1",
+        "FedGKD",
+        {"method.gamma": [2 * m for m in MU_GRID]},
+        description="FedGKD gamma = 2 mu",
+    ),
     Search("fedcsd", "search_fedproto", "table1", "FedProto", {"method.lam": MU_GRID}, description="FedProto lambda"),
-    Search("fedcsd", "search_fedcsd", "table1", "FedCSD",
-           {"method.mu": MU_GRID, "method.tau": [1.0, 4.0, 10.0, 20.0]}, description="FedCSD mu and tau"),
+    Search(
+        "fedcsd",
+        "search_fedcsd",
+        "table1",
+        "FedCSD",
+        {"method.mu": MU_GRID, "method.tau": [1.0, 4.0, 10.0, 20.0]},
+        description="FedCSD mu and tau",
+    ),
 ]

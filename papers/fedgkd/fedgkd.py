@@ -22,6 +22,7 @@ round does not distil), the KL is multiplied by T^2, and it implies the code's
 `local.grad_clip=10` and `federation.weighting=uniform`. Its coefficient, 0.1 in the README's
 command, is our gamma / 2 at gamma = 0.2.
 """
+
 from collections import deque
 from dataclasses import dataclass
 from typing import Literal
@@ -64,8 +65,10 @@ class FedGKD(FedAvg):
 
     @classmethod
     def check_config(cls, params, cfg):
-        check(not params.vote or cfg.dataset.val_fraction > 0,
-              "FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1)")
+        check(
+            not params.vote or cfg.dataset.val_fraction > 0,
+            "FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1)",
+        )
 
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
@@ -78,13 +81,17 @@ class FedGKD(FedAvg):
         self.distil = p.regulariser != "none" and len(self.buffer) > 0
         if not self.distil:
             return
-        weight = p.gamma / 2 * (p.temperature ** 2 if p.released_code else 1.0)
+        weight = p.gamma / 2 * (p.temperature**2 if p.released_code else 1.0)
         # the teachers in a ModuleList, not a list: the batched step stacks modules, per run
         if p.vote:
             self.teachers = nn.ModuleList(self.load(global_model, state) for state in self.buffer)
             val = self.federation.val
-            losses = torch.stack([F.cross_entropy(predict(t, val.x, self.federation.augmenter, self.cfg.eval.batch_size), val.y)
-                                  for t in self.teachers])
+            losses = torch.stack(
+                [
+                    F.cross_entropy(predict(t, val.x, self.federation.augmenter, self.cfg.eval.batch_size), val.y)
+                    for t in self.teachers
+                ]
+            )
             beta = p.vote_beta or 1 / len(self.buffer)
             self.teacher_weights = (p.vote_lambda * F.softmax(-losses / beta, dim=0)).tolist()
         else:
@@ -93,8 +100,9 @@ class FedGKD(FedAvg):
         # what the loss reads: the same numbers in a tensor, which the batched step stacks per run
         # (VOTE's differ between runs), each rounded once per round from the Python number to the
         # model's precision, that of the loss's terms, as arithmetic with the number rounds it
-        self.weights = torch.tensor(self.teacher_weights, dtype=next(global_model.parameters()).dtype,
-                                    device=self.federation.device)
+        self.weights = torch.tensor(
+            self.teacher_weights, dtype=next(global_model.parameters()).dtype, device=self.federation.device
+        )
 
     @staticmethod
     def load(model, state):

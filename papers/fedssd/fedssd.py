@@ -19,6 +19,7 @@ Table III's variants replace the selective term by a constant-weight one (`loss=
 alpha * KL(p_g || p); `loss=mse`: alpha * ||z_g - z||^2), with alpha = `m_max`.
 No official code exists; the ambiguities are listed in papers/fedssd/README.md.
 """
+
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,8 +71,10 @@ class FedSSD(GlobalTeacher):
 
     @classmethod
     def check_config(cls, params, cfg):
-        check(params.loss != "ssd" or cfg.aux.per_class > 0,
-              "FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)")
+        check(
+            params.loss != "ssd" or cfg.aux.per_class > 0,
+            "FedSSD's credibility needs the server's auxiliary data: set aux.per_class (64)",
+        )
 
     def prepare_round(self, round, global_model):
         super().prepare_round(round, global_model)

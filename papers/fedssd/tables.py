@@ -1,5 +1,6 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables, figures and searches as data, with the numbers the paper reports."""
+
 from shared.reporting.claims import BeatsAblations, Best, FewestRounds
 from shared.config.dotted import deep_merge
 from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
@@ -30,16 +31,24 @@ WEIGHT_M = "the squared logit difference weighted by M instead of the printed M^
 
 def weight_m(row: Row) -> Row:
     """FedSSD's row read with weight M (method.mask_weight=m), labelled as not the paper's text."""
-    return Row(f"{row.label} (weight M)", {**row.method, "mask_weight": "m"}, row.config, row.per_column,
-               reading_of=row.label, reading=WEIGHT_M)
+    return Row(
+        f"{row.label} (weight M)",
+        {**row.method, "mask_weight": "m"},
+        row.config,
+        row.per_column,
+        reading_of=row.label,
+        reading=WEIGHT_M,
+    )
 
 
 CIFAR10_METHODS_AND_READING = [*CIFAR10_METHODS, weight_m(CIFAR10_METHODS[-1])]
 # The runs that decide between the readings at paper scale: FedAvg and both FedSSD rows
 READINGS_FIRST = ("FedAvg", "FedSSD", "FedSSD (weight M)")
 
-FEDCAD_AUX = ("FedCAD's row keeps FedCAD's own 32 auxiliary samples per class; FedSSD's server holds 64, and "
-              "FedSSD does not say which FedCAD used.")
+FEDCAD_AUX = (
+    "FedCAD's row keeps FedCAD's own 32 auxiliary samples per class; FedSSD's server holds 64, and "
+    "FedSSD does not say which FedCAD used."
+)
 
 HETEROGENEITY = [
     Column("#K=2", {"partition": {"kind": "classes", "k": 2}}, r"\#K=2"),
@@ -80,15 +89,21 @@ def per_dataset(row: Row, columns: list[Column]) -> Row:
 
 
 # Table III: alpha is KL's and MSE's constant weight and SSD's upper bound M_max
-LOSS_ROWS = [Row(loss.upper(), {"name": "fedssd", "loss": loss}, per_column={
-    f"α={a:g}": {"method": {"m_max": a}} for a in (0.01, 0.1, 0.5)}) for loss in ("kl", "mse", "ssd")]
+LOSS_ROWS = [
+    Row(
+        loss.upper(),
+        {"name": "fedssd", "loss": loss},
+        per_column={f"α={a:g}": {"method": {"m_max": a}} for a in (0.01, 0.1, 0.5)},
+    )
+    for loss in ("kl", "mse", "ssd")
+]
 
 TABLES = [
     Table(
         paper="fedssd",
         name="table1",
         caption="The top-1 test accuracy (ACC) after training the target rounds and the number of communication "
-                "rounds (T) to achieve the same accuracy as running FedAvg.",
+        "rounds (T) to achieve the same accuracy as running FedAvg.",
         base=MOON_CIFAR10,
         rows=[per_dataset(r, DATASETS) for r in CIFAR10_METHODS_AND_READING],
         columns=DATASETS,
@@ -103,7 +118,7 @@ TABLES = [
         },
         curves=True,  # Fig. 7
         notes="T: the first round whose global accuracy reaches FedAvg's final accuracy (mean over seeds) in the "
-              "same setting; - where never reached. " + FEDCAD_AUX,
+        "same setting; - where never reached. " + FEDCAD_AUX,
     ),
     Table(
         paper="fedssd",
@@ -136,51 +151,109 @@ TABLES = [
             "MSE": [R(72.66), R(71.44), R(69.51)],
             "SSD": [R(73.47), R(71.57), R(71.38)],
         },
-        inconsistencies=[Inconsistency("SSD", "α=0.01", "Tables I and II print 73.38 ± 0.46 for this configuration "
-                                       "(FedSSD, M_max 0.01, CIFAR-10 Dir(0.5)).", implied=73.38)],
+        inconsistencies=[
+            Inconsistency(
+                "SSD",
+                "α=0.01",
+                "Tables I and II print 73.38 ± 0.46 for this configuration (FedSSD, M_max 0.01, CIFAR-10 Dir(0.5)).",
+                implied=73.38,
+            )
+        ],
     ),
 ]
 
 # What the abstract and conclusion claim of the tables: better accuracy than the state of the
 # art, in fewer communication rounds, from the selective (credibility-weighted) distillation.
 CLAIMS = [
-    Best("table2", "FedSSD has the best mean accuracy at every level of heterogeneity on CIFAR-10.",
-         "abstract: better generalization and robustness than other state-of-the-art FL methods", rows=("FedSSD",)),
-    FewestRounds("table1", "FedSSD reaches FedAvg's final accuracy in the fewest rounds on every dataset.",
-                 "abstract: in fewer communication rounds", rows=("FedSSD",),
-                 columns=("CIFAR10 T", "CIFAR100 T", "TinyImageNet T")),
-    Best("table1", "FedSSD's final accuracy is above FedAvg's on every dataset.",
-         "conclusion: helps local models preserve the global knowledge", rows=("FedSSD",),
-         columns=("CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"), against=("FedAvg",)),
-    BeatsAblations("table3", "The selective distillation (SSD) beats constant-weight KL and MSE at every α.",
-                   "conclusion: critically distills the knowledge of the global model", rows=("SSD",),
-                   against=("KL", "MSE")),
+    Best(
+        "table2",
+        "FedSSD has the best mean accuracy at every level of heterogeneity on CIFAR-10.",
+        "abstract: better generalization and robustness than other state-of-the-art FL methods",
+        rows=("FedSSD",),
+    ),
+    FewestRounds(
+        "table1",
+        "FedSSD reaches FedAvg's final accuracy in the fewest rounds on every dataset.",
+        "abstract: in fewer communication rounds",
+        rows=("FedSSD",),
+        columns=("CIFAR10 T", "CIFAR100 T", "TinyImageNet T"),
+    ),
+    Best(
+        "table1",
+        "FedSSD's final accuracy is above FedAvg's on every dataset.",
+        "conclusion: helps local models preserve the global knowledge",
+        rows=("FedSSD",),
+        columns=("CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"),
+        against=("FedAvg",),
+    ),
+    BeatsAblations(
+        "table3",
+        "The selective distillation (SSD) beats constant-weight KL and MSE at every α.",
+        "conclusion: critically distills the knowledge of the global model",
+        rows=("SSD",),
+        against=("KL", "MSE"),
+    ),
 ]
 
 # Fig. 8: 100 clients, 10 or 20 sampled per round, CIFAR-10 and CIFAR-100, learning curves.
-PARTICIPATION_COLUMNS = [Column(f"{name} (C={c:g})", deep_merge(config, {"federation": {"participation": c}}))
-                         for name, config in (("CIFAR10", {}), ("CIFAR100", CIFAR100)) for c in (0.1, 0.2)]
+PARTICIPATION_COLUMNS = [
+    Column(f"{name} (C={c:g})", deep_merge(config, {"federation": {"participation": c}}))
+    for name, config in (("CIFAR10", {}), ("CIFAR100", CIFAR100))
+    for c in (0.1, 0.2)
+]
 PARTICIPATION = Table(
-    paper="fedssd", name="fig8_grid", caption="Client participation",
+    paper="fedssd",
+    name="fig8_grid",
+    caption="Client participation",
     base=deep_merge(MOON_CIFAR10, {"partition": {"clients": 100}}),
     rows=[per_dataset(r, PARTICIPATION_COLUMNS) for r in CIFAR10_METHODS],
-    columns=PARTICIPATION_COLUMNS, reported={})
+    columns=PARTICIPATION_COLUMNS,
+    reported={},
+)
 
 # Fig. 9: the final global accuracy against the local epochs on CIFAR-10 (the values of E are not
 # printed; we take 1, 5, 10 and 20).
 LOCAL_EPOCHS = Table(
-    paper="fedssd", name="fig9_grid", caption="Local epochs", base=MOON_CIFAR10, rows=CIFAR10_METHODS,
-    columns=[Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5, 10, 20)], reported={})
+    paper="fedssd",
+    name="fig9_grid",
+    caption="Local epochs",
+    base=MOON_CIFAR10,
+    rows=CIFAR10_METHODS,
+    columns=[Column(f"E={e}", {"local": {"epochs": e}}) for e in (1, 5, 10, 20)],
+    reported={},
+)
 
 FIGURES = [
-    Figure("fedssd", "fig6", "Visualization of statistical heterogeneity among clients (default setting, Dir(0.5)).",
-           kind="partitions", table="table1", columns=["CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"]),
-    Figure("fedssd", "fig7", "The learning curves on the benchmark datasets with default settings.",
-           kind="curves", table="table1", columns=["CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"]),
-    Figure("fedssd", "fig8", "The learning curves on CIFAR10 and CIFAR100 with different client sample ratios.",
-           kind="curves", table=PARTICIPATION),
-    Figure("fedssd", "fig9", "The final global model's performance with different number of local epochs on CIFAR10.",
-           kind="sweep", table=LOCAL_EPOCHS),
+    Figure(
+        "fedssd",
+        "fig6",
+        "Visualization of statistical heterogeneity among clients (default setting, Dir(0.5)).",
+        kind="partitions",
+        table="table1",
+        columns=["CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"],
+    ),
+    Figure(
+        "fedssd",
+        "fig7",
+        "The learning curves on the benchmark datasets with default settings.",
+        kind="curves",
+        table="table1",
+        columns=["CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"],
+    ),
+    Figure(
+        "fedssd",
+        "fig8",
+        "The learning curves on CIFAR10 and CIFAR100 with different client sample ratios.",
+        kind="curves",
+        table=PARTICIPATION,
+    ),
+    Figure(
+        "fedssd",
+        "fig9",
+        "The final global model's performance with different number of local epochs on CIFAR10.",
+        kind="sweep",
+        table=LOCAL_EPOCHS,
+    ),
 ]
 
 # "The best weight of proximal term mu in FedProx and the best upper bound M_max of FedSSD ...",
@@ -188,13 +261,33 @@ FIGURES = [
 # does not print its grids; these are decades around the chosen values.
 TABLE1_ACC = ["CIFAR10 ACC", "CIFAR100 ACC", "TinyImageNet ACC"]
 SEARCHES = [
-    Search("fedssd", "search_fedprox", "table1", "FedProx", {"method.mu": [0.0001, 0.001, 0.01, 0.1]}, TABLE1_ACC,
-           "FedProx mu"),
-    Search("fedssd", "search_fedcurv", "table1", "FedCurv", {"method.lam": [1e-5, 1e-4, 1e-3, 1e-2]}, TABLE1_ACC,
-           "FedCurv lambda"),
+    Search(
+        "fedssd",
+        "search_fedprox",
+        "table1",
+        "FedProx",
+        {"method.mu": [0.0001, 0.001, 0.01, 0.1]},
+        TABLE1_ACC,
+        "FedProx mu",
+    ),
+    Search(
+        "fedssd",
+        "search_fedcurv",
+        "table1",
+        "FedCurv",
+        {"method.lam": [1e-5, 1e-4, 1e-3, 1e-2]},
+        TABLE1_ACC,
+        "FedCurv lambda",
+    ),
     Search("fedssd", "search_moon", "table1", "MOON", {"method.mu": [0.1, 1.0, 5.0, 10.0]}, TABLE1_ACC, "MOON mu"),
     # both readings of the distillation term: the paper's M^2 (unset) and M (mask_weight=m, not the paper's text)
-    Search("fedssd", "search_fedssd", "table1", "FedSSD",
-           {"method.m_max": [0.0001, 0.001, 0.01, 0.1], "method.mask_weight": [None, "m"]}, TABLE1_ACC,
-           "FedSSD M_max, weighting the squared difference by M^2 (the paper's text) or M"),
+    Search(
+        "fedssd",
+        "search_fedssd",
+        "table1",
+        "FedSSD",
+        {"method.m_max": [0.0001, 0.001, 0.01, 0.1], "method.mask_weight": [None, "m"]},
+        TABLE1_ACC,
+        "FedSSD M_max, weighting the squared difference by M^2 (the paper's text) or M",
+    ),
 ]

@@ -1,5 +1,6 @@
 """`bundle`: what an offline GPU machine needs beside the checkout: the data its runs read, the
 wheels it may lack, and a state file of the runs finished and in progress here."""
+
 from __future__ import annotations
 
 import shutil
@@ -32,7 +33,9 @@ def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -
             raise CampaignError("bundle needs the copy's file: --copy NAME=FILE")
         return [(copy.path, Path(COPIES) / copy.path.name)]
     names = {cfg.dataset.name for cfg in runs.values()}
-    found = [(data_root / CIFAR[n]["archive"].filename, Path(CIFAR[n]["archive"].filename)) for n in names if n in CIFAR]
+    found = [
+        (data_root / CIFAR[n]["archive"].filename, Path(CIFAR[n]["archive"].filename)) for n in names if n in CIFAR
+    ]
     absent = [str(src) for src, _ in found if not src.is_file()]
     if absent:
         raise CampaignError(f"{absent[0]} is not here to bundle; download it first (or train on a copy: --copy)")
@@ -47,9 +50,26 @@ def wheels(out: Path, wheels_from: Path | None) -> list[str]:
         for wheel in wheels_from.glob("*.whl"):
             shutil.copy2(wheel, out / wheel.name)
     else:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version",
-                        "3.12", "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-                        "-d", str(out), *OFFLINE_WHEELS], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "-d",
+                str(out),
+                *OFFLINE_WHEELS,
+            ],
+            check=True,
+        )
     return sorted(p.name for p in out.glob("*.whl"))
 
 
@@ -59,11 +79,14 @@ def check_carried_state(source: Path, place: Path) -> None:
     there, carried = state_files(place), state_files(source)
     if not there or source.resolve() == place.resolve():
         return
-    same = ([p.name.replace(source.name, place.name, 1) for p in carried] == [p.name for p in there]
-            and all(a.read_bytes() == b.read_bytes() for a, b in zip(carried, there)))
+    same = [p.name.replace(source.name, place.name, 1) for p in carried] == [p.name for p in there] and all(
+        a.read_bytes() == b.read_bytes() for a, b in zip(carried, there)
+    )
     if not same:
-        raise CampaignError(f"{place} (or its parts) holds another state than --state {source}, perhaps a newer "
-                            f"slot's; import or move it away first")
+        raise CampaignError(
+            f"{place} (or its parts) holds another state than --state {source}, perhaps a newer "
+            f"slot's; import or move it away first"
+        )
 
 
 def bundle(args) -> int:
@@ -84,8 +107,9 @@ def bundle(args) -> int:
     upload_budget(args.max_upload_mib, sum(source.stat().st_size for source, _ in sources))  # before any write
     unsaved = [] if given else not_here(members, runs_dir, shipped_runs)
     if unsaved:
-        raise CampaignError(f"{args.state} holds {len(unsaved)} runs further than here (e.g. {unsaved[0]}); "
-                            f"import it first")
+        raise CampaignError(
+            f"{args.state} holds {len(unsaved)} runs further than here (e.g. {unsaved[0]}); import it first"
+        )
     for source, place in sources:
         (out / "data" / place).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, out / "data" / place)
@@ -99,17 +123,22 @@ def bundle(args) -> int:
     limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
     if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:
         raise CampaignError(f"bundle {out}: {size / 2**20:.1f} MiB is over --max-upload-mib {args.max_upload_mib:g}")
-    print(f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / SLOT_STATE} (ledger of "
-          f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}")
+    print(
+        f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / SLOT_STATE} (ledger of "
+        f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}"
+    )
     return 0
 
 
 def not_here(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> list[str]:
     """The runs of a state that this machine has not got as far: a finished run neither here nor
     shipped, a checkpoint ahead of the one here (a returned state not imported yet)."""
-    return [rid for (kind, rid), files in state_runs(members).items()
-            if not is_finished(rid, runs_dir, shipped_runs)
-            and (kind == "finished" or rounds_done(runs_dir / rid) < history_rounds(files.get("metrics.jsonl", b"")))]
+    return [
+        rid
+        for (kind, rid), files in state_runs(members).items()
+        if not is_finished(rid, runs_dir, shipped_runs)
+        and (kind == "finished" or rounds_done(runs_dir / rid) < history_rounds(files.get("metrics.jsonl", b"")))
+    ]
 
 
 def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
@@ -125,6 +154,8 @@ def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
         args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib) if args.part_mib else budget)
     written = save(args, runs_dir)
     for run in written.left_out:
-        print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
-              f"{args.state}: --max-upload-mib {args.max_upload_mib:g}; the session starts it again", file=sys.stderr)
-
+        print(
+            f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
+            f"{args.state}: --max-upload-mib {args.max_upload_mib:g}; the session starts it again",
+            file=sys.stderr,
+        )

@@ -16,6 +16,7 @@ has checked the file around them):
 
 A run that fails is named in one line and left out; the others go on.
 """
+
 from __future__ import annotations
 
 import io
@@ -43,8 +44,9 @@ def carried_runs(members: dict[str, bytes]) -> dict[tuple[str, str], dict[str, b
     return runs
 
 
-def trusted(members: dict[str, bytes], expected: dict[str, RunConfig],
-            where: str) -> tuple[dict[str, bytes], list[str]]:
+def trusted(
+    members: dict[str, bytes], expected: dict[str, RunConfig], where: str
+) -> tuple[dict[str, bytes], list[str]]:
     """The members of the runs that pass their checks, and one line for each run that does not.
     `expected`: run id -> config of the runs the state's targets need; `where`: what it is
     (scale, data) for the message."""
@@ -52,7 +54,7 @@ def trusted(members: dict[str, bytes], expected: dict[str, RunConfig],
     for (kind, rid), files in sorted(carried_runs(members).items()):
         cfg = expected.get(rid)
         check = finished_problem if kind == "finished" else progress_problem
-        problem = (f"is not one of the runs its targets need {where}" if cfg is None else check(rid, files, cfg))
+        problem = f"is not one of the runs its targets need {where}" if cfg is None else check(rid, files, cfg)
         if problem:
             refused.append(f"run {rid} ({kind}) is left out of the state: {problem}")
             continue
@@ -103,8 +105,11 @@ def accuracy_problem(value, name: str = "") -> str | None:
     elif isinstance(value, list):
         items = [(name, item) for item in value]
     else:
-        bad = name.endswith(ACCURACY_KEYS) and value is not None and (
-            not is_number(value) or not math.isfinite(value) or not 0 <= value <= 100)
+        bad = (
+            name.endswith(ACCURACY_KEYS)
+            and value is not None
+            and (not is_number(value) or not math.isfinite(value) or not 0 <= value <= 100)
+        )
         return f"an accuracy ({name}) of {str(value)[:20]}, not a number within [0, 100]" if bad else None
     return next(filter(None, (accuracy_problem(item, key) for key, item in items)), None)
 
@@ -127,10 +132,13 @@ def finished_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str |
     if problem:
         return problem
     rounds = summary.get("rounds_completed")
-    if rounds != len(history) or (len(history) != cfg.federation.rounds
-                                  and summary["status"].split(":")[0] not in ("diverged", "suspect")):
-        return (f"it records {rounds} rounds and its history {len(history)}, of the config's "
-                f"{cfg.federation.rounds}, with status {summary['status'][:40]!r}")
+    if rounds != len(history) or (
+        len(history) != cfg.federation.rounds and summary["status"].split(":")[0] not in ("diverged", "suspect")
+    ):
+        return (
+            f"it records {rounds} rounds and its history {len(history)}, of the config's "
+            f"{cfg.federation.rounds}, with status {summary['status'][:40]!r}"
+        )
     return accuracy_problem({key: summary.get(key) for key in ACCURACIES}) or summary_mismatch(summary, history)
 
 
@@ -139,8 +147,11 @@ def summary_mismatch(summary: dict, history: list[dict]) -> str | None:
     evaluated = [h for h in history if "global_acc" in h]
     accs = [h["global_acc"] for h in evaluated]
     derived = {key: [h.get(field) for h in evaluated] for key, field in REPEATED.items()}
-    derived.update(final_acc=accs[-1] if accs else None, best_acc=max(accs) if accs else None,
-                   per_class_acc=evaluated[-1].get("per_class_acc") if evaluated else None)
+    derived.update(
+        final_acc=accs[-1] if accs else None,
+        best_acc=max(accs) if accs else None,
+        per_class_acc=evaluated[-1].get("per_class_acc") if evaluated else None,
+    )
     for key, value in derived.items():
         if json.dumps(summary.get(key)) != json.dumps(value):  # as JSON: NaN and infinity compare too
             return f"its metrics.json's {key} is not what its metrics.jsonl records"

@@ -41,6 +41,7 @@ cells or seeds are missing.
 `--copy cifar10=FILE` trains on a copy of the official data (dataset.copy: the file's SHA-256,
 so its runs have their own ids), and labels every table built from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,14 +76,31 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--minutes", type=float, required=True)
     t.add_argument("--state", type=Path, required=True, help="the state file (continued if it exists)")
     t.add_argument("--device", default="auto", help="trainer.device (default: auto)")
-    t.add_argument("--clients-per-step", type=int, default=1, metavar="N",
-                   help="trainer.clients_per_step; 2 or more trains groups in a batched step on a CPU too")
-    t.add_argument("--part-mib", type=float, metavar="X",
-                   help="split a state file larger than X MiB into parts (default: one file)")
-    t.add_argument("--max-parts", type=int, metavar="N",
-                   help="the files a slot may return: checkpoints that would take more stay out (default: no limit)")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids")
+    t.add_argument(
+        "--clients-per-step",
+        type=int,
+        default=1,
+        metavar="N",
+        help="trainer.clients_per_step; 2 or more trains groups in a batched step on a CPU too",
+    )
+    t.add_argument(
+        "--part-mib",
+        type=float,
+        metavar="X",
+        help="split a state file larger than X MiB into parts (default: one file)",
+    )
+    t.add_argument(
+        "--max-parts",
+        type=int,
+        metavar="N",
+        help="the files a slot may return: checkpoints that would take more stay out (default: no limit)",
+    )
+    t.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids",
+    )
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
     s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
     add_run_options(s)
@@ -96,8 +114,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--state", type=Path, help=f"the state file to carry (default: DIR/{SLOT_STATE}, made if absent)")
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")
-    b.add_argument("--max-upload-mib", type=float, metavar="M",
-                   help="data, wheels and state together at most M MiB (default: no limit)")
+    b.add_argument(
+        "--max-upload-mib",
+        type=float,
+        metavar="M",
+        help="data, wheels and state together at most M MiB (default: no limit)",
+    )
     b.add_argument("--part-mib", type=float, help=argparse.SUPPRESS)
     b.add_argument("--max-parts", type=int, help=argparse.SUPPRESS)
     return parser
@@ -108,8 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return {"train": train, "status": status, "import": import_state, "bundle": bundle}[args.command](args)
-    except (CampaignError, TargetError, RunFilesError, ConfigError, DataError, LedgerError, OSError,
-            subprocess.CalledProcessError) as exc:
+    except (
+        CampaignError,
+        TargetError,
+        RunFilesError,
+        ConfigError,
+        DataError,
+        LedgerError,
+        OSError,
+        subprocess.CalledProcessError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-

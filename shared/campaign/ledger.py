@@ -8,6 +8,7 @@ Beside it the state carries the checkpoints of runs in progress that fit the upl
 runs it finished and the checkpoints it advanced, so what travels each way does not grow with
 the campaign.
 """
+
 from __future__ import annotations
 
 from shared.runs.files import RUN_ID
@@ -52,8 +53,10 @@ def upload_budget(limit_mib: float | None, other_bytes: int) -> int | None:
         return None
     limit = int(limit_mib * 2**20)
     if other_bytes + STATE_ROOM > limit:
-        raise LedgerError(f"--max-upload-mib {limit_mib:g}: the data and wheels take {other_bytes / 2**20:.1f} MiB, "
-                          f"leaving less than the {STATE_ROOM // 1024} KiB a state needs")
+        raise LedgerError(
+            f"--max-upload-mib {limit_mib:g}: the data and wheels take {other_bytes / 2**20:.1f} MiB, "
+            f"leaving less than the {STATE_ROOM // 1024} KiB a state needs"
+        )
     return limit - other_bytes
 
 

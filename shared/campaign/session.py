@@ -24,6 +24,7 @@ OUTDIR then holds these files only: at most --max-files (the state takes what th
 leave) of at most --max-file-mib each (default: no limit). Needs neither Snakemake nor network:
 the checkout (tests/ for the gate) and the machine's Python with torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,14 +93,23 @@ def environment_record(path: Path) -> dict:
     from shared.runs.provenance import environment
 
     cuda = torch.cuda.is_available()
-    env = {**environment(), "torch": torch.__version__, "cuda_available": cuda, "executable": sys.executable,
-           "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    env = {
+        **environment(),
+        "torch": torch.__version__,
+        "cuda_available": cuda,
+        "executable": sys.executable,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if cuda:
         props = torch.cuda.get_device_properties(0)
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        env["gpu0"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
-                       "memory_gib": round(props.total_memory / 2**30, 1),
-                       "multiprocessors": props.multi_processor_count}
+        env["gpu0"] = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "multiprocessors": props.multi_processor_count,
+        }
         env["bf16_supported"] = torch.cuda.is_bf16_supported()
     try:
         env["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
@@ -115,8 +125,12 @@ def child_env(device: str) -> dict:
     that other work keeps busy, torch's threads wait on each other (a smoke round measured 3-4 s
     with one thread and over 140 s with two, on 2 cores under a load of 6)."""
     threads = {"OMP_NUM_THREADS": "1"} if device == "cpu" and "OMP_NUM_THREADS" not in os.environ else {}
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-            "PYTHONUNBUFFERED": "1", **threads}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONUNBUFFERED": "1",
+        **threads,
+    }
 
 
 class Session:
@@ -136,8 +150,15 @@ class Session:
         `seconds` (then `stop`: ^C, on which pytest still writes its report; SIGTERM, on which
         train writes its state) and killed STOP_SECONDS later if still running."""
         self.log.line(f"$ {' '.join(command)}  (at most {max(seconds, 0):.0f} s)")
-        self.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=child_env(self.args.device), cwd=REPO, errors="replace")
+        self.child = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=child_env(self.args.device),
+            cwd=REPO,
+            errors="replace",
+        )
         reader = threading.Thread(target=lambda: [self.log.line(line) for line in self.child.stdout], daemon=True)
         reader.start()
         try:
@@ -200,22 +221,41 @@ def gate(session: Session, cuda: bool) -> str:
     "failed", or "not run" (no CUDA device to test: gate.xml says so)."""
     xml = session.out / "gate.xml"
     if not cuda:
-        why = (f"--device {session.args.device}: no CUDA device to test, the gpu tests are not run"
-               if session.args.device == "cpu" else "torch sees no CUDA device: the gpu tests are not run")
+        why = (
+            f"--device {session.args.device}: no CUDA device to test, the gpu tests are not run"
+            if session.args.device == "cpu"
+            else "torch sees no CUDA device: the gpu tests are not run"
+        )
         no_tests_report(xml, why)
         session.log.line(f"gate: {why}")
         return "not run"
-    command = [sys.executable, "-m", "pytest", "-m", GATE_MARKER, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-               "-k", gate_selection(session.args.methods), "tests"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        GATE_MARKER,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={xml}",
+        "-k",
+        gate_selection(session.args.methods),
+        "tests",
+    ]
     code = session.run(command, min(GATE_SECONDS, session.left() / 3))
     if not xml.is_file():
         no_tests_report(xml, f"pytest wrote no report (exit {code})")
         return "failed"
     failures = junit_failures(xml)
     # exit 5: no gate test was collected, which on CUDA means the gate itself is broken
-    verdict = ("passed" if not failures and code in (0, None) else
-               "capture" if failures and all(CAPTURE_FAILURE.search(f"{name} {text}") for name, text in failures)
-               else "failed")
+    verdict = (
+        "passed"
+        if not failures and code in (0, None)
+        else "capture"
+        if failures and all(CAPTURE_FAILURE.search(f"{name} {text}") for name, text in failures)
+        else "failed"
+    )
     session.log.line(f"gate: {verdict} ({len(failures)} failed{', stopped at its time' if code is None else ''})")
     return verdict
 
@@ -243,20 +283,45 @@ def train(session: Session, settings: list[str]) -> int | None:
         session.log.line(f"train: not started, {session.left():.0f} s left")
         return None
     carried_state(session)
-    command = [sys.executable, "-m", "shared.campaign", "train", *args.targets, "--minutes", f"{seconds / 60:.3f}",
-               "--state", str(session.out / STATE), "--data-root", str(args.carry / "data"), "--device", args.device,
-               "--timing", str(session.out / "timing.json"),
-               *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
-               *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
-               *(["--scale", args.scale] if args.scale else []), *(f"--set={s}" for s in settings)]
+    command = [
+        sys.executable,
+        "-m",
+        "shared.campaign",
+        "train",
+        *args.targets,
+        "--minutes",
+        f"{seconds / 60:.3f}",
+        "--state",
+        str(session.out / STATE),
+        "--data-root",
+        str(args.carry / "data"),
+        "--device",
+        args.device,
+        "--timing",
+        str(session.out / "timing.json"),
+        *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
+        *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
+        *(["--scale", args.scale] if args.scale else []),
+        *(f"--set={s}" for s in settings),
+    ]
     return session.run(command, seconds + 5, stop=signal.SIGTERM)
 
 
 def all_gpu_tests(session: Session) -> int | None:
     """The gate failed otherwise than in capture: the whole `pytest -m gpu` until the end,
     its report in gate.xml (the gate's failures are in session.log)."""
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={session.out / 'gate.xml'}", "tests"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={session.out / 'gate.xml'}",
+        "tests",
+    ]
     return session.run(command, session.left() - END_SECONDS)
 
 
@@ -264,16 +329,24 @@ def finish(session: Session) -> bool:
     """timing.json where train wrote none; the listing of OUTDIR against the limits."""
     args, timing = session.args, session.out / "timing.json"
     if not timing.is_file():
-        record = {"format": "fedrepro-session-timing/1", "device": args.device, "units": [], "gpu": None,
-                  "note": "no unit trained in this session (session.log says why)"}
+        record = {
+            "format": "fedrepro-session-timing/1",
+            "device": args.device,
+            "units": [],
+            "gpu": None,
+            "note": "no unit trained in this session (session.log says why)",
+        }
         write_atomically(timing, lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
     files = sorted(p for p in session.out.iterdir() if p.is_file())
     largest = max((p.stat().st_size for p in files), default=0)
-    within = ((not args.max_files or len(files) <= args.max_files)
-              and (not args.max_file_mib or largest <= args.max_file_mib * 2**20))
+    within = (not args.max_files or len(files) <= args.max_files) and (
+        not args.max_file_mib or largest <= args.max_file_mib * 2**20
+    )
     limits = f"--max-files {args.max_files or 'none'}, --max-file-mib {args.max_file_mib or 'none'}"
-    session.log.line(f"{session.out}: {len(files)} files ({', '.join(p.name for p in files)}), the largest "
-                     f"{largest / 2**20:.2f} MiB; {'within' if within else 'OVER'} {limits}")
+    session.log.line(
+        f"{session.out}: {len(files)} files ({', '.join(p.name for p in files)}), the largest "
+        f"{largest / 2**20:.2f} MiB; {'within' if within else 'OVER'} {limits}"
+    )
     return within
 
 
@@ -298,8 +371,10 @@ def check(args) -> None:
     if not args.minutes > 0:
         raise SessionError(f"--minutes {args.minutes:g}: a session needs some minutes")
     if args.max_files is not None and not len(NAMED_FILES) < args.max_files <= len(NAMED_FILES) + 100:
-        raise SessionError(f"--max-files {args.max_files}: {len(NAMED_FILES)} files ({', '.join(NAMED_FILES)}) "
-                           f"and at least one for the state, at most 100 state parts")
+        raise SessionError(
+            f"--max-files {args.max_files}: {len(NAMED_FILES)} files ({', '.join(NAMED_FILES)}) "
+            f"and at least one for the state, at most 100 state parts"
+        )
     if args.max_file_mib is not None and not args.max_file_mib >= 0.1:
         raise SessionError(f"--max-file-mib {args.max_file_mib:g}: a file of at least 0.1 MiB")
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
@@ -307,7 +382,9 @@ def check(args) -> None:
     parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
     try:
         args.methods = target_methods(args)
-    except Exception as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
+    except (
+        Exception
+    ) as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
         raise SessionError(f"{' '.join(args.targets)}: {exc}") from None
 
 
@@ -334,9 +411,17 @@ def main(argv: list[str] | None = None) -> int:
 def run_session(session: Session) -> int:
     args, started = session.args, time.monotonic()
     session.log.line(f"session: {' '.join(args.targets)} for {args.minutes:g} min on --device {args.device}")
-    code = session.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                        "from shared.campaign.session import environment_record as e; "
-                        "print(e(Path(sys.argv[1]))['cuda_available'])", str(session.out / "environment.json")], 120)
+    code = session.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from shared.campaign.session import environment_record as e; "
+            "print(e(Path(sys.argv[1]))['cuda_available'])",
+            str(session.out / "environment.json"),
+        ],
+        120,
+    )
     env = json.loads((session.out / "environment.json").read_text()) if code == 0 else {}
     verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu")
     settings = list(args.set)
@@ -345,8 +430,10 @@ def run_session(session: Session) -> int:
         settings.append("trainer.cuda_graphs=false")
     trained = all_gpu_tests(session) if verdict == "failed" else train(session, settings)
     within = finish(session)
-    session.log.line(f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, "
-                     f"{'all gpu tests' if verdict == 'failed' else 'train'} exit {trained}")
+    session.log.line(
+        f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, "
+        f"{'all gpu tests' if verdict == 'failed' else 'train'} exit {trained}"
+    )
     return 0 if within and verdict != "failed" and trained in (0, None) and code == 0 else 1
 
 

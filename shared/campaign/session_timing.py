@@ -13,6 +13,7 @@ a group in one batched step), what it was and where its seconds went.
 The file is rewritten (atomically) after every unit, so a session killed at its deadline still
 leaves the units it finished. Without torch: `shared.campaign` imports it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,12 @@ from shared.runs.files import write_atomically
 
 TIMING_FORMAT = "fedrepro-session-timing/1"
 SAMPLE_SECONDS = 10
-QUERY = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-         f"--loop={SAMPLE_SECONDS}"]
+QUERY = [
+    "nvidia-smi",
+    "--query-gpu=utilization.gpu,memory.used",
+    "--format=csv,noheader,nounits",
+    f"--loop={SAMPLE_SECONDS}",
+]
 
 
 class GpuSampler:
@@ -85,18 +90,27 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
     """The unit's rounds in one record: its size, its steps and their useful share, and the
     mean seconds of a round by phase, the first round apart."""
     if not rounds:
-        return {"rounds": 0, "slots": None, "steps_per_round": None, "useful_share": None,
-                "seconds_per_round": None, "first_round_s": None}
+        return {
+            "rounds": 0,
+            "slots": None,
+            "steps_per_round": None,
+            "useful_share": None,
+            "seconds_per_round": None,
+            "first_round_s": None,
+        }
     paid = sum(r.paid_slot_steps for r in rounds)
     useful = sum(sum(r.slot_steps) for r in rounds)
     later = rounds[1:] or rounds  # the first round pays for capture and warm-up
     per_round = {phase: round(statistics.fmean(r.seconds.get(phase, 0.0) for r in later), 3) for phase in PHASES}
-    return {"rounds": len(rounds), "slots": max(r.slots for r in rounds),
-            "slots_per_step": max(r.slots_per_step for r in rounds),
-            "steps_per_round": round(statistics.fmean(r.steps for r in rounds), 1),
-            "useful_share": round(useful / paid, 3) if paid else None,
-            "seconds_per_round": {"total": round(sum(per_round.values()), 3), **per_round},
-            "first_round_s": round(sum(rounds[0].seconds.values()), 3)}
+    return {
+        "rounds": len(rounds),
+        "slots": max(r.slots for r in rounds),
+        "slots_per_step": max(r.slots_per_step for r in rounds),
+        "steps_per_round": round(statistics.fmean(r.steps for r in rounds), 1),
+        "useful_share": round(useful / paid, 3) if paid else None,
+        "seconds_per_round": {"total": round(sum(per_round.values()), 3), **per_round},
+        "first_round_s": round(sum(rounds[0].seconds.values()), 3),
+    }
 
 
 class SessionTiming:
@@ -117,10 +131,15 @@ class SessionTiming:
 
     def write(self) -> None:
         sampled = self.sampler is not None and self.sampler.sampling
-        record = {"format": TIMING_FORMAT, "device": self.device, "started_at": self.origin,
-                  "seconds": round(time.time() - self.origin, 1), "sample_seconds": SAMPLE_SECONDS,
-                  "units": self.units,
-                  "gpu": {"utilisation_pct_memory_mib": self.sampler.between(0, float("inf"))} if sampled else None}
+        record = {
+            "format": TIMING_FORMAT,
+            "device": self.device,
+            "started_at": self.origin,
+            "seconds": round(time.time() - self.origin, 1),
+            "sample_seconds": SAMPLE_SECONDS,
+            "units": self.units,
+            "gpu": {"utilisation_pct_memory_mib": self.sampler.between(0, float("inf"))} if sampled else None,
+        }
         write_atomically(self.path, lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
 
     def close(self) -> None:
@@ -149,12 +168,22 @@ class UnitTimer:
         sampler = self.session.sampler
         samples = sampler.between(self.started, ended) if sampler is not None and sampler.sampling else None
         outcome = self.outcome if kind is None else f"{kind.__name__}: {exc}"
-        self.session.add({**self.about, "outcome": outcome, **unit_summary(self.rounds),
-                          "peak_gpu_memory_mib": peak_memory_mib(self.session.cuda),
-                          "gpu_utilisation": None if samples is None else {
-                              "mean_pct": round(statistics.fmean(s[1] for s in samples), 1) if samples else None,
-                              "samples": samples},
-                          "started_s": round(self.started, 1), "ended_s": round(ended, 1)})
+        self.session.add(
+            {
+                **self.about,
+                "outcome": outcome,
+                **unit_summary(self.rounds),
+                "peak_gpu_memory_mib": peak_memory_mib(self.session.cuda),
+                "gpu_utilisation": None
+                if samples is None
+                else {
+                    "mean_pct": round(statistics.fmean(s[1] for s in samples), 1) if samples else None,
+                    "samples": samples,
+                },
+                "started_s": round(self.started, 1),
+                "ended_s": round(ended, 1),
+            }
+        )
 
 
 @contextlib.contextmanager

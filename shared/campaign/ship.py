@@ -1,5 +1,6 @@
 """`status` and `import`: how far the targets' runs are; a returned state's checkpoints restored
 and its finished runs shipped (results/shipped/), with the tables and figures built from them."""
+
 from __future__ import annotations
 
 import sys
@@ -11,17 +12,34 @@ from shared.runs.files import holds_result
 from shared.runs.locking import claim_runs
 from shared.targets.resolve import target_parts
 from shared.runs.shipped import SHIPPED, is_finished, put_finished
-from shared.campaign.state import (RESULTS, RUNS_DIR, manifest_copy, read_state, restore, state_defaults, state_runs,
-                                   trusted_members)
+from shared.campaign.state import (
+    RESULTS,
+    RUNS_DIR,
+    manifest_copy,
+    read_state,
+    restore,
+    state_defaults,
+    state_runs,
+    trusted_members,
+)
 from shared.campaign.state_reading import MEMBER, check_inside
 from shared.config.schema import ConfigError, RunConfig
 from shared.runs.files import history_rounds, rounds_done, write_atomically, write_folder_atomically
-from shared.targets.copies import (Copy, campaign_runs, copy_part, copy_runtime, finished_part, label_outputs, labelled,
-                                   table_dir)
+from shared.targets.copies import (
+    Copy,
+    campaign_runs,
+    copy_part,
+    copy_runtime,
+    finished_part,
+    label_outputs,
+    labelled,
+    table_dir,
+)
 
 
-def run_progress(rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, state: dict[str, bytes],
-                 finished_in_state: set[str]) -> float:
+def run_progress(
+    rid: str, cfg: RunConfig, runs_dir: Path, shipped_runs: Path, state: dict[str, bytes], finished_in_state: set[str]
+) -> float:
     """The fraction of the run's rounds done: 1 finished (here, shipped or in the state: a
     result, not a recorded failure; `state_runs`)."""
     if is_finished(rid, runs_dir, shipped_runs) or rid in finished_in_state:
@@ -35,8 +53,12 @@ def status(args) -> int:
 
     state = state_defaults(args)
     finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too
-    speed = {model: m["samples_per_s"] for runs_dir in (args.root / SHIPPED / "runs", args.root / RUNS_DIR)
-             for model, m in measured_throughput("cuda", runs_dir).items()}  # this machine's runs win
+    speed = {
+        model: m["samples_per_s"]
+        for runs_dir in (args.root / SHIPPED / "runs", args.root / RUNS_DIR)
+        for model, m in measured_throughput("cuda", runs_dir).items()
+    }  # this machine's runs win
+
     def tally(targets: list[str]) -> tuple[Counter, int]:
         runs, skipped = campaign_runs(targets, args.scale, args.copy_spec)
         line = Counter()
@@ -48,13 +70,17 @@ def status(args) -> int:
 
     for target in args.targets:
         line, skipped = tally([target])
-        print(f"{target}: {line['finished']} finished, {line['in progress']} in progress, {line['missing']} missing"
-              f"{f', {skipped} need other data' if skipped else ''}; {line['hours']:.1f} GPU-hours left")
+        print(
+            f"{target}: {line['finished']} finished, {line['in progress']} in progress, {line['missing']} missing"
+            f"{f', {skipped} need other data' if skipped else ''}; {line['hours']:.1f} GPU-hours left"
+        )
     total = tally(args.targets)[0]  # a run two targets share counts once
     calibrated = f"calibrated on {', '.join(sorted(speed))}" if speed else "not calibrated: estimated throughput"
-    print(f"total: {total['finished']} finished, {total['in progress']} in progress, {total['missing']} missing; "
-          f"{total['hours']:.1f} GPU-hours left at scale={args.scale}"
-          f"{f' on {args.copy_spec.label}' if args.copy_spec else ''} ({calibrated})")
+    print(
+        f"total: {total['finished']} finished, {total['in progress']} in progress, {total['missing']} missing; "
+        f"{total['hours']:.1f} GPU-hours left at scale={args.scale}"
+        f"{f' on {args.copy_spec.label}' if args.copy_spec else ''} ({calibrated})"
+    )
     return 0
 
 
@@ -95,6 +121,7 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
     def write(folder: Path) -> None:
         build_table(labelled(table, copy, note), scale, shipped / "runs", folder, runtime)
         label_outputs(folder, copy, note)
+
     write_folder_atomically(out, write)
     return out
 
@@ -121,6 +148,7 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
     def write(folder: Path) -> None:
         build_figure(labelled(figure, copy), scale, shipped / "runs", folder, runtime)
         label_outputs(folder, copy)
+
     write_folder_atomically(out, write)
     return out
 
@@ -131,9 +159,14 @@ def write_listing(shipped: Path) -> Path:
 
     runs = sorted(p.parent.name for p in (shipped / "runs").glob("*/metrics.json"))
     tables = sorted(p.parent for p in (shipped / "tables").glob("*/*/*/provenance.yaml"))  # and figures
-    lines = ["# Shipped paper-scale results", "",
-             "Generated by `python -m shared.campaign import`; see the README's Campaign section.", "",
-             f"{len(runs)} finished runs in [`runs/`](runs/) (config, metrics, per-round curves; no models).", ""]
+    lines = [
+        "# Shipped paper-scale results",
+        "",
+        "Generated by `python -m shared.campaign import`; see the README's Campaign section.",
+        "",
+        f"{len(runs)} finished runs in [`runs/`](runs/) (config, metrics, per-round curves; no models).",
+        "",
+    ]
     if not tables:
         lines.append("No table or figure is shipped yet: no paper-scale run has finished.")
     for path in tables:
@@ -141,11 +174,15 @@ def write_listing(shipped: Path) -> Path:
         provenance = yaml.safe_load((path / "provenance.yaml").read_text())
         partial = f" ({provenance['partial']})" if provenance.get("partial") else ""
         if (path / "comparison.md").is_file():
-            lines.append(f"- [`{rel}`]({rel}/comparison.md): "
-                         f"{(path / 'comparison.md').read_text().splitlines()[0].lstrip('# ')}{partial}")
+            lines.append(
+                f"- [`{rel}`]({rel}/comparison.md): "
+                f"{(path / 'comparison.md').read_text().splitlines()[0].lstrip('# ')}{partial}"
+            )
         else:
             lines.append(f"- [`{rel}`]({rel}/figure.png): {provenance['caption']}")
-    write_atomically(check_inside(shipped / "README.md", shipped.parent), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    write_atomically(
+        check_inside(shipped / "README.md", shipped.parent), lambda tmp: tmp.write_text("\n".join(lines) + "\n")
+    )
     return shipped / "README.md"
 
 
@@ -173,13 +210,18 @@ def import_state(args) -> int:
     # checkpoints first: a run a trainer holds (the likely refusal) is refused before anything is written
     restored = restore(progress, args.root / RUNS_DIR, shipped / "runs")
     shipping = ship(members, shipped / "runs")
-    tables = [build(t, manifest["scale"], copy, shipped) for t in affected_tables(manifest, copy, shipped)
-              for build in (build_shipped_table, build_shipped_figure)]
+    tables = [
+        build(t, manifest["scale"], copy, shipped)
+        for t in affected_tables(manifest, copy, shipped)
+        for build in (build_shipped_table, build_shipped_figure)
+    ]
     write_listing(shipped)
     kept = f" ({len(shipping['kept'])} shipped already, left as they were)" if shipping["kept"] else ""
-    print(f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "
-          f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
-          f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}")
+    print(
+        f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "
+        f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
+        f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}"
+    )
     return 2 if refused else 0
 
 
@@ -187,7 +229,9 @@ def import_paths(manifest: dict, members: dict[str, bytes], root: Path, copy: Co
     """Every path `import` writes that the state decides: its runs' folders, its tables' folders."""
     shipped = root / SHIPPED
     runs = sorted({MEMBER.fullmatch(name).group(2) for name in members})
-    tables = [table_dir(shipped, *parts, manifest["scale"], copy) for t in affected_tables(manifest, copy, shipped)
-              if len(parts := target_parts(t)) == 2]
+    tables = [
+        table_dir(shipped, *parts, manifest["scale"], copy)
+        for t in affected_tables(manifest, copy, shipped)
+        if len(parts := target_parts(t)) == 2
+    ]
     return [shipped / "README.md", *(d / rid for rid in runs for d in (shipped / "runs", root / RUNS_DIR)), *tables]
-

@@ -1,5 +1,6 @@
 """The state file a campaign's slots carry: its finished runs and checkpoints, written in parts
 that a slot can return and read back verified; its runs restored into results/runs/."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,13 +22,29 @@ from shared.targets.resolve import TargetError
 from shared.campaign.carried_runs import trusted
 from shared.campaign.ledger import BUNDLED, advanced, read_ledger
 from shared.runs.shipped import is_finished, put_finished
+
 # the state file's form and its checks: shared/campaign/state_reading.py (CampaignError: a refusal in one line)
-from shared.campaign.state_reading import (CLIENT_STATE_FILE, FINISHED_FILES, MANIFEST, MEMBER, PROGRESS_FILES,
-                                           STATE_FORMAT, CampaignError, read_checked, written_at)
+from shared.campaign.state_reading import (
+    CLIENT_STATE_FILE,
+    FINISHED_FILES,
+    MANIFEST,
+    MEMBER,
+    PROGRESS_FILES,
+    STATE_FORMAT,
+    CampaignError,
+    read_checked,
+    written_at,
+)
 from shared.config.schema import ConfigError, RunConfig
 from shared.data.catalog import DataError
-from shared.runs.files import (CLIENT_STATE, aside_path, history_rounds, move_aside_checkpoint, rounds_done,
-                               write_atomically)
+from shared.runs.files import (
+    CLIENT_STATE,
+    aside_path,
+    history_rounds,
+    move_aside_checkpoint,
+    rounds_done,
+    write_atomically,
+)
 from shared.targets.copies import Copy, campaign_runs, parse_copy
 
 RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
@@ -54,7 +71,9 @@ def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
     file and parts side by side (a save cut short, or states carried from two machines): the
     valid one written later is read, the other moved aside (a one-line note names both); both
     holding the same state (a save cut short at its last step), the parts, the file removed."""
-    forms = [form for form in ([path] if os.path.lexists(path) else [], part_paths(path)) if form]  # a link, a FIFO: refused
+    forms = [
+        form for form in ([path] if os.path.lexists(path) else [], part_paths(path)) if form
+    ]  # a link, a FIFO: refused
     if not forms:
         raise CampaignError(f"state file {path} does not exist (nor {path.name}.part-00, ...)")
     if len(forms) == 1:
@@ -76,16 +95,20 @@ def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, byt
         raise errors[0]
     if len(states) == 2 and states[0][0] == states[1][0]:
         if states[0][2] != states[1][2]:
-            raise CampaignError(f"{path} and {path.name}.part-00, ... are both there, written at the same time; "
-                                f"keep one of them")
+            raise CampaignError(
+                f"{path} and {path.name}.part-00, ... are both there, written at the same time; keep one of them"
+            )
         path.unlink()  # the same state (`write_state` cut short before it removed the whole file): the parts go back
         return states[1][2], states[1][3]
     kept = max(states, key=lambda state: state[0])
     other = next(form for form in forms if form is not kept[1])
     asides = [part.rename(aside_path(part, "older")) for part in other]
     name = lambda form: "the whole file" if form == [path] else f"{len(form)} parts"
-    print(f"note: {path}: read {name(kept[1])} (written {kept[2].get('written_at')}); set aside {name(other)} "
-          f"as {asides[0].name}{', ...' if len(asides) > 1 else ''} (older or damaged)", file=sys.stderr)
+    print(
+        f"note: {path}: read {name(kept[1])} (written {kept[2].get('written_at')}); set aside {name(other)} "
+        f"as {asides[0].name}{', ...' if len(asides) > 1 else ''} (older or damaged)",
+        file=sys.stderr,
+    )
     return kept[2], kept[3]
 
 
@@ -129,14 +152,18 @@ def state_defaults(args) -> dict[str, bytes]:
     the state's members: a command reads and verifies the state file once ({}: none yet)."""
     manifest, members = read_state(args.state) if state_exists(args.state) else ({}, {})
     if args.scale and manifest.get("scale", args.scale) != args.scale:
-        raise CampaignError(f"--scale {args.scale}: the state file {args.state} holds runs at scale {manifest['scale']}")
+        raise CampaignError(
+            f"--scale {args.scale}: the state file {args.state} holds runs at scale {manifest['scale']}"
+        )
     args.scale = args.scale or manifest.get("scale") or "paper"
     args.state_targets = list(dict.fromkeys([*manifest.get("targets", []), *args.targets]))
     given = parse_copy(args.copy)
     stored = manifest_copy(manifest) if manifest else None
     if manifest and given and (stored is None or given.sha256 != stored.sha256):
-        raise CampaignError(f"--copy {args.copy}: the state file {args.state} holds runs on "
-                            f"{stored.label if stored else 'the official data'}")
+        raise CampaignError(
+            f"--copy {args.copy}: the state file {args.state} holds runs on "
+            f"{stored.label if stored else 'the official data'}"
+        )
     args.copy_spec = given or stored
     args.ledger = read_ledger(manifest)
     args.carried_rounds = None
@@ -146,13 +173,23 @@ def state_defaults(args) -> dict[str, bytes]:
     for line in refused:  # the run trains again here, as if the state had not held it
         print(f"note: {line}; it is not restored", file=sys.stderr)
     # a state `bundle` made: the one a session returns holds what it advanced (shared/campaign/ledger.py)
-    args.carried_rounds = {rid: history_rounds(files.get("metrics.jsonl", b""))
-                           for (_, rid), files in state_runs(members, ("progress",)).items()} if manifest.get(BUNDLED) else None
+    args.carried_rounds = (
+        {
+            rid: history_rounds(files.get("metrics.jsonl", b""))
+            for (_, rid), files in state_runs(members, ("progress",)).items()
+        }
+        if manifest.get(BUNDLED)
+        else None
+    )
     return members
 
 
-def state_members(run_ids: list[str], runs_dir: Path, ledger: frozenset[str] = frozenset(),
-                  carried_rounds: dict[str, int] | None = None) -> list[tuple[str, bytes, float]]:
+def state_members(
+    run_ids: list[str],
+    runs_dir: Path,
+    ledger: frozenset[str] = frozenset(),
+    carried_rounds: dict[str, int] | None = None,
+) -> list[tuple[str, bytes, float]]:
     """The finished runs' text files and the checkpoints of runs in progress (with their
     per-client state files), from runs_dir. A metrics.json that records a failure is no
     finished run (the workflow trains it again). A run the ledger names is finished elsewhere:
@@ -166,7 +203,8 @@ def state_members(run_ids: list[str], runs_dir: Path, ledger: frozenset[str] = f
         if holds_result(run_dir):
             files += run_members(run_dir, f"finished/{rid}", FINISHED_FILES)
         elif (run_dir / "checkpoint.pt").is_file() and (
-                carried_rounds is None or advanced(rid, rounds_done(run_dir), carried_rounds)):
+            carried_rounds is None or advanced(rid, rounds_done(run_dir), carried_rounds)
+        ):
             files += run_members(run_dir, f"progress/{rid}", PROGRESS_FILES + client_state_files(run_dir))
     return files
 
@@ -219,8 +257,13 @@ def carried_finished_size(path: Path, members: dict[str, bytes]) -> int:
     return max(size - member_bound(progress) - member_bound([manifest]) - TAR_END, 0)
 
 
-def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, part_mib: float | None = None,
-                max_parts: int | None = None) -> Written:
+def write_state(
+    path: Path,
+    files: list[tuple[str, bytes, float]],
+    about: dict,
+    part_mib: float | None = None,
+    max_parts: int | None = None,
+) -> Written:
     """The state file: finished runs, then the checkpoints that keep it within `max_parts` parts
     (None: all), split into parts of part_mib when larger (None: one file, whatever its size). Every step leaves a readable state,
     the old one or the new (`read_state`): the new whole file replaces `path` (beside any old
@@ -237,21 +280,26 @@ def write_state(path: Path, files: list[tuple[str, bytes, float]], about: dict, 
     finally:
         whole.unlink(missing_ok=True)
     if limit and size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no slot returns it
-        raise CampaignError(f"state {path}: {size / 2**20:.1f} MiB would take more than {MAX_PARTS} parts of "
-                            f"{part_mib:g} MiB; it is written whole")
+        raise CampaignError(
+            f"state {path}: {size / 2**20:.1f} MiB would take more than {MAX_PARTS} parts of "
+            f"{part_mib:g} MiB; it is written whole"
+        )
     for old in part_paths(path):  # part-00 first: what is left of them starts mid-stream and never reads
         old.unlink()
     if limit and size > limit:
         data = path.read_bytes()
         for i, start in enumerate(range(0, size, limit)):
-            write_atomically(path.with_name(f"{path.name}.part-{i:02d}"),
-                             lambda tmp, chunk=data[start:start + limit]: tmp.write_bytes(chunk))
+            write_atomically(
+                path.with_name(f"{path.name}.part-{i:02d}"),
+                lambda tmp, chunk=data[start : start + limit]: tmp.write_bytes(chunk),
+            )
         path.unlink()
     return Written(size, finished_size, -(-size // limit) if limit else 1, tuple(left_out))
 
 
-def write_members(out: Path, files: list[tuple[str, bytes, float]], about: dict,
-                  budget: int | None) -> tuple[int, list[LeftOut]]:
+def write_members(
+    out: Path, files: list[tuple[str, bytes, float]], about: dict, budget: int | None
+) -> tuple[int, list[LeftOut]]:
     """The state's archive at `out`: the finished runs, then each run in progress, the most
     advanced first (most rounds), while the file stays within `budget` bytes (None: no limit;
     where the finished runs alone pass it, all: the state cannot come back whole anyway). The
@@ -259,13 +307,21 @@ def write_members(out: Path, files: list[tuple[str, bytes, float]], about: dict,
     run's files add at most `member_bound`. Returns the bytes up to and with the finished
     runs, and the runs left out."""
     entries = {name: {"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files}
-    manifest = lambda kept: {"format": STATE_FORMAT, **about, "members": [entries[name] for name, _, _ in kept],
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
+    manifest = lambda kept: {
+        "format": STATE_FORMAT,
+        **about,
+        "members": [entries[name] for name, _, _ in kept],
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+    }
     reserve = member_bound([len(json.dumps(manifest(files), indent=1))]) + TAR_END  # the manifest of all: no shorter
     finished = [file for file in files if file[0].startswith("finished/")]
     kept, left_out = list(finished), []
-    with open(out, "wb") as raw, (gzip.GzipFile(fileobj=raw, mode="wb") if out.name.endswith((".gz", ".tgz"))
-                                  else contextlib.nullcontext(raw)) as stream:
+    with (
+        open(out, "wb") as raw,
+        (
+            gzip.GzipFile(fileobj=raw, mode="wb") if out.name.endswith((".gz", ".tgz")) else contextlib.nullcontext(raw)
+        ) as stream,
+    ):
         with tarfile.open(fileobj=stream, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name, data, mtime in finished:
                 add_member(tar, name, data, mtime)
@@ -300,8 +356,9 @@ def progress_rounds(run: list[tuple[str, bytes, float]]) -> int:
     return sum(history_rounds(data) for name, data, _ in run if name.endswith("/metrics.jsonl"))
 
 
-def state_runs(members: dict[str, bytes],
-               kinds: tuple[str, ...] = ("finished", "progress")) -> dict[tuple[str, str], dict[str, bytes]]:
+def state_runs(
+    members: dict[str, bytes], kinds: tuple[str, ...] = ("finished", "progress")
+) -> dict[tuple[str, str], dict[str, bytes]]:
     """(kind, run id) -> file -> bytes of a state's runs of those kinds. A "finished" run whose
     metrics.json records no result (a state written before failures were told apart) is left
     out: it is neither shipped nor restored as finished."""
@@ -310,8 +367,11 @@ def state_runs(members: dict[str, bytes],
         kind, rid, file = MEMBER.fullmatch(name).groups()
         if kind in kinds:
             runs.setdefault((kind, rid), {})[file] = content
-    return {key: files for key, files in sorted(runs.items())
-            if key[0] != "finished" or records_result(files.get("metrics.json", b""))}
+    return {
+        key: files
+        for key, files in sorted(runs.items())
+        if key[0] != "finished" or records_result(files.get("metrics.json", b""))
+    }
 
 
 def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> dict[str, list[str]]:
@@ -319,13 +379,18 @@ def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> di
     before anything is written, while another process trains one): a finished run unless one
     is finished there or shipped, a checkpoint unless the run is finished or holds at least as
     many rounds there."""
+
     def kept(kind: str, rid: str, files: dict[str, bytes]) -> bool:
         return is_finished(rid, runs_dir, shipped_runs) or (
-            kind == "progress" and rounds_done(runs_dir / rid) >= history_rounds(files.get("metrics.jsonl", b"")))
+            kind == "progress" and rounds_done(runs_dir / rid) >= history_rounds(files.get("metrics.jsonl", b""))
+        )
 
     runs = state_runs(members)
-    done = {"finished": [], "progress": [], "kept": [rid for (kind, rid), files in runs.items()
-                                                      if kept(kind, rid, files)]}
+    done = {
+        "finished": [],
+        "progress": [],
+        "kept": [rid for (kind, rid), files in runs.items() if kept(kind, rid, files)],
+    }
     with ExitStack() as locks:
         claim_runs(runs_dir, sorted({rid for (kind, rid) in runs if rid not in done["kept"]}), locks)
         for (kind, rid), files in runs.items():
@@ -357,4 +422,3 @@ def put_progress(run_dir: Path, files: dict[str, bytes]) -> None:
         write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
     for stale in set(client_state_files(run_dir)) - set(files):
         (run_dir / stale).unlink()
-

@@ -17,6 +17,7 @@ stale or hostile. Reading it checks, in one pass and in this order, with every r
 What the runs themselves hold (their identity, rounds, accuracies) is checked by
 shared/campaign/carried_runs.py; where a target resolves, by shared/campaign/state.py (it knows the tables).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -44,8 +45,10 @@ PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.p
 # controls) lies in files of its own that it names (shared/methods/client_state.py): without them a run
 # resumed on another machine would set its checkpoint aside and start again from round 0
 CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/{CLIENT_STATE_NAME.pattern}")
-MEMBER = re.compile(rf"(finished|progress)/({RUN_ID.pattern})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
-                    rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})")
+MEMBER = re.compile(
+    rf"(finished|progress)/({RUN_ID.pattern})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
+    rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})"
+)
 # A target as Snakemake names it: papers/<paper>[/<name>], <paper>, <paper>_searches (shared/targets/resolve.py)
 TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
@@ -98,8 +101,10 @@ class Bounded:
         data = self.source.read(CHUNK if size is None or size < 0 else size)
         self.count += len(data)
         if self.count > self.limit:
-            raise CampaignError(f"{self.path}: expands to more than {megabytes(self.limit)} (a damaged or hostile "
-                                f"state: a real one holds at most {EXPANSION_RATIO} times its size)")
+            raise CampaignError(
+                f"{self.path}: expands to more than {megabytes(self.limit)} (a damaged or hostile "
+                f"state: a real one holds at most {EXPANSION_RATIO} times its size)"
+            )
         return data
 
 
@@ -124,8 +129,9 @@ def open_regular(part: Path):
     FIFO is refused without being opened (or, swapped in meanwhile, read)."""
     try:
         if not stat.S_ISREG(os.lstat(part).st_mode):
-            raise CampaignError(f"{part} is not a regular file (a link, a device or a FIFO); a state is read only "
-                                f"from regular files")
+            raise CampaignError(
+                f"{part} is not a regular file (a link, a device or a FIFO); a state is read only from regular files"
+            )
         fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise CampaignError(f"cannot open {part}: {exc.strerror}") from None
@@ -150,7 +156,9 @@ def read_checked(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]
             stream = gzip.GzipFile(fileobj=stream, mode="rb")
         manifest, members = read_members(path, Bounded(stream, EXPANSION_FLOOR + EXPANSION_RATIO * size, path))
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:  # zlib: a damaged stream
-        raise CampaignError(f"cannot read state file {path}: {' '.join(str(exc).split()) or type(exc).__name__}") from None
+        raise CampaignError(
+            f"cannot read state file {path}: {' '.join(str(exc).split()) or type(exc).__name__}"
+        ) from None
     finally:
         for f in files:
             f.close()
@@ -209,11 +217,16 @@ def check_manifest(path: Path, manifest) -> None:
     """The manifest's fields, each of its type, before any of them is used."""
     if not isinstance(manifest, dict) or manifest.get("format") != STATE_FORMAT:
         raise CampaignError(f"{path} is not a {STATE_FORMAT} state file (no manifest of that format)")
-    problem = (keys_problem(manifest, REQUIRED_KEYS, OPTIONAL_KEYS) or targets_problem(manifest["targets"])
-               or scale_problem(manifest["scale"]) or copy_problem(manifest["copy"])
-               or entries_problem(manifest["members"]) or written_at_problem(manifest["written_at"])
-               or ledger_problem(manifest.get(LEDGER, []))
-               or (None if manifest.get(BUNDLED, True) is True else f"{BUNDLED} is not true"))
+    problem = (
+        keys_problem(manifest, REQUIRED_KEYS, OPTIONAL_KEYS)
+        or targets_problem(manifest["targets"])
+        or scale_problem(manifest["scale"])
+        or copy_problem(manifest["copy"])
+        or entries_problem(manifest["members"])
+        or written_at_problem(manifest["written_at"])
+        or ledger_problem(manifest.get(LEDGER, []))
+        or (None if manifest.get(BUNDLED, True) is True else f"{BUNDLED} is not true")
+    )
     if problem:
         raise CampaignError(f"{path}: its manifest {problem}")
 
@@ -235,7 +248,11 @@ def targets_problem(targets) -> str | None:
 
 
 def scale_problem(scale) -> str | None:
-    return None if isinstance(scale, str) and scale in SCALES else f"names scale {str(scale)[:40]!r}; valid: {sorted(SCALES)}"
+    return (
+        None
+        if isinstance(scale, str) and scale in SCALES
+        else f"names scale {str(scale)[:40]!r}; valid: {sorted(SCALES)}"
+    )
 
 
 def copy_problem(copy) -> str | None:

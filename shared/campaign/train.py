@@ -1,5 +1,6 @@
 """`train`: the targets' missing runs trained in units, each sized to the time left, until a
 budget of minutes ends; the state file saved after each unit and on a SIGTERM."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +14,20 @@ from pathlib import Path
 
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.runs.shipped import SHIPPED, is_finished
-from shared.campaign.state import (MAX_PARTS, RUNS_DIR, Written, carried_finished_size, expected_runs, member_bound,
-                                   part_bytes, restore, state_defaults, state_exists, state_members, write_state)
+from shared.campaign.state import (
+    MAX_PARTS,
+    RUNS_DIR,
+    Written,
+    carried_finished_size,
+    expected_runs,
+    member_bound,
+    part_bytes,
+    restore,
+    state_defaults,
+    state_exists,
+    state_members,
+    write_state,
+)
 from shared.campaign.state_reading import CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
@@ -26,19 +39,27 @@ STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
 
 
-def with_runtime(cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int = 1,
-                 settings: dict | None = None) -> RunConfig:
+def with_runtime(
+    cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int = 1, settings: dict | None = None
+) -> RunConfig:
     """The config with this machine's device, data root and clients per step, and the runtime
     `settings` of --set (none changes the run id; clients_per_step > 1 asks for the batched
     step, and so for groups, on a CPU too)."""
     from shared.targets.configs import load_config
 
-    runtime = deep_merge({"trainer": {"device": device, "clients_per_step": clients_per_step},
-                          **({"data_root": data_root} if data_root else {})}, settings or {})
+    runtime = deep_merge(
+        {
+            "trainer": {"device": device, "clients_per_step": clients_per_step},
+            **({"data_root": data_root} if data_root else {}),
+        },
+        settings or {},
+    )
     resolved = load_config(None, deep_merge(identity(cfg), runtime))
     if run_id(resolved) != run_id(cfg):  # a runtime key that is part of the id would retrain finished runs
-        raise CampaignError(f"--device {device}, --data-root {data_root} or --clients-per-step {clients_per_step} "
-                            f"changes run {run_id(cfg)}'s id")
+        raise CampaignError(
+            f"--device {device}, --data-root {data_root} or --clients-per-step {clients_per_step} "
+            f"changes run {run_id(cfg)}'s id"
+        )
     return resolved
 
 
@@ -53,12 +74,23 @@ def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
 
     groups = form_groups(runs, GROUP_LIMIT)
     first = min((cfg.seed for cfg in runs.values()), default=0)
-    ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [[r for r in g if runs[r].seed != first] for g in groups]
+    ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [
+        [r for r in g if runs[r].seed != first] for g in groups
+    ]
     units = []
     for unit in filter(None, ordered):
-        together = len(unit) > 1 and group_reason([
-            with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
-            for r in unit]) is None
+        together = (
+            len(unit) > 1
+            and group_reason(
+                [
+                    with_runtime(
+                        runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None)
+                    )
+                    for r in unit
+                ]
+            )
+            is None
+        )
         units += [unit] if together else [[r] for r in unit]
     return units
 
@@ -71,8 +103,10 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     from shared.training import trainer
     from shared.training.group_training import GroupRefused, run_group
 
-    cfgs = [with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
-            for rid in rids]
+    cfgs = [
+        with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
+        for rid in rids
+    ]
     if len(rids) > 1:
         try:
             run_group(cfgs, [runs_dir / rid for rid in rids], deadline=deadline)
@@ -91,13 +125,15 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     return raised
 
 
-def train_runs(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path,
-               finished_size: int = 0) -> dict[str, int]:
+def train_runs(
+    runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path, finished_size: int = 0
+) -> dict[str, int]:
     """Train the unfinished runs in order (`training_units`, each sized to the time left:
     `sized_units`) until the deadline; counts of what happened, by run. finished_size: at least
     the bytes the finished runs take in the state file (`not_worth_starting` refuses a unit
     only where sure), then as each save measures them."""
     from shared.training import trainer
+
     counts, timing = Counter(), getattr(args, "timing_record", None)
     for rids, estimate in sized_units(runs, args, deadline, runs_dir):
         if time.time() + estimate.seconds > deadline:
@@ -140,11 +176,15 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
     out come next as a unit of their own. Measured rounds are read again before each unit, so
     each unit trained counts for the next."""
     from shared.campaign import unit_sizing
+
     queue = training_units(runs, args)
     ledger = getattr(args, "ledger", frozenset())
     while queue:
-        unit = [rid for rid in queue.pop(0)
-                if rid not in ledger and not is_finished(rid, runs_dir, args.root / SHIPPED / "runs")]
+        unit = [
+            rid
+            for rid in queue.pop(0)
+            if rid not in ledger and not is_finished(rid, runs_dir, args.root / SHIPPED / "runs")
+        ]
         if not unit:
             continue
         measured = unit_sizing.measured_rounds(runs, runs_dir)
@@ -152,13 +192,23 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
         rids, estimate = unit_sizing.size_unit(unit, runs, done, deadline - time.time(), measured)
         if len(rids) < len(unit):
             queue.insert(0, [rid for rid in unit if rid not in rids])
-            print(f"note: {len(rids)} of the unit's {len(unit)} runs train now, as they can finish in the time left "
-                  f"(a round about {estimate.seconds:.0f} s, {estimate.source})", file=sys.stderr)
+            print(
+                f"note: {len(rids)} of the unit's {len(unit)} runs train now, as they can finish in the time left "
+                f"(a round about {estimate.seconds:.0f} s, {estimate.source})",
+                file=sys.stderr,
+            )
         yield rids, estimate
 
 
-def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, round_seconds: float,
-                       runs_dir: Path, finished_size: int) -> str | None:
+def not_worth_starting(
+    rids: list[str],
+    runs: dict[str, RunConfig],
+    args,
+    deadline: float,
+    round_seconds: float,
+    runs_dir: Path,
+    finished_size: int,
+) -> str | None:
     """Why the unit is not started (None: it is): at `round_seconds` a round it cannot finish
     before the deadline, and its checkpoints, each at least its model's weights, would not fit
     beside the finished runs in what a slot returns, so its GPU minutes would be lost."""
@@ -171,9 +221,11 @@ def not_worth_starting(rids: list[str], runs: dict[str, RunConfig], args, deadli
         return None
     if finished_size + member_bound(checkpoints) <= args.max_parts * part_bytes(args.part_mib):
         return None
-    return (f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
-            f"{max(deadline - time.time(), 0) / 60:.1f} min left, and the checkpoints (at least "
-            f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {slot_return(args)}")
+    return (
+        f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
+        f"{max(deadline - time.time(), 0) / 60:.1f} min left, and the checkpoints (at least "
+        f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {slot_return(args)}"
+    )
 
 
 def checkpoint_size(cfg: RunConfig, run_dir: Path) -> int:
@@ -208,30 +260,42 @@ def save(args, runs_dir: Path) -> Written:
     that a slot could return (`write_state`)."""
     run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
     ledger = getattr(args, "ledger", frozenset())
-    about = {"targets": args.state_targets, "scale": args.scale,
-             "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None,
-             **({LEDGER: sorted(ledger)} if ledger else {}),
-             **({BUNDLED: True} if getattr(args, "bundling", False) else {})}
+    about = {
+        "targets": args.state_targets,
+        "scale": args.scale,
+        "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None,
+        **({LEDGER: sorted(ledger)} if ledger else {}),
+        **({BUNDLED: True} if getattr(args, "bundling", False) else {}),
+    }
     members = state_members(run_ids, runs_dir, ledger, getattr(args, "carried_rounds", None))
     with sigterm_deferred():
         return write_state(args.state, members, about, args.part_mib, args.max_parts)
 
 
 def slot_return(args) -> str:
-    return f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)" if args.part_mib \
+    return (
+        f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
+        if args.part_mib
         else f"a slot returns {args.max_parts} file(s) (--max-parts)"
+    )
 
 
 def tell_left_out(args, written: Written) -> None:
     """One line for each checkpoint the state file leaves out, and one where even its finished
     runs pass what a slot returns."""
     for run in written.left_out:
-        print(f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
-              f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
-              f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}", file=sys.stderr)
+        print(
+            f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
+            f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
+            f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}",
+            file=sys.stderr,
+        )
     if args.max_parts and written.files > args.max_parts:
-        print(f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
-              f"runs alone, and {slot_return(args)}: a slot cannot return the whole state", file=sys.stderr)
+        print(
+            f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
+            f"runs alone, and {slot_return(args)}: a slot cannot return the whole state",
+            file=sys.stderr,
+        )
 
 
 @contextlib.contextmanager
@@ -264,8 +328,10 @@ def check_parts(args) -> None:
     if args.part_mib is not None and not args.part_mib > 0:
         raise CampaignError(f"--part-mib {args.part_mib:g}: a part must hold more than 0 MiB")
     if args.max_parts is not None and not 1 <= args.max_parts <= MAX_PARTS:
-        raise CampaignError(f"--max-parts {args.max_parts}: a slot must return at least the state's one file, "
-                            f"and parts are numbered 00-{MAX_PARTS - 1}")
+        raise CampaignError(
+            f"--max-parts {args.max_parts}: a slot must return at least the state's one file, "
+            f"and parts are numbered 00-{MAX_PARTS - 1}"
+        )
 
 
 def train(args) -> int:
@@ -287,8 +353,10 @@ def train(args) -> int:
     if state_exists(args.state):
         restored = restore(members, runs_dir, args.root / SHIPPED / "runs")
         here = f" ({len(restored['kept'])} as far here already)" if restored["kept"] else ""
-        print(f"continuing from {args.state}: {len(restored['finished'])} finished and "
-              f"{len(restored['progress'])} checkpointed runs restored{here}")
+        print(
+            f"continuing from {args.state}: {len(restored['finished'])} finished and "
+            f"{len(restored['progress'])} checkpointed runs restored{here}"
+        )
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
     from shared.campaign.session_timing import session_timing
 
@@ -299,8 +367,9 @@ def train(args) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     tell_left_out(args, written)
     finished = sum(rid in args.ledger or is_finished(rid, runs_dir, args.root / SHIPPED / "runs") for rid in runs)
-    print(f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
-          f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
-          f"min; state {args.state}: {written.size / 2**20:.2f} MiB")
+    print(
+        f"{finished} of {len(runs)} runs finished ({', '.join(f'{n} {k}' for k, n in counts.items()) or 'none trained'}"
+        f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
+        f"min; state {args.state}: {written.size / 2**20:.2f} MiB"
+    )
     return 1 if counts["raised"] else 0
-

@@ -17,6 +17,7 @@ Its round's seconds are estimated, in this order, from
 finish before the deadline; where none can, the whole unit, which trains until the deadline
 and is carried on in its checkpoints.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,10 @@ def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path) -> list[Measured
             if slots > 0 and seconds > 0:
                 by_slots.setdefault(slots, []).append(seconds)
         per_slot = samples_per_round(cfg) / clients_per_round(cfg)
-        found += [Measured(cfg.method["name"], cfg.model.name, slots, per_slot * slots, statistics.median(seconds))
-                  for slots, seconds in by_slots.items()]
+        found += [
+            Measured(cfg.method["name"], cfg.model.name, slots, per_slot * slots, statistics.median(seconds))
+            for slots, seconds in by_slots.items()
+        ]
     return found
 
 
@@ -100,8 +103,10 @@ def round_seconds(cfgs: list[RunConfig], measured: list[Measured]) -> Estimate:
     if same_model:
         nearest = min(same_model, key=lambda m: (m.method != method, abs(math.log(m.slots / slots))))
         samples = sum(samples_per_round(cfg) for cfg in cfgs)
-        return Estimate(nearest.seconds * samples / nearest.samples,
-                        f"scaled from {nearest.method} {nearest.model} with {nearest.slots} slots")
+        return Estimate(
+            nearest.seconds * samples / nearest.samples,
+            f"scaled from {nearest.method} {nearest.model} with {nearest.slots} slots",
+        )
     return Estimate(sum(planned_seconds(cfg) for cfg in cfgs), "planned")
 
 
@@ -109,8 +114,9 @@ def rounds_left(cfg: RunConfig, done: int) -> int:
     return max(cfg.federation.rounds - max(done, 0), 0)
 
 
-def size_unit(rids: list[str], runs: dict[str, RunConfig], done: dict[str, int], seconds_left: float,
-              measured: list[Measured]) -> tuple[list[str], Estimate]:
+def size_unit(
+    rids: list[str], runs: dict[str, RunConfig], done: dict[str, int], seconds_left: float, measured: list[Measured]
+) -> tuple[list[str], Estimate]:
     """The runs of the unit to train now and their round's estimate: as many as finish in
     `seconds_left` (those with fewest rounds left first; `done`: rounds each has), else all of
     them (none can finish: the unit trains until the deadline, carried on in its checkpoints)."""

@@ -1,5 +1,6 @@
 """Nested config mappings and their dotted keys: {"method": {"mu": 0.1}} <-> {"method.mu": 0.1}.
 The one place these conversions live (overrides, JSON configs, searches, run ids)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,4 +38,3 @@ def nested(dotted: dict[str, Any]) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
-

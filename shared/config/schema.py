@@ -6,6 +6,7 @@ hyperparameters included), so the same experiment requested by two tables hashes
 run id. Keys that change where or how fast a run executes, but not its result, are listed in
 `RUNTIME_KEYS` and left out of the id.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,7 +40,7 @@ _EXCERPT.maxlevel, _EXCERPT.maxstring, _EXCERPT.maxother, _EXCERPT.maxlong = 2, 
 _EXCERPT.maxdict = _EXCERPT.maxlist = _EXCERPT.maxtuple = _EXCERPT.maxset = 4
 
 
-INT64 = (-2**63, 2**63 - 1)  # what numpy, torch and JSON readers elsewhere take as an integer
+INT64 = (-(2**63), 2**63 - 1)  # what numpy, torch and JSON readers elsewhere take as an integer
 
 
 def check(ok: bool, message: str) -> None:
@@ -111,7 +112,9 @@ class DatasetConfig:
     # None: the dataset's own
     augmentation: str | None = None
     train_subset: Count | None = None  # keep this many training samples (stratified), for small scales
-    val_fraction: Annotated[float, Range(0, 1, high_open=True)] = 0.0  # held out per class before partitioning (FedGKD keeps 10%)
+    val_fraction: Annotated[float, Range(0, 1, high_open=True)] = (
+        0.0  # held out per class before partitioning (FedGKD keeps 10%)
+    )
     # Text: tokens per sequence (truncated or padded). FedGKD does not state it; 128 is what the
     # DistilBERT scripts of FedDF, whose code FedGKD's builds on, use.
     max_length: Annotated[int, Range(2)] = 128  # a sequence holds [CLS] and [SEP]
@@ -131,7 +134,9 @@ class PartitionConfig:
     beta: Positive = 0.5  # Dirichlet concentration
     k: Count = 2  # classes per client for kind=classes
     min_size: NonNegativeInt = 10  # Dirichlet: redraw until every client holds this many samples
-    rng: str | None = None  # None: our generator | niid_bench: NIID-Bench's draws (np.random / random seeded with the seed; kinds iid, dirichlet, classes)
+    rng: str | None = (
+        None  # None: our generator | niid_bench: NIID-Bench's draws (np.random / random seeded with the seed; kinds iid, dirichlet, classes)
+    )
     # kind=domains: every domain keeps only its first share x (the smallest domain's training
     # size) samples, FedBN's equal-size domains (its fed_office.py: 0.5); None keeps them all
     domain_share: Annotated[float, Range(0, 1, low_open=True)] | None = None
@@ -150,7 +155,9 @@ class AuxConfig:
 @dataclass
 class FederationConfig:
     rounds: Count = 100
-    participation: Annotated[float, Range(0, 1, low_open=True)] = 1.0  # C: fraction of clients sampled per round, ceil(C * N)
+    participation: Annotated[float, Range(0, 1, low_open=True)] = (
+        1.0  # C: fraction of clients sampled per round, ceil(C * N)
+    )
     weighting: Literal["samples", "uniform"] = "samples"  # samples: FedAvg weights by data size; uniform: FedGKD's code
 
 
@@ -179,7 +186,9 @@ class EvalConfig:
     every: Count = 1  # evaluate every k rounds (and always at the last round)
     local: bool = True  # also test each round's local models (the "local average accuracy")
     batch_size: Count = 1000
-    target_acc: list[Annotated[float, Range(0, 100, low_open=True)]] = field(default_factory=list)  # % ; report the first round reaching each
+    target_acc: list[Annotated[float, Range(0, 100, low_open=True)]] = field(
+        default_factory=list
+    )  # % ; report the first round reaching each
 
 
 @dataclass
@@ -201,7 +210,9 @@ class TrainerConfig:
     # CUDA the same seed then gives the same numbers, and a resumed run the uninterrupted run's
     # (docs/performance.md); false trades that for cuDNN's fastest, atomics-summing kernels
     deterministic: bool = True
-    tensorboard: bool = False  # also write each round's metrics as TensorBoard events (shared/training/tensorboard_log.py)
+    tensorboard: bool = (
+        False  # also write each round's metrics as TensorBoard events (shared/training/tensorboard_log.py)
+    )
 
 
 @dataclass
@@ -223,8 +234,17 @@ class RunConfig:
 # The speed switches belong here too: batched clients, compilation and CUDA graphs compute the
 # same samples' gradients with the same arithmetic, in another order and kernels (the batched
 # trainer's test shows the weights agree to float rounding), much as another GPU would.
-RUNTIME_KEYS = ("data_root", "trainer.device", "trainer.progress", "trainer.clients_per_step", "trainer.client_threads",
-                "trainer.compile", "trainer.cuda_graphs", "trainer.deterministic", "trainer.tensorboard")
+RUNTIME_KEYS = (
+    "data_root",
+    "trainer.device",
+    "trainer.progress",
+    "trainer.clients_per_step",
+    "trainer.client_threads",
+    "trainer.compile",
+    "trainer.cuda_graphs",
+    "trainer.deterministic",
+    "trainer.tensorboard",
+)
 
 DATA_ROOT_ENV = "FEDREPRO_DATA"
 
@@ -234,6 +254,7 @@ def data_root(cfg: RunConfig) -> Path:
 
 
 # --- building a config from dicts ---------------------------------------------------------
+
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:
     """Check (and gently convert) a YAML value against a dataclass field's type and range."""
@@ -326,6 +347,7 @@ def to_dict(cfg: Any) -> dict:
 
 
 # --- identity -----------------------------------------------------------------------------
+
 
 def identity(cfg: RunConfig) -> dict:
     """The resolved config without the keys that do not change the result, and without the

@@ -6,6 +6,7 @@ uninterrupted one). Here the sum is a product with the one-hot matrix of the lab
 cuBLAS computes in a fixed order (shared/runs/seeding.py fixes its workspace); on the CPU it is as
 exact as the loop it replaces, in another order.
 """
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ the names alone. A file is removed once no checkpoint names it, so a kill betwee
 client's new file and the checkpoint that names it resumes from the files the last checkpoint
 names, the same tensors bit for bit.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

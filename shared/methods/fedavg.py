@@ -16,6 +16,7 @@ overrides only the hooks it needs. Cross-round state (MOON's previous models, SC
 variates, FedGKD's buffer) goes in `state_dict()` so that checkpoints carry it. A method whose
 hooks do more than FedAvg's says so in `capabilities` (below), which subclasses inherit.
 """
+
 from __future__ import annotations
 
 import copy
@@ -120,8 +121,9 @@ def kl_div(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperatu
 @torch.no_grad()
 def predict(model: Net, images: torch.Tensor, augmenter, batch_size: int) -> torch.Tensor:
     """Float logits of `model` on uint8 images, in batches, without augmentation."""
-    return torch.cat([model(augmenter.normalize(images[i:i + batch_size])).float()
-                      for i in range(0, len(images), batch_size)])
+    return torch.cat(
+        [model(augmenter.normalize(images[i : i + batch_size])).float() for i in range(0, len(images), batch_size)]
+    )
 
 
 class FedAvg:

@@ -8,6 +8,7 @@ Nothing in `shared/` names a paper. A folder dropped in with these two files add
 (`papers/<name>/<table>`, `<name>`, `<name>_searches`); reading the registry imports only the
 packages' `__init__.py`, so listing or validating methods loads no training code.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,9 +25,14 @@ PACKAGE = "papers"
 def paper_names() -> tuple[str, ...]:
     """The papers found under papers/, in alphabetical order."""
     package = importlib.import_module(PACKAGE)
-    return tuple(sorted(
-        info.name for folder in package.__path__ for info in pkgutil.iter_modules([folder])
-        if info.ispkg and (Path(folder) / info.name / "tables.py").is_file()))
+    return tuple(
+        sorted(
+            info.name
+            for folder in package.__path__
+            for info in pkgutil.iter_modules([folder])
+            if info.ispkg and (Path(folder) / info.name / "tables.py").is_file()
+        )
+    )
 
 
 def check_paper(paper: str) -> None:

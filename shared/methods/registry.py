@@ -1,6 +1,7 @@
 """Method registry: config name -> class. Entries are import paths, so that listing or
 validating methods imports no method module. The baselines are listed here; each paper
 registers its own methods (shared/methods/papers.py)."""
+
 from __future__ import annotations
 
 import importlib

@@ -16,6 +16,7 @@ Per seed, a group holds where every comparison holds on that seed's values alone
 (`seeds_held`: "k/n"). The same checks on the paper's own numbers must hold (tests): a claim
 is never written wrongly.
 """
+
 from __future__ import annotations
 
 import html
@@ -32,9 +33,11 @@ from shared.methods.papers import paper_tables_module
 
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "held within noise", "not held", "not yet measured"
 VERDICTS = (HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED)
-NOISE_TEST = ("held within noise: each failing comparison misses by at most one pooled standard deviation "
-              "of its two sides over seeds, sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations "
-              "(ddof=1); a side measured on one seed has no spread, so its misses are never within noise")
+NOISE_TEST = (
+    "held within noise: each failing comparison misses by at most one pooled standard deviation "
+    "of its two sides over seeds, sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations "
+    "(ddof=1); a side measured on one seed has no spread, so its misses are never within noise"
+)
 
 Cell = tuple[str, str]  # (row label, column label)
 Values = dict[Cell, dict[int, float]]  # a cell's value per seed; a missing cell has no entry
@@ -66,8 +69,10 @@ def term_mean_var(term: Term, values: Values) -> tuple[float, float]:
     added; NaN where a cell has one seed)."""
     means = [sign * float(np.mean(list(values[(r, c)].values()))) for sign, r, c in term]
     with np.errstate(invalid="ignore"):  # a target never reached (inf) has no spread: NaN
-        variances = [float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
-                     for _, r, c in term]
+        variances = [
+            float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
+            for _, r, c in term
+        ]
     return sum(means), sum(variances)
 
 
@@ -124,9 +129,11 @@ class Best(Claim):
             if not self.each and all((r, label) in values for r in claimants):
                 means = {r: term_mean_var(((1, r, label),), values)[0] for r in claimants}
                 claimants = [max(claimants, key=lambda r: means[r] if higher else -means[r])]
-            out[label] = [Comparison(f"{mine} vs {rival}", ((1, mine, label),), ((1, rival, label),), higher,
-                                     self.min_margin)
-                          for mine in claimants for rival in self.rivals(table)]
+            out[label] = [
+                Comparison(f"{mine} vs {rival}", ((1, mine, label),), ((1, rival, label),), higher, self.min_margin)
+                for mine in claimants
+                for rival in self.rivals(table)
+            ]
         return out
 
 
@@ -136,8 +143,11 @@ class FewestRounds(Best):
 
     def groups(self, table, values):
         columns = {c.label: c for c in table.columns}
-        counts = [label for label in self.column_labels(table)
-                  if not table.metric_for(columns[label]).kind.startswith("rounds_to")]
+        counts = [
+            label
+            for label in self.column_labels(table)
+            if not table.metric_for(columns[label]).kind.startswith("rounds_to")
+        ]
         if counts:
             raise ValueError(f"{table.paper}/{table.name}: FewestRounds on columns that do not count rounds: {counts}")
         return super().groups(table, values)
@@ -166,11 +176,15 @@ class Trend(Claim):
 
     def groups(self, table, values):
         pairs = zip(self.columns, self.columns[1:])
-        return {" → ".join(self.columns): [Comparison(f"{b} vs {a}", self.term(b), self.term(a), self.increasing)
-                                           for a, b in pairs]}
+        return {
+            " → ".join(self.columns): [
+                Comparison(f"{b} vs {a}", self.term(b), self.term(a), self.increasing) for a, b in pairs
+            ]
+        }
 
 
 # --- verdicts -----------------------------------------------------------------------------
+
 
 def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
     """The verdict of one group of comparisons (see the module docstring)."""
@@ -186,8 +200,9 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
     decisive = int(np.argmin(leads))  # the closest rival where it holds, the furthest ahead where not
     seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
     sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
-    held_seeds = sum(all(lead(better[s], worse[s], c.higher_is_better) > c.min_margin for better, worse, c in sides)
-                     for s in seeds)
+    held_seeds = sum(
+        all(lead(better[s], worse[s], c.higher_is_better) > c.min_margin for better, worse, c in sides) for s in seeds
+    )
     failing = [(0.0 - x, n) for x, n in zip(leads, noises) if x <= 0]  # a tie is no lead (0.0 - 0.0 is +0.0)
     if not failing:
         verdict = HELD
@@ -195,10 +210,15 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
         verdict = WITHIN_NOISE
     else:
         verdict = NOT_HELD
-    return dict(verdict=verdict, margin=leads[decisive] + comparisons[decisive].min_margin if not failing else math.nan,
-                shortfall=max(miss for miss, _ in failing) if failing else math.nan,
-                noise=noises[decisive], decisive=comparisons[decisive].label, seeds_held=f"{held_seeds}/{len(seeds)}",
-                missing="")
+    return dict(
+        verdict=verdict,
+        margin=leads[decisive] + comparisons[decisive].min_margin if not failing else math.nan,
+        shortfall=max(miss for miss, _ in failing) if failing else math.nan,
+        noise=noises[decisive],
+        decisive=comparisons[decisive].label,
+        seeds_held=f"{held_seeds}/{len(seeds)}",
+        missing="",
+    )
 
 
 def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
@@ -206,10 +226,30 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
     records = []
     for number, claim in enumerate(claims, 1):
         for group, comparisons in claim.groups(table, values).items():
-            records.append(dict(claim=number, statement=claim.statement, source=claim.source,
-                                table=claim.table, group=group, **group_verdict(comparisons, values)))
-    columns = ["claim", "statement", "source", "table", "group", "verdict", "margin", "shortfall", "noise",
-               "decisive", "seeds_held", "missing"]
+            records.append(
+                dict(
+                    claim=number,
+                    statement=claim.statement,
+                    source=claim.source,
+                    table=claim.table,
+                    group=group,
+                    **group_verdict(comparisons, values),
+                )
+            )
+    columns = [
+        "claim",
+        "statement",
+        "source",
+        "table",
+        "group",
+        "verdict",
+        "margin",
+        "shortfall",
+        "noise",
+        "decisive",
+        "seeds_held",
+        "missing",
+    ]
     return pd.DataFrame.from_records(records, columns=columns)
 
 
@@ -225,8 +265,11 @@ def run_values(table, runs: pd.DataFrame) -> Values:
         if metric.kind == "rounds_to_row" and not ((done.row == metric.reference) & (done.column == column)).any():
             continue
         counts_rounds = metric.kind.startswith("rounds_to")
-        per_seed = {int(s): (math.inf if counts_rounds and math.isnan(v) else float(v))
-                    for s, v in zip(sel.seed, sel.value) if counts_rounds or not math.isnan(v)}
+        per_seed = {
+            int(s): (math.inf if counts_rounds and math.isnan(v) else float(v))
+            for s, v in zip(sel.seed, sel.value)
+            if counts_rounds or not math.isnan(v)
+        }
         if per_seed:
             values[(row, column)] = per_seed
     return values
@@ -264,8 +307,9 @@ def table_claims(table) -> list[Claim]:
     for claim in claims:
         unknown = [cell for cell in claim.needed(declared) if cell not in cells(declared)]
         if unknown:
-            raise ValueError(f"{table.paper}/{table.name}: the claim {claim.statement!r} names cells the table "
-                             f"lacks: {unknown}")
+            raise ValueError(
+                f"{table.paper}/{table.name}: the claim {claim.statement!r} names cells the table lacks: {unknown}"
+            )
     return [claim for claim in claims if set(claim.needed(declared)) <= cells(table)]
 
 
@@ -274,14 +318,19 @@ def reread(claim: Claim, table, row: str, reading) -> Claim | None:
     against the same rivals (never `row` itself), its statement marked so; None where the claim
     does not make it of `row`."""
     if isinstance(claim, Best) and row in claim.rows:
-        changes = {"rows": tuple(reading.label if r == row else r for r in claim.rows),
-                   "against": tuple(claim.rivals(table))}
+        changes = {
+            "rows": tuple(reading.label if r == row else r for r in claim.rows),
+            "against": tuple(claim.rivals(table)),
+        }
     elif isinstance(claim, Trend) and claim.row == row:
         changes = {"row": reading.label}
     else:
         return None
-    return replace(claim, statement=f"{claim.statement} [read as {reading.label}: {reading.reading}; not the "
-                                    "paper's text]", **changes)
+    return replace(
+        claim,
+        statement=f"{claim.statement} [read as {reading.label}: {reading.reading}; not the paper's text]",
+        **changes,
+    )
 
 
 def verdicts(table, runs: pd.DataFrame) -> pd.DataFrame:
@@ -300,13 +349,18 @@ def verdicts(table, runs: pd.DataFrame) -> pd.DataFrame:
         for reading in (r for r in table.rows if r.reading_of):
             twin = reread(claim, table, reading.reading_of, reading)
             if twin is not None:
-                mine = evaluate(table, [twin], values).assign(claim=f"{number} ({reading.label})", reading=reading.label)
-                mine.insert(mine.columns.get_loc("verdict"), "paper_verdict", paper[paper.claim == number]["verdict"].values)
+                mine = evaluate(table, [twin], values).assign(
+                    claim=f"{number} ({reading.label})", reading=reading.label
+                )
+                mine.insert(
+                    mine.columns.get_loc("verdict"), "paper_verdict", paper[paper.claim == number]["verdict"].values
+                )
                 frames.append(mine)
     return pd.concat(frames, ignore_index=True) if frames else ours.assign(reading="")
 
 
 # --- outputs ------------------------------------------------------------------------------
+
 
 def tally(rows: pd.DataFrame) -> str:
     counts = rows.verdict.value_counts()
@@ -325,25 +379,46 @@ def detail(r) -> str:
 
 
 def scale_line(scale: str, data: str) -> str:
-    note = "" if scale == "paper" else (" (a reduced scale: the verdicts show the check runs, not whether the "
-                                        "paper's claim holds)")
+    note = (
+        ""
+        if scale == "paper"
+        else (" (a reduced scale: the verdicts show the check runs, not whether the paper's claim holds)")
+    )
     return f"Scale: **{scale}**{note}. Data: {data}."
 
 
 def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
-    lines = [f"# {title}", "", scale_line(scale, data), "", "Verdicts on our runs, per group (a column, or a trend):",
-             "", "- held: every comparison holds on the means over seeds, strictly (margin: the smallest lead);",
-             f"- {NOISE_TEST};", "- not held: a comparison misses by more (short by: the largest miss);",
-             "- not yet measured: a cell has no completed run (the missing cells are named).", "",
-             "Seeds held: the seeds on which every comparison of the group holds.", ""]
+    lines = [
+        f"# {title}",
+        "",
+        scale_line(scale, data),
+        "",
+        "Verdicts on our runs, per group (a column, or a trend):",
+        "",
+        "- held: every comparison holds on the means over seeds, strictly (margin: the smallest lead);",
+        f"- {NOISE_TEST};",
+        "- not held: a comparison misses by more (short by: the largest miss);",
+        "- not yet measured: a cell has no completed run (the missing cells are named).",
+        "",
+        "Seeds held: the seeds on which every comparison of the group holds.",
+        "",
+    ]
     for (table, number), rows in df.groupby(["table", "claim"], sort=False):
         first = rows.iloc[0]
-        lines += [f"## {table}, claim {number}: {first.statement}", "", f"Source: {first.source}. "
-                  f"On the paper's numbers: {tally(rows.assign(verdict=rows.paper_verdict))}. "
-                  f"On our runs: **{tally(rows)}**.", "",
-                  "| group | verdict | detail | seeds held |", "|---|---|---|---|"]
-        lines += [f"| {r.group} | {r.verdict} | {detail(r)} | {r.seeds_held if isinstance(r.seeds_held, str) else '-'} |"
-                  for r in rows.itertuples()]
+        lines += [
+            f"## {table}, claim {number}: {first.statement}",
+            "",
+            f"Source: {first.source}. "
+            f"On the paper's numbers: {tally(rows.assign(verdict=rows.paper_verdict))}. "
+            f"On our runs: **{tally(rows)}**.",
+            "",
+            "| group | verdict | detail | seeds held |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.group} | {r.verdict} | {detail(r)} | {r.seeds_held if isinstance(r.seeds_held, str) else '-'} |"
+            for r in rows.itertuples()
+        ]
         lines.append("")
     if not len(df):
         lines.append("No claims are declared for this table.")
@@ -357,26 +432,38 @@ def claims_html(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
     """The claims as one self-contained HTML page (inline styles), for the report."""
     e = html.escape
     cell = "border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top"
-    parts = [f"<h2>{e(title)}</h2>", f"<p>{e(scale_line(scale, data).replace('**', ''))}</p>",
-             f'<p style="font-size:12px;color:#57606a">{e(NOISE_TEST)}.</p>']
+    parts = [
+        f"<h2>{e(title)}</h2>",
+        f"<p>{e(scale_line(scale, data).replace('**', ''))}</p>",
+        f'<p style="font-size:12px;color:#57606a">{e(NOISE_TEST)}.</p>',
+    ]
     for (table, number), rows in df.groupby(["table", "claim"], sort=False):
         first = rows.iloc[0]
-        parts.append(f"<h3>{e(table)}, claim {number}: {e(first.statement)}</h3>"
-                     f"<p>Source: {e(first.source)}. On the paper's numbers: "
-                     f"{e(tally(rows.assign(verdict=rows.paper_verdict)))}. On our runs: <strong>{e(tally(rows))}"
-                     "</strong>.</p>")
-        body = "".join(f'<tr><td style="{cell}">{e(r.group)}</td><td style="{cell};color:{COLOURS[r.verdict]};'
-                       f'font-weight:bold">{e(r.verdict)}</td><td style="{cell}">{e(detail(r))}</td>'
-                       f'<td style="{cell}">{e(r.seeds_held if isinstance(r.seeds_held, str) else "-")}</td></tr>'
-                       for r in rows.itertuples())
-        parts.append(f'<table style="border-collapse:collapse"><tr><th style="{cell}">group</th>'
-                     f'<th style="{cell}">verdict</th><th style="{cell}">detail</th><th style="{cell}">seeds held</th>'
-                     f"</tr>{body}</table>")
+        parts.append(
+            f"<h3>{e(table)}, claim {number}: {e(first.statement)}</h3>"
+            f"<p>Source: {e(first.source)}. On the paper's numbers: "
+            f"{e(tally(rows.assign(verdict=rows.paper_verdict)))}. On our runs: <strong>{e(tally(rows))}"
+            "</strong>.</p>"
+        )
+        body = "".join(
+            f'<tr><td style="{cell}">{e(r.group)}</td><td style="{cell};color:{COLOURS[r.verdict]};'
+            f'font-weight:bold">{e(r.verdict)}</td><td style="{cell}">{e(detail(r))}</td>'
+            f'<td style="{cell}">{e(r.seeds_held if isinstance(r.seeds_held, str) else "-")}</td></tr>'
+            for r in rows.itertuples()
+        )
+        parts.append(
+            f'<table style="border-collapse:collapse"><tr><th style="{cell}">group</th>'
+            f'<th style="{cell}">verdict</th><th style="{cell}">detail</th><th style="{cell}">seeds held</th>'
+            f"</tr>{body}</table>"
+        )
     if not len(df):
         parts.append("<p>No claims are declared for this table.</p>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{e(title)}</title></head><body style=\"font-family:system-ui,sans-serif;font-size:14px\">"
-            + "\n".join(parts) + "</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<title>{e(title)}</title></head><body style="font-family:system-ui,sans-serif;font-size:14px">'
+        + "\n".join(parts)
+        + "</body></html>\n"
+    )
 
 
 def data_label(table, cells) -> str:
@@ -384,10 +471,18 @@ def data_label(table, cells) -> str:
     reduced scale replaced it ("synthetic (stand-in for cifar10)"); a labelled table's `data`."""
     if table.data:
         return table.data
-    pairs = {(c.config.dataset.name, cell_overrides(table, c.row, c.column, c.seed).get("dataset", {}).get(
-        "name", c.config.dataset.name), c.config.dataset.copy) for c in cells}
-    names = [copy_label(ours, copy) if copy else ours if ours == paper else f"{ours} (stand-in for {paper})"
-             for ours, paper, copy in sorted(pairs, key=str)]
+    pairs = {
+        (
+            c.config.dataset.name,
+            cell_overrides(table, c.row, c.column, c.seed).get("dataset", {}).get("name", c.config.dataset.name),
+            c.config.dataset.copy,
+        )
+        for c in cells
+    }
+    names = [
+        copy_label(ours, copy) if copy else ours if ours == paper else f"{ours} (stand-in for {paper})"
+        for ours, paper, copy in sorted(pairs, key=str)
+    ]
     return ", ".join(names) or "none"
 
 

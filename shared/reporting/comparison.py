@@ -1,6 +1,7 @@
 """Ours against the paper's: each cell's number beside the paper's (comparison.csv), each
 setting's Kendall tau between the two rankings of the methods, and the same as Markdown, a
 self-contained HTML page and a figure (comparison.md/.html/.png)."""
+
 from __future__ import annotations
 
 import html
@@ -11,9 +12,20 @@ import numpy as np
 import pandas as pd
 
 from shared.reporting.figures import pyplot
-from shared.reporting.summary import (EQUALS_NOTE, FAILED, NOT_IMPLEMENTED, READING_MARK, REFERENCE_ROW, SUSPECT,
-                                      decimals, fmt, reading_notes, shown)
+from shared.reporting.summary import (
+    EQUALS_NOTE,
+    FAILED,
+    NOT_IMPLEMENTED,
+    READING_MARK,
+    REFERENCE_ROW,
+    SUSPECT,
+    decimals,
+    fmt,
+    reading_notes,
+    shown,
+)
 from shared.targets.experiments import Table, scale_seeds
+
 
 def kendall_tau(x, y) -> float:
     """Kendall's rank correlation tau-b of two equally long sequences (ties in either counted as
@@ -55,13 +67,28 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
             paper_std = paper.std if paper and paper.std is not None else math.nan
             diff = s["mean"] - paper_mean
             spread = 2 * np.nanmax([s["std"], paper_std]) if s.n >= 2 and scale == "paper" else math.nan
-            rows.append(dict(row=row.label, column=column.label, ours_mean=s["mean"], ours_std=s["std"], n=s.n,
-                             paper_mean=paper_mean, paper_std=paper_std, diff=diff,
-                             within_spread=bool(abs(diff) <= spread) if not math.isnan(spread) and not math.isnan(diff) else None,
-                             failed=s.failed, suspect=s.get("suspect", 0), status=s.status,
-                             at_chance=bool(s.get("at_chance", False)),
-                             equals_fedavg=bool(s.get("equals_fedavg", False)), paper_note=notes.get((row.label, column.label), ""),
-                             reading=row.reading))
+            rows.append(
+                dict(
+                    row=row.label,
+                    column=column.label,
+                    ours_mean=s["mean"],
+                    ours_std=s["std"],
+                    n=s.n,
+                    paper_mean=paper_mean,
+                    paper_std=paper_std,
+                    diff=diff,
+                    within_spread=bool(abs(diff) <= spread)
+                    if not math.isnan(spread) and not math.isnan(diff)
+                    else None,
+                    failed=s.failed,
+                    suspect=s.get("suspect", 0),
+                    status=s.status,
+                    at_chance=bool(s.get("at_chance", False)),
+                    equals_fedavg=bool(s.get("equals_fedavg", False)),
+                    paper_note=notes.get((row.label, column.label), ""),
+                    reading=row.reading,
+                )
+            )
     comp = pd.DataFrame.from_records(rows)
     comp["rank_ours"] = comp["rank_paper"] = comp["kendall_tau"] = math.nan
     comp["rank_pairs"] = 0
@@ -84,8 +111,10 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
 def column_agreement(table: Table, comp: pd.DataFrame) -> dict[str, tuple[float, int]]:
     """Column label -> (Kendall's tau, methods compared)."""
     first = comp.drop_duplicates("column").set_index("column")
-    return {c.label: (float(first.loc[c.label, "kendall_tau"]), int(first.loc[c.label, "rank_pairs"]))
-            for c in table.columns}
+    return {
+        c.label: (float(first.loc[c.label, "kendall_tau"]), int(first.loc[c.label, "rank_pairs"]))
+        for c in table.columns
+    }
 
 
 def tau_text(tau: float, pairs: int) -> str:
@@ -109,12 +138,18 @@ def inconsistency_notes(table: Table) -> list[tuple[str, str, str]]:
 def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
     """`warning`: settings that are the same runs at this scale (shared.reporting.figures.same_runs_warning)."""
     metrics = sorted({table.metric_for(c).label for c in table.columns})
-    lines = [f"# {table.paper} {table.name}: ours vs. the paper", "",
-             f"{table.caption}", "", f"Scale: **{scale}**" + ("" if scale == "paper" else
-             " (not comparable with the paper's numbers; a check that the pipeline runs)"),
-             f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {list(scale_seeds(table, scale))}.", "",
-             "| Method | " + " | ".join(c.label for c in table.columns) + " |",
-             "|---|" + "---|" * len(table.columns)]
+    lines = [
+        f"# {table.paper} {table.name}: ours vs. the paper",
+        "",
+        f"{table.caption}",
+        "",
+        f"Scale: **{scale}**"
+        + ("" if scale == "paper" else " (not comparable with the paper's numbers; a check that the pipeline runs)"),
+        f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {list(scale_seeds(table, scale))}.",
+        "",
+        "| Method | " + " | ".join(c.label for c in table.columns) + " |",
+        "|---|" + "---|" * len(table.columns),
+    ]
     for row in table.rows:
         cells = []
         for column in table.columns:
@@ -125,25 +160,37 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
             ours += " (at chance)" if c.at_chance else ""
             ours += EQUALS_NOTE if c.equals_fedavg else ""
-            paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
-                        2 if not math.isnan(c.paper_std) else 1, places) + (INCONSISTENT if c.paper_note else "")
+            paper = fmt(
+                c.paper_mean,
+                c.paper_std if not math.isnan(c.paper_std) else 0.0,
+                2 if not math.isnan(c.paper_std) else 1,
+                places,
+            ) + (INCONSISTENT if c.paper_note else "")
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
             diff = "" if math.isnan(c["diff"]) else f" ({c['diff']:+.{places}f})"
             cells.append(f"{ours} / {paper}{diff}{flag}")
         lines.append(f"| {row_name(row)} | " + " | ".join(cells) + " |")
     agreement = column_agreement(table, comp)
     lines.append("| *Kendall τ* | " + " | ".join(tau_text(*agreement[c.label]) for c in table.columns) + " |")
-    lines += ["", "Each cell: ours / paper (difference). ✓: within two standard deviations; "
-              "✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or diverged, "
-              "(k suspect): k seeds flagged suspect, the mean is over the others; (at chance): the mean "
-              f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. Kendall τ: rank agreement "
-              "(tau-b, -1 to +1) between our order of the methods and the paper's in that column, over the "
-              "methods with both numbers."]
+    lines += [
+        "",
+        "Each cell: ours / paper (difference). ✓: within two standard deviations; "
+        "✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or diverged, "
+        "(k suspect): k seeds flagged suspect, the mean is over the others; (at chance): the mean "
+        f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. Kendall τ: rank agreement "
+        "(tau-b, -1 to +1) between our order of the methods and the paper's in that column, over the "
+        "methods with both numbers.",
+    ]
     if warning:
         lines += ["", f"**{warning}**"]
     if table.inconsistencies:
-        lines += ["", *(f"- {INCONSISTENT.strip()} {row} at {column}: {note}"
-                        for row, column, note in inconsistency_notes(table))]
+        lines += [
+            "",
+            *(
+                f"- {INCONSISTENT.strip()} {row} at {column}: {note}"
+                for row, column, note in inconsistency_notes(table)
+            ),
+        ]
     lines += ["", *(f"- {READING_MARK} {note}" for note in reading_notes(table))] if reading_notes(table) else []
     if table.notes:
         lines += ["", f"Notes: {table.notes}"]
@@ -161,8 +208,11 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
     can be embedded as it is): per cell ours, the paper's number, the difference and ✓ (green,
     within two standard deviations) or ✗ (red); a last row with each column's Kendall tau."""
     e = html.escape
-    head = "".join(f'<th style="{HEAD_STYLE}">{e(c.label)}<br><span style="font-weight:normal;color:#57606a">'
-                   f"{e(table.metric_for(c).label)}</span></th>" for c in table.columns)
+    head = "".join(
+        f'<th style="{HEAD_STYLE}">{e(c.label)}<br><span style="font-weight:normal;color:#57606a">'
+        f"{e(table.metric_for(c).label)}</span></th>"
+        for c in table.columns
+    )
     body = []
     for row in table.rows:
         cells = []
@@ -177,45 +227,74 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
                 ours += f" ({c.suspect} suspect)" if c.suspect else ""
                 ours += " (at chance)" if c.at_chance else ""
                 ours += EQUALS_NOTE if c.equals_fedavg else ""
-            paper = fmt(c.paper_mean, c.paper_std if not math.isnan(c.paper_std) else 0.0,
-                        2 if not math.isnan(c.paper_std) else 1, places) + (INCONSISTENT if c.paper_note else "")
+            paper = fmt(
+                c.paper_mean,
+                c.paper_std if not math.isnan(c.paper_std) else 0.0,
+                2 if not math.isnan(c.paper_std) else 1,
+                places,
+            ) + (INCONSISTENT if c.paper_note else "")
             diff = "" if math.isnan(c["diff"]) else f"{c['diff']:+.{places}f}"
-            flag = {True: f'<span style="color:{GREEN};font-weight:bold" title="within two standard deviations">✓</span>',
-                    False: f'<span style="color:{RED};font-weight:bold" title="outside two standard deviations">✗</span>'
-                    }.get(c.within_spread, "")
-            cells.append(f'<td style="{CELL_STYLE}"><div>{e(ours)}</div>'
-                         f'<div style="color:#57606a">paper {e(paper)}</div>'
-                         f'<div>{e(diff)} {flag}</div></td>')
+            flag = {
+                True: f'<span style="color:{GREEN};font-weight:bold" title="within two standard deviations">✓</span>',
+                False: f'<span style="color:{RED};font-weight:bold" title="outside two standard deviations">✗</span>',
+            }.get(c.within_spread, "")
+            cells.append(
+                f'<td style="{CELL_STYLE}"><div>{e(ours)}</div>'
+                f'<div style="color:#57606a">paper {e(paper)}</div>'
+                f"<div>{e(diff)} {flag}</div></td>"
+            )
         body.append(f'<tr><th style="{ROW_HEAD_STYLE}">{e(row_name(row))}</th>{"".join(cells)}</tr>')
     agreement = column_agreement(table, comp)
-    body.append(f'<tr><th style="{ROW_HEAD_STYLE}">Kendall τ</th>' + "".join(
-        f'<td style="{CELL_STYLE}">{e(tau_text(*agreement[c.label]))}</td>' for c in table.columns) + "</tr>")
-    scale_note = "" if scale == "paper" else (f' <strong style="color:{RED}">Scale: {e(scale)}; not comparable with '
-                                              "the paper's numbers.</strong>")
-    caption = (f'<caption style="caption-side:top;text-align:left;padding:4px 0">'
-               f"<strong>{e(table.paper)} {e(table.name)}</strong>: {e(table.caption)}{scale_note}</caption>")
-    legend = ("<p style=\"font-size:12px;color:#57606a\">Each cell: ours (mean ± std over seeds "
-              f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
-              f'<span style="color:{GREEN}">✓</span> within two standard deviations or '
-              f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
-              "(k failed) / (k suspect): seeds left out of the mean; (at chance): the mean accuracy is "
-              f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. Kendall τ: rank agreement of the methods "
-              "between ours and the paper's in that column (tau-b, -1 to +1).</p>")
+    body.append(
+        f'<tr><th style="{ROW_HEAD_STYLE}">Kendall τ</th>'
+        + "".join(f'<td style="{CELL_STYLE}">{e(tau_text(*agreement[c.label]))}</td>' for c in table.columns)
+        + "</tr>"
+    )
+    scale_note = (
+        ""
+        if scale == "paper"
+        else (f' <strong style="color:{RED}">Scale: {e(scale)}; not comparable with the paper\'s numbers.</strong>')
+    )
+    caption = (
+        f'<caption style="caption-side:top;text-align:left;padding:4px 0">'
+        f"<strong>{e(table.paper)} {e(table.name)}</strong>: {e(table.caption)}{scale_note}</caption>"
+    )
+    legend = (
+        '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± std over seeds '
+        f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
+        f'<span style="color:{GREEN}">✓</span> within two standard deviations or '
+        f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
+        "(k failed) / (k suspect): seeds left out of the mean; (at chance): the mean accuracy is "
+        f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. Kendall τ: rank agreement of the methods "
+        "between ours and the paper's in that column (tau-b, -1 to +1).</p>"
+    )
     if warning:
         legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'
-    legend += "".join(f'<p style="font-size:12px;color:#57606a">{INCONSISTENT.strip()} {e(row)} at {e(column)}: '
-                      f"{e(note)}</p>" for row, column, note in inconsistency_notes(table))
-    legend += "".join(f'<p style="font-size:12px;color:#57606a">{READING_MARK} {e(note)}</p>'
-                      for note in reading_notes(table))
+    legend += "".join(
+        f'<p style="font-size:12px;color:#57606a">{INCONSISTENT.strip()} {e(row)} at {e(column)}: {e(note)}</p>'
+        for row, column, note in inconsistency_notes(table)
+    )
+    legend += "".join(
+        f'<p style="font-size:12px;color:#57606a">{READING_MARK} {e(note)}</p>' for note in reading_notes(table)
+    )
     if table.notes:
         legend += f'<p style="font-size:12px;color:#57606a">Notes: {e(table.notes)}</p>'
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(table.paper)} {e(table.name)}: ours vs. the paper</title></head>",
-        '<body style="font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:14px">',
-        f'<table style="border-collapse:collapse">{caption}',
-        f'<thead><tr><th style="{HEAD_STYLE}">Method</th>{head}</tr></thead>',
-        "<tbody>", *body, "</tbody></table>", legend, "</body></html>", ""])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{e(table.paper)} {e(table.name)}: ours vs. the paper</title></head>",
+            '<body style="font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:14px">',
+            f'<table style="border-collapse:collapse">{caption}',
+            f'<thead><tr><th style="{HEAD_STYLE}">Method</th>{head}</tr></thead>',
+            "<tbody>",
+            *body,
+            "</tbody></table>",
+            legend,
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 MARKERS = "osD^vP*Xh<>p"
@@ -237,10 +316,19 @@ def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) 
         labels = [c.label for c in table.columns if table.metric_for(c).label == panel]
         sel = comp[comp.column.isin(labels) & comp.ours_mean.notna() & comp.paper_mean.notna()]
         for _, c in sel.iterrows():
-            ax.errorbar(c.paper_mean, c.ours_mean, xerr=0 if math.isnan(c.paper_std) else c.paper_std,
-                        yerr=0 if math.isnan(c.ours_std) else c.ours_std, fmt=marker[c.row], color=colour[c.column],
-                        markersize=6, capsize=2, elinewidth=0.8, alpha=0.9,
-                        markerfacecolor="none" if c.status != "ok" else colour[c.column])
+            ax.errorbar(
+                c.paper_mean,
+                c.ours_mean,
+                xerr=0 if math.isnan(c.paper_std) else c.paper_std,
+                yerr=0 if math.isnan(c.ours_std) else c.ours_std,
+                fmt=marker[c.row],
+                color=colour[c.column],
+                markersize=6,
+                capsize=2,
+                elinewidth=0.8,
+                alpha=0.9,
+                markerfacecolor="none" if c.status != "ok" else colour[c.column],
+            )
         if len(sel):
             low = float(np.nanmin([sel.ours_mean - sel.ours_std.fillna(0), sel.paper_mean - sel.paper_std.fillna(0)]))
             high = float(np.nanmax([sel.ours_mean + sel.ours_std.fillna(0), sel.paper_mean + sel.paper_std.fillna(0)]))
@@ -250,23 +338,51 @@ def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) 
             ax.set_ylim(low - pad, high + pad)
             ax.set_aspect("equal", adjustable="box")
         else:
-            ax.text(0.5, 0.5, "no cell has both our number\nand the paper's", ha="center", va="center",
-                    transform=ax.transAxes, color="0.4")
+            ax.text(
+                0.5,
+                0.5,
+                "no cell has both our number\nand the paper's",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="0.4",
+            )
         ax.set_xlabel(f"paper: {panel}")
         ax.set_ylabel(f"ours: {panel}")
         ax.grid(alpha=0.3)
     agreement = column_agreement(table, comp)
-    method_handles = [Line2D([], [], marker=marker[r.label], color="0.3", linestyle="", label=r.label)
-                      for r in table.rows if r.label in set(comp[comp.ours_mean.notna()].row)]
+    method_handles = [
+        Line2D([], [], marker=marker[r.label], color="0.3", linestyle="", label=r.label)
+        for r in table.rows
+        if r.label in set(comp[comp.ours_mean.notna()].row)
+    ]
     if (comp.ours_mean.notna() & comp.status.isin([FAILED, SUSPECT])).any():
-        method_handles.append(Line2D([], [], marker="o", color="0.3", markerfacecolor="none", linestyle="",
-                                     label="hollow: seeds failed\nor suspect"))
-    setting_handles = [Line2D([], [], marker="s", color=colour[c.label], linestyle="",
-                              label=f"{c.label} (τ {tau_text(*agreement[c.label]).split(' (')[0]})")
-                       for c in table.columns]
+        method_handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                color="0.3",
+                markerfacecolor="none",
+                linestyle="",
+                label="hollow: seeds failed\nor suspect",
+            )
+        )
+    setting_handles = [
+        Line2D(
+            [],
+            [],
+            marker="s",
+            color=colour[c.label],
+            linestyle="",
+            label=f"{c.label} (τ {tau_text(*agreement[c.label]).split(' (')[0]})",
+        )
+        for c in table.columns
+    ]
     fig.legend(handles=method_handles, title="method", loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8)
-    fig.legend(handles=setting_handles, title="setting (Kendall τ)", loc="lower left", bbox_to_anchor=(1.0, 0.02),
-               fontsize=8)
+    fig.legend(
+        handles=setting_handles, title="setting (Kendall τ)", loc="lower left", bbox_to_anchor=(1.0, 0.02), fontsize=8
+    )
     title = f"{table.paper} {table.name}: ours against the paper's (scale: {scale})"
     if scale != "paper":
         title += "\nnot comparable below paper scale"

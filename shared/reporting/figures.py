@@ -10,6 +10,7 @@ FedSSD Fig. 9's four values of E are one run each), the figure says so in red an
 prints a warning on stderr.
 
 What a figure is (its kind and its runs) is declared in shared/targets/figure_declarations.py."""
+
 from __future__ import annotations
 
 import itertools
@@ -60,9 +61,27 @@ def save(fig, out_stem: Path) -> None:
 # Every method the papers compare, in a fixed order: its position picks its colour, marker and
 # line style (shared/reporting/palette.py), so that a method looks the same in every figure; there are
 # fewer methods than (marker, line style) pairs, so no two methods here share one.
-METHOD_ORDER = ["FedAvg", "FedProx", "MOON", "FedCurv", "FedNTD", "FedLSD", "FedCAD", "FedSSD", "FedCSD",
-                "FedGKD", "FedGKD-VOTE", "FedGKD+", "FedDistill+", "FedGen", "FedProto", "FedNova", "FedAvgM",
-                "SCAFFOLD", "Base"]
+METHOD_ORDER = [
+    "FedAvg",
+    "FedProx",
+    "MOON",
+    "FedCurv",
+    "FedNTD",
+    "FedLSD",
+    "FedCAD",
+    "FedSSD",
+    "FedCSD",
+    "FedGKD",
+    "FedGKD-VOTE",
+    "FedGKD+",
+    "FedDistill+",
+    "FedGen",
+    "FedProto",
+    "FedNova",
+    "FedAvgM",
+    "SCAFFOLD",
+    "Base",
+]
 WARNING_COLOUR = "#b3261e"
 
 
@@ -93,7 +112,7 @@ def integer_ticks(axis) -> None:
 
 def round_step(count: int, most: int = 12) -> int:
     """A tick every 1, 2, 5, 10, 20, 25, 50, 100, ... items, so that at most `most` show."""
-    steps = (step * 10 ** power for power in itertools.count() for step in (1, 2, 2.5, 5))
+    steps = (step * 10**power for power in itertools.count() for step in (1, 2, 2.5, 5))
     return next(int(step) for step in steps if step == int(step) and count / step <= most)
 
 
@@ -113,16 +132,37 @@ def mark_every(points: int) -> int:
 
 # --- what a panel shows -----------------------------------------------------------------------
 
-DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "tiny_imagenet": "Tiny-ImageNet",
-                 "femnist": "FEMNIST", "femnist_digits": "FEMNIST (digits)", "office_caltech10": "Office-Caltech-10",
-                 "ag_news": "AG News", "sst5": "SST-5", "synthetic": "synthetic", "imagefolder": "image folder"}
+DATASET_NAMES = {
+    "cifar10": "CIFAR-10",
+    "cifar100": "CIFAR-100",
+    "tiny_imagenet": "Tiny-ImageNet",
+    "femnist": "FEMNIST",
+    "femnist_digits": "FEMNIST (digits)",
+    "office_caltech10": "Office-Caltech-10",
+    "ag_news": "AG News",
+    "sst5": "SST-5",
+    "synthetic": "synthetic",
+    "imagefolder": "image folder",
+}
 # Swept config keys and what they are (the x axis of a sweep); others show the key itself.
-SWEPT = {"local.epochs": "local epochs", "federation.participation": "client sample ratio",
-         "federation.rounds": "communication rounds", "partition.beta": "Dirichlet concentration",
-         "partition.clients": "clients", "local.lr": "learning rate", "local.batch_size": "batch size",
-         "method.mu": "loss weight", "method.tau": "temperature", "method.temperature": "temperature",
-         "method.tma": "teacher momentum", "method.alpha": "weight", "method.beta": "weight",
-         "method.gamma": "weight", "method.m_max": "upper bound", "method.lam": "weight"}
+SWEPT = {
+    "local.epochs": "local epochs",
+    "federation.participation": "client sample ratio",
+    "federation.rounds": "communication rounds",
+    "partition.beta": "Dirichlet concentration",
+    "partition.clients": "clients",
+    "local.lr": "learning rate",
+    "local.batch_size": "batch size",
+    "method.mu": "loss weight",
+    "method.tau": "temperature",
+    "method.temperature": "temperature",
+    "method.tma": "teacher momentum",
+    "method.alpha": "weight",
+    "method.beta": "weight",
+    "method.gamma": "weight",
+    "method.m_max": "upper bound",
+    "method.lam": "weight",
+}
 ROUND_VALUES = {"mask_filter_rate": "mask filter rate (fraction of samples)"}
 
 
@@ -145,9 +185,14 @@ def setting_title(cell: Cell, table: Table | None = None) -> str:
         classes = DATASETS[name].classes if name in DATASETS else None
     dataset = DATASET_NAMES.get(name, name) + (f" ({classes} classes)" if classes else "")
     part = cfg.partition
-    partition = {"dirichlet": f"Dir({part.beta:g})", "dirichlet_balanced": f"balanced Dir({part.beta:g})",
-                 "iid": "IID", "classes": f"{part.k} classes per client",
-                 "writers": "split by writer", "domains": "one domain per client"}.get(part.kind, part.kind)
+    partition = {
+        "dirichlet": f"Dir({part.beta:g})",
+        "dirichlet_balanced": f"balanced Dir({part.beta:g})",
+        "iid": "IID",
+        "classes": f"{part.k} classes per client",
+        "writers": "split by writer",
+        "domains": "one domain per client",
+    }.get(part.kind, part.kind)
     text = f"{dataset}, {partition}, {part.clients} clients"
     if cfg.federation.participation < 1:
         text += f", C={cfg.federation.participation:g}"
@@ -165,8 +210,9 @@ def setting_titles(cells: list[Cell], table: Table | None = None) -> dict[str, s
 
 def panel_title(text: str, panel_width: float, fontsize: float = 9) -> str:
     """`text` in lines as wide as a panel (`panel_width` inches; about 0.6 em a character)."""
-    return "\n".join(textwrap.fill(line, max(24, int(panel_width * 72 / (0.6 * fontsize))))
-                     for line in text.splitlines())
+    return "\n".join(
+        textwrap.fill(line, max(24, int(panel_width * 72 / (0.6 * fontsize)))) for line in text.splitlines()
+    )
 
 
 def swept_key(cells: list[Cell], table: Table | None) -> str | None:
@@ -183,6 +229,7 @@ def swept_key(cells: list[Cell], table: Table | None) -> str | None:
 
 # --- reduced scales that merge settings -------------------------------------------------------
 
+
 def same_runs(cells: list[Cell], panel: Callable[[Cell], object] = lambda c: None) -> list[list[str]]:
     """Groups of two or more settings (column labels) of one panel that are exactly the same run
     ids although the paper's settings differ: a scale that caps what they vary (smoke's 2 local
@@ -193,7 +240,9 @@ def same_runs(cells: list[Cell], panel: Callable[[Cell], object] = lambda c: Non
     settings: dict[str, set] = defaultdict(set)  # what each label asks of the runs, before any scale
     for c in cells:
         runs[(panel(c), c.column.label)].add(c.run_id)
-        settings[c.column.label].add(json.dumps([c.column.config, c.row.per_column.get(c.column.label)], sort_keys=True))
+        settings[c.column.label].add(
+            json.dumps([c.column.config, c.row.per_column.get(c.column.label)], sort_keys=True)
+        )
     groups = defaultdict(list)
     for (key, label), ids in runs.items():
         groups[(key, frozenset(ids))].append(label)
@@ -202,8 +251,10 @@ def same_runs(cells: list[Cell], panel: Callable[[Cell], object] = lambda c: Non
 
 def sweep_panel(table: Table) -> Callable[[Cell], tuple[str, str]]:
     """A sweep's panel of a cell: the parameter its column varies ("E" of "E=5") and its metric."""
-    return lambda c: (c.column.label.partition("=")[0] if "=" in c.column.label else "setting",
-                      table.metric_for(c.column).label)
+    return lambda c: (
+        c.column.label.partition("=")[0] if "=" in c.column.label else "setting",
+        table.metric_for(c.column).label,
+    )
 
 
 def merged_settings(kind: str, cells: list[Cell], table: Table | None = None) -> list[list[str]]:
@@ -216,8 +267,10 @@ def same_runs_warning(groups: list[list[str]], scale: str | None) -> str | None:
         return None
     where = f"at scale {scale}" if scale else "at this scale"
     merged = "; ".join(", ".join(g) for g in groups)
-    return (f"Warning: {where}, {merged} are the same runs (the scale caps the value they vary), "
-            f"so their points cannot differ.")
+    return (
+        f"Warning: {where}, {merged} are the same runs (the scale caps the value they vary), "
+        f"so their points cannot differ."
+    )
 
 
 def announce(groups: list[list[str]], out_stem: Path, scale: str | None) -> str | None:
@@ -231,8 +284,15 @@ def announce(groups: list[list[str]], out_stem: Path, scale: str | None) -> str 
 
 # --- layout -----------------------------------------------------------------------------------
 
-def finish(fig, out_stem: Path, title: str, warning: str | None = None, legend: tuple | None = None,
-           legend_columns: int | None = None) -> None:
+
+def finish(
+    fig,
+    out_stem: Path,
+    title: str,
+    warning: str | None = None,
+    legend: tuple | None = None,
+    legend_columns: int | None = None,
+) -> None:
     """Title (the paper's caption and the scale) and the warning above the panels, the legend
     below them, then save. The figure grows by the room these take."""
     width, height = fig.get_size_inches()
@@ -258,8 +318,17 @@ def finish(fig, out_stem: Path, title: str, warning: str | None = None, legend: 
         fig.text(0.5, y - line * len(heading_lines) / total, "\n".join(rest_lines), ha="center", va="top", fontsize=9.5)
     if warning_lines:
         y -= (line * len(title_lines) + 0.12) / total
-        fig.text(0.5, y, "\n".join(warning_lines), ha="center", va="top", fontsize=10, color=WARNING_COLOUR,
-                 fontweight="bold", bbox={"facecolor": "#fdecea", "edgecolor": WARNING_COLOUR, "boxstyle": "round"})
+        fig.text(
+            0.5,
+            y,
+            "\n".join(warning_lines),
+            ha="center",
+            va="top",
+            fontsize=10,
+            color=WARNING_COLOUR,
+            fontweight="bold",
+            bbox={"facecolor": "#fdecea", "edgecolor": WARNING_COLOUR, "boxstyle": "round"},
+        )
     if legend:
         fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.0))
     save(fig, out_stem)
@@ -287,8 +356,9 @@ def mean_std_by_round(series: list[tuple[list, list]]) -> pd.DataFrame:
 def line_with_band(ax, stats: pd.DataFrame, label: str, look: dict) -> None:
     x = stats.index.to_numpy()
     ax.plot(x, stats["mean"], label=label, markevery=mark_every(len(x)), markersize=5, linewidth=1.4, **look)
-    ax.fill_between(x, stats["mean"] - stats["std"], stats["mean"] + stats["std"], color=look["color"], alpha=0.15,
-                    linewidth=0)
+    ax.fill_between(
+        x, stats["mean"] - stats["std"], stats["mean"] + stats["std"], color=look["color"], alpha=0.15, linewidth=0
+    )
 
 
 def coinciding(series: dict[str, pd.DataFrame]) -> list[list[str]]:
@@ -306,9 +376,17 @@ def note_coinciding(ax, series: dict[str, pd.DataFrame]) -> None:
     if groups:
         # wrapped to stay inside a 3.4-inch panel (layout would shrink the axes to make room)
         text = "\n".join(textwrap.fill("same curve: " + " = ".join(g), 40) for g in groups)
-        ax.text(0.02, 0.98, text, transform=ax.transAxes,
-                ha="left", va="top", fontsize=7, color=WARNING_COLOUR,
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+        ax.text(
+            0.02,
+            0.98,
+            text,
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=7,
+            color=WARNING_COLOUR,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
 
 
 # --- the kinds of figure ---------------------------------------------------------------------
@@ -316,8 +394,15 @@ def note_coinciding(ax, series: dict[str, pd.DataFrame]) -> None:
 CURVE_METRICS = (("global_acc", "global test accuracy (%)"), ("local_acc", "local average accuracy (%)"))
 
 
-def plot_curves(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table | None = None,
-                scale: str | None = None, **_):
+def plot_curves(
+    cells: list[Cell],
+    runs_dir: Path,
+    out_stem: Path,
+    title: str,
+    table: Table | None = None,
+    scale: str | None = None,
+    **_,
+):
     """Global test accuracy and the local models' average accuracy per round, mean with a band
     of one std over seeds; one column of panels per setting, one line per method."""
     plt = pyplot()
@@ -332,8 +417,11 @@ def plot_curves(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, t
             ax = axes[i][j]
             drawn = {}
             for method in methods:
-                runs = [(m["eval_rounds"], m.get(key) or []) for c, m in done
-                        if c.column.label == setting and c.row.label == method]
+                runs = [
+                    (m["eval_rounds"], m.get(key) or [])
+                    for c, m in done
+                    if c.column.label == setting and c.row.label == method
+                ]
                 stats = mean_std_by_round(runs)
                 if len(stats):
                     line_with_band(ax, stats, method, looks[method])
@@ -349,8 +437,15 @@ def plot_curves(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, t
     return fig
 
 
-def plot_partitions(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table | None = None,
-                    scale: str | None = None, **_):
+def plot_partitions(
+    cells: list[Cell],
+    runs_dir: Path,
+    out_stem: Path,
+    title: str,
+    table: Table | None = None,
+    scale: str | None = None,
+    **_,
+):
     """FedSSD Fig. 6: clients on the x axis, classes on the y axis, training samples as colour,
     with a colour bar on every panel."""
     import seaborn as sns
@@ -360,8 +455,16 @@ def plot_partitions(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
     fig, axes = plt.subplots(1, len(cells), figsize=(3.9 * len(cells), 3.6), squeeze=False)
     for ax, c in zip(axes[0], cells):
         counts = pd.read_csv(runs_dir / c.run_id / "partition.csv", index_col="client").to_numpy()
-        sns.heatmap(counts.T, ax=ax, cmap="Blues", cbar=True, cbar_kws={"label": "training samples"},
-                    annot=counts.size <= 200, fmt="d", annot_kws={"size": 5})
+        sns.heatmap(
+            counts.T,
+            ax=ax,
+            cmap="Blues",
+            cbar=True,
+            cbar_kws={"label": "training samples"},
+            annot=counts.size <= 200,
+            fmt="d",
+            annot_kws={"size": 5},
+        )
         index_ticks(ax, rows=counts.shape[1], columns=counts.shape[0])
         ax.set_title(panel_title(f"{titles[c.column.label]}\nsamples per client and class", 3.9), fontsize=9)
         ax.set_xlabel("client")
@@ -384,12 +487,14 @@ def sweep_titles(cells: list[Cell], table: Table) -> dict[tuple[str, str], str]:
     one figure (FedCSD Fig. 3's μ and τ) are told apart and each says what it sweeps."""
     panel = sweep_panel(table)
     panels = dict.fromkeys(panel(c) for c in cells)
-    return {key: f"{key[1]} against {swept_setting([c for c in cells if panel(c) == key], table, key[0])}"
-            for key in panels}
+    return {
+        key: f"{key[1]} against {swept_setting([c for c in cells if panel(c) == key], table, key[0])}" for key in panels
+    }
 
 
-def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table,
-               scale: str | None = None, **_):
+def plot_sweep(
+    cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table, scale: str | None = None, **_
+):
     """FedSSD Fig. 9, FedCSD Figs. 3-4: the table's metric against a hyperparameter's value,
     mean and one std over seeds, one line per method; a column labelled "name=value" is the
     point (value) of the panel (name)."""
@@ -418,8 +523,16 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
             means = [float(np.nanmean(values[points[i]])) for i in xs]
             stds = [float(np.nanstd(values[points[i]])) for i in xs]
             offset = (k - (len(methods) - 1) / 2) * width if len(methods) > 1 else 0.0
-            ax.errorbar([x + offset for x in xs], means, yerr=stds, label=method, capsize=3, markersize=6,
-                        linewidth=1.4, **looks[method])
+            ax.errorbar(
+                [x + offset for x in xs],
+                means,
+                yerr=stds,
+                label=method,
+                capsize=3,
+                markersize=6,
+                linewidth=1.4,
+                **looks[method],
+            )
         ax.set_xticks(range(len(points)), points)
         swept = swept_key(in_panel, table)
         ax.set_xlabel(swept_setting(in_panel, table, key[0]) + (f" ({swept})" if swept else ""))
@@ -433,8 +546,16 @@ def plot_sweep(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, ta
     return fig
 
 
-def plot_round_metric(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, value: str,
-                      table: Table | None = None, scale: str | None = None, **_):
+def plot_round_metric(
+    cells: list[Cell],
+    runs_dir: Path,
+    out_stem: Path,
+    title: str,
+    value: str,
+    table: Table | None = None,
+    scale: str | None = None,
+    **_,
+):
     """FedCSD Fig. 5: a method's own per-round number (metrics.jsonl) against the round, one
     line per setting (and method, where there are several)."""
     plt = pyplot()
@@ -442,8 +563,12 @@ def plot_round_metric(cells: list[Cell], runs_dir: Path, out_stem: Path, title: 
     label_of = lambda c: c.column.label if len(methods) == 1 else f"{c.row.label}, {c.column.label}"
     series = defaultdict(list)
     for c, _m in completed(cells, runs_dir):
-        records = [json.loads(line) for line in (runs_dir / c.run_id / "metrics.jsonl").read_text().splitlines() if line]
-        series[label_of(c)].append(([r["round"] for r in records if value in r], [r[value] for r in records if value in r]))
+        records = [
+            json.loads(line) for line in (runs_dir / c.run_id / "metrics.jsonl").read_text().splitlines() if line
+        ]
+        series[label_of(c)].append(
+            ([r["round"] for r in records if value in r], [r[value] for r in records if value in r])
+        )
     labels = list(dict.fromkeys(label_of(c) for c in cells))
     looks = series_styles(labels)
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -461,9 +586,15 @@ def plot_round_metric(cells: list[Cell], runs_dir: Path, out_stem: Path, title: 
     return fig
 
 
-DRAW = {"curves": plot_curves, "partitions": plot_partitions, "sweep": plot_sweep, "round_metric": plot_round_metric,
-        "custom": lambda cells, runs_dir, out_stem, title, draw_with, **options: draw_with(
-            cells, runs_dir, out_stem, title, **options)}
+DRAW = {
+    "curves": plot_curves,
+    "partitions": plot_partitions,
+    "sweep": plot_sweep,
+    "round_metric": plot_round_metric,
+    "custom": lambda cells, runs_dir, out_stem, title, draw_with, **options: draw_with(
+        cells, runs_dir, out_stem, title, **options
+    ),
+}
 
 
 def draw(kind: str, cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, **options):
@@ -471,26 +602,44 @@ def draw(kind: str, cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
     return DRAW[kind](cells, Path(runs_dir), out_stem, title, **options)
 
 
-SCALE_NOTES = {"paper": "the paper's protocol",
-               "small": "reduced scale: real data, a tenth of the rounds, at most 2 local epochs; not a paper result",
-               "smoke": f"reduced scale: synthetic data, {SMOKE_ROUNDS} rounds of {SMOKE_LOCAL_EPOCHS} local epochs; not a paper result"}
+SCALE_NOTES = {
+    "paper": "the paper's protocol",
+    "small": "reduced scale: real data, a tenth of the rounds, at most 2 local epochs; not a paper result",
+    "smoke": f"reduced scale: synthetic data, {SMOKE_ROUNDS} rounds of {SMOKE_LOCAL_EPOCHS} local epochs; not a paper result",
+}
 
 
 def figure_title(figure: Figure, scale: str) -> str:
-    """"FedSSD Fig. 9: <the paper's caption>" and, on a second line, the scale."""
+    """ "FedSSD Fig. 9: <the paper's caption>" and, on a second line, the scale."""
     number = figure.name[3:] if figure.name.startswith("fig") else figure.name
     name = display_name(figure.paper)
     return f"{name} Fig. {number}: {figure.caption}\nScale: {scale} ({SCALE_NOTES.get(scale, 'reduced scale')})"
 
 
-def build_figure(figure: Figure, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
+def build_figure(
+    figure: Figure, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None
+) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cells = figure.cells(scale, runtime)
-    draw(figure.kind, cells, Path(runs_dir), out / "figure", figure_title(figure, scale),
-         table=figure.source, value=figure.value, draw_with=figure.draw_with, scale=scale)
-    info = {"figure": f"{figure.paper}/{figure.name}", "caption": figure.caption, "from_table": figure.source.name,
-            "runs": sorted({c.run_id for c in cells}), **provenance_header(scale)}
+    draw(
+        figure.kind,
+        cells,
+        Path(runs_dir),
+        out / "figure",
+        figure_title(figure, scale),
+        table=figure.source,
+        value=figure.value,
+        draw_with=figure.draw_with,
+        scale=scale,
+    )
+    info = {
+        "figure": f"{figure.paper}/{figure.name}",
+        "caption": figure.caption,
+        "from_table": figure.source.name,
+        "runs": sorted({c.run_id for c in cells}),
+        **provenance_header(scale),
+    }
     warning = same_runs_warning(merged_settings(figure.kind, cells, figure.source), scale)
     if warning:
         info["warning"] = warning.removeprefix("Warning: ")

@@ -1,6 +1,7 @@
 """A table's cells -> table.tex: plain text escaped into LaTeX, labels grouped under spanning
 headers as papers print them, the footnotes of the marks that occur, and a layout LaTeX picks
 when it typesets (so the same file fits one- and two-column pages)."""
+
 from __future__ import annotations
 
 import math
@@ -16,23 +17,97 @@ from shared.targets.experiments import Table, scale_seeds
 LATEX_PACKAGES = ("booktabs", "graphicx", "rotating")
 
 
-TEXT_SPECIALS = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "%": r"\%",
-                 "#": r"\#", "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                 "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
-                 "\u2013": "--", "\u2014": "---", "\u2018": "`", "\u2019": "'", "\u201c": "``", "\u201d": "''",
-                 "\u2026": r"\ldots{}", "\u00a0": "~", "\u2212": "-", "\u00b0": r"\textdegree{}"}
-MATH_SYMBOLS = {"±": r"\pm", "×": r"\times", "·": r"\cdot", "≤": r"\leq", "≥": r"\geq", "≈": r"\approx",
-                "≠": r"\neq", "→": r"\rightarrow", "←": r"\leftarrow", "↑": r"\uparrow", "↓": r"\downarrow",
-                "∞": r"\infty", "∼": r"\sim", "√": r"\surd", "✓": r"\surd", "✗": r"\times", "∈": r"\in",
-                "ς": r"\varsigma", "ϵ": r"\epsilon", "ϑ": r"\vartheta", "ϕ": r"\phi", "∑": r"\sum"}
-MATH_ACCENTS = {"\u0302": "hat", "\u0303": "tilde", "\u0304": "bar", "\u0307": "dot", "\u0308": "ddot",
-                "\u0301": "acute", "\u0300": "grave", "\u0306": "breve", "\u030c": "check", "\u20d7": "vec"}
+TEXT_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "&": r"\&",
+    "%": r"\%",
+    "#": r"\#",
+    "_": r"\_",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
+    "\u2013": "--",
+    "\u2014": "---",
+    "\u2018": "`",
+    "\u2019": "'",
+    "\u201c": "``",
+    "\u201d": "''",
+    "\u2026": r"\ldots{}",
+    "\u00a0": "~",
+    "\u2212": "-",
+    "\u00b0": r"\textdegree{}",
+}
+MATH_SYMBOLS = {
+    "±": r"\pm",
+    "×": r"\times",
+    "·": r"\cdot",
+    "≤": r"\leq",
+    "≥": r"\geq",
+    "≈": r"\approx",
+    "≠": r"\neq",
+    "→": r"\rightarrow",
+    "←": r"\leftarrow",
+    "↑": r"\uparrow",
+    "↓": r"\downarrow",
+    "∞": r"\infty",
+    "∼": r"\sim",
+    "√": r"\surd",
+    "✓": r"\surd",
+    "✗": r"\times",
+    "∈": r"\in",
+    "ς": r"\varsigma",
+    "ϵ": r"\epsilon",
+    "ϑ": r"\vartheta",
+    "ϕ": r"\phi",
+    "∑": r"\sum",
+}
+MATH_ACCENTS = {
+    "\u0302": "hat",
+    "\u0303": "tilde",
+    "\u0304": "bar",
+    "\u0307": "dot",
+    "\u0308": "ddot",
+    "\u0301": "acute",
+    "\u0300": "grave",
+    "\u0306": "breve",
+    "\u030c": "check",
+    "\u20d7": "vec",
+}
 # Capital Greek letters that look Latin have no macro in LaTeX
-LATIN_LOOKALIKES = {"ALPHA": "A", "BETA": "B", "EPSILON": "E", "ZETA": "Z", "ETA": "H", "IOTA": "I", "KAPPA": "K",
-                    "MU": "M", "NU": "N", "OMICRON": "O", "RHO": "P", "TAU": "T", "CHI": "X"}
+LATIN_LOOKALIKES = {
+    "ALPHA": "A",
+    "BETA": "B",
+    "EPSILON": "E",
+    "ZETA": "Z",
+    "ETA": "H",
+    "IOTA": "I",
+    "KAPPA": "K",
+    "MU": "M",
+    "NU": "N",
+    "OMICRON": "O",
+    "RHO": "P",
+    "TAU": "T",
+    "CHI": "X",
+}
 GREEK_MACRO_CAPITALS = {"GAMMA", "DELTA", "THETA", "LAMBDA", "XI", "PI", "SIGMA", "UPSILON", "PHI", "PSI", "OMEGA"}
-TEXT_ACCENTS = {"\u0301": "'", "\u0300": "`", "\u0302": "^", "\u0308": '"', "\u0303": "~", "\u0304": "=",
-                "\u0327": "c", "\u030c": "v", "\u0306": "u", "\u030a": "r", "\u0307": "."}
+TEXT_ACCENTS = {
+    "\u0301": "'",
+    "\u0300": "`",
+    "\u0302": "^",
+    "\u0308": '"',
+    "\u0303": "~",
+    "\u0304": "=",
+    "\u0327": "c",
+    "\u030c": "v",
+    "\u0306": "u",
+    "\u030a": "r",
+    "\u0307": ".",
+}
 
 
 def math_symbol(char: str) -> str | None:
@@ -41,8 +116,8 @@ def math_symbol(char: str) -> str | None:
         return MATH_SYMBOLS[char]
     name = unicodedata.name(char, "")
     for case, prefix in (("small", "GREEK SMALL LETTER "), ("capital", "GREEK CAPITAL LETTER ")):
-        if name.startswith(prefix) and " " not in name[len(prefix):]:
-            letter = name[len(prefix):].replace("LAMDA", "LAMBDA")
+        if name.startswith(prefix) and " " not in name[len(prefix) :]:
+            letter = name[len(prefix) :].replace("LAMDA", "LAMBDA")
             if case == "small":
                 return "o" if letter == "OMICRON" else "\\" + letter.lower()
             if letter in GREEK_MACRO_CAPITALS:
@@ -118,7 +193,7 @@ def split_groups(labels: list[tuple[str, str]], min_groups: int) -> list[tuple[s
         prefix = escape(head) + " "
         if not space or not head or not rest or not latex.startswith(prefix):
             return None
-        parts.append((head.rstrip(","), latex[len(prefix):].strip()))
+        parts.append((head.rstrip(","), latex[len(prefix) :].strip()))
     groups: list[tuple[str, list[str]]] = []
     for head, rest in parts:
         if groups and groups[-1][0] == head:
@@ -144,8 +219,11 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
         if s.suspect:
             used.add("all suspect")
             return r"\textit{suspect}"
-        used.add("rounds never" if table.metric_for(column).kind.startswith("rounds_to") and s.n == 0
-                 and len(str(s.runs)) else "no value")
+        used.add(
+            "rounds never"
+            if table.metric_for(column).kind.startswith("rounds_to") and s.n == 0 and len(str(s.runs))
+            else "no value"
+        )
         return "--"
     places = decimals(table.metric_for(column))
     text = f"{s['mean']:.{places}f}"
@@ -175,7 +253,7 @@ def footnote(table: Table, used: set, scale: str) -> str:
     notes = {
         "std": rf"Mean $\pm$ standard deviation over {seeds} seeds.",
         "marks": r"Bold: best; underlined: second best (ties share the mark; cells with a failed, diverged "
-                 r"or suspect run are not ranked).",
+        r"or suspect run are not ranked).",
         "n/i": "n/i: method not implemented yet.",
         "rounds never": "--: the target accuracy was not reached.",
         "no value": "--: no value.",
@@ -185,10 +263,14 @@ def footnote(table: Table, used: set, scale: str) -> str:
         "all suspect": r"\textit{suspect}: every seed was flagged suspect.",
         "chance": r"$^\circ$: at chance (100/classes \%): these models have not learnt (yet).",
         "equals": rf"$^{{=}}$: each seed's value is {REFERENCE_ROW}'s at that seed: the method's own term "
-                  r"left the counted accuracy unchanged.",
+        r"left the counted accuracy unchanged.",
     }
-    text = " ".join([*(note for key, note in notes.items() if key in used),
-                     *(rf"$^\P$ {escape(note)}" for note in reading_notes(table))])
+    text = " ".join(
+        [
+            *(note for key, note in notes.items() if key in used),
+            *(rf"$^\P$ {escape(note)}" for note in reading_notes(table)),
+        ]
+    )
     if table.notes:
         text += " " + escape(table.notes)
     return text.strip()
@@ -209,7 +291,8 @@ LAYOUT = r"""\ifdefined\fedreprobox\else\newsavebox{\fedreprobox}\fi
 \fi
 \ifdim\wd\fedreprobox>1.1\columnwidth\def\fedreprofloat{table*}\else\def\fedreprofloat{table}\fi
 \ifdim\wd\fedreprobox>LANDSCAPE_ABOVE\textwidth\def\fedreprofloat{sidewaystable*}\fi""".replace(
-    "LANDSCAPE_ABOVE", f"{1 / MIN_SCALE:g}")
+    "LANDSCAPE_ABOVE", f"{1 / MIN_SCALE:g}"
+)
 FIT = r"""\ifdim\wd\fedreprobox>\linewidth
   \typeout{table.tex: a tabular of \the\wd\fedreprobox\space scaled to the line, \the\linewidth}%
   \resizebox{\linewidth}{!}{\usebox{\fedreprobox}}%
@@ -251,24 +334,38 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
             tops.append(rf"\multicolumn{{{len(members)}}}{{c}}{{{name}}}")
             rules.append(rf"\cmidrule(lr){{{first}-{first + len(members) - 1}}}")
             first += len(members)
-        header = [" & ".join([""] * label_columns + tops) + r" \\", "".join(rules),
-                  " & ".join([corner_cell, *(m for _, members in column_groups for m in members)]) + r" \\"]
+        header = [
+            " & ".join([""] * label_columns + tops) + r" \\",
+            "".join(rules),
+            " & ".join([corner_cell, *(m for _, members in column_groups for m in members)]) + r" \\",
+        ]
     else:
         header = [" & ".join([corner_cell, *(label for _, label in column_labels)]) + r" \\"]
 
     scale_note = "" if scale == "paper" else rf" \textbf{{[Scale: {escape(scale)}; not a paper result.]}}"
     notes = footnote(table, used, scale)
-    return "\n".join([
-        (f"% {table.paper}/{table.name} at scale {scale}, written by shared/reporting/tables.py; "
-         rf"needs \usepackage{{{','.join(LATEX_PACKAGES)}}}"),
-        r"\def\fedreprotabular{%",
-        rf"\begin{{tabular}}{{{'l' * label_columns}{'c' * len(column_labels)}}}", r"\toprule",
-        *header, r"\midrule", *body,
-        r"\bottomrule", r"\end{tabular}}",
-        LAYOUT,
-        r"\begin{\fedreprofloat}[t]", r"\centering",
-        rf"\caption{{{escape(table.caption)}{scale_note}}}",
-        rf"\label{{tab:{table.paper}-{table.name}}}",
-        FIT,
-        *([r"\par\smallskip", rf"{{\footnotesize\raggedright {notes}\par}}"] if notes else []),
-        r"\end{\fedreprofloat}", ""])
+    return "\n".join(
+        [
+            (
+                f"% {table.paper}/{table.name} at scale {scale}, written by shared/reporting/tables.py; "
+                rf"needs \usepackage{{{','.join(LATEX_PACKAGES)}}}"
+            ),
+            r"\def\fedreprotabular{%",
+            rf"\begin{{tabular}}{{{'l' * label_columns}{'c' * len(column_labels)}}}",
+            r"\toprule",
+            *header,
+            r"\midrule",
+            *body,
+            r"\bottomrule",
+            r"\end{tabular}}",
+            LAYOUT,
+            r"\begin{\fedreprofloat}[t]",
+            r"\centering",
+            rf"\caption{{{escape(table.caption)}{scale_note}}}",
+            rf"\label{{tab:{table.paper}-{table.name}}}",
+            FIT,
+            *([r"\par\smallskip", rf"{{\footnotesize\raggedright {notes}\par}}"] if notes else []),
+            r"\end{\fedreprofloat}",
+            "",
+        ]
+    )

@@ -8,11 +8,13 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 LINESTYLES = ["-", "--", ":", "-."]
 # seaborn's colour-blind palette, its light pink and yellow (too faint on white) replaced by
 # black and a dark purple
-COLOURS = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9", "#000000", "#949494",
-           "#7b2d8e"]
+COLOURS = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9", "#000000", "#949494", "#7b2d8e"]
 
 
 def style(index: int) -> dict:
     """Series `index`'s colour, marker and line style (matplotlib keywords)."""
-    return {"color": COLOURS[index % len(COLOURS)], "marker": MARKERS[index % len(MARKERS)],
-            "linestyle": LINESTYLES[index % len(LINESTYLES)]}
+    return {
+        "color": COLOURS[index % len(COLOURS)],
+        "marker": MARKERS[index % len(MARKERS)],
+        "linestyle": LINESTYLES[index % len(LINESTYLES)],
+    }

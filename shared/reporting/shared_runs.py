@@ -2,6 +2,7 @@
 one paper need, with each paper's printed number and ours, as shared.md/.csv/.html
 (`python -m shared.plan --shared`, and the workflow's report). Imports pandas only where a
 listing is made."""
+
 from __future__ import annotations
 
 import html
@@ -39,7 +40,9 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f} ({len(values)} seeds)"
 
 
-def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", runtime: dict | None = None) -> pd.DataFrame:
+def shared_runs(
+    scale: str = "paper", runs_dir: str | Path = "results/runs", runtime: dict | None = None
+) -> pd.DataFrame:
     """Every experiment (one resolved config, any seed) that tables of more than one paper need:
     one row per table cell using it, with the paper's number and ours."""
     import pandas as pd
@@ -63,29 +66,68 @@ def shared_runs(scale: str = "paper", runs_dir: str | Path = "results/runs", run
             reported = table.reported.get(row, [None] * len(table.columns))[table.columns.index(col)]
             metric = table.metric_for(col)
             note = next((i.note for i in table.inconsistencies if (i.row, i.column) == (row, column)), "")
-            records.append(dict(
-                experiment=experiment, method=cells[0].config.method["name"], dataset=data_label(table, cells),
-                paper=paper, table=name, row=row, column=column, metric=metric.label,
-                paper_number="-" if reported is None or reported.mean is None else
-                f"{reported.mean:g}" + ("" if reported.std is None else f" ± {reported.std:g}") + (" §" if note else ""),
-                paper_note=note, ours=ours(cells, metric, Path(runs_dir)), runs=";".join(c.run_id for c in cells), scale=scale))
-    columns = ["experiment", "method", "dataset", "paper", "table", "row", "column", "metric", "paper_number", "paper_note",
-               "ours", "runs", "scale"]
+            records.append(
+                dict(
+                    experiment=experiment,
+                    method=cells[0].config.method["name"],
+                    dataset=data_label(table, cells),
+                    paper=paper,
+                    table=name,
+                    row=row,
+                    column=column,
+                    metric=metric.label,
+                    paper_number="-"
+                    if reported is None or reported.mean is None
+                    else f"{reported.mean:g}"
+                    + ("" if reported.std is None else f" ± {reported.std:g}")
+                    + (" §" if note else ""),
+                    paper_note=note,
+                    ours=ours(cells, metric, Path(runs_dir)),
+                    runs=";".join(c.run_id for c in cells),
+                    scale=scale,
+                )
+            )
+    columns = [
+        "experiment",
+        "method",
+        "dataset",
+        "paper",
+        "table",
+        "row",
+        "column",
+        "metric",
+        "paper_number",
+        "paper_note",
+        "ours",
+        "runs",
+        "scale",
+    ]
     return pd.DataFrame.from_records(records, columns=columns)
 
 
 def shared_markdown(df: pd.DataFrame, scale: str) -> str:
-    lines = [f"# One experiment, several papers (scale: {scale})", "",
-             "Each experiment is one resolved config (its runs are shared: trained once); every table cell "
-             "that uses it, with the paper's printed number and ours (mean ± std over our finished seeds).", ""]
+    lines = [
+        f"# One experiment, several papers (scale: {scale})",
+        "",
+        "Each experiment is one resolved config (its runs are shared: trained once); every table cell "
+        "that uses it, with the paper's printed number and ours (mean ± std over our finished seeds).",
+        "",
+    ]
     for experiment, rows in df.groupby("experiment", sort=False):
         first = rows.iloc[0]
-        lines += [f"## {first.method} on {first.dataset} (experiment {experiment})", "",
-                  "| paper | table | row | column | metric | paper's number | ours |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r.paper} | {r.table} | {r.row} | {r.column} | {r.metric} | {r.paper_number} | {r.ours} |"
-                  for r in rows.itertuples()]
-        lines += [f"- § {r.paper} {r.table}, {r.row} at {r.column}: {r.paper_note}" for r in rows.itertuples()
-                  if r.paper_note]
+        lines += [
+            f"## {first.method} on {first.dataset} (experiment {experiment})",
+            "",
+            "| paper | table | row | column | metric | paper's number | ours |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.paper} | {r.table} | {r.row} | {r.column} | {r.metric} | {r.paper_number} | {r.ours} |"
+            for r in rows.itertuples()
+        ]
+        lines += [
+            f"- § {r.paper} {r.table}, {r.row} at {r.column}: {r.paper_note}" for r in rows.itertuples() if r.paper_note
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -101,6 +143,8 @@ def write_shared_files(df: pd.DataFrame, scale: str, out: Path) -> None:
     (out / "shared.md").write_text(text)
     df.to_csv(out / "shared.csv", index=False)
     table = df.drop(columns=["runs"]).to_html(index=False, border=0, escape=True)
-    (out / "shared.html").write_text(f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
-                                     f"One experiment, several papers</title></head><body><h2>One experiment, several "
-                                     f"papers (scale: {html.escape(scale)})</h2>{table}</body></html>\n")
+    (out / "shared.html").write_text(
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
+        f"One experiment, several papers</title></head><body><h2>One experiment, several "
+        f"papers (scale: {html.escape(scale)})</h2>{table}</body></html>\n"
+    )

@@ -2,6 +2,7 @@
 its marks (failed, suspect, at chance, equal to FedAvg's) and the best and second-best per column.
 What both the LaTeX table (shared/reporting/latex.py) and the comparison with the paper
 (shared/reporting/comparison.py) print."""
+
 from __future__ import annotations
 
 import math
@@ -58,10 +59,21 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
     for c in cells:
         m = metrics[c.run_id]
         value = cell_value(table.metric_for(c.column), m, reference_final.get(c.column.label)) if ok(c) else math.nan
-        records.append(dict(row=c.row.label, column=c.column.label, seed=c.seed, run_id=c.run_id,
-                            status=m["status"], value=value, chance=chance_level(table.metric_for(c.column), c), wall_time_s=m.get("wall_time_s", 0.0),
-                            device=m.get("device", ""), device_name=m.get("device_name", ""),
-                            environment=m.get("environment")))
+        records.append(
+            dict(
+                row=c.row.label,
+                column=c.column.label,
+                seed=c.seed,
+                run_id=c.run_id,
+                status=m["status"],
+                value=value,
+                chance=chance_level(table.metric_for(c.column), c),
+                wall_time_s=m.get("wall_time_s", 0.0),
+                device=m.get("device", ""),
+                device_name=m.get("device_name", ""),
+                environment=m.get("environment"),
+            )
+        )
     return pd.DataFrame.from_records(records)
 
 
@@ -103,17 +115,24 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
             else:
                 status = "ok" if len(good) else "no value"
             chance = sel["chance"].iloc[0] if len(sel) else math.nan
-            rows.append(dict(
-                row=row.label, column=column.label,
-                at_chance=bool(len(good) and good.mean() <= chance + CHANCE_MARGIN),
-                equals_fedavg=table.metric_for(column).kind in ACCURACY_KINDS and equals_reference(runs, row.label, column.label),
-                mean=good.mean() if len(good) else math.nan,
-                std=good.std(ddof=0) if len(good) else math.nan,
-                n=len(good), failed=failed, suspect=suspect, status=status,
-                values=";".join(f"{v:.2f}" for v in good),
-                runs=";".join(sel.run_id) if len(sel) else "",
-                reading=row.reading,
-            ))
+            rows.append(
+                dict(
+                    row=row.label,
+                    column=column.label,
+                    at_chance=bool(len(good) and good.mean() <= chance + CHANCE_MARGIN),
+                    equals_fedavg=table.metric_for(column).kind in ACCURACY_KINDS
+                    and equals_reference(runs, row.label, column.label),
+                    mean=good.mean() if len(good) else math.nan,
+                    std=good.std(ddof=0) if len(good) else math.nan,
+                    n=len(good),
+                    failed=failed,
+                    suspect=suspect,
+                    status=status,
+                    values=";".join(f"{v:.2f}" for v in good),
+                    runs=";".join(sel.run_id) if len(sel) else "",
+                    reading=row.reading,
+                )
+            )
     return pd.DataFrame.from_records(rows)
 
 
@@ -134,8 +153,12 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
     marks = {}
     for column in table.columns:
         metric = table.metric_for(column)
-        col = summary[(summary.column == column.label) & summary["mean"].notna() & (summary.status == "ok")
-                      & (summary.reading == "")]
+        col = summary[
+            (summary.column == column.label)
+            & summary["mean"].notna()
+            & (summary.status == "ok")
+            & (summary.reading == "")
+        ]
         values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}
         distinct = sorted(set(values.values()), reverse=metric.higher_is_better)
         for mark, level in zip(("best", "second"), distinct):
@@ -155,5 +178,9 @@ READING_MARK = "¶"  # a row that is a reading of a method, not the paper's text
 
 def reading_notes(table: Table) -> list[str]:
     """What each reading row is, for under the table and the comparison (READING_MARK)."""
-    return [f"{row.label}: a reading of {row.reading_of} that is not the paper's text ({row.reading}); the paper "
-            "prints no number for it." for row in table.rows if row.reading_of]
+    return [
+        f"{row.label}: a reading of {row.reading_of} that is not the paper's text ({row.reading}); the paper "
+        "prints no number for it."
+        for row in table.rows
+        if row.reading_of
+    ]

@@ -6,6 +6,7 @@ comparison.csv/.md/.html/.png (shared/reporting/comparison.py), claims.csv/.md/.
 Reporting only: what a cell reports comes from shared/runs/metrics.py (through
 shared/reporting/summary.py) and the provenance header from shared/runs/provenance.py; nothing
 here imports the training loop."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,6 +21,7 @@ from shared.reporting.latex import latex_table
 from shared.reporting.summary import COMPLETED, collect, is_suspect, summarize_cells
 from shared.runs.provenance import commits_of, provenance_header
 from shared.targets.experiments import Search, Table, expand, paper_tables, scale_seeds
+
 
 def provenance(table: Table, runs: pd.DataFrame, scale: str, merged: list[list[str]] | None = None) -> dict:
     gpu = runs[runs.device.str.startswith("cuda")] if len(runs) else runs
@@ -45,7 +47,9 @@ def provenance(table: Table, runs: pd.DataFrame, scale: str, merged: list[list[s
     }
 
 
-def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
+def build_table(
+    table: Table, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None
+) -> None:
     runs_dir, out = Path(runs_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cells = expand(table, scale, runtime)
@@ -63,13 +67,20 @@ def build_table(table: Table, scale: str, runs_dir: str | Path, out_dir: str | P
     comp.insert(0, "scale", scale)
     comp.to_csv(out / "comparison.csv", index=False)
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale, merged), sort_keys=False))
-    write_claims(verdicts(table, runs), f"{table.paper} {table.name}: the paper's claims on our runs", scale,
-                 data_label(table, cells), out)
+    write_claims(
+        verdicts(table, runs),
+        f"{table.paper} {table.name}: the paper's claims on our runs",
+        scale,
+        data_label(table, cells),
+        out,
+    )
     if table.curves and cells:
         draw("curves", cells, runs_dir, out / "curves", f"{table.paper} {table.name} learning curves (scale: {scale})")
 
 
-def build_search(search: Search, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None) -> None:
+def build_search(
+    search: Search, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None
+) -> None:
     """search.csv (every grid point's mean and std per setting), best.yaml (the best point per
     setting, the values to put in the paper's table) and provenance.yaml."""
     runs_dir, out = Path(runs_dir), Path(out_dir)
@@ -85,16 +96,24 @@ def build_search(search: Search, scale: str, runs_dir: str | Path, out_dir: str 
         col = summary[(summary.column == column.label) & summary["mean"].notna()]
         if len(col):
             top = col.sort_values("mean", ascending=not grid.metric_for(column).higher_is_better).iloc[0]
-            best[column.label] = {"point": dict(points[top.row]),  # a copy: no YAML alias when two settings agree
-                                  "mean": float(top["mean"]), "std": float(top["std"])}
-    (out / "best.yaml").write_text(yaml.safe_dump(
-        {"search": f"{search.paper}/{search.name}", "method": search.row, "grid": search.grid, "best": best},
-        sort_keys=False, allow_unicode=True))
+            best[column.label] = {
+                "point": dict(points[top.row]),  # a copy: no YAML alias when two settings agree
+                "mean": float(top["mean"]),
+                "std": float(top["std"]),
+            }
+    (out / "best.yaml").write_text(
+        yaml.safe_dump(
+            {"search": f"{search.paper}/{search.name}", "method": search.row, "grid": search.grid, "best": best},
+            sort_keys=False,
+            allow_unicode=True,
+        )
+    )
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(grid, runs, scale), sort_keys=False))
 
 
-def build_paper_claims(paper: str, scale: str, runs_dir: str | Path, out_dir: str | Path,
-                       runtime: dict | None = None) -> None:
+def build_paper_claims(
+    paper: str, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None
+) -> None:
     """claims.md / .csv / .html: every claim of `paper` on the runs finished so far (a claim
     whose cells have no finished run yet is not yet measured)."""
     runs_dir, out = Path(runs_dir), Path(out_dir)
@@ -103,8 +122,19 @@ def build_paper_claims(paper: str, scale: str, runs_dir: str | Path, out_dir: st
     for table in paper_tables(paper).values():
         expanded = expand(table, scale, runtime)
         finished = [c for c in expanded if (runs_dir / c.run_id / "metrics.json").exists()]
-        frames.append(verdicts(table, collect(table, finished, runs_dir) if finished else pd.DataFrame(
-            columns=["row", "column", "seed", "status", "value"])))
+        frames.append(
+            verdicts(
+                table,
+                collect(table, finished, runs_dir)
+                if finished
+                else pd.DataFrame(columns=["row", "column", "seed", "status", "value"]),
+            )
+        )
         datasets += data_label(table, expanded).split(", ")
-    write_claims(pd.concat(frames, ignore_index=True), f"{paper}: the paper's claims on our runs", scale,
-                 ", ".join(sorted(set(datasets))), out)
+    write_claims(
+        pd.concat(frames, ignore_index=True),
+        f"{paper}: the paper's claims on our runs",
+        scale,
+        ", ".join(sorted(set(datasets))),
+        out,
+    )

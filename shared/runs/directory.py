@@ -21,6 +21,7 @@ history, a field of the wrong type), is moved aside (kept for inspection, named
 recorded failure is moved aside the same way (`metrics.json.failed-<time>`) when the run is
 tried again.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,15 +38,27 @@ import torch
 import yaml
 
 from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
+
 # torch-free (shared/runs/files.py: planning and shipping read runs without torch); the writers
 # (shared/run.py, benchmarks/resume_matrix.py) take is_final and write_atomically from here
-from shared.runs.files import (CLIENT_STATE, LockHeld, aside_path, history_problem, hold_lock, is_final, is_number,
-                              summary_problem, write_atomically)
+from shared.runs.files import (
+    CLIENT_STATE,
+    LockHeld,
+    aside_path,
+    history_problem,
+    hold_lock,
+    is_final,
+    is_number,
+    summary_problem,
+    write_atomically,
+)
 
 KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/run.py `train`)
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
-RUN_FILE = re.compile(r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
-                      r"|metrics\.json\.kept|rerun|client_state|tensorboard)(\.(corrupt|failed|replaced)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)")
+RUN_FILE = re.compile(
+    r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
+    r"|metrics\.json\.kept|rerun|client_state|tensorboard)(\.(corrupt|failed|replaced)-[0-9-]+|\.[0-9]+\.tmp|\.unpack-[0-9]+)?|\.lock)"
+)
 # errors that mean the disk (or the quota, or the file size limit) is full: freeing space is the fix
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -73,8 +86,10 @@ def write_error(exc: OSError) -> str:
     """One line for a failed write: a full disk says what to do."""
     where = f"{exc.filename}: " if exc.filename else ""
     if exc.errno in DISK_FULL:
-        return (f"{where}no space left ({exc.strerror}); free space and run the same command again: "
-                f"it resumes from its last checkpoint")
+        return (
+            f"{where}no space left ({exc.strerror}); free space and run the same command again: "
+            f"it resumes from its last checkpoint"
+        )
     return f"{where}{exc.strerror or exc}"
 
 
@@ -161,8 +176,9 @@ class RunDirectory:
         try:
             self.lock_file = hold_lock(self.path / ".lock")
         except LockHeld as held:
-            raise RunDirectoryError(f"{self.path}: another process (pid {excerpt(str(held))}) is writing this run; "
-                                    f"wait for it or stop it") from None
+            raise RunDirectoryError(
+                f"{self.path}: another process (pid {excerpt(str(held))}) is writing this run; wait for it or stop it"
+            ) from None
 
     def unlock(self) -> None:
         if self.lock_file is not None:
@@ -176,8 +192,10 @@ class RunDirectory:
             return
         foreign = sorted(p.name for p in self.path.iterdir() if not RUN_FILE.fullmatch(p.name))
         if foreign:
-            raise RunDirectoryError(f"{self.path} is not a run directory (it holds {excerpt(foreign)}); "
-                                    f"use an empty or a new output directory")
+            raise RunDirectoryError(
+                f"{self.path} is not a run directory (it holds {excerpt(foreign)}); "
+                f"use an empty or a new output directory"
+            )
 
     # --- what the directory already holds -----------------------------------------------------
     def set_aside(self, path: Path, why: str, label: str = "corrupt") -> Path:
@@ -197,8 +215,9 @@ class RunDirectory:
                 stale.unlink(missing_ok=True)
         done = self.read_summary()
         if done is not None and not is_final(done["status"]):
-            self.set_aside(self.summary, f"records a failure ({excerpt(done['status'])}); the run is tried again",
-                           label="failed")
+            self.set_aside(
+                self.summary, f"records a failure ({excerpt(done['status'])}); the run is tried again", label="failed"
+            )
             done = None
         if done is None and restore:
             done = self.restore_kept()
@@ -206,8 +225,10 @@ class RunDirectory:
             self.checkpoint.unlink(missing_ok=True)  # a kill between the summary and these removals
             prune_client_states(self.path, keep=set())
             return done
-        write_atomically(self.config, lambda tmp: tmp.write_text(
-            yaml.safe_dump({"run_id": self.run_id, **to_dict(self.cfg)}, sort_keys=False)))
+        write_atomically(
+            self.config,
+            lambda tmp: tmp.write_text(yaml.safe_dump({"run_id": self.run_id, **to_dict(self.cfg)}, sort_keys=False)),
+        )
         return None
 
     def check_identity(self) -> None:
@@ -224,8 +245,10 @@ class RunDirectory:
         if not isinstance(other, str):
             self.set_aside(self.config, "names no run id; it is written again")
         elif other != self.run_id:
-            raise RunDirectoryError(f"{self.path} holds run {excerpt(other)}, another config than this one "
-                                    f"({self.run_id}); use another output directory (it is never overwritten)")
+            raise RunDirectoryError(
+                f"{self.path} holds run {excerpt(other)}, another config than this one "
+                f"({self.run_id}); use another output directory (it is never overwritten)"
+            )
         else:
             self.identified = True
 
@@ -247,8 +270,9 @@ class RunDirectory:
             self.set_aside(path, f"belongs to run {excerpt(done['run_id'])}, in the directory of run {self.run_id}")
             return None
         if done["run_id"] != self.run_id:
-            raise RunDirectoryError(f"{path} belongs to run {excerpt(done['run_id'])}, not {self.run_id}; "
-                                    f"use another output directory")
+            raise RunDirectoryError(
+                f"{path} belongs to run {excerpt(done['run_id'])}, not {self.run_id}; use another output directory"
+            )
         return done
 
     def restore_kept(self) -> dict | None:
@@ -280,8 +304,9 @@ class RunDirectory:
             return None
         return state
 
-    def resume(self, model: torch.nn.Module, method, device: torch.device,
-               method_state=lambda state: state) -> tuple[list[dict], float]:
+    def resume(
+        self, model: torch.nn.Module, method, device: torch.device, method_state=lambda state: state
+    ) -> tuple[list[dict], float]:
         """The history and time so far, with the model's and the method's state restored from
         the last checkpoint; ([], 0.0) and both left as they were when there is none, or when it
         does not fit them (a tensor of another shape, a missing key, a per-client state file
@@ -298,8 +323,9 @@ class RunDirectory:
             model.load_state_dict(fresh[0])  # a failed load may have copied some tensors already
             method.load_state_dict(fresh[1])
             detail = " ".join(str(exc).replace("Error(s) in loading state_dict for", "").split())
-            self.set_aside(self.checkpoint, f"does not fit this run's model or method ({type(exc).__name__}: "
-                                            f"{excerpt(detail)})")
+            self.set_aside(
+                self.checkpoint, f"does not fit this run's model or method ({type(exc).__name__}: {excerpt(detail)})"
+            )
             return [], 0.0
         return state["history"], state["elapsed"]
 

@@ -8,6 +8,7 @@ shared/runs/locking.py claims a run's directory for a writer other than its trai
 run's files travel (shared.archive, shared.campaign's state) as tar members checked here: their
 names and size limits, checksums, and that they are the run their directory names.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -252,8 +253,11 @@ def run_status(metrics: bytes) -> str:
 
 def run_members(run_dir: Path, folder: str, names: tuple[str, ...]) -> list[tuple[str, bytes, float]]:
     """(folder/name, bytes, mtime) of the run's files among `names` that exist, in that order."""
-    return [(f"{folder}/{name}", (run_dir / name).read_bytes(), (run_dir / name).stat().st_mtime)
-            for name in names if (run_dir / name).is_file()]
+    return [
+        (f"{folder}/{name}", (run_dir / name).read_bytes(), (run_dir / name).stat().st_mtime)
+        for name in names
+        if (run_dir / name).is_file()
+    ]
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
@@ -274,10 +278,14 @@ def check_identity(run: str, small: dict[str, bytes]) -> None:
         hashed = run_id(from_dict(RunConfig, {k: v for k, v in values.items() if k != "run_id"})) if values else run
         named = values.get("run_id", run) if values else run
     except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, ConfigError):
-        raise RunFilesError(f"run {run}: its metrics.json or config.yaml cannot be read; the archive is damaged") from None
+        raise RunFilesError(
+            f"run {run}: its metrics.json or config.yaml cannot be read; the archive is damaged"
+        ) from None
     if not recorded == hashed == named == run:
-        raise RunFilesError(f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
-                           f"hashes to {hashed}); the archive is not what pack wrote")
+        raise RunFilesError(
+            f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
+            f"hashes to {hashed}); the archive is not what pack wrote"
+        )
 
 
 def megabytes(n: int) -> str:

@@ -3,6 +3,7 @@ restoring or shipping a campaign's runs): locked as a trainer locks it, refused 
 where a link stands in for it, a file takes its place, another run holds it or a trainer is
 writing it; and a metrics.json without a result moved aside, never lost, before one is written
 over it."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,16 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.runs.files import (CLIENT_STATE, MODEL_FILE, RUN_FILES, LockHeld, RunFilesError, aside_path, hold_lock,
-                               recorded_run_id)
+from shared.runs.files import (
+    CLIENT_STATE,
+    MODEL_FILE,
+    RUN_FILES,
+    LockHeld,
+    RunFilesError,
+    aside_path,
+    hold_lock,
+    recorded_run_id,
+)
 
 
 class RunBusy(RunFilesError):
@@ -42,8 +51,10 @@ def claim_runs(runs_dir: Path, run_ids: list[str], stack: ExitStack) -> None:
         try:
             stack.enter_context(hold_lock(run_dir / ".lock"))
         except LockHeld as held:
-            raise RunBusy(f"run {rid} is being trained in {run_dir} (its lock is held by pid {held}); try "
-                               f"again once it has finished or stopped") from None
+            raise RunBusy(
+                f"run {rid} is being trained in {run_dir} (its lock is held by pid {held}); try "
+                f"again once it has finished or stopped"
+            ) from None
 
 
 def check_run_destination(run_dir: Path, rid: str) -> None:

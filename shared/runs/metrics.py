@@ -1,6 +1,7 @@
 """What a table's cell reports, computed from a run's metrics.json: pure functions on the
 numbers a run wrote, with nothing from training (no torch), so that reporting (tables,
 figures) never imports the training loop."""
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@ the tree was dirty, Python, the platform, the versions of the packages that shap
 and the CUDA, cuDNN and GPU driver versions. Standard library only; torch is consulted only if
 it is already imported (a run) or importable (`environment(torch=True)`), so that a table
 build or `python -m shared.plan` does not pay for importing it."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,18 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "torchvision", "numpy", "pandas", "matplotlib", "seaborn", "pyyaml", "transformers",
-            "snakemake", "snakemake-executor-plugin-slurm")
+PACKAGES = (
+    "torch",
+    "torchvision",
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "seaborn",
+    "pyyaml",
+    "transformers",
+    "snakemake",
+    "snakemake-executor-plugin-slurm",
+)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -61,8 +72,12 @@ def gpu_driver() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     versions = sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
@@ -94,12 +109,14 @@ def numerics() -> dict | None:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "cudnn_deterministic": torch.backends.cudnn.deterministic,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
+    return {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
 
 
 def environment(torch: bool = True) -> dict:
@@ -127,8 +144,16 @@ def provenance_header(scale: str) -> dict:
     """Where and with what an output was made (package versions read from their metadata,
     so that nothing is imported)."""
     env = environment(torch=False)
-    return {"scale": scale, "git_commit": git_commit(), "python": env["python"], "platform": env["platform"],
-            "packages": env["packages"], "cuda": env["cuda"], "cudnn": env["cudnn"], "gpu_driver": env["gpu_driver"]}
+    return {
+        "scale": scale,
+        "git_commit": git_commit(),
+        "python": env["python"],
+        "platform": env["platform"],
+        "packages": env["packages"],
+        "cuda": env["cuda"],
+        "cudnn": env["cudnn"],
+        "gpu_driver": env["gpu_driver"],
+    }
 
 
 def commits_of(environments: list[dict | None]) -> dict:

@@ -1,5 +1,6 @@
 """Where a run's random numbers come from, so that a round replays identically after a resume,
 whatever the client order or the way clients are trained."""
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ import torch
 # anything of the trainer is imported, before any run could touch CUDA (torch's reproducibility
 # notes; 8 buffers of 4 MiB). A value the user exported wins.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
 
 def derive_seed(*parts: int) -> int:
     """An independent 63-bit seed for each (seed, round, client, ...) tuple."""
@@ -45,4 +47,3 @@ def set_numerics(device: torch.device, deterministic: bool) -> None:
     torch.backends.cudnn.benchmark = device.type == "cuda" and not deterministic
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-

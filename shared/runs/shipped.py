@@ -1,5 +1,6 @@
 """Shipped runs (results/shipped/runs/, tracked): runs finished on other machines, which
 `train`, `status` and the workflow take as finished, copied into results/runs/ on demand."""
+
 from __future__ import annotations
 
 import shutil
@@ -52,7 +53,7 @@ def restore_shipped(run_ids, runs_dir: str | Path, shipped_runs: str | Path = SH
             except RunFilesError as exc:
                 print(f"note: shipped run {rid} is not copied into {runs_dir}: {exc}", file=sys.stderr)
                 continue
-            copied += put_finished(runs_dir / rid, {f: (source / f).read_bytes() for f in RUN_FILES
-                                                    if (source / f).is_file()})
+            copied += put_finished(
+                runs_dir / rid, {f: (source / f).read_bytes() for f in RUN_FILES if (source / f).is_file()}
+            )
     return copied
-

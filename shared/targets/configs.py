@@ -6,6 +6,7 @@ model built: each registry checks its own section (the dataset catalog the datas
 registry the model, the partitions the partition, the method registry the method) and this
 module the sections that belong to the loop itself.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,9 @@ def parse_override(text: str) -> dict:
     try:
         value = yaml.safe_load(raw) if raw else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {excerpt(text)}: the value is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise ConfigError(
+            f"override {excerpt(text)}: the value is not valid YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
     if key in SHORTHANDS and isinstance(value, str):
         key = SHORTHANDS[key]
     return nested({key: value})
@@ -47,8 +50,9 @@ def read_yaml(path: str | Path) -> dict:
     try:
         loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
-                          f"save it as UTF-8") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -86,8 +90,12 @@ class IdleUnless(NamedTuple):
 # The keys a user may set that another setting makes meaningless: each read in one place only
 # (shared/data/partition.py, shared/training/clients.py, shared/data/federation.py), which these mirror.
 IDLE_KEYS = (
-    IdleUnless("partition.beta", "partition.kind", lambda kind: kind in ("dirichlet", "dirichlet_balanced"),
-               "partition.kind=dirichlet or dirichlet_balanced"),
+    IdleUnless(
+        "partition.beta",
+        "partition.kind",
+        lambda kind: kind in ("dirichlet", "dirichlet_balanced"),
+        "partition.kind=dirichlet or dirichlet_balanced",
+    ),
     IdleUnless("partition.min_size", "partition.kind", lambda kind: kind == "dirichlet", "partition.kind=dirichlet"),
     IdleUnless("partition.k", "partition.kind", lambda kind: kind == "classes", "partition.kind=classes"),
     IdleUnless("partition.writers", "partition.kind", lambda kind: kind == "writers", "partition.kind=writers"),
@@ -113,9 +121,11 @@ def refuse_idle_keys(given: dict, cfg: RunConfig) -> None:
     given_keys = set(flatten(given))
     for rule in IDLE_KEYS:
         value, governing = resolved[rule.key], resolved[rule.governing]
-        check(rule.key not in given_keys or value == defaults[rule.key] or rule.applies(governing),
-              f"{rule.key}={value} has no effect with {rule.governing}={governing} "
-              f"(it applies with {rule.said}); remove it")
+        check(
+            rule.key not in given_keys or value == defaults[rule.key] or rule.applies(governing),
+            f"{rule.key}={value} has no effect with {rule.governing}={governing} "
+            f"(it applies with {rule.said}); remove it",
+        )
 
 
 def with_method_name(values: dict) -> dict:
@@ -157,5 +167,7 @@ def validate_loop(cfg: RunConfig) -> None:
     """What the loop's sections need beyond their fields' own ranges (checked as they are read)."""
     t = cfg.trainer
     check(DEVICE.fullmatch(t.device) is not None, f"trainer.device={excerpt(t.device)}: use auto, cpu, cuda or cuda:N")
-    check(t.client_threads == 1 or (t.clients_per_step == 1 and not t.compile),
-          "trainer.client_threads > 1 goes with neither trainer.clients_per_step > 1 nor trainer.compile")
+    check(
+        t.client_threads == 1 or (t.clients_per_step == 1 and not t.compile),
+        "trainer.client_threads > 1 goes with neither trainer.clients_per_step > 1 nor trainer.compile",
+    )

@@ -1,6 +1,7 @@
 """Which runs a campaign's targets need, and on which data: a copy of the official data
 (dataset.copy), a table cut to its part on the copy or to what is finished, and the labels
 that name the copy on what is built from it (the workflow's too: workflow/rules/common.smk)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,7 +68,7 @@ def located_copy(text: str | None, data_root: str | Path) -> Copy | None:
 
 
 def copy_kind(path: Path) -> str:
-    """"JPEG" for a zip of mostly .jpg files, "PNG" for .png; "" otherwise."""
+    """ "JPEG" for a zip of mostly .jpg files, "PNG" for .png; "" otherwise."""
     if path.suffix != ".zip":
         return ""
     suffixes = Counter(Path(n).suffix.lower() for n in zipfile.ZipFile(path).namelist())
@@ -110,15 +111,21 @@ def copy_part(table, scale: str, copy: Copy):
     on_copy = lambda cell: cell.config.dataset.name == copy.dataset
     keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
     columns = [table.columns[i] for i in keep]
-    rows = [r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))]
+    rows = [
+        r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))
+    ]
     settings = {c.label for c in columns}
     cut = keep_rows(table, rows)
     return dataclasses.replace(  # what names a setting cut away goes with it
-        cut, columns=columns,
-        rows=[dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings})
-              for r in cut.rows],
+        cut,
+        columns=columns,
+        rows=[
+            dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings})
+            for r in cut.rows
+        ],
         reported={row: [values[i] for i in keep] for row, values in cut.reported.items()},
-        inconsistencies=[m for m in cut.inconsistencies if m.column in settings])
+        inconsistencies=[m for m in cut.inconsistencies if m.column in settings],
+    )
 
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
@@ -141,8 +148,11 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
         return None, ""
     implemented = [r for r in table.rows if r.implemented]
     partial = len(shown) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
-    note = (f"partial: {len(shown)} of {len(implemented)} methods, seeds {seeds} of "
-            f"{list(scale_seeds(table, scale))}") if partial else ""
+    note = (
+        (f"partial: {len(shown)} of {len(implemented)} methods, seeds {seeds} of {list(scale_seeds(table, scale))}")
+        if partial
+        else ""
+    )
     return cut, note
 
 
@@ -170,8 +180,11 @@ def labelled(target, copy: Copy | None, note: str = ""):
     labels = " ".join(f"[{label}]" for label in (copy.label if copy else "", note) if label)
     if not labels:
         return target
-    renamed = {"name": f"{target.name}-{copy.slug}", "renamed_from": target.name, "data": copy.label} \
-        if copy and target.name.startswith("table") else {}
+    renamed = (
+        {"name": f"{target.name}-{copy.slug}", "renamed_from": target.name, "data": copy.label}
+        if copy and target.name.startswith("table")
+        else {}
+    )
     return dataclasses.replace(target, caption=f"{target.caption} {labels}", **renamed)
 
 
@@ -189,4 +202,3 @@ def label_outputs(out: Path, copy: Copy | None, note: str = "") -> None:
     provenance = yaml.safe_load((out / "provenance.yaml").read_text())
     provenance.update(data=data, partial=note or False)
     write_atomically(out / "provenance.yaml", lambda tmp: tmp.write_text(yaml.safe_dump(provenance, sort_keys=False)))
-

@@ -12,6 +12,7 @@ else assumed (THROUGHPUT: a plain fp32 loop on a current data-centre GPU):
 - speed benchmark results (benchmarks/results/*.json, results/benchmarks/*.json, written by
   `python -m benchmarks.speed`): the fastest variant of our trainer, on that device.
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,8 +24,14 @@ from shared.config.schema import RunConfig
 from shared.data.catalog import DATASETS, DatasetInfo
 from shared.targets.experiments import Cell
 
-THROUGHPUT = {"fedavg_cnn": 20_000, "resnet8": 12_000, "resnet50": 1_500, "resnet50_gn": 1_200,
-              "alexnet_bn": 3_000, "distilbert": 400}  # training samples per second (assumed)
+THROUGHPUT = {
+    "fedavg_cnn": 20_000,
+    "resnet8": 12_000,
+    "resnet50": 1_500,
+    "resnet50_gn": 1_200,
+    "alexnet_bn": 3_000,
+    "distilbert": 400,
+}  # training samples per second (assumed)
 
 
 def samples(cfg: RunConfig) -> tuple[float, float]:
@@ -52,11 +59,15 @@ def plan(cells: list[Cell], seen: set[str] | None = None, throughput: dict[str, 
     seen = set() if seen is None else seen
     runs = {c.run_id: c.config for c in cells if c.run_id not in seen}
     seen.update(runs)
-    return {"runs": len(runs), "gpu_hours": sum(gpu_hours(cfg, throughput) for cfg in runs.values()),
-            "training_samples": sum(samples(cfg)[0] for cfg in runs.values())}
+    return {
+        "runs": len(runs),
+        "gpu_hours": sum(gpu_hours(cfg, throughput) for cfg in runs.values()),
+        "training_samples": sum(samples(cfg)[0] for cfg in runs.values()),
+    }
 
 
 # --- calibration from measurements ----------------------------------------------------------
+
 
 def device_kind(device: str | None) -> str:
     return "cuda" if str(device or "").startswith("cuda") else "cpu"
@@ -79,9 +90,12 @@ def run_samples(cfg: dict, metrics: dict) -> float:
     return trained + tested / 3
 
 
-def measured_throughput(device: str = "cuda", runs_dir: str | Path = "results/runs",
-                        benchmark_dirs=("results/benchmarks/runs",),
-                        speed_dirs=("benchmarks/results", "results/benchmarks")) -> dict[str, dict]:
+def measured_throughput(
+    device: str = "cuda",
+    runs_dir: str | Path = "results/runs",
+    benchmark_dirs=("results/benchmarks/runs",),
+    speed_dirs=("benchmarks/results", "results/benchmarks"),
+) -> dict[str, dict]:
     """model name -> {"samples_per_s", "source"} from this machine's measurements on `device`
     (cuda or cpu): finished runs first, else speed benchmark results."""
     import yaml
@@ -123,8 +137,11 @@ def measured_throughput(device: str = "cuda", runs_dir: str | Path = "results/ru
             if not isinstance(result, dict) or device_kind(result.get("device")) != device:
                 continue
             model = result.get("model")  # the model benchmarks/speed.py trained
-            ours = [v.get("samples_per_s") for name, v in (result.get("variants") or {}).items()
-                    if name != "reference" and isinstance(v, dict) and v.get("samples_per_s")]
+            ours = [
+                v.get("samples_per_s")
+                for name, v in (result.get("variants") or {}).items()
+                if name != "reference" and isinstance(v, dict) and v.get("samples_per_s")
+            ]
             if model and ours and model not in totals:
                 best = max(ours)
                 if best > found.get(model, {}).get("samples_per_s", 0):

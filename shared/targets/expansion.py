@@ -9,6 +9,7 @@ the scale, the runtime keys and the copy of the data the runs train on, if any. 
 or setting expands again and rewrites it (atomically: concurrent processes read the old cache
 or the new one).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -76,8 +77,9 @@ def source_digest() -> str:
 
 
 def cache_key(scale: str, runtime: dict, copy: Copy | None = None) -> str:
-    settings = json.dumps({"scale": scale, "runtime": runtime, **({"copy": copy.sha256} if copy else {})},
-                          sort_keys=True, default=str)
+    settings = json.dumps(
+        {"scale": scale, "runtime": runtime, **({"copy": copy.sha256} if copy else {})}, sort_keys=True, default=str
+    )
     return hashlib.sha256(f"{source_digest()}\n{settings}".encode()).hexdigest()
 
 
@@ -97,13 +99,21 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
             continue
         for cell in expand(grid, scale, runtime):
             runs[cell.run_id] = cell.config
-            grid_runs.append(GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label,
-                                     cell.column.label, cell.seed))
+            grid_runs.append(
+                GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label, cell.column.label, cell.seed)
+            )
             grid_ids.setdefault((paper, name), {})[cell.run_id] = None  # an ordered set
-    kept = lambda paper, names: {name: list(grid_ids.get((paper, name), {})) for name in names
-                                 if copy is None or (paper, name) in grid_ids}  # on a copy: its parts alone
-    targets = {paper: {"table": kept(paper, paper_tables(paper)), "figure": figure_runs(paper, scale, runtime),
-                       "search": kept(paper, paper_searches(paper))} for paper in paper_names()}
+    kept = lambda paper, names: {
+        name: list(grid_ids.get((paper, name), {})) for name in names if copy is None or (paper, name) in grid_ids
+    }  # on a copy: its parts alone
+    targets = {
+        paper: {
+            "table": kept(paper, paper_tables(paper)),
+            "figure": figure_runs(paper, scale, runtime),
+            "search": kept(paper, paper_searches(paper)),
+        }
+        for paper in paper_names()
+    }
     return Expansion(runs, grid_runs, targets)
 
 

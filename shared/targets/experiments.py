@@ -2,6 +2,7 @@
 metric and the paper's numbers); this module expands a table into fully resolved run configs
 at a given scale, and the workflow turns finished runs back into the table.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -175,20 +176,28 @@ class Table:
             if row not in {r.label for r in self.rows}:
                 raise ValueError(f"{self.paper}/{self.name}: reported numbers for unknown row {row!r}")
             if len(values) != len(labels):
-                raise ValueError(f"{self.paper}/{self.name}: row {row!r} reports {len(values)} numbers for {len(labels)} columns")
+                raise ValueError(
+                    f"{self.paper}/{self.name}: row {row!r} reports {len(values)} numbers for {len(labels)} columns"
+                )
         for mark in self.inconsistencies:
             if mark.row not in self.reported or mark.column not in labels:
-                raise ValueError(f"{self.paper}/{self.name}: an inconsistency names a cell the paper does not "
-                                 f"report: {mark.row!r} at {mark.column!r}")
+                raise ValueError(
+                    f"{self.paper}/{self.name}: an inconsistency names a cell the paper does not "
+                    f"report: {mark.row!r} at {mark.column!r}"
+                )
         rows = {r.label for r in self.rows}
         for row in self.rows:
-            if row.reading_of is not None and (row.reading_of not in rows or not row.reading or
-                                               row.label in self.reported):
-                raise ValueError(f"{self.paper}/{self.name}: the reading {row.label!r} needs the row it reads "
-                                 f"({row.reading_of!r}), a description, and no paper number")
+            if row.reading_of is not None and (
+                row.reading_of not in rows or not row.reading or row.label in self.reported
+            ):
+                raise ValueError(
+                    f"{self.paper}/{self.name}: the reading {row.label!r} needs the row it reads "
+                    f"({row.reading_of!r}), a description, and no paper number"
+                )
         if set(self.train_first) - rows:
-            raise ValueError(f"{self.paper}/{self.name}: train_first names unknown rows "
-                             f"{sorted(set(self.train_first) - rows)}")
+            raise ValueError(
+                f"{self.paper}/{self.name}: train_first names unknown rows {sorted(set(self.train_first) - rows)}"
+            )
         for row in self.rows:
             unknown = set(row.per_column) - set(labels)
             if unknown:
@@ -201,10 +210,14 @@ def keep_rows(table: Table, rows: list[Row], **changes) -> Table:
     is shown only beside it)."""
     labels = {r.label for r in rows}
     labels -= {r.label for r in rows if r.reading_of is not None and r.reading_of not in labels}
-    return replace(table, rows=[r for r in rows if r.label in labels],
-                   reported={k: v for k, v in table.reported.items() if k in labels},
-                   inconsistencies=[m for m in table.inconsistencies if m.row in labels],
-                   train_first=tuple(r for r in table.train_first if r in labels), **changes)
+    return replace(
+        table,
+        rows=[r for r in rows if r.label in labels],
+        reported={k: v for k, v in table.reported.items() if k in labels},
+        inconsistencies=[m for m in table.inconsistencies if m.row in labels],
+        train_first=tuple(r for r in table.train_first if r in labels),
+        **changes,
+    )
 
 
 # --- scales -------------------------------------------------------------------------------
@@ -258,15 +271,19 @@ def smoke_synthetic(dataset: dict, clients: int) -> dict:
     info = dataset_info(dataset.get("name", "cifar10"))
     classes = info.classes or 10  # imagefolder: CIFAR-10's shape
     if info.text:
-        shape = {"text_length": min(SMOKE_TEXT_LENGTH, dataset.get("max_length", SMOKE_TEXT_LENGTH)),
-                 "vocab_size": SMOKE_VOCAB_SIZE}
+        shape = {
+            "text_length": min(SMOKE_TEXT_LENGTH, dataset.get("max_length", SMOKE_TEXT_LENGTH)),
+            "vocab_size": SMOKE_VOCAB_SIZE,
+        }
     else:
         shape = {"channels": info.channels, "image_size": min(info.side, SMOKE_MAX_SIDE), "overlap": SMOKE_OVERLAP}
     if info.writers:
         shape["writers"] = SMOKE_WRITERS_PER_CLIENT * clients
     if info.domains:
         shape["domains"] = list(info.domains)
-    train_per_class = max(min(SMOKE_TRAIN_PER_CLASS, SMOKE_MAX_TRAIN // classes), SMOKE_SAMPLES_PER_CLIENT * clients // classes)
+    train_per_class = max(
+        min(SMOKE_TRAIN_PER_CLASS, SMOKE_MAX_TRAIN // classes), SMOKE_SAMPLES_PER_CLIENT * clients // classes
+    )
     test_per_class = min(SMOKE_TEST_PER_CLASS, SMOKE_MAX_TEST // classes)
     return {"num_classes": classes, "train_per_class": train_per_class, "test_per_class": test_per_class, **shape}
 
@@ -282,15 +299,18 @@ def smoke_scale(values: dict) -> dict:
     clients = values.get("partition", {}).get("clients", 10)
     synthetic = smoke_synthetic(values.get("dataset", {}), clients)
     aux = values.get("aux", {}).get("per_class", 0)
-    return deep_merge(values, {
-        "partition": smoke_min_size(values.get("partition", {})),
-        "aux": {"per_class": min(aux, synthetic["train_per_class"] // 2)},
-        "dataset": {"name": "synthetic", "synthetic": synthetic},
-        "model": {"name": "resnet8" if model.startswith("resnet50") else SMOKE_MODELS.get(model, model)},
-        "federation": {"rounds": SMOKE_ROUNDS},
-        "local": {"epochs": SMOKE_LOCAL_EPOCHS, "batch_size": SMOKE_BATCH_SIZE},
-        "eval": {"batch_size": 500},
-    })
+    return deep_merge(
+        values,
+        {
+            "partition": smoke_min_size(values.get("partition", {})),
+            "aux": {"per_class": min(aux, synthetic["train_per_class"] // 2)},
+            "dataset": {"name": "synthetic", "synthetic": synthetic},
+            "model": {"name": "resnet8" if model.startswith("resnet50") else SMOKE_MODELS.get(model, model)},
+            "federation": {"rounds": SMOKE_ROUNDS},
+            "local": {"epochs": SMOKE_LOCAL_EPOCHS, "batch_size": SMOKE_BATCH_SIZE},
+            "eval": {"batch_size": 500},
+        },
+    )
 
 
 def smoke_min_size(partition: dict) -> dict:
@@ -323,6 +343,7 @@ def check_scale(scale: str) -> None:
 
 
 # --- expansion ----------------------------------------------------------------------------
+
 
 @dataclass
 class Cell:
@@ -371,6 +392,7 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
 
 # --- hyperparameter searches --------------------------------------------------------------
 
+
 @dataclass
 class Search:
     """A grid the paper tuned a method over: row `row` of table `table`, at each of the table's
@@ -403,16 +425,32 @@ class Search:
         grid_rows = []
         for point in self.points():
             values = nested(point)
-            grid_rows.append(Row(
-                label=", ".join(f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
-                                for k, v in point.items()),
-                method=deep_merge(base_row.method, values.get("method", {})),
-                config=deep_merge(base_row.config, {k: v for k, v in values.items() if k != "method"}),
-                per_column={c: nested({k: v for k, v in flatten(o).items() if k not in point})
-                            for c, o in base_row.per_column.items() if c in {col.label for col in columns}}))
-        return Table(paper=self.paper, name=self.name, caption=f"Search: {self.description or self.row}",
-                     base=source.base, rows=grid_rows, columns=columns, reported={}, metric=source.metric,
-                     seeds=source.seeds)
+            grid_rows.append(
+                Row(
+                    label=", ".join(
+                        f"{k.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+                        for k, v in point.items()
+                    ),
+                    method=deep_merge(base_row.method, values.get("method", {})),
+                    config=deep_merge(base_row.config, {k: v for k, v in values.items() if k != "method"}),
+                    per_column={
+                        c: nested({k: v for k, v in flatten(o).items() if k not in point})
+                        for c, o in base_row.per_column.items()
+                        if c in {col.label for col in columns}
+                    },
+                )
+            )
+        return Table(
+            paper=self.paper,
+            name=self.name,
+            caption=f"Search: {self.description or self.row}",
+            base=source.base,
+            rows=grid_rows,
+            columns=columns,
+            reported={},
+            metric=source.metric,
+            seeds=source.seeds,
+        )
 
 
 def paper_searches(paper: str) -> dict[str, Search]:

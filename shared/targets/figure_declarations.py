@@ -4,6 +4,7 @@ grid of its own), beside the tables and searches of shared/targets/experiments.p
 Planning (the workflow's start-up, shared.plan, shared.archive) needs a figure's runs, never
 its drawing: shared/reporting/figures.py draws them, and this module imports neither it nor
 matplotlib or pandas."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ class Figure:
 
     def __post_init__(self):
         if self.kind not in FIGURE_KINDS:
-            raise ValueError(f"{self.paper}/{self.name}: unknown figure kind {self.kind!r}; valid: {sorted(FIGURE_KINDS)}")
+            raise ValueError(
+                f"{self.paper}/{self.name}: unknown figure kind {self.kind!r}; valid: {sorted(FIGURE_KINDS)}"
+            )
         if self.kind == "round_metric" and not self.value:
             raise ValueError(f"{self.paper}/{self.name}: a round_metric figure needs value=")
         if (self.kind == "custom") != (self.draw_with is not None):
@@ -55,9 +58,12 @@ class Figure:
 
     def cells(self, scale: str, runtime: dict | None = None) -> list[Cell]:
         table = self.source
-        cells = [c for c in expand(table, scale, runtime)
-                 if (self.columns is None or c.column.label in self.columns)
-                 and (self.rows is None or c.row.label in self.rows)]
+        cells = [
+            c
+            for c in expand(table, scale, runtime)
+            if (self.columns is None or c.column.label in self.columns)
+            and (self.rows is None or c.row.label in self.rows)
+        ]
         if self.kind == "partitions":  # the partition depends on the setting and seed only
             first_row = cells[0].row.label if cells else None
             cells = [c for c in cells if c.row.label == first_row and c.seed == table.seeds[0]]

@@ -3,6 +3,7 @@
 the run ids agree with it; and every grid the workflow trains. shared.archive, shared.campaign,
 shared.plan and the workflow's expansion (shared/targets/expansion.py) all resolve names here.
 Imports no torch: the declarations' modules are imported where a target is resolved."""
+
 from __future__ import annotations
 
 
@@ -123,7 +124,9 @@ def command_targets(words: list[str]) -> tuple[str, list[str]]:
     if searches_only:
         parts = [parts[0].removesuffix("_searches")]
     if len(parts) not in (1, 2) or parts[0] not in paper_names():
-        raise TargetError(f"{shown} is not a target (papers/<paper>[/<name>]); valid papers: {', '.join(paper_names())}")
+        raise TargetError(
+            f"{shown} is not a target (papers/<paper>[/<name>]); valid papers: {', '.join(paper_names())}"
+        )
     paper, names = parts[0], paper_target_names(parts[0])
     if searches_only:
         return paper, [name for name in names if name.startswith("search_")]

@@ -7,6 +7,7 @@ model, aggregation, random streams, evaluation, checkpoint and files, so what ma
 within a group is everything that decides *which* samples a step sees and what happens between
 rounds; what must be equal is everything that decides the step's code and shapes.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,16 @@ from shared.config.schema import RunConfig, identity
 # Keys a group's runs may differ in (dotted prefixes of the identity): the seed, which data
 # each client holds, the federation around the local steps, and how the global model is
 # evaluated. Local epochs may differ too: the batched step pads clients with fewer steps.
-MAY_DIFFER = ("seed", "partition", "federation", "aux", "eval", "local.epochs",
-              "dataset.train_subset", "dataset.val_fraction")
+MAY_DIFFER = (
+    "seed",
+    "partition",
+    "federation",
+    "aux",
+    "eval",
+    "local.epochs",
+    "dataset.train_subset",
+    "dataset.val_fraction",
+)
 # Runtime keys (not in the id) that still decide how the group's step runs
 STEP_RUNTIME = ("device", "deterministic", "cuda_graphs", "compile")
 
@@ -46,5 +55,5 @@ def form_groups(runs: dict[str, RunConfig], largest: int) -> list[list[str]]:
     groups = []
     for members in by_key.values():
         members.sort(key=lambda rid: (runs[rid].seed, rid))
-        groups += [members[i:i + largest] for i in range(0, len(members), largest)]
+        groups += [members[i : i + largest] for i in range(0, len(members), largest)]
     return groups

@@ -3,6 +3,7 @@ how runs train and not what they compute, so not their ids (a finished run stays
 A session's fallbacks are such keys: `trainer.cuda_graphs=false` (eager CUDA where a capture
 fails), `trainer.deterministic=false`. Each run records the runtime settings it trained with
 in its metrics.json (shared/training/trainer.py, `runtime_settings`)."""
+
 from __future__ import annotations
 
 from shared.config.schema import RUNTIME_KEYS, ConfigError
@@ -18,7 +19,8 @@ def parse_settings(texts: list[str] | None) -> dict:
         key = text.split("=", 1)[0]
         override = parse_override(text)
         if SHORTHANDS.get(key, key) not in RUNTIME_KEYS:
-            raise ConfigError(f"--set {text}: {key} is not a runtime key ({', '.join(RUNTIME_KEYS)}); "
-                              f"it would change the runs' ids")
+            raise ConfigError(
+                f"--set {text}: {key} is not a runtime key ({', '.join(RUNTIME_KEYS)}); it would change the runs' ids"
+            )
         merged = deep_merge(merged, override)
     return merged

@@ -77,6 +77,7 @@ The results equal the sequential trainer's up to floating-point rounding (tests/
 and, with BatchNorm, tests/test_batched_batchnorm.py check weights and running statistics after
 a round in float64), so `trainer.clients_per_step` is not part of a run's id.
 """
+
 from __future__ import annotations
 
 import copy
@@ -150,7 +151,10 @@ class SlotFeed:
         slot, batch = self.slot, self.batch_size
         for _ in range(slot.cfg.local.epochs):
             for x, y in slot.client.chunks(batch, generator):
-                drawn = [slot.method.step_inputs(slot.client, min(batch, len(y) - i), generator) for i in range(0, len(y), batch)]
+                drawn = [
+                    slot.method.step_inputs(slot.client, min(batch, len(y) - i), generator)
+                    for i in range(0, len(y), batch)
+                ]
                 yield {"x": x, "y": y, **{name: torch.cat([d[name] for d in drawn]) for name in drawn[0]}}
 
     def take(self, batches: int) -> dict[str, torch.Tensor]:
@@ -159,7 +163,7 @@ class SlotFeed:
             self.chunk, self.start = next(self.chunks), 0
         length = len(self.chunk["y"])
         stop = min(length, self.start + batches * self.batch_size)
-        taken = {name: column[self.start:stop] for name, column in self.chunk.items()}
+        taken = {name: column[self.start : stop] for name, column in self.chunk.items()}
         self.start = stop
         if stop == length:  # the chunk's memory goes once its last batches are copied
             self.chunk = None
@@ -187,8 +191,9 @@ class SlotLoss(nn.Module):
         vars(self.template).update(snapshot.attributes)
         self.leaves = snapshot.leaves
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor, tensors: dict[str, torch.Tensor],
-                inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, tensors: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
         saved = dict(vars(self.template))
         self.state.assign(self.template, tensors, self.leaves)
         try:
@@ -209,8 +214,10 @@ class BatchedClients:
         self.device = federation.device
         # one stack per entry of the model's state (parameters, and buffers: BatchNorm's running
         # statistics), in a state dict's order; the dicts as the step passes them, built once
-        self.stacks = {f"model.{name}": t.detach().unsqueeze(0).repeat(slots, *[1] * t.dim())
-                       for name, t in model.state_dict(keep_vars=True).items()}
+        self.stacks = {
+            f"model.{name}": t.detach().unsqueeze(0).repeat(slots, *[1] * t.dim())
+            for name, t in model.state_dict(keep_vars=True).items()
+        }
         parameters = {f"model.{name}" for name, _ in model.named_parameters()}
         self.named_params = {name: t for name, t in self.stacks.items() if name in parameters}
         self.named_buffers = {name: t for name, t in self.stacks.items() if name not in parameters}
@@ -237,6 +244,7 @@ class BatchedClients:
             def call(xi, yi, row):  # one sample, with its row of each step input
                 row = {name: value[None] for name, value in row.items()}
                 return functional_call(self.loss, {**params, **state_params}, (xi[None], yi[None], tensors, row))
+
             return (vmap(call)(x, y, inputs) * weight).sum()
 
         def whole_batch_loss(params, buffers, state_params, tensors, inputs, x, y):
@@ -267,8 +275,9 @@ class BatchedClients:
             batch = (self.x, self.y, weight / self.sizes.clamp(min=1)[:, None].to(weight.dtype))
         buffers = {name: b.clone() for name, b in self.named_buffers.items()}  # kept below for active slots only
         with self.autocast():
-            grads, losses = self.loss_and_grads(self.named_params, buffers, self.state.parameters_by_name,
-                                                self.state.tensor_stacks, self.inputs, *batch)
+            grads, losses = self.loss_and_grads(
+                self.named_params, buffers, self.state.parameters_by_name, self.state.tensor_stacks, self.inputs, *batch
+            )
         self.optimizer.step([grads[name] for name in self.names])  # the slots take_step selected
         # one sample at a time, a slot without a batch has weights 0 and so a loss of 0; a whole batch
         # at a time, an inactive slot computed a loss on its stale or short batch (step_rows counts the latter)
@@ -297,10 +306,15 @@ class BatchedClients:
 
         buffers = of_rows(self.named_buffers)
         with self.autocast():
-            grads, losses = self.loss_and_grads(of_rows(self.named_params), buffers,
-                                                of_rows(self.state.parameters_by_name), of_rows(self.state.tensor_stacks),
-                                                {name: t[rows, :size] for name, t in self.inputs.items()},
-                                                self.x[rows, :size], self.y[rows, :size])
+            grads, losses = self.loss_and_grads(
+                of_rows(self.named_params),
+                buffers,
+                of_rows(self.state.parameters_by_name),
+                of_rows(self.state.tensor_stacks),
+                {name: t[rows, :size] for name, t in self.inputs.items()},
+                self.x[rows, :size],
+                self.y[rows, :size],
+            )
         for stack, updated in zip(self.named_buffers.values(), buffers.values()):
             stack.index_copy_(0, rows, updated)
         self.optimizer.step_rows(rows, [grads[name] for name in self.names], ("rows", host_rows.tobytes()))
@@ -334,7 +348,9 @@ class BatchedClients:
         changes no weight, momentum, running statistic or loss."""
         self.graph = None
         self.sizes.zero_()
-        self.optimizer.select(self.active(np.zeros(self.slots, dtype=np.int64)).tobytes(), lambda: self.active(self.sizes))
+        self.optimizer.select(
+            self.active(np.zeros(self.slots, dtype=np.int64)).tobytes(), lambda: self.active(self.sizes)
+        )
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
@@ -357,15 +373,18 @@ class BatchedClients:
             per_slot[c] = [min(batch, length - batch * i) for i in range(count)] * slots[c].cfg.local.epochs
         table = np.zeros((max(map(len, per_slot), default=0), self.slots), dtype=np.int64)
         for c, sizes in enumerate(per_slot):
-            table[:len(sizes), c] = sizes
+            table[: len(sizes), c] = sizes
         return table
 
     def train(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
         """Local training of these slots from their runs' global weights, in passes of
         `self.slots`: for each, the update `shared.training.clients.train_client` gives up to
         floating-point rounding, or Diverged where its weights became non-finite."""
-        return [update for start in range(0, len(slots), self.slots)
-                for update in self.train_pass(slots[start:start + self.slots])]
+        return [
+            update
+            for start in range(0, len(slots), self.slots)
+            for update in self.train_pass(slots[start : start + self.slots])
+        ]
 
     def train_pass(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
         """`train` of up to `self.slots` slots, in one batched step."""
@@ -428,12 +447,14 @@ class BatchedClients:
             self.graph_key = constants
         table = self.schedule(slots, taking)
         table_on_device = torch.as_tensor(table, device=self.device)
-        feeds = [SlotFeed(slot, self.cfg.local.batch_size, self.device) if c in taking else None
-                 for c, slot in enumerate(slots)]
+        feeds = [
+            SlotFeed(slot, self.cfg.local.batch_size, self.device) if c in taking else None
+            for c, slot in enumerate(slots)
+        ]
         steps_per_window = self.window_steps(len(table))
         statics = [(static, self.window[name]) for name, static in self.columns.items()]
         for first in range(0, len(table), steps_per_window):
-            window = table[first:first + steps_per_window]
+            window = table[first : first + steps_per_window]
             self.fill_window(feeds, window)
             for i in range(len(window)):  # one copy of all slots' batches a step, into the static buffers
                 for static, laid_out in statics:
@@ -461,8 +482,10 @@ class BatchedClients:
         the window's buffers grow to that and stay (a step reads its rows in place)."""
         columns = self.columns
         window = max(1, min(steps, WINDOW_VALUES // sum(t.numel() for t in columns.values())))
-        if any(name not in self.window or self.window[name].shape[1] < window or self.window[name].shape[2:] != t.shape[1:]
-               for name, t in columns.items()):
+        if any(
+            name not in self.window or self.window[name].shape[1] < window or self.window[name].shape[2:] != t.shape[1:]
+            for name, t in columns.items()
+        ):
             # padding: finite, weighted 0
             self.window = {name: t.new_zeros(self.slots, window, *t.shape[1:]) for name, t in columns.items()}
         return window
@@ -479,7 +502,7 @@ class BatchedClients:
                 taken = feed.take(steps - done)
                 length = len(taken["y"])
                 for name, column in taken.items():
-                    rows[name][c, done * batch:done * batch + length].copy_(column)
+                    rows[name][c, done * batch : done * batch + length].copy_(column)
                 done += -(-length // batch)
 
     def finish_clients(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
@@ -488,7 +511,7 @@ class BatchedClients:
         finite = torch.stack([t.reshape(len(t), -1).isfinite().all(1) for t in floating]).all(0).tolist()
         loss_sums = self.loss_sums.tolist()
         # one copy of each stack, then a view per slot: the stacks train the next slots
-        per_slot = zip(*[t[:len(slots)].clone().unbind() for t in self.stacks.values()])
+        per_slot = zip(*[t[: len(slots)].clone().unbind() for t in self.stacks.values()])
         keys = [name.removeprefix("model.") for name in self.stacks]
         results = []
         for c, (slot, tensors) in enumerate(zip(slots, per_slot)):
@@ -496,7 +519,9 @@ class BatchedClients:
                 results.append(Diverged.client(slot.client.id, slot.round))
                 continue
             state = dict(zip(keys, tensors))
-            update = ClientUpdate(slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1))
+            update = ClientUpdate(
+                slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1)
+            )
             if overrides(slot.method, "finish_client"):
                 self.model.load_state_dict(state)
                 slot.method.finish_client(slot.client, self.model, update)

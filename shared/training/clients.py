@@ -10,6 +10,7 @@ so which one runs is not part of a run's id. What a faster way assumes of a meth
 `capabilities` (shared/methods/fedavg.py), checked here, in `missing_capabilities`, for every way;
 a group of runs in one step (shared/training/group_training.py) needs what `Batched` needs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,19 +56,28 @@ class ClientResult:
     local_acc: float | None  # the local model's test accuracy (%), in rounds that test local models
 
 
-def with_local_accuracy(outcomes: list[list[ClientUpdate] | Diverged], test_local: list[bool], model: Net,
-                        federation: Federation, cfg: RunConfig) -> list[list[ClientResult] | Diverged]:
+def with_local_accuracy(
+    outcomes: list[list[ClientUpdate] | Diverged],
+    test_local: list[bool],
+    model: Net,
+    federation: Federation,
+    cfg: RunConfig,
+) -> list[list[ClientResult] | Diverged]:
     """Each run's round as ClientResults (a Diverged as it is): where the run's round tests local
     models, with each one's test accuracy, those of every such run tested together in one pass
     over the test set (`evaluate_many`; `model`: their architecture; `federation`: any of the
     runs', which share the test set)."""
-    testing = [i for i, (outcome, tests) in enumerate(zip(outcomes, test_local))
-               if tests and not isinstance(outcome, Diverged)]
+    testing = [
+        i for i, (outcome, tests) in enumerate(zip(outcomes, test_local)) if tests and not isinstance(outcome, Diverged)
+    ]
     states = [update.state for i in testing for update in outcomes[i]]
     accs = iter(result["acc"] for result in evaluate_many(model, states, federation.test, federation, cfg))
-    return [outcome if isinstance(outcome, Diverged) else
-            [ClientResult(update, next(accs) if i in testing else None) for update in outcome]
-            for i, outcome in enumerate(outcomes)]
+    return [
+        outcome
+        if isinstance(outcome, Diverged)
+        else [ClientResult(update, next(accs) if i in testing else None) for update in outcome]
+        for i, outcome in enumerate(outcomes)
+    ]
 
 
 def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:
@@ -89,7 +99,9 @@ def compile_for_full_batches(model: Net, device: torch.device, cuda_graphs: bool
     set's last batch one more, so only the one shape of a full batch goes through it
     (dynamic=False: no symbolic shapes), and last batches and evaluation run the same weights
     eagerly (`step_model`)."""
-    mode = "reduce-overhead" if device.type == "cuda" and cuda_graphs else None  # CUDA graphs pay for many small kernels
+    mode = (
+        "reduce-overhead" if device.type == "cuda" and cuda_graphs else None
+    )  # CUDA graphs pay for many small kernels
     return torch.compile(model, mode=mode, dynamic=False)
 
 
@@ -98,8 +110,9 @@ def step_model(model: Net, compiled: torch.nn.Module | None, batch: int, batch_s
     return compiled if compiled is not None and batch == batch_size else model
 
 
-def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int,
-                 compiled: torch.nn.Module | None = None) -> ClientUpdate:
+def train_client(
+    method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int, compiled: torch.nn.Module | None = None
+) -> ClientUpdate:
     """Local training of one client from the model's current (global) weights: the per-batch
     local step of every method, `local.epochs` epochs of the method's `local_loss`; `compiled`:
     the model compiled for full batches (`compile_for_full_batches`)."""
@@ -131,8 +144,14 @@ def train_client(method: FedAvg, client: Client, model: Net, cfg: RunConfig, rou
 class OneAfterAnother:
     """Each client trains from the global weights on one local model, in the order sampled."""
 
-    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig,
-                 compiled: torch.nn.Module | None = None):
+    def __init__(
+        self,
+        method: FedAvg,
+        model: Net,
+        federation: Federation,
+        cfg: RunConfig,
+        compiled: torch.nn.Module | None = None,
+    ):
         self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
         self.compiled = compiled  # `model` compiled for full batches (trainer.compile)
 
@@ -228,12 +247,15 @@ def client_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunC
     another. `sampled`: clients per round. `model` is the local model the way trains on."""
     t = cfg.trainer
     for key, wanted, reason, way in (
-            ("clients_per_step", t.clients_per_step, unbatchable_reason, Batched),
-            ("client_threads", t.client_threads, unthreadable_reason, InThreads)):
+        ("clients_per_step", t.clients_per_step, unbatchable_reason, Batched),
+        ("client_threads", t.client_threads, unthreadable_reason, InThreads),
+    ):
         if wanted > 1:
             why = reason(method, model, cfg)
             if why is None:
                 return way(method, model, federation, cfg, min(wanted, sampled))
-            print(f"note: trainer.{key}={wanted} does not apply: {why}; clients train one after another", file=sys.stderr)
+            print(
+                f"note: trainer.{key}={wanted} does not apply: {why}; clients train one after another", file=sys.stderr
+            )
     compiled = compile_for_full_batches(model, federation.device, t.cuda_graphs) if t.compile else None
     return OneAfterAnother(method, model, federation, cfg, compiled)

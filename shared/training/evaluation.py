@@ -2,6 +2,7 @@
 one model; `evaluate_many` tests many models of one architecture (the local models of a round,
 the global models of runs trained together) in one pass over the split, each batch through all
 of them at once (torch.func.vmap), so that a pass dispatches as many operators as one model's."""
+
 from __future__ import annotations
 
 import math
@@ -51,12 +52,12 @@ class Tally:
     def add(self, logits: torch.Tensor, start: int) -> None:
         """`logits`: (models, batch, classes) for the split's samples from `start` on."""
         models, batch = logits.shape[:2]
-        y = self.split.y[start:start + batch]
+        y = self.split.y[start : start + batch]
         self.loss += F.cross_entropy(logits.transpose(1, 2), y.expand(models, batch), reduction="none").sum(1)
         right = logits.argmax(2) == y
         self.correct += self.count(right, y, self.k)
         if self.domains:
-            self.domain_correct += self.count(right, self.split.group[start:start + batch], len(self.domains))
+            self.domain_correct += self.count(right, self.split.group[start : start + batch], len(self.domains))
 
     @staticmethod
     def count(right: torch.Tensor, label: torch.Tensor, labels: int) -> torch.Tensor:
@@ -87,8 +88,9 @@ def evaluate(model: Net, split: Split, federation: Federation, cfg: RunConfig) -
 
 
 @torch.no_grad()
-def evaluate_many(model: Net, states: list[dict[str, torch.Tensor]], split: Split, federation: Federation,
-                  cfg: RunConfig) -> list[dict]:
+def evaluate_many(
+    model: Net, states: list[dict[str, torch.Tensor]], split: Split, federation: Federation, cfg: RunConfig
+) -> list[dict]:
     """`evaluate`'s results for each of `states` (state dicts of `model`'s architecture:
     parameters and buffers, as shared.methods.fedavg.snapshot gives them) loaded into `model`, up to
     floating-point rounding; `model` itself is left as it was. The states go in passes of as
@@ -107,7 +109,7 @@ def evaluate_many(model: Net, states: list[dict[str, torch.Tensor]], split: Spli
     try:
         per_pass = models_per_pass(model, len(states), split, states[0], cfg)
         for first in range(0, len(states), per_pass):
-            results += evaluate_pass(model, states[first:first + per_pass], split, federation, cfg)
+            results += evaluate_pass(model, states[first : first + per_pass], split, federation, cfg)
     finally:
         model.train(was_training)
     return results
@@ -122,18 +124,21 @@ def models_per_pass(model: Net, models: int, split: Split, state: dict[str, torc
         return 1
     values_per_sample = split.x[0].numel() if len(split) else 1
     state_bytes = sum(v.numel() * v.element_size() for v in state.values())
-    fit = min(PASS_INPUT_VALUES // (min(cfg.eval.batch_size, max(len(split), 1)) * values_per_sample),
-              PASS_STATE_BYTES // max(state_bytes, 1))
+    fit = min(
+        PASS_INPUT_VALUES // (min(cfg.eval.batch_size, max(len(split), 1)) * values_per_sample),
+        PASS_STATE_BYTES // max(state_bytes, 1),
+    )
     passes = math.ceil(models / max(fit, 1))
     return math.ceil(models / passes)
 
 
-def evaluate_pass(model: Net, states: list[dict[str, torch.Tensor]], split: Split, federation: Federation,
-                  cfg: RunConfig) -> list[dict]:
+def evaluate_pass(
+    model: Net, states: list[dict[str, torch.Tensor]], split: Split, federation: Federation, cfg: RunConfig
+) -> list[dict]:
     tally = Tally(len(states), split, federation)
     forward = stacked_forward(model, states)
     for start in range(0, len(split), cfg.eval.batch_size):
-        x = federation.augmenter.normalize(split.x[start:start + cfg.eval.batch_size])
+        x = federation.augmenter.normalize(split.x[start : start + cfg.eval.batch_size])
         with autocast(cfg, federation.device):
             logits = forward(x)
         tally.add(logits.to(torch.promote_types(logits.dtype, torch.float32)), start)  # autocast's bf16 up
@@ -146,7 +151,9 @@ def stacked_forward(model: Net, states: list[dict[str, torch.Tensor]]) -> Callab
         return lambda x: functional_call(model, states[0], (x,)).unsqueeze(0)
     # in the default layout: vmap cannot ask a tensor whether it is channels_last
     # (trainer.channels_last), which convolutions and GroupNorm do of their inputs and weights
-    stacked = {key: torch.stack([state[key] for state in states]).clone(memory_format=torch.contiguous_format)
-               for key in states[0]}
+    stacked = {
+        key: torch.stack([state[key] for state in states]).clone(memory_format=torch.contiguous_format)
+        for key in states[0]
+    }
     in_all = vmap(lambda state, x: functional_call(model, state, (x,)), in_dims=(0, None))
     return lambda x: in_all(stacked, x.contiguous())

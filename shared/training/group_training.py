@@ -28,6 +28,7 @@ Runs that cannot share a step (different group keys, a method without the capabi
 per_sample_loss and no_global_rng, a model with dropout) train one after another,
 with a one-line note saying why.
 """
+
 from __future__ import annotations
 
 import copy
@@ -59,8 +60,10 @@ def group_reason(cfgs: list[RunConfig]) -> str | None:
         return "the runs differ in more than seed, data, federation and local epochs (shared/targets/run_groups.py)"
     asked = all(cfg.trainer.clients_per_step > 1 for cfg in cfgs)
     if resolve_device(cfgs[0].trainer.device).type != "cuda" and not asked:
-        return ("on a CPU the batched step is slower than clients one after another "
-                "(trainer.clients_per_step=2 or more asks for it)")
+        return (
+            "on a CPU the batched step is slower than clients one after another "
+            "(trainer.clients_per_step=2 or more asks for it)"
+        )
     return None
 
 
@@ -71,7 +74,9 @@ class DatasetCache:
         self.loaded: dict[str, Dataset] = {}
 
     def get(self, cfg: RunConfig) -> Dataset:
-        key = json.dumps([to_dict(cfg)["dataset"], str(data_root(cfg)), cfg.model.pretrained], sort_keys=True, default=str)
+        key = json.dumps(
+            [to_dict(cfg)["dataset"], str(data_root(cfg)), cfg.model.pretrained], sort_keys=True, default=str
+        )
         if key not in self.loaded:
             self.loaded[key] = load_dataset(cfg)
         return self.loaded[key]
@@ -93,21 +98,26 @@ class GroupClients:
         return self.clients.slots
 
     def __call__(self, members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
-        slots = [Slot(m.setup.method, m.setup.federation.clients[c], m.cfg, m.round, m.setup.global_model)
-                 for m, clients in zip(members, sampled) for c in clients]
+        slots = [
+            Slot(m.setup.method, m.setup.federation.clients[c], m.cfg, m.round, m.setup.global_model)
+            for m, clients in zip(members, sampled)
+            for c in clients
+        ]
         updates = self.clients.train(slots)
         outcomes, start = [], 0
         for member, clients in zip(members, sampled):
-            mine, start = updates[start:start + len(clients)], start + len(clients)
+            mine, start = updates[start : start + len(clients)], start + len(clients)
             diverged = [u for u in mine if isinstance(u, Diverged)]
             outcomes.append(diverged[0] if diverged else mine)
         first = members[0]
-        return with_local_accuracy(outcomes, [m.test_local for m in members], self.model, first.setup.federation,
-                                   first.cfg)
+        return with_local_accuracy(
+            outcomes, [m.test_local for m in members], self.model, first.setup.federation, first.cfg
+        )
 
 
-def run_group(cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False,
-              deadline: float | None = None) -> list[dict]:
+def run_group(
+    cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False, deadline: float | None = None
+) -> list[dict]:
     """Train these runs as one group (each resumed from its checkpoint; a finished one is
     skipped, its metrics.json returned); raises GroupRefused with the reason where they cannot
     train in one step: `group_reason` before any run is set up, the method and model's
@@ -127,13 +137,20 @@ def run_group(cfgs: list[RunConfig], outs: list[str | Path], restore: bool = Fal
             else:
                 directories.append((i, directory))
         if directories:
-            summaries.update(train_group([cfgs[i] for i, _ in directories], [d for _, d in directories], deadline,
-                                         [i for i, _ in directories]))
+            summaries.update(
+                train_group(
+                    [cfgs[i] for i, _ in directories],
+                    [d for _, d in directories],
+                    deadline,
+                    [i for i, _ in directories],
+                )
+            )
     return [summaries[i] for i in range(len(cfgs))]
 
 
-def train_group(cfgs: list[RunConfig], directories: list[RunDirectory], deadline: float | None,
-                indices: list[int]) -> dict[int, dict]:
+def train_group(
+    cfgs: list[RunConfig], directories: list[RunDirectory], deadline: float | None, indices: list[int]
+) -> dict[int, dict]:
     datasets = DatasetCache()
     members = [start_member(cfg, d, datasets.get(cfg), alone=False) for cfg, d in zip(cfgs, directories)]
     why = unbatchable_reason(members[0].setup.method, members[0].setup.global_model, cfgs[0])

@@ -8,6 +8,7 @@ weights copied to the host. No lap adds a synchronisation, so on CUDA the aggreg
 kernels, queued and not waited for, may count in the step after it (evaluation, or the
 checkpoint in a round that does not evaluate).
 """
+
 from __future__ import annotations
 
 import contextlib

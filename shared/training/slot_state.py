@@ -23,6 +23,7 @@ separate passes of the step (`code_path`).
 The stacks are static buffers, copied into each round, so that a CUDA graph captured once
 replays every round as long as the layout (names, kinds, shapes) stays the same.
 """
+
 from __future__ import annotations
 
 import copy
@@ -68,10 +69,12 @@ def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
 
 def layout_of(leaves: dict[str, tuple[str, object]]) -> tuple:
     """What a captured step depends on: each leaf's key, kind, and shapes and dtypes."""
+
     def shape(kind, value):
         if kind == "module":
             return tuple((n, tuple(t.shape), t.dtype) for n, t in value.tensors.items())
         return (tuple(value.shape), value.dtype) if kind == "tensor" else None
+
     return tuple((key, kind, shape(kind, value)) for key, (kind, value) in leaves.items())
 
 
@@ -151,8 +154,10 @@ class SlotState(nn.Module):
         """Copy one snapshot into slots `rows` (one slot, or all slots of a run whose clients
         share the state)."""
         if layout_of(snapshot.leaves) != self.layout[0]:
-            raise RuntimeError("slots of one batched step hold method state of different shapes: "
-                               f"{[k for k, _, _ in layout_of(snapshot.leaves)]}")
+            raise RuntimeError(
+                "slots of one batched step hold method state of different shapes: "
+                f"{[k for k, _, _ in layout_of(snapshot.leaves)]}"
+            )
         for key, (kind, value) in snapshot.leaves.items():
             if kind == "module":
                 for name, t in value.tensors.items():

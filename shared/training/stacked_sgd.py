@@ -1,5 +1,6 @@
 """torch.optim.SGD for many clients at once, on stacks of their weights (shared/training/batched.py's
 update: every slot's SGD step in a few kernels)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -18,7 +19,7 @@ def stacks_in(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor
     """Views of `flat` shaped as `like`, one after another, each contiguous."""
     views, start = [], 0
     for t in like:
-        views.append(flat[start:start + t.numel()].view(t.shape))
+        views.append(flat[start : start + t.numel()].view(t.shape))
         start += t.numel()
     return views
 
@@ -45,7 +46,11 @@ class StackedSGD:
         self.masks = stacks_in(self.selected_mask, params)
         self.selected: object = None  # the host's key of what the mask holds
         self.lr, self.momentum, self.weight_decay, self.grad_clip = (
-            local.lr, local.momentum, local.weight_decay, local.grad_clip)
+            local.lr,
+            local.momentum,
+            local.weight_decay,
+            local.grad_clip,
+        )
 
     def reset(self) -> None:
         """Fresh optimisers, as every client starts one each round."""
@@ -84,6 +89,8 @@ class StackedSGD:
         """A step of the clients `rows` alone (`grads`: theirs, in the order of `rows`; `key`: the
         rows as the host knows them, as for `select`): the same step, their gradients in their
         rows and zeros elsewhere, the others not selected."""
-        self.select(key, lambda: torch.zeros(len(self.params[0]), dtype=torch.bool, device=rows.device)
-                    .index_fill_(0, rows, True))
+        self.select(
+            key,
+            lambda: torch.zeros(len(self.params[0]), dtype=torch.bool, device=rows.device).index_fill_(0, rows, True),
+        )
         self.step([torch.zeros_like(p).index_copy_(0, rows, g) for p, g in zip(self.params, grads)])

@@ -7,6 +7,7 @@ shows every run's curves live. The events go to `<run directory>/tensorboard/`; 
 adds its later rounds there. metrics.jsonl stays the record the tables are built from: this is
 a view of it, and needs the optional tensorboard package (pip install -r requirements-tensorboard.txt).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -60,6 +61,8 @@ def tensorboard_log(cfg: RunConfig, run_dir: str | Path) -> TensorBoardLog | NoL
     if not cfg.trainer.tensorboard:
         return NoLog()
     if importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError("trainer.tensorboard=true needs the tensorboard package: "
-                          "pip install -r requirements-tensorboard.txt (or pip install '.[tensorboard]')")
+        raise ConfigError(
+            "trainer.tensorboard=true needs the tensorboard package: "
+            "pip install -r requirements-tensorboard.txt (or pip install '.[tensorboard]')"
+        )
     return TensorBoardLog(Path(run_dir) / SUBDIRECTORY)

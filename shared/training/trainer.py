@@ -13,6 +13,7 @@ model, method, random streams and files, so that a group of runs shares it; a ru
 group of one. A run is one resolved config in one output directory (shared/runs/directory.py
 lists its files).
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,10 +57,15 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        check(count > (device.index or 0), f"trainer.device={name}: this machine has "
-              f"{f'{count} CUDA device(s)' if count else 'no CUDA device'}; use trainer.device=auto or cpu")
+        check(
+            count > (device.index or 0),
+            f"trainer.device={name}: this machine has "
+            f"{f'{count} CUDA device(s)' if count else 'no CUDA device'}; use trainer.device=auto or cpu",
+        )
     if device.type == "mps":
-        check(torch.backends.mps.is_available(), f"trainer.device={name}: this machine has no MPS device; use auto or cpu")
+        check(
+            torch.backends.mps.is_available(), f"trainer.device={name}: this machine has no MPS device; use auto or cpu"
+        )
     return device
 
 
@@ -112,10 +118,15 @@ def round_record(member: "Member", sampled: list[int], results: list[ClientResul
     """The round's record: its clients and training loss, and in evaluated rounds the global
     model's test accuracy, loss and per-class accuracy (`evaluation`) and the local models'
     mean accuracy."""
-    record = {"round": member.round + 1, "clients": sampled,
-              "train_loss": float(np.mean([r.update.train_loss for r in results]))}
+    record = {
+        "round": member.round + 1,
+        "clients": sampled,
+        "train_loss": float(np.mean([r.update.train_loss for r in results])),
+    }
     if evaluation is not None:
-        record.update(global_acc=evaluation["acc"], global_loss=evaluation["loss"], per_class_acc=evaluation["per_class_acc"])
+        record.update(
+            global_acc=evaluation["acc"], global_loss=evaluation["loss"], per_class_acc=evaluation["per_class_acc"]
+        )
         if "domain_acc" in evaluation:
             record["domain_acc"] = evaluation["domain_acc"]
         local_accs = [r.local_acc for r in results if r.local_acc is not None]
@@ -176,8 +187,12 @@ def start_member(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = No
     """A run set up and resumed from its checkpoint (none: a fresh start); `alone`: with a way
     of training its clients of its own (else a group trains them)."""
     setup = set_up(cfg, out, dataset, train_clients=alone)
-    history, elapsed = out.resume(setup.global_model, setup.method, setup.device,
-                                  method_state=lambda persisted: restore_client_states(persisted, out.path))
+    history, elapsed = out.resume(
+        setup.global_model,
+        setup.method,
+        setup.device,
+        method_state=lambda persisted: restore_client_states(persisted, out.path),
+    )
     return Member(cfg, out, setup, history, elapsed)
 
 
@@ -191,8 +206,14 @@ def train_alone(members: list[Member], sampled: list[list[int]]) -> list[list[Cl
     for member, clients in zip(members, sampled):
         setup = member.setup
         try:
-            outcomes.append(setup.clients.train([setup.federation.clients[c] for c in clients], setup.global_model,
-                                                member.round, test_local=member.test_local))
+            outcomes.append(
+                setup.clients.train(
+                    [setup.federation.clients[c] for c in clients],
+                    setup.global_model,
+                    member.round,
+                    test_local=member.test_local,
+                )
+            )
         except Diverged as exc:
             outcomes.append(exc)
     return outcomes
@@ -233,7 +254,9 @@ def train_members(members: list[Member], train_clients, deadline: float | None =
             summaries.update({i: finish_member(members[i]) for i in active if not members[i].training})
             for member in members:
                 if member.training:
-                    stop_before_deadline(deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started)
+                    stop_before_deadline(
+                        deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started
+                    )
     # a member resumed after its last round (killed while finishing) has no round left to train
     return [summaries[i] if i in summaries else finish_member(m) for i, m in enumerate(members)]
 
@@ -265,8 +288,13 @@ def evaluate_globals(members: list[Member]) -> list[dict]:
     if not members:
         return []
     first = members[0].setup
-    return evaluate_many(first.global_model, [m.setup.global_model.state_dict() for m in members],
-                         first.federation.test, first.federation, members[0].cfg)
+    return evaluate_many(
+        first.global_model,
+        [m.setup.global_model.state_dict() for m in members],
+        first.federation.test,
+        first.federation,
+        members[0].cfg,
+    )
 
 
 def end_round(member: Member, record: dict, seconds: float, live) -> None:
@@ -277,8 +305,9 @@ def end_round(member: Member, record: dict, seconds: float, live) -> None:
     member.elapsed += seconds
     member.history.append(record)
     method_state = persist(setup.method.state_dict(), out.path, record["round"] - 1)
-    out.save_round(member.history, {"global": setup.global_model.state_dict(), "method": method_state,
-                                    "elapsed": member.elapsed})
+    out.save_round(
+        member.history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": member.elapsed}
+    )
     prune(method_state, out.path)
     report_progress(member.cfg, out, record)
     live.write(record)
@@ -289,12 +318,22 @@ def end_round(member: Member, record: dict, seconds: float, live) -> None:
 def finish_member(member: Member) -> dict:
     """Its metrics.json, written with its final model."""
     setup, cfg = member.setup, member.cfg
-    summary = summarize(member.history, cfg, judge(member.status, member.history, setup.federation.num_classes),
-                        member.elapsed, {
-        "num_parameters": count_parameters(setup.global_model), "device": str(setup.device),
-        "device_name": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else platform.processor(),
-        "client_samples": setup.federation.counts.sum(1).tolist(), "runtime": runtime_settings(cfg),
-        "environment": environment()})
+    summary = summarize(
+        member.history,
+        cfg,
+        judge(member.status, member.history, setup.federation.num_classes),
+        member.elapsed,
+        {
+            "num_parameters": count_parameters(setup.global_model),
+            "device": str(setup.device),
+            "device_name": torch.cuda.get_device_name(setup.device)
+            if setup.device.type == "cuda"
+            else platform.processor(),
+            "client_samples": setup.federation.counts.sum(1).tolist(),
+            "runtime": runtime_settings(cfg),
+            "environment": environment(),
+        },
+    )
     member.out.finish(summary, setup.global_model.state_dict())
     return summary
 
@@ -309,7 +348,9 @@ def runtime_settings(cfg: RunConfig) -> dict:
 def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_seconds: float) -> None:
     """OutOfTime if another round, as long as the last one, would end past the deadline."""
     if deadline is not None and done < rounds and time.time() + round_seconds > deadline:
-        raise OutOfTime(f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline")
+        raise OutOfTime(
+            f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline"
+        )
 
 
 def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:
@@ -317,8 +358,12 @@ def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:
     if not cfg.trainer.progress:
         return
     acc = f", global acc {record['global_acc']:.2f}%" if "global_acc" in record else ""
-    print(f"run {out.run_id[:8]} round {record['round']}/{cfg.federation.rounds}: train loss "
-          f"{record['train_loss']:.4f}{acc}, {record['seconds']:.1f} s", file=sys.stderr, flush=True)
+    print(
+        f"run {out.run_id[:8]} round {record['round']}/{cfg.federation.rounds}: train loss "
+        f"{record['train_loss']:.4f}{acc}, {record['seconds']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def judge(status: str, history: list[dict], num_classes: int) -> str:

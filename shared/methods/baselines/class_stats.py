@@ -1,5 +1,6 @@
 """Per-class statistics that clients upload and the server averages (FedProto's feature
 prototypes, FedDistill+'s class logits, FedCSD's logit prototypes)."""
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,9 @@ def class_means(model, client, batch_size: int, num_classes: int, embed) -> tupl
     return sums / counts.clamp(min=1)[:, None], counts
 
 
-def average_per_class(means: list[torch.Tensor], counts: list[torch.Tensor], weighted: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def average_per_class(
+    means: list[torch.Tensor], counts: list[torch.Tensor], weighted: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Average each class's vectors over the clients holding it (uniformly, or by sample count)."""
     held = torch.stack([(c > 0).to(means[0].dtype) for c in counts])  # clients x classes
     w = torch.stack(counts).to(means[0].dtype) if weighted else held
@@ -60,8 +63,10 @@ class ClassStatistics(FedAvg):
     def aggregate(self, global_model, updates):
         super().aggregate(global_model, updates)
         self.class_stats, self.known = average_per_class(
-            [u.extras["class_means"] for u in updates], [u.extras["class_counts"] for u in updates],
-            weighted=self.weighted_by_samples)
+            [u.extras["class_means"] for u in updates],
+            [u.extras["class_counts"] for u in updates],
+            weighted=self.weighted_by_samples,
+        )
 
     def state_dict(self):
         return {"class_stats": self.class_stats, "known": self.known}

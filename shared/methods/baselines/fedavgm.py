@@ -5,6 +5,7 @@ form "ema" (MOON's code):         v <- beta v + (1 - beta)(w_old - w_avg); w <- 
 FedNTD's code uses beta 0.7. The momentum acts on the parameters; BatchNorm's running statistics
 take the plain average (momentum on a running variance can push it below zero).
 """
+
 from dataclasses import dataclass
 from typing import Annotated, Literal
 

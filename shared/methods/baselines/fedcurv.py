@@ -10,6 +10,7 @@ tensor per parameter: a tensor attribute is what the batched step stacks per cli
 concatenation of the weights per step is also the cheaper form: per-parameter terms against
 pre-split views of P and Q dispatch more operators (FedAvg-CNN, forward and backward: 204 vs 148).
 """
+
 import math
 from dataclasses import dataclass
 

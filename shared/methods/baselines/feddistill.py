@@ -8,6 +8,7 @@ held has g[y] = 0, a uniform target, and its samples count in the batch mean lik
 in both released codes (FedGen's userFedDistill.py, FedGKD's worker_feddistill.py: zero logits
 for a class never seen); each sample's term is then on its own, which vmap needs.
 """
+
 from dataclasses import dataclass
 
 import torch.nn.functional as F

@@ -17,6 +17,7 @@ server draws the generator's training batches from a stream of the run's own per
 Deviation (as FedGKD's port of FedGen does): FedGen's released code also matches the
 local model's output on real data to the generator's ("latent loss", beta); it is omitted here.
 """
+
 from dataclasses import dataclass
 from typing import Literal
 
@@ -81,15 +82,18 @@ class FedGen(FedAvg):
         self.restored = None  # generator state from a checkpoint
         # client -> the labels it holds; a dict, which the batched step does not stack per slot
         # (only step_inputs reads it, outside the loss)
-        self.labels = {client: torch.nonzero(torch.as_tensor(row) > 0).flatten().to(federation.device)
-                       for client, row in enumerate(federation.counts)}
+        self.labels = {
+            client: torch.nonzero(torch.as_tensor(row) > 0).flatten().to(federation.device)
+            for client, row in enumerate(federation.counts)
+        }
 
     def build(self, global_model):
         p = self.params
         self.generator = Generator(self.federation.num_classes, p.noise_dim, p.hidden, global_model.feature_dim)
         self.generator.to(self.federation.device)
-        self.optimizer = torch.optim.Adam(self.generator.parameters(), lr=p.generator_lr,
-                                          weight_decay=p.generator_weight_decay)
+        self.optimizer = torch.optim.Adam(
+            self.generator.parameters(), lr=p.generator_lr, weight_decay=p.generator_weight_decay
+        )
         self.schedule = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, gamma=0.98)
 
     def prepare_round(self, round, global_model):
@@ -104,11 +108,12 @@ class FedGen(FedAvg):
                 self.optimizer.load_state_dict(self.restored["optimizer"])
                 self.schedule.load_state_dict(self.restored["schedule"])
                 self.trained = self.restored["trained"]
-        self.alpha = self.params.alpha * self.params.alpha_decay ** round
+        self.alpha = self.params.alpha * self.params.alpha_decay**round
         # a generator object, not the round (an int, which would split a group's batched step
         # into one pass per round)
         self.server_draws = torch.Generator(self.federation.device).manual_seed(
-            derive_seed(self.cfg.seed, round, 0, SERVER_STREAM))
+            derive_seed(self.cfg.seed, round, 0, SERVER_STREAM)
+        )
 
     def start_client(self, client, model):
         # frozen while clients train, its BatchNorm on running statistics: each generated sample
@@ -146,7 +151,9 @@ class FedGen(FedAvg):
 
     def train_generator(self, updates):
         p, device = self.params, self.federation.device
-        counts = torch.as_tensor(self.federation.counts[[u.client for u in updates]], dtype=torch.float32, device=device)
+        counts = torch.as_tensor(
+            self.federation.counts[[u.client for u in updates]], dtype=torch.float32, device=device
+        )
         label_weight = counts / counts.sum(0).clamp(min=1)  # clients x classes: who knows class y
         available = torch.nonzero(counts.sum(0) > 0).flatten()
         heads = [(u.state["classifier.weight"], u.state["classifier.bias"]) for u in updates]
@@ -156,8 +163,10 @@ class FedGen(FedAvg):
             y = available[drawn]
             noise = torch.rand(p.generator_batch, p.noise_dim, generator=self.server_draws, device=device)
             features = self.generator(y, noise)
-            teacher = sum((label_weight[k, y] * F.cross_entropy(F.linear(features, w, b), y, reduction="none")).mean()
-                          for k, (w, b) in enumerate(heads))
+            teacher = sum(
+                (label_weight[k, y] * F.cross_entropy(F.linear(features, w, b), y, reduction="none")).mean()
+                for k, (w, b) in enumerate(heads)
+            )
             loss = teacher + p.diversity * diversity_loss(noise, features)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -168,8 +177,12 @@ class FedGen(FedAvg):
     def state_dict(self):
         if self.generator is None:
             return {}
-        return {"generator": self.generator.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict(), "trained": self.trained}
+        return {
+            "generator": self.generator.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "trained": self.trained,
+        }
 
     def load_state_dict(self, state):
         self.restored = state or None  # applied in prepare_round, once the generator is built

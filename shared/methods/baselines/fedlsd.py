@@ -5,6 +5,7 @@ The loss is written per sample with a per-class weight a_y so that FedCAD, which
 how a_y is set, reuses it unchanged (FedCAD with beta = gamma = a is exactly this method).
 The FedCAD paper tunes a in {0.1, 0.3, 0.5} and does not report its choice; 0.3 is the default.
 """
+
 from dataclasses import dataclass
 
 import torch

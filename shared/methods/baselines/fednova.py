@@ -7,6 +7,7 @@ w <- w_g - (sum_i p_i a_i) * sum_i p_i d_i, with p_i the clients' data fractions
 Like NIID-Bench, the step applies to every floating-point entry of the state (BatchNorm's
 running statistics included); integer counters are averaged.
 """
+
 from dataclasses import dataclass
 
 from shared.methods.fedavg import FedAvg, weighted_average
@@ -15,11 +16,12 @@ from shared.methods.fedavg import FedAvg, weighted_average
 def normaliser(steps: int, rho: float) -> float:
     if rho == 0:
         return float(steps)
-    return (steps - rho * (1 - rho ** steps) / (1 - rho)) / (1 - rho)
+    return (steps - rho * (1 - rho**steps) / (1 - rho)) / (1 - rho)
 
 
 class FedNova(FedAvg):
     requires_local_sgd = True  # its arithmetic models plain local SGD steps
+
     @dataclass
     class Params:
         pass

@@ -3,6 +3,7 @@
 CE + beta * tau^2 * KL(softmax(z_g'/tau) || softmax(z'/tau)), where ' drops the true class's
 column from both the global model's and the local model's logits.
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -37,4 +38,4 @@ class FedNTD(GlobalTeacher):
         p = self.params
         not_true = not_true_index(y, self.columns)  # one index for both models' logits
         ntd = kl_div(teacher_logits.gather(1, not_true), logits.gather(1, not_true), p.tau)
-        return F.cross_entropy(logits, y) + p.beta * p.tau ** 2 * ntd
+        return F.cross_entropy(logits, y) + p.beta * p.tau**2 * ntd

@@ -9,6 +9,7 @@ A sample of a class that none of the last round's clients held adds zero, and th
 over the whole batch, as in FedProto's code (whose target for it is the feature itself): a mean
 of per-sample terms, written as a 0/1 weight rather than a boolean index, whose shape vmap refuses.
 """
+
 from dataclasses import dataclass
 
 import torch.nn.functional as F

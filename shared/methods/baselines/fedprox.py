@@ -1,4 +1,5 @@
 """FedProx (Li et al., MLSys'20): CE + mu/2 * ||w - w_g||^2 over the parameters."""
+
 from dataclasses import dataclass
 
 import torch.nn.functional as F

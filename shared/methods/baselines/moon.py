@@ -9,6 +9,7 @@ weight is a float, so that clients with and without a previous model train in on
 where a batched step's clients differ in it, the step holds it as a tensor, one value per client
 (shared/training/slot_state.py).
 """
+
 from dataclasses import dataclass
 
 import torch

@@ -15,6 +15,7 @@ Deviation: the papers train with SGD momentum (0.9), under which K steps move th
 gradient tenfold and the corrections diverge (measured: 10% accuracy on CIFAR-10). K is
 therefore replaced by FedNova's effective step count a(K, momentum), which is K for plain SGD.
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -62,8 +63,10 @@ class SCAFFOLD(FedAvg):
     def finish_client(self, client, model, update):
         c_i = self.own_control_variate(client)
         scale = 1.0 / (normaliser(update.num_steps, self.cfg.local.momentum) * self.cfg.local.lr)
-        new_c_i = [ci - c + (wg - w.detach()) * scale
-                   for ci, c, wg, w in zip(c_i, self.c, self.global_params, model.parameters())]
+        new_c_i = [
+            ci - c + (wg - w.detach()) * scale
+            for ci, c, wg, w in zip(c_i, self.c, self.global_params, model.parameters())
+        ]
         update.extras["delta_c"] = [n - o for n, o in zip(new_c_i, c_i)]
         self.c_client[client.id] = new_c_i
 
