@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from shared.config.schema import ConfigError, data_root
-from shared.targets.configs import load_config
 from shared.data.catalog import DataError, dataset_info
 from shared.data.datasets import load_dataset
+from shared.targets.configs import load_config
 
 
 def cache_files(root: Path, name: str) -> list[Path]:

@@ -19,11 +19,11 @@ import time
 
 import torch
 
+from shared.data.federation import build_federation
+from shared.methods.fedavg import snapshot
+from shared.models import model_for
 from shared.targets.configs import load_config
 from shared.training.evaluation import evaluate, evaluate_many
-from shared.methods.fedavg import snapshot
-from shared.data.federation import build_federation
-from shared.models import model_for
 
 
 def seconds(work, repeats: int, device: torch.device) -> float:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from shared.targets.configs import load_config
 from shared.config.dotted import flatten
+from shared.targets.configs import load_config
 from shared.targets.experiments import MOON_CIFAR10
 from shared.training.trainer import run
 

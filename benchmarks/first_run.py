@@ -176,10 +176,10 @@ def group_configs(overrides: list[str], cuda: bool) -> list:
     settings, one batched step), on this data, for one round; on a CPU a tiny federation, its
     batched step asked for."""
     from shared.campaign.train import GROUP_LIMIT
-    from shared.targets.copies import campaign_runs
     from shared.config.schema import identity
-    from shared.targets.configs import load_config
     from shared.run import as_overrides
+    from shared.targets.configs import load_config
+    from shared.targets.copies import campaign_runs
     from shared.targets.run_groups import form_groups
 
     runs, _ = campaign_runs(["papers/fedssd/table2"], "paper", None)

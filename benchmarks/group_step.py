@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from shared.targets.resolve import target_cells
-from shared.config.schema import RunConfig, identity
-from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge
-from shared.training.group_training import DatasetCache, GroupClients
+from shared.config.schema import RunConfig, identity
 from shared.runs.directory import RunDirectory
+from shared.targets.configs import load_config
+from shared.targets.resolve import target_cells
+from shared.training.group_training import DatasetCache, GroupClients
 from shared.training.trainer import Member, start_member, train_members
 
 # A group of two runs (two seeds) of 2 clients of 16x16 synthetic images for two rounds, each

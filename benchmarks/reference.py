@@ -28,8 +28,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from shared.config.schema import RunConfig
-from shared.methods.fedavg import ClientUpdate
 from shared.data.federation import build_federation
+from shared.methods.fedavg import ClientUpdate
 from shared.methods.registry import build_method
 from shared.models import model_for
 from shared.training.trainer import resolve_device, sample_clients

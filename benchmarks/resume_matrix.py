@@ -23,15 +23,12 @@ from unittest import mock
 
 import torch
 
-from shared.training import clients as client_training
-
-from shared.runs import directory as run_directory
-
-from shared.runs import files as run_files
-
-from shared.training import trainer
-from shared.targets.configs import load_config
 from shared.methods.registry import method_names
+from shared.runs import directory as run_directory
+from shared.runs import files as run_files
+from shared.targets.configs import load_config
+from shared.training import clients as client_training
+from shared.training import trainer
 
 TINY = [
     "dataset=synthetic",

@@ -37,9 +37,9 @@ import torch
 import yaml
 
 from shared.config.dotted import nested
+from shared.reporting.summary import REFERENCE_ROW, equals_reference
 from shared.targets import experiments
 from shared.targets.experiments import expand, get_table
-from shared.reporting.summary import REFERENCE_ROW, equals_reference
 from shared.training.trainer import run
 
 

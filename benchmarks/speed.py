@@ -43,11 +43,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.reference import run_reference
-from shared.config.schema import RunConfig
-from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge
-from shared.targets.experiments import MOON_CIFAR10
+from shared.config.schema import RunConfig
 from shared.run import as_overrides
+from shared.targets.configs import load_config
+from shared.targets.experiments import MOON_CIFAR10
 from shared.training.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
@@ -144,11 +144,10 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from shared.data.federation import build_federation
-    from shared.runs.seeding import client_generator
     from shared.methods.registry import build_method
-    from shared.training.clients import compile_for_full_batches, train_client
     from shared.models import model_for
-    from shared.runs.seeding import set_numerics
+    from shared.runs.seeding import client_generator, set_numerics
+    from shared.training.clients import compile_for_full_batches, train_client
 
     cfg = copy.deepcopy(cfg)
     cfg.local.epochs = 1

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
-from shared.data.catalog import TextVocabulary, image_shape, is_text, names_where
 from shared.config.schema import ConfigError, RunConfig, check
+from shared.data.catalog import TextVocabulary, image_shape, is_text, names_where
 
 
 class Net(nn.Module):

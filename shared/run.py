@@ -37,11 +37,9 @@ from pathlib import Path
 
 import yaml
 
-from shared.config.schema import ConfigError, excerpt, run_id, to_dict
-from shared.targets.configs import load_config
 from shared.config.dotted import flatten
+from shared.config.schema import ConfigError, excerpt, run_id, to_dict
 from shared.data.catalog import DataError
-from shared.targets.resolve import workflow_cells
 from shared.runs.directory import (
     DISK_FULL,
     KEPT,
@@ -52,6 +50,8 @@ from shared.runs.directory import (
     write_error,
     write_json,
 )
+from shared.targets.configs import load_config
+from shared.targets.resolve import workflow_cells
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -178,8 +178,8 @@ def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, 
     with one `group_key`, shared/training/group_training.py), else one after another with a one-line
     note saying why. A group that raises is trained again one run after another, each from
     its checkpoint, so that a failure is recorded (or retried) for the run that fails."""
-    from shared.training.group_training import GroupRefused, run_group
     from shared.targets.run_groups import form_groups
+    from shared.training.group_training import GroupRefused, run_group
 
     codes = {}
     for group in form_groups({str(i): cfg for i, cfg in enumerate(cfgs)}, len(cfgs)):

@@ -10,8 +10,8 @@ import torch
 import yaml
 
 from shared.campaign.state import write_state
-from shared.data.catalog import num_classes
 from shared.config.schema import RunConfig, identity, run_id, to_dict
+from shared.data.catalog import num_classes
 from shared.training.trainer import summarize
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.training import trainer
 from shared.archive import MANIFEST, main
 from shared.targets.experiments import expand, get_table
+from shared.training import trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "papers/fedcad/table4"
@@ -419,8 +419,8 @@ def test_a_run_locked_by_another_writer_is_refused_naming_its_pid_and_the_lock_r
     import os
     from contextlib import ExitStack
 
-    from shared.runs.locking import RunBusy, claim_runs
     from shared.runs.files import hold_lock
+    from shared.runs.locking import RunBusy, claim_runs
 
     (tmp_path / "a").mkdir()
     with hold_lock(tmp_path / "a" / ".lock"), ExitStack() as stack:  # as a trainer holds it

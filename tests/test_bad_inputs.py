@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from shared.config.schema import ConfigError
-from shared.targets.configs import load_config
 from shared.run import main
+from shared.targets.configs import load_config
 
 AUX = "aux.per_class=8"
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from shared.training import trainer
-from shared.targets.configs import load_config
 from shared.methods.fedavg import ClientUpdate
 from shared.methods.registry import method_class, method_names
 from shared.models import Net
 from shared.run import main
+from shared.targets.configs import load_config
+from shared.training import trainer
 
 E = math.e
 

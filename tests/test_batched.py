@@ -7,16 +7,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from shared.training import batched as batched_module
+from shared.config.schema import LocalConfig, run_id
 from shared.data import federation as federation_module
+from shared.data.federation import build_federation
+from shared.methods.fedavg import FedAvg, frozen_copy
+from shared.methods.registry import build_method
+from shared.models import build_model
+from shared.training import batched as batched_module
 from shared.training import trainer
 from shared.training.batched import BatchedClients, Slot
 from shared.training.clients import train_client, unbatchable_reason
-from shared.config.schema import LocalConfig, run_id
-from shared.methods.fedavg import FedAvg, frozen_copy
-from shared.data.federation import build_federation
-from shared.methods.registry import build_method
-from shared.models import build_model
 from shared.training.stacked_sgd import StackedSGD
 
 # Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients

@@ -8,16 +8,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.training import batched
-
-from shared.training import trainer
-from shared.training.batched import BatchedClients, Slot, slots_that_fit
-from shared.training.clients import train_client, unbatchable_reason
 from shared.config.schema import run_id
 from shared.data.federation import build_federation
-from shared.training.group_training import run_group
 from shared.methods.registry import build_method
 from shared.models import MODELS, Bottleneck, ImageModel, build_model
+from shared.training import batched, trainer
+from shared.training.batched import BatchedClients, Slot, slots_that_fit
+from shared.training.clients import train_client, unbatchable_reason
+from shared.training.group_training import run_group
 from tests.test_group_training import assert_same_run
 
 # Clients of different sizes (Dirichlet), batches that do not divide them, two epochs: clients

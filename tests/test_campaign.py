@@ -23,22 +23,21 @@ import pytest
 import yaml
 from PIL import Image
 
-from shared.campaign import state as campaign_state, train as campaign_train
-
-from shared.training import trainer
-
+from shared.campaign import state as campaign_state
+from shared.campaign import train as campaign_train
 from shared.campaign import unit_sizing
 from shared.campaign.cli import main
 from shared.campaign.ship import build_shipped_figure, build_shipped_table, write_listing
 from shared.campaign.state import read_state, write_state
-from shared.targets.copies import Copy, campaign_runs
-from shared.data.catalog import DataError
-from shared.config.schema import ConfigError, run_id
-from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge
+from shared.config.schema import ConfigError, run_id
+from shared.data.catalog import DataError
 from shared.data.datasets import CIFAR, file_digest, load_dataset
+from shared.targets.configs import load_config
+from shared.targets.copies import Copy, campaign_runs
 from shared.targets.experiments import SMOKE_ROUNDS, expand, get_table
 from shared.targets.figure_declarations import get_figure
+from shared.training import trainer
 from tests.carried_states import finished_files, write_genuine_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -494,8 +493,8 @@ def test_a_recorded_failure_is_no_finished_run_anywhere_and_a_diverged_run_is(tm
     shipped as finished, never blocks training the run again, and is replaced (moved aside) by
     a result; a diverged run is a result (shared/runs/files.py FINAL)."""
     from shared.campaign.ship import ship
-    from shared.runs.shipped import is_finished, restore_shipped
     from shared.campaign.state import restore, state_members
+    from shared.runs.shipped import is_finished, restore_shipped
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     failed, diverged, elsewhere = "a" * 16, "b" * 16, "c" * 16
@@ -556,10 +555,10 @@ def test_writes_into_runs_take_their_lock_and_leave_a_run_being_trained_alone(tm
     refuse in one line before writing anything; the workflow's copy of shipped runs leaves that
     run to its trainer."""
     from shared.campaign.ship import ship
-    from shared.runs.shipped import restore_shipped
     from shared.campaign.state import restore
     from shared.runs.files import hold_lock
     from shared.runs.locking import RunBusy
+    from shared.runs.shipped import restore_shipped
 
     runs, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
     rid, other = "d" * 16, "e" * 16

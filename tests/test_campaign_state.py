@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.campaign import state as campaign_state, train as campaign_train
-
+from shared.campaign import state as campaign_state
+from shared.campaign import train as campaign_train
 from shared.campaign import unit_sizing
 from shared.campaign.state import LeftOut, read_state, write_state
 from shared.runs.files import rounds_done
@@ -209,9 +209,9 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     (shared/methods/client_state.py): the state carries them, so a run stopped between rounds
     continues from its round on a fresh machine, its checkpoint not set aside, and ends as an
     uninterrupted run does."""
-    from shared.training import trainer
     from shared.campaign.state import restore, state_members
     from shared.targets.experiments import expand, get_table
+    from shared.training import trainer
 
     cell = next(
         c

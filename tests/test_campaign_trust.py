@@ -23,17 +23,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared.campaign import ship
+from shared.campaign import ship, state_reading
 from shared.campaign.cli import main
 from shared.campaign.state import read_state
-from shared.runs.files import sha256
-from shared.config.schema import identity, run_id
-from shared.targets.configs import load_config
-from shared.config.dotted import deep_merge
-from shared.targets.experiments import expand, get_table
-from shared.runs.files import write_atomically
-from shared.campaign import state_reading
 from shared.campaign.state_reading import MAX_SMALL_BYTES, REQUIRED_KEYS
+from shared.config.dotted import deep_merge
+from shared.config.schema import identity, run_id
+from shared.runs.files import sha256, write_atomically
+from shared.targets.configs import load_config
+from shared.targets.experiments import expand, get_table
 from shared.training.trainer import summarize
 from tests.carried_states import (
     checkpoint,

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import shared.reporting.claims
+from shared.methods.papers import paper_names
 from shared.reporting.claims import (
     HELD,
     NOT_HELD,
@@ -22,9 +23,8 @@ from shared.reporting.claims import (
     paper_values,
     run_values,
 )
-from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
-from shared.methods.papers import paper_names
 from shared.reporting.tables import build_paper_claims, build_table
+from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
 from tests.test_tables import BASE, write_runs
 
 

@@ -4,8 +4,8 @@ import sys
 import pytest
 
 from shared.config.schema import run_id
-from shared.targets.configs import load_config, parse_override
 from shared.run import main
+from shared.targets.configs import load_config, parse_override
 
 
 def test_overrides_nest_and_parse_yaml_values():

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import first_run
+from shared.config.schema import RUNTIME_KEYS, run_id
 from shared.methods.class_sums import count_by_class, sum_by_class
 from shared.methods.client_state import ClientStates
-from shared.config.schema import RUNTIME_KEYS, run_id
-from shared.targets.configs import load_config
 from shared.models import AdaptiveAvgPool
+from shared.targets.configs import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from shared.data import datasets as data
 from shared.config.schema import ConfigError
-from shared.targets.configs import load_config
+from shared.data import datasets as data
 from shared.data.datasets import Archive, DataError, load_dataset
+from shared.targets.configs import load_config
 
 
 def make_fake_cifar10(path, per_batch=20):

@@ -15,18 +15,16 @@ import pytest
 import torch
 from PIL import Image
 
-from shared.data import text as text_datasets
-
-from shared.training import trainer
-
-from shared.data import vision as vision_datasets
 from shared.config.schema import ConfigError, PartitionConfig
-from shared.targets.configs import load_config
+from shared.data import text as text_datasets
+from shared.data import vision as vision_datasets
 from shared.data.datasets import Archive, DataError, load_dataset
-from shared.targets.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
 from shared.data.federation import Augmenter, build_federation
-from shared.models import build_model
 from shared.data.partition import partition
+from shared.models import build_model
+from shared.targets.configs import load_config
+from shared.targets.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
+from shared.training import trainer
 
 CPU = ["trainer.device=cpu", "trainer.progress=false"]
 

@@ -7,13 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.data.federation import build_federation
+from shared.methods.fedavg import snapshot
+from shared.methods.registry import build_method
+from shared.models import Net, build_model
 from shared.training import evaluation
 from shared.training.clients import client_trainer
 from shared.training.evaluation import evaluate, evaluate_many, models_per_pass
-from shared.methods.fedavg import snapshot
-from shared.data.federation import build_federation
-from shared.methods.registry import build_method
-from shared.models import Net, build_model
 
 # 80 test images of 16x16 in batches of 32: the last batch is short
 SMALL = ["dataset.synthetic.image_size=16", "dataset.synthetic.test_per_class=8", "eval.batch_size=32"]

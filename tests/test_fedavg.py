@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from shared.training import clients as client_training
-
 from shared.training import trainer
 
 

@@ -9,25 +9,25 @@ import pytest
 import yaml
 
 from shared.config.dotted import flatten
-from shared.targets.experiments import Column, Metric, Row, Table, expand
+from shared.methods.papers import paper_names
 from shared.reporting.figures import (
     DATASET_NAMES,
     DRAW,
     METHOD_ORDER,
+    SWEPT,
     build_figure,
     draw,
     figure_title,
     merged_settings,
     paper_overrides,
+    series_styles,
     setting_titles,
     sweep_panel,
     sweep_titles,
-    series_styles,
     swept_key,
-    SWEPT,
 )
+from shared.targets.experiments import Column, Metric, Row, Table, expand
 from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
-from shared.methods.papers import paper_names
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
 ROWS = [

@@ -27,9 +27,9 @@ import math
 import pytest
 import torch
 
-from shared.training import trainer
 from shared.config.schema import run_id, to_dict
 from shared.targets.configs import load_config
+from shared.training import trainer
 
 pytestmark = [
     pytest.mark.gpu,

@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from benchmarks.group_step import small_group
+from shared.config.schema import run_id
 from shared.training import trainer
 from shared.training.batched import BatchedClients
-from shared.config.schema import run_id
 from shared.training.group_training import run_group
-from tests.test_group_step import cases
 from tests.test_gpu import history, relative_difference
+from tests.test_group_step import cases
 
 pytestmark = [
     pytest.mark.gpu,

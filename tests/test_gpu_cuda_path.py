@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from shared.training import trainer
 from shared.config.schema import to_dict
+from shared.training import trainer
 from tests.test_gpu import BASE, MODELS, history, make_cfg, relative_difference, train
 
 pytestmark = [
@@ -255,9 +255,9 @@ def test_compile_with_uneven_clients_and_local_tests_compiles_one_graph_and_give
 
 @pytest.mark.parametrize("model", ["fedavg_cnn", "resnet8", "alexnet_bn"])
 def test_cuda_evaluation_equals_cpu_evaluation_of_the_same_weights(tmp_path, model):
-    from shared.training.evaluation import evaluate
     from shared.data.federation import build_federation
     from shared.models import model_for
+    from shared.training.evaluation import evaluate
 
     results = {}
     for device in ("cpu", "cuda"):

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from shared.campaign import state as campaign_state, train as campaign_train
-
+from shared.campaign import state as campaign_state
+from shared.campaign import train as campaign_train
 from shared.campaign import unit_sizing
 from shared.campaign.cli import main
+from shared.campaign.session_timing import unit_summary
 from shared.campaign.state import read_state
 from shared.campaign.train import with_runtime
-from shared.targets.copies import campaign_runs
 from shared.config.schema import ConfigError, run_id
-from shared.training.round_timing import RoundTiming
+from shared.targets.copies import campaign_runs
 from shared.targets.runtime_settings import parse_settings
-from shared.campaign.session_timing import unit_summary
+from shared.training.round_timing import RoundTiming
 from tests.test_campaign import TARGET, checkout, put_run
 
 ROOT = Path(__file__).resolve().parents[1]

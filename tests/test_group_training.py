@@ -6,12 +6,12 @@ import time
 import pytest
 import torch
 
-from shared.training import trainer
-from shared.training.clients import missing_capabilities
 from shared.config.schema import run_id, to_dict
-from shared.training.group_training import group_reason, run_group
 from shared.methods.registry import method_class
 from shared.run import main
+from shared.training import trainer
+from shared.training.clients import missing_capabilities
+from shared.training.group_training import group_reason, run_group
 
 # Three runs of one row: different seeds and Dirichlet partitions, one with two local epochs,
 # so clients differ in size and runs in steps. 16x16 images keep float64 convolutions quick.

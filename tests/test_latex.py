@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import shared.reporting.tables as tables_module
-from shared.targets.experiments import all_tables, expand
 from shared.reporting.latex import LATEX_PACKAGES, MIN_SCALE
 from shared.reporting.tables import build_table
+from shared.targets.experiments import all_tables, expand
 
 pytestmark = [pytest.mark.latex, pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not on PATH")]
 

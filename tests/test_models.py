@@ -76,6 +76,7 @@ def test_inference_pooling_equals_max_pool2d():
     """Without autograd on a CPU, max_pool2x2 takes the maximum of four strided corners: the same
     numbers as max_pool2d, odd sizes, ties, NaN and channels_last included."""
     import torch.nn.functional as F
+
     from shared.models import max_pool2x2
 
     torch.manual_seed(0)

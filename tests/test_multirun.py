@@ -4,8 +4,8 @@ import json
 import re
 
 from shared.config.schema import to_dict
-from shared.targets.experiments import expand, get_table
 from shared.run import main
+from shared.targets.experiments import expand, get_table
 from shared.targets.run_groups import group_key
 from tests.test_workflow import project, snakemake  # noqa: F401  (project is a fixture)
 

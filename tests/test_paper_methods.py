@@ -69,7 +69,7 @@ def test_fedssd_credibility_by_hand():
 
 
 def test_fedssd_mask_range_and_zero_for_a_never_right_class():
-    from papers.fedssd.fedssd import selective_mask, sample_credibility
+    from papers.fedssd.fedssd import sample_credibility, selective_mask
 
     torch.manual_seed(0)
     logits, y = torch.randn(256, 3) * 5, torch.randint(0, 3, (256,))

@@ -99,9 +99,9 @@ KNOWN_INCONSISTENCIES = {
 
 
 def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
-    from shared.targets.experiments import get_table
     from shared.reporting.comparison import comparison, comparison_html, comparison_markdown
     from shared.reporting.summary import summarize_cells
+    from shared.targets.experiments import get_table
 
     for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
         table = get_table(paper, name)

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 import shared.reporting.claims
-from shared.targets.copies import campaign_runs
 from shared.reporting.claims import HELD, NOT_HELD, Best
-from shared.targets.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
 from shared.reporting.tables import build_table
+from shared.targets.copies import campaign_runs
+from shared.targets.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
 from tests.test_tables import BASE, write_runs
 
 

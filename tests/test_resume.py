@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from benchmarks.resume_matrix import NEEDS, killed_writing
-from shared.training import trainer
 from shared.methods.registry import method_names
 from shared.runs.directory import RunDirectoryError
+from shared.training import trainer
 from tests.test_fedavg import history
 
 

@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from benchmarks.smoke_learning import report
-
 from shared.config.schema import ConfigError, data_root
-from shared.targets.configs import load_config
 from shared.data.datasets import load_synthetic
+from shared.targets.configs import load_config
 from shared.targets.experiments import expand, get_table
 from shared.training.trainer import run
 

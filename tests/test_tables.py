@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.targets.experiments import Column, Metric, Reported, Row, Table, expand
 from shared.reporting.tables import build_table
+from shared.targets.experiments import Column, Metric, Reported, Row, Table, expand
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}
 
@@ -181,9 +181,9 @@ def test_domain_metrics(tmp_path):
 def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     import yaml
 
+    from shared.reporting.tables import build_search
     from shared.targets import experiments
     from shared.targets.experiments import Search
-    from shared.reporting.tables import build_search
 
     table = make_table()
     monkeypatch.setattr(experiments, "get_table", lambda paper, name: table)

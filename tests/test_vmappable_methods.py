@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from shared.training.clients import missing_capabilities, train_client
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method, method_class, method_names
 from shared.models import model_for
+from shared.training.clients import missing_capabilities, train_client
 
 # Methods whose loss is not a batch mean of per-sample terms, and why (each class's
 # `capabilities` says so too): a change that makes one batchable, or one unbatchable, fails here.

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from shared.methods.papers import paper_names
 from shared.targets.experiments import SCALES, all_tables, expand, get_table, paper_searches
 from shared.targets.figure_declarations import paper_figures
-from shared.methods.papers import paper_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
@@ -472,8 +472,8 @@ def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
     """`--config copy=cifar10=<sha256>`: the table's part on CIFAR-10 trained on the copy (the
     campaign's run ids), built into the folder the campaign names, labelled; the official
     paper-scale table untouched. Runs stood in for by a metrics.json (all a table reads)."""
-    from shared.targets.copies import Copy, campaign_runs
     from shared.data.datasets import CIFAR, file_digest
+    from shared.targets.copies import Copy, campaign_runs
     from tests.test_campaign import finish_for_table, write_copy
 
     project = make_project(tmp_path / "project")

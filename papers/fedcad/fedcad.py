@@ -21,9 +21,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from shared.config.schema import Positive, Probability, check
 from shared.methods.baselines.fedlsd import FedLSD
 from shared.methods.class_sums import count_by_class, sum_by_class
-from shared.config.schema import Positive, Probability, check
 from shared.methods.fedavg import predict
 
 

@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shared.config.schema import to_dict
-from shared.targets.configs import load_config
 from shared.config.dotted import deep_merge
-from shared.targets.experiments import Cell, Table
+from shared.config.schema import to_dict
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method
+from shared.models import model_for
 from shared.runs.directory import load_tensors
+from shared.targets.configs import load_config
+from shared.targets.experiments import Cell, Table
 from shared.training.clients import train_client
 from shared.training.evaluation import evaluate
-from shared.models import model_for
 from shared.training.trainer import resolve_device
 
 # Student abstract, Fig. 2: per-class share of the client's data and per-class accuracy.

@@ -2,11 +2,10 @@
 Learning", FL-AAAI-22): its tables, figures and searches as data, with the numbers the paper
 reports. The paper prints single numbers (no spread); we run three seeds."""
 
+from papers.fedcad.forgetting import draw_per_class
 from shared.reporting.claims import Best, FewestRounds, Trend
 from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
-
-from papers.fedcad.forgetting import draw_per_class
 
 R = Reported
 

@@ -27,9 +27,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from shared.config.schema import NonNegative, Positive, Probability
 from shared.methods.baselines.class_stats import average_per_class, class_means
 from shared.methods.class_sums import count_by_class, sum_by_class
-from shared.config.schema import NonNegative, Positive, Probability
 from shared.methods.fedavg import Capabilities, FedAvg, frozen_copy, kl_per_sample, snapshot, weighted_average
 from shared.runs.seeding import derive_seed
 

@@ -4,8 +4,8 @@ paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed fr
 
 from dataclasses import replace
 
-from shared.reporting.claims import BeatsAblations, Best
 from shared.config.dotted import deep_merge
+from shared.reporting.claims import BeatsAblations, Best
 from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
 

@@ -5,8 +5,8 @@ reports. Its tables report the best test accuracy over the rounds (Table 3's num
 
 from dataclasses import replace
 
-from shared.reporting.claims import Best
 from shared.config.dotted import deep_merge
+from shared.reporting.claims import Best
 from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
 

@@ -1,8 +1,8 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables, figures and searches as data, with the numbers the paper reports."""
 
-from shared.reporting.claims import BeatsAblations, Best, FewestRounds
 from shared.config.dotted import deep_merge
+from shared.reporting.claims import BeatsAblations, Best, FewestRounds
 from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 from shared.campaign.ledger import state_parts, upload_budget
-from shared.runs.shipped import SHIPPED, is_finished
 from shared.campaign.state import RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import check_parts, save
 from shared.config.schema import RunConfig
 from shared.runs.files import history_rounds, rounds_done
+from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 
 SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it

@@ -24,10 +24,9 @@ import json
 import math
 import warnings
 
-from shared.runs.files import RunFilesError, check_identity
-from shared.config.schema import RunConfig
-from shared.runs.files import history_problem, is_final, is_number, summary_problem
 from shared.campaign.state_reading import MEMBER
+from shared.config.schema import RunConfig
+from shared.runs.files import RunFilesError, check_identity, history_problem, is_final, is_number, summary_problem
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
 ACCURACIES = ("final_acc", "best_acc", "global_acc", "local_acc", "per_class_acc", "domain_acc")

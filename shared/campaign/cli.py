@@ -55,9 +55,9 @@ from shared.campaign.ship import import_state, status
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import train
 from shared.config.schema import ConfigError
+from shared.data.catalog import DataError
 from shared.runs.files import RunFilesError
 from shared.targets.resolve import TargetError
-from shared.data.catalog import DataError
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:

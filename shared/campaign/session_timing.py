@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from shared.training.round_timing import PHASES, RoundTiming, observing
 from shared.runs.files import write_atomically
+from shared.training.round_timing import PHASES, RoundTiming, observing
 
 TIMING_FORMAT = "fedrepro-session-timing/1"
 SAMPLE_SECONDS = 10

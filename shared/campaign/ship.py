@@ -8,10 +8,6 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.runs.files import holds_result
-from shared.runs.locking import claim_runs
-from shared.targets.resolve import target_parts
-from shared.runs.shipped import SHIPPED, is_finished, put_finished
 from shared.campaign.state import (
     RESULTS,
     RUNS_DIR,
@@ -24,7 +20,9 @@ from shared.campaign.state import (
 )
 from shared.campaign.state_reading import MEMBER, check_inside
 from shared.config.schema import ConfigError, RunConfig
-from shared.runs.files import history_rounds, rounds_done, write_atomically, write_folder_atomically
+from shared.runs.files import history_rounds, holds_result, rounds_done, write_atomically, write_folder_atomically
+from shared.runs.locking import claim_runs
+from shared.runs.shipped import SHIPPED, is_finished, put_finished
 from shared.targets.copies import (
     Copy,
     campaign_runs,
@@ -35,6 +33,7 @@ from shared.targets.copies import (
     labelled,
     table_dir,
 )
+from shared.targets.resolve import target_parts
 
 
 def run_progress(
@@ -105,8 +104,8 @@ def named_target(target: str, prefix: str) -> tuple[str, str] | None:
 def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
     """The target's table from the shipped runs, labelled with the copy and marked partial;
     None when it is not a table or nothing of it is finished."""
-    from shared.targets.experiments import get_table
     from shared.reporting.tables import build_table
+    from shared.targets.experiments import get_table
 
     parts = named_target(target, "table")
     if parts is None:

@@ -16,12 +16,8 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from shared.runs.files import add_member, holds_result, records_result, run_members, sha256
-from shared.runs.locking import claim_runs
-from shared.targets.resolve import TargetError
 from shared.campaign.carried_runs import trusted
 from shared.campaign.ledger import BUNDLED, advanced, read_ledger
-from shared.runs.shipped import is_finished, put_finished
 
 # the state file's form and its checks: shared/campaign/state_reading.py (CampaignError: a refusal in one line)
 from shared.campaign.state_reading import (
@@ -39,13 +35,21 @@ from shared.config.schema import ConfigError, RunConfig
 from shared.data.catalog import DataError
 from shared.runs.files import (
     CLIENT_STATE,
+    add_member,
     aside_path,
     history_rounds,
+    holds_result,
     move_aside_checkpoint,
+    records_result,
     rounds_done,
+    run_members,
+    sha256,
     write_atomically,
 )
+from shared.runs.locking import claim_runs
+from shared.runs.shipped import is_finished, put_finished
 from shared.targets.copies import Copy, campaign_runs, parse_copy
+from shared.targets.resolve import TargetError
 
 RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
 RUNS_DIR = RESULTS / "runs"

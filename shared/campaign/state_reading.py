@@ -30,12 +30,20 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 
-from shared.runs.files import MAX_MEMBER_BYTES, MAX_MODEL_BYTES, MAX_SMALL_BYTES, RUN_FILES, megabytes, sha256
-from shared.data.catalog import DATASETS, is_sha256
-from shared.targets.experiments import SCALES
 from shared.campaign.ledger import BUNDLED, LEDGER, RUN_ID, ledger_problem
-from shared.runs.files import CLIENT_STATE, CLIENT_STATE_NAME
+from shared.data.catalog import DATASETS, is_sha256
+from shared.runs.files import (
+    CLIENT_STATE,
+    CLIENT_STATE_NAME,
+    MAX_MEMBER_BYTES,
+    MAX_MODEL_BYTES,
+    MAX_SMALL_BYTES,
+    RUN_FILES,
+    megabytes,
+    sha256,
+)
 from shared.targets.copies import IMAGE_KINDS
+from shared.targets.experiments import SCALES
 
 STATE_FORMAT = "fedrepro-campaign/1"
 MANIFEST = "manifest.json"

@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 from shared.campaign.ledger import BUNDLED, LEDGER
-from shared.runs.shipped import SHIPPED, is_finished
 from shared.campaign.state import (
     MAX_PARTS,
     RUNS_DIR,
@@ -33,6 +32,7 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
 from shared.runs.files import rounds_done
+from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 
 STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
@@ -69,8 +69,8 @@ def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
     group's first seed before any further seed (a table has one seed of every cell soonest).
     A group that cannot share a batched step on this device (`group_reason`: on a CPU, where
     one after another is faster) is units of one run."""
-    from shared.training.group_training import group_reason
     from shared.targets.run_groups import form_groups
+    from shared.training.group_training import group_reason
 
     groups = form_groups(runs, GROUP_LIMIT)
     first = min((cfg.seed for cfg in runs.values()), default=0)

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from shared.data.catalog import copy_label
-from shared.targets.experiments import cell_overrides, paper_tables
 from shared.methods.papers import paper_tables_module
+from shared.targets.experiments import cell_overrides, paper_tables
 
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "held within noise", "not held", "not yet measured"
 VERDICTS = (HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED)

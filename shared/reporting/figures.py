@@ -26,15 +26,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from shared.targets.experiments import Cell, Table, load_metrics
-from shared.targets.figure_declarations import Figure
-from shared.data.catalog import DATASETS
 from shared.config.dotted import flatten
-from shared.targets.experiments import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, cell_overrides
-from shared.runs.metrics import cell_value
-from shared.reporting.palette import COLOURS, style
+from shared.data.catalog import DATASETS
 from shared.methods.papers import display_name
+from shared.reporting.palette import COLOURS, style
+from shared.runs.metrics import cell_value
 from shared.runs.provenance import provenance_header
+from shared.targets.experiments import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table, cell_overrides, load_metrics
+from shared.targets.figure_declarations import Figure
 
 
 def pyplot():

@@ -8,9 +8,8 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.runs.files import RUN_FILES, RunFilesError, holds_result
+from shared.runs.files import CLIENT_STATE, RUN_FILES, RunFilesError, holds_result, write_atomically
 from shared.runs.locking import claim_runs, move_aside_non_result
-from shared.runs.files import CLIENT_STATE, write_atomically
 
 SHIPPED = Path("results") / "shipped"
 

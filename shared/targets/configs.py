@@ -19,12 +19,12 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from shared.data.catalog import validate_dataset
-from shared.config.schema import ConfigError, RunConfig, check, excerpt, from_dict, to_dict
 from shared.config.dotted import deep_merge, flatten, nested
+from shared.config.schema import ConfigError, RunConfig, check, excerpt, from_dict, to_dict
+from shared.data.catalog import validate_dataset
+from shared.data.partition import validate_partition
 from shared.methods.registry import method_class, read_params, validate_method
 from shared.models import validate_model
-from shared.data.partition import validate_partition
 
 # `method=fedprox` is shorthand for `method.name=fedprox`, and so on
 SHORTHANDS = {"method": "method.name", "model": "model.name", "dataset": "dataset.name", "partition": "partition.kind"}

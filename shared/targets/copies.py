@@ -9,12 +9,11 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from shared.runs.files import holds_result
-from shared.targets.resolve import target_cells
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
 from shared.data.catalog import DataError, copy_label, is_sha256
-from shared.runs.files import write_atomically
+from shared.runs.files import holds_result, write_atomically
+from shared.targets.resolve import target_cells
 
 IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
 

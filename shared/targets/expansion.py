@@ -18,8 +18,8 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config.schema import ConfigError, RunConfig
 from shared.config.dotted import deep_merge
+from shared.config.schema import ConfigError, RunConfig
 from shared.runs.files import write_atomically
 from shared.targets.copies import Copy, copy_part, copy_runtime, data_folder
 
@@ -88,8 +88,8 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
     or a search's runs are its grid's, expanded once; a figure picks its cells from its source.
     On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
     drawn from it alone, no search (the papers tuned on the official data)."""
-    from shared.targets.experiments import expand, paper_searches, paper_tables
     from shared.methods.papers import paper_names
+    from shared.targets.experiments import expand, paper_searches, paper_tables
     from shared.targets.resolve import workflow_grids
 
     runs, grid_runs, grid_ids = {}, [], {}

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from shared.config.schema import ConfigError, PartitionConfig, RunConfig, run_id
 from shared.config.dotted import deep_merge, flatten, nested
+from shared.config.schema import ConfigError, PartitionConfig, RunConfig, run_id
 from shared.data.catalog import dataset_info
 from shared.methods.papers import paper_names, paper_tables_module
 

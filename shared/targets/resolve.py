@@ -14,9 +14,9 @@ class TargetError(Exception):
 def workflow_grids() -> list[tuple[str, str, object]]:
     """Every grid the workflow trains, as (paper, target name, Table): each table, each figure
     with a grid of its own (the others draw a table's runs) and each search."""
+    from shared.methods.papers import paper_names
     from shared.targets.experiments import all_tables, paper_searches
     from shared.targets.figure_declarations import paper_figures
-    from shared.methods.papers import paper_names
 
     grids = [(t.paper, t.name, t) for t in all_tables()]
     for paper in paper_names():

@@ -91,8 +91,8 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from shared.config.schema import RunConfig
-from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg
 from shared.data.federation import Client, Federation
+from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg
 from shared.models import Net
 from shared.runs.seeding import client_generator
 from shared.training.slot_state import SlotState, Snapshot, shared_floats, take_snapshot

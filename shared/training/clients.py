@@ -21,13 +21,13 @@ from queue import SimpleQueue
 
 import torch
 
-from shared.training.batched import BatchedClients, Slot
 from shared.config.schema import RunConfig
-from shared.training.evaluation import autocast, evaluate_many
-from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
 from shared.data.federation import Client, Federation
+from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
 from shared.models import Net
 from shared.runs.seeding import client_generator
+from shared.training.batched import BatchedClients, Slot
+from shared.training.evaluation import autocast, evaluate_many
 
 # What each faster way needs of a method (fields of shared.methods.fedavg.Capabilities)
 NEEDS = {

@@ -36,13 +36,13 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.training.batched import BatchedClients, Slot
-from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
 from shared.config.schema import RunConfig, data_root, to_dict
 from shared.data.datasets import Dataset, load_dataset
 from shared.methods.fedavg import Diverged
 from shared.runs.directory import RunDirectory
 from shared.targets.run_groups import group_key
+from shared.training.batched import BatchedClients, Slot
+from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
 from shared.training.trainer import Member, resolve_device, sample_clients, start_member, train_members
 
 

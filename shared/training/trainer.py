@@ -28,23 +28,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shared.config.dotted import flatten
+from shared.config.schema import RUNTIME_KEYS, RunConfig, check, run_id, to_dict
+from shared.data.datasets import Dataset
+from shared.data.federation import Federation, build_federation
+from shared.data.partition import save_count_matrix
 from shared.methods.client_state import persist, prune
 from shared.methods.client_state import restore as restore_client_states
-from shared.training.clients import ClientResult, client_trainer
-from shared.config.schema import RUNTIME_KEYS, RunConfig, check, run_id, to_dict
-from shared.training.evaluation import evaluate_many
 from shared.methods.fedavg import Diverged, FedAvg
-from shared.data.datasets import Dataset
-from shared.config.dotted import flatten
-from shared.data.federation import Federation, build_federation
 from shared.methods.registry import build_method
-from shared.runs.metrics import rounds_to_target
 from shared.models import Net, count_parameters, model_for
-from shared.data.partition import save_count_matrix
-from shared.runs.provenance import environment
-from shared.training.round_timing import Laps, RoundTiming, report
 from shared.runs.directory import RunDirectory, write_json
+from shared.runs.metrics import rounds_to_target
+from shared.runs.provenance import environment
 from shared.runs.seeding import derive_seed, set_numerics
+from shared.training.clients import ClientResult, client_trainer
+from shared.training.evaluation import evaluate_many
+from shared.training.round_timing import Laps, RoundTiming, report
 from shared.training.tensorboard_log import tensorboard_log
 
 

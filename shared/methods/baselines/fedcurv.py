@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from shared.methods.client_state import ClientStates
 from shared.config.schema import Count, NonNegative
+from shared.methods.client_state import ClientStates
 from shared.methods.fedavg import Capabilities, FedAvg
 
 

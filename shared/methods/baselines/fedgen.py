@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.methods.class_sums import one_hot
 from shared.config.schema import Count, NonNegative, NonNegativeInt, Positive, Probability
+from shared.methods.class_sums import one_hot
 from shared.methods.fedavg import FedAvg
 from shared.runs.seeding import derive_seed
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from shared.methods.baselines.class_stats import ClassStatistics
 from shared.config.schema import NonNegative
+from shared.methods.baselines.class_stats import ClassStatistics
 
 
 class FedProto(ClassStatistics):

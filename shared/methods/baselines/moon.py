@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from shared.methods.client_state import ClientStates
 from shared.config.schema import NonNegative, Positive
+from shared.methods.client_state import ClientStates
 from shared.methods.fedavg import Capabilities, FedAvg, frozen_copy
 
 
