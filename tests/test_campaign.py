@@ -722,13 +722,16 @@ def test_the_slot_script_keeps_trains_exit_status_and_returns_only_the_state_wri
     fake.chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    slot = lambda: subprocess.run(
-        ["bash", str(ROOT / "scripts" / "campaign-slot.sh"), "1", TARGET],
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out)},
-        capture_output=True,
-        text=True,
-    )
+
+    def slot():
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / "campaign-slot.sh"), "1", TARGET],
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out)},
+            capture_output=True,
+            text=True,
+        )
+
     proc = slot()
     assert proc.returncode == 3 and list(out.iterdir()) == [], proc.stderr
     (tmp_path / ".carry").mkdir()

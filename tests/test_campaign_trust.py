@@ -411,7 +411,10 @@ def finished_forgeries():
     """name -> files of run SHOT (FedAvg, seed 0) as the forged state carries them."""
     cfg, files, other = FEDAVG[0], finished_files(FEDAVG[0]), finished_files(FEDAVG[1])
     records = history(cfg, cfg.federation.rounds)
-    without = lambda name: {k: v for k, v in files.items() if k != name}
+
+    def without(name):
+        return {k: v for k, v in files.items() if k != name}
+
     yield "no config.yaml", without("config.yaml")
     yield "no metrics.jsonl", without("metrics.jsonl")
     yield "no metrics.json", without("metrics.json")

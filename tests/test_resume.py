@@ -306,7 +306,10 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_pat
         str(tmp_path / "run"),
         "--record-failure",
     ]
-    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    def limit():
+        return resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
     full = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit)
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
     (line,) = [l for l in full.stderr.splitlines() if l.startswith("error: ")]

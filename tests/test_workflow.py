@@ -348,7 +348,10 @@ def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_proj
         for row, rid in zip(("FedAvg", "Flaky", "Broken", "Diverging"), paper_runs("wfcheck", "table1", project))
     }
     runs, logs = project / "results" / "runs", project / "results" / "logs" / "runs"
-    status = lambda rid: json.loads((runs / rid / "metrics.json").read_text())["status"]
+
+    def status(rid):
+        return json.loads((runs / rid / "metrics.json").read_text())["status"]
+
     assert all(status(r) == "completed" for r in ids["FedAvg"] + ids["Flaky"])
     for rid in ids["Flaky"]:  # failed once, retried, completed
         assert "attempt 2 of 2" in (logs / f"{rid}.log").read_text() and not (runs / rid / "failure.json").exists()

@@ -107,7 +107,10 @@ def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, byt
     kept = max(states, key=lambda state: state[0])
     other = next(form for form in forms if form is not kept[1])
     asides = [part.rename(aside_path(part, "older")) for part in other]
-    name = lambda form: "the whole file" if form == [path] else f"{len(form)} parts"
+
+    def name(form):
+        return "the whole file" if form == [path] else f"{len(form)} parts"
+
     print(
         f"note: {path}: read {name(kept[1])} (written {kept[2].get('written_at')}); set aside {name(other)} "
         f"as {asides[0].name}{', ...' if len(asides) > 1 else ''} (older or damaged)",
@@ -311,12 +314,15 @@ def write_members(
     run's files add at most `member_bound`. Returns the bytes up to and with the finished
     runs, and the runs left out."""
     entries = {name: {"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files}
-    manifest = lambda kept: {
-        "format": STATE_FORMAT,
-        **about,
-        "members": [entries[name] for name, _, _ in kept],
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
-    }
+
+    def manifest(kept):
+        return {
+            "format": STATE_FORMAT,
+            **about,
+            "members": [entries[name] for name, _, _ in kept],
+            "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        }
+
     reserve = member_bound([len(json.dumps(manifest(files), indent=1))]) + TAR_END  # the manifest of all: no shorter
     finished = [file for file in files if file[0].startswith("finished/")]
     kept, left_out = list(finished), []

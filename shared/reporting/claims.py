@@ -303,7 +303,10 @@ def table_claims(table) -> list[Claim]:
     copy of a dataset, named after the copy, keeps the claims of the table it was declared as."""
     claims = [c for c in paper_claims(table.paper) if c.table == table.declared_name]
     declared = paper_tables(table.paper).get(table.declared_name, table)
-    cells = lambda t: {(r.label, c.label) for r in t.rows for c in t.columns}
+
+    def cells(t):
+        return {(r.label, c.label) for r in t.rows for c in t.columns}
+
     for claim in claims:
         unknown = [cell for cell in claim.needed(declared) if cell not in cells(declared)]
         if unknown:

@@ -94,7 +94,10 @@ def series_styles(labels: list[str]) -> dict[str, dict]:
     free = (i for i in itertools.count() if i not in used)
     looks = {label: style(METHOD_ORDER.index(label) if label in METHOD_ORDER else next(free)) for label in labels}
     taken: set[str] = set()
-    rank = lambda label: METHOD_ORDER.index(label) if label in METHOD_ORDER else len(METHOD_ORDER)
+
+    def rank(label):
+        return METHOD_ORDER.index(label) if label in METHOD_ORDER else len(METHOD_ORDER)
+
     for label in sorted(labels, key=rank):  # stable: the figure's order among labels not listed
         if looks[label]["color"] in taken:
             looks[label]["color"] = next((c for c in COLOURS if c not in taken), looks[label]["color"])
@@ -498,7 +501,10 @@ def plot_sweep(
     mean and one std over seeds, one line per method; a column labelled "name=value" is the
     point (value) of the panel (name)."""
     plt = pyplot()
-    point = lambda c: c.column.label.partition("=")[2] if "=" in c.column.label else c.column.label
+
+    def point(c):
+        return c.column.label.partition("=")[2] if "=" in c.column.label else c.column.label
+
     panel = sweep_panel(table)
     done = completed(cells, runs_dir)
     titles = sweep_titles(cells, table)
@@ -559,7 +565,10 @@ def plot_round_metric(
     line per setting (and method, where there are several)."""
     plt = pyplot()
     methods = list(dict.fromkeys(c.row.label for c in cells))
-    label_of = lambda c: c.column.label if len(methods) == 1 else f"{c.row.label}, {c.column.label}"
+
+    def label_of(c):
+        return c.column.label if len(methods) == 1 else f"{c.row.label}, {c.column.label}"
+
     series = defaultdict(list)
     for c, _m in completed(cells, runs_dir):
         records = [

@@ -48,7 +48,10 @@ def chance_level(metric: Metric, cell: Cell) -> float:
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
     """One row per run: row, column, seed, run id, status and the value of its column's metric."""
     metrics = {c.run_id: load_metrics(runs_dir, c.run_id) for c in cells}
-    ok = lambda c: metrics[c.run_id]["status"] == COMPLETED
+
+    def ok(c):
+        return metrics[c.run_id]["status"] == COMPLETED
+
     finals = defaultdict(list)  # FedSSD's T: the reference row's final accuracy per setting
     for c in cells:
         metric = table.metric_for(c.column)

@@ -107,7 +107,10 @@ def copy_part(table, scale: str, copy: Copy):
     from shared.targets.experiments import expand, keep_rows
 
     cells = expand(table, scale)
-    on_copy = lambda cell: cell.config.dataset.name == copy.dataset
+
+    def on_copy(cell):
+        return cell.config.dataset.name == copy.dataset
+
     keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
     columns = [table.columns[i] for i in keep]
     rows = [

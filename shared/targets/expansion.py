@@ -103,9 +103,12 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
                 GridRun(paper, name, cell.run_id, cell.row.method["name"], cell.row.label, cell.column.label, cell.seed)
             )
             grid_ids.setdefault((paper, name), {})[cell.run_id] = None  # an ordered set
-    kept = lambda paper, names: {
-        name: list(grid_ids.get((paper, name), {})) for name in names if copy is None or (paper, name) in grid_ids
-    }  # on a copy: its parts alone
+
+    def kept(paper, names):
+        return {
+            name: list(grid_ids.get((paper, name), {})) for name in names if copy is None or (paper, name) in grid_ids
+        }  # on a copy: its parts alone
+
     targets = {
         paper: {
             "table": kept(paper, paper_tables(paper)),

@@ -105,7 +105,7 @@ class GroupClients:
         ]
         updates = self.clients.train(slots)
         outcomes, start = [], 0
-        for member, clients in zip(members, sampled):
+        for _member, clients in zip(members, sampled):
             mine, start = updates[start : start + len(clients)], start + len(clients)
             diverged = [u for u in mine if isinstance(u, Diverged)]
             outcomes.append(diverged[0] if diverged else mine)
