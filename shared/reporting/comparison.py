@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shared.reporting.figures import pyplot
+from shared.reporting.figure_style import pyplot
 from shared.reporting.summary import (
     EQUALS_NOTE,
     FAILED,
@@ -136,7 +136,7 @@ def inconsistency_notes(table: Table) -> list[tuple[str, str, str]]:
 
 
 def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
-    """`warning`: settings that are the same runs at this scale (shared.reporting.figures.same_runs_warning)."""
+    """`warning`: settings that are the same runs at this scale (shared.reporting.figure_settings.same_runs_warning)."""
     metrics = sorted({table.metric_for(c).label for c in table.columns})
     lines = [
         f"# {table.paper} {table.name}: ours vs. the paper",
