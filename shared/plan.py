@@ -30,7 +30,7 @@ from shared.targets.cost import THROUGHPUT, measured_throughput, plan
 from shared.targets.resolve import TargetError, command_targets, named_cells
 
 
-def main(argv=None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "paper",
@@ -58,6 +58,11 @@ def main(argv=None) -> None:
         help="list the runs that tables of several papers need, the papers' numbers beside ours",
     )
     parser.add_argument("--out", help="with --shared: also write shared.md/.csv/.html into this folder")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     if args.shared:
         found = shared_runs(args.scale)

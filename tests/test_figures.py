@@ -10,22 +10,18 @@ import yaml
 
 from shared.config.dotted import flatten
 from shared.methods.papers import paper_names
-from shared.reporting.figures import (
+from shared.reporting.figure_settings import (
     DATASET_NAMES,
-    DRAW,
-    METHOD_ORDER,
     SWEPT,
-    build_figure,
-    draw,
-    figure_title,
     merged_settings,
     paper_overrides,
-    series_styles,
     setting_titles,
     sweep_panel,
     sweep_titles,
     swept_key,
 )
+from shared.reporting.figure_style import METHOD_ORDER, series_styles
+from shared.reporting.figures import DRAW, build_figure, draw, figure_title
 from shared.targets.experiments import Column, Metric, Row, Table, expand
 from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
 

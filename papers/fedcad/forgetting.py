@@ -82,7 +82,7 @@ def draw_per_class(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str
     """Ours above, the paper's numbers below, as the student abstract prints them."""
     import seaborn as sns
 
-    from shared.reporting.figures import finish, pyplot
+    from shared.reporting.figure_style import finish, pyplot
 
     plt = pyplot()
 

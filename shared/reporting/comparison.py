@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shared.reporting.figures import pyplot
+from shared.reporting.figure_style import pyplot
 from shared.reporting.summary import (
     EQUALS_NOTE,
     FAILED,
@@ -135,8 +135,19 @@ def inconsistency_notes(table: Table) -> list[tuple[str, str, str]]:
     return [(i.row, i.column, f"the paper's printed number; {i.note}") for i in table.inconsistencies]
 
 
+def paper_text(c, places: int) -> str:
+    """The paper's number of comparison row `c`, with its std where the paper prints one and
+    marked where the paper contradicts it."""
+    return fmt(
+        c.paper_mean,
+        c.paper_std if not math.isnan(c.paper_std) else 0.0,
+        2 if not math.isnan(c.paper_std) else 1,
+        places,
+    ) + (INCONSISTENT if c.paper_note else "")
+
+
 def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
-    """`warning`: settings that are the same runs at this scale (shared.reporting.figures.same_runs_warning)."""
+    """`warning`: settings that are the same runs at this scale (shared.reporting.figure_settings.same_runs_warning)."""
     metrics = sorted({table.metric_for(c).label for c in table.columns})
     lines = [
         f"# {table.paper} {table.name}: ours vs. the paper",
@@ -160,12 +171,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
             ours += " (at chance)" if c.at_chance else ""
             ours += EQUALS_NOTE if c.equals_fedavg else ""
-            paper = fmt(
-                c.paper_mean,
-                c.paper_std if not math.isnan(c.paper_std) else 0.0,
-                2 if not math.isnan(c.paper_std) else 1,
-                places,
-            ) + (INCONSISTENT if c.paper_note else "")
+            paper = paper_text(c, places)
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
             diff = "" if math.isnan(c["diff"]) else f" ({c['diff']:+.{places}f})"
             cells.append(f"{ours} / {paper}{diff}{flag}")
@@ -177,9 +183,9 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "Each cell: ours / paper (difference). ✓: within two standard deviations; "
         "✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or diverged, "
         "(k suspect): k seeds flagged suspect, the mean is over the others; (at chance): the mean "
-        f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. Kendall τ: rank agreement "
-        "(tau-b, -1 to +1) between our order of the methods and the paper's in that column, over the "
-        "methods with both numbers.",
+        f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. "
+        "Kendall τ: rank agreement (tau-b, -1 to +1) between our order of the methods and the paper's "
+        "in that column, over the methods with both numbers.",
     ]
     if warning:
         lines += ["", f"**{warning}**"]
@@ -203,6 +209,58 @@ HEAD_STYLE = "border:1px solid #d0d7de;padding:4px 8px;background:#f6f8fa;text-a
 ROW_HEAD_STYLE = "border:1px solid #d0d7de;padding:4px 8px;background:#f6f8fa;text-align:left;white-space:nowrap"
 
 
+def html_cell(c, places: int) -> str:
+    """One cell of the HTML comparison (comparison row `c`): ours, the paper's number, ours minus
+    the paper's and ✓ (green) or ✗ (red)."""
+    e = html.escape
+    if c.status == NOT_IMPLEMENTED:
+        ours = "n/i"
+    else:
+        ours = fmt(c.ours_mean, c.ours_std, c.n, places)
+        ours += f" ({c.failed} failed)" if c.failed else ""
+        ours += f" ({c.suspect} suspect)" if c.suspect else ""
+        ours += " (at chance)" if c.at_chance else ""
+        ours += EQUALS_NOTE if c.equals_fedavg else ""
+    diff = "" if math.isnan(c["diff"]) else f"{c['diff']:+.{places}f}"
+    flag = {
+        True: f'<span style="color:{GREEN};font-weight:bold" title="within two standard deviations">✓</span>',
+        False: f'<span style="color:{RED};font-weight:bold" title="outside two standard deviations">✗</span>',
+    }.get(c.within_spread, "")
+    return (
+        f'<td style="{CELL_STYLE}"><div>{e(ours)}</div>'
+        f'<div style="color:#57606a">paper {e(paper_text(c, places))}</div>'
+        f"<div>{e(diff)} {flag}</div></td>"
+    )
+
+
+def html_legend(table: Table, scale: str, warning: str | None) -> str:
+    """The paragraphs under the HTML comparison: what a cell shows, the warning, the paper's
+    contradictions, our readings and the table's notes."""
+    e = html.escape
+    legend = (
+        '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± std over seeds '
+        f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
+        f'<span style="color:{GREEN}">✓</span> within two standard deviations or '
+        f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
+        "(k failed) / (k suspect): seeds left out of the mean; (at chance): the mean accuracy is "
+        f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. "
+        "Kendall τ: rank agreement of the methods between ours and the paper's in that column "
+        "(tau-b, -1 to +1).</p>"
+    )
+    if warning:
+        legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'
+    legend += "".join(
+        f'<p style="font-size:12px;color:#57606a">{INCONSISTENT.strip()} {e(row)} at {e(column)}: {e(note)}</p>'
+        for row, column, note in inconsistency_notes(table)
+    )
+    legend += "".join(
+        f'<p style="font-size:12px;color:#57606a">{READING_MARK} {e(note)}</p>' for note in reading_notes(table)
+    )
+    if table.notes:
+        legend += f'<p style="font-size:12px;color:#57606a">Notes: {e(table.notes)}</p>'
+    return legend
+
+
 def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
     """The comparison as a self-contained HTML page (inline styles only, so that its <table>
     can be embedded as it is): per cell ours, the paper's number, the difference and ✓ (green,
@@ -218,31 +276,7 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
         cells = []
         for column in table.columns:
             c = comp[(comp.row == row.label) & (comp.column == column.label)].iloc[0]
-            places = decimals(table.metric_for(column))
-            if c.status == NOT_IMPLEMENTED:
-                ours = "n/i"
-            else:
-                ours = fmt(c.ours_mean, c.ours_std, c.n, places)
-                ours += f" ({c.failed} failed)" if c.failed else ""
-                ours += f" ({c.suspect} suspect)" if c.suspect else ""
-                ours += " (at chance)" if c.at_chance else ""
-                ours += EQUALS_NOTE if c.equals_fedavg else ""
-            paper = fmt(
-                c.paper_mean,
-                c.paper_std if not math.isnan(c.paper_std) else 0.0,
-                2 if not math.isnan(c.paper_std) else 1,
-                places,
-            ) + (INCONSISTENT if c.paper_note else "")
-            diff = "" if math.isnan(c["diff"]) else f"{c['diff']:+.{places}f}"
-            flag = {
-                True: f'<span style="color:{GREEN};font-weight:bold" title="within two standard deviations">✓</span>',
-                False: f'<span style="color:{RED};font-weight:bold" title="outside two standard deviations">✗</span>',
-            }.get(c.within_spread, "")
-            cells.append(
-                f'<td style="{CELL_STYLE}"><div>{e(ours)}</div>'
-                f'<div style="color:#57606a">paper {e(paper)}</div>'
-                f"<div>{e(diff)} {flag}</div></td>"
-            )
+            cells.append(html_cell(c, decimals(table.metric_for(column))))
         body.append(f'<tr><th style="{ROW_HEAD_STYLE}">{e(row_name(row))}</th>{"".join(cells)}</tr>')
     agreement = column_agreement(table, comp)
     body.append(
@@ -259,26 +293,6 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
         f'<caption style="caption-side:top;text-align:left;padding:4px 0">'
         f"<strong>{e(table.paper)} {e(table.name)}</strong>: {e(table.caption)}{scale_note}</caption>"
     )
-    legend = (
-        '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± std over seeds '
-        f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
-        f'<span style="color:{GREEN}">✓</span> within two standard deviations or '
-        f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
-        "(k failed) / (k suspect): seeds left out of the mean; (at chance): the mean accuracy is "
-        f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. Kendall τ: rank agreement of the methods "
-        "between ours and the paper's in that column (tau-b, -1 to +1).</p>"
-    )
-    if warning:
-        legend += f'<p style="font-size:13px;color:{RED};font-weight:bold">{e(warning)}</p>'
-    legend += "".join(
-        f'<p style="font-size:12px;color:#57606a">{INCONSISTENT.strip()} {e(row)} at {e(column)}: {e(note)}</p>'
-        for row, column, note in inconsistency_notes(table)
-    )
-    legend += "".join(
-        f'<p style="font-size:12px;color:#57606a">{READING_MARK} {e(note)}</p>' for note in reading_notes(table)
-    )
-    if table.notes:
-        legend += f'<p style="font-size:12px;color:#57606a">Notes: {e(table.notes)}</p>'
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -290,7 +304,7 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
             "<tbody>",
             *body,
             "</tbody></table>",
-            legend,
+            html_legend(table, scale, warning),
             "</body></html>",
             "",
         ]
@@ -300,64 +314,59 @@ def comparison_html(table: Table, comp: pd.DataFrame, scale: str, warning: str |
 MARKERS = "osD^vP*Xh<>p"
 
 
-def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) -> None:
-    """Ours against the paper's number, one panel per metric (accuracy and rounds do not share
-    an axis): error bars of one std each way, the diagonal where they agree, a marker per method
-    and a colour per setting (its Kendall tau in the legend)."""
-    plt = pyplot()
+def agreement_panel(ax, sel: pd.DataFrame, panel: str, marker: dict[str, str], colour: dict) -> None:
+    """One metric's panel of the comparison figure: each cell of `sel` at (paper, ours) with
+    error bars of one std each way (hollow where seeds failed or are suspect), and the diagonal
+    where the two agree."""
+    for _, c in sel.iterrows():
+        ax.errorbar(
+            c.paper_mean,
+            c.ours_mean,
+            xerr=0 if math.isnan(c.paper_std) else c.paper_std,
+            yerr=0 if math.isnan(c.ours_std) else c.ours_std,
+            fmt=marker[c.row],
+            color=colour[c.column],
+            markersize=6,
+            capsize=2,
+            elinewidth=0.8,
+            alpha=0.9,
+            markerfacecolor="none" if c.status != "ok" else colour[c.column],
+        )
+    if len(sel):
+        low = float(np.nanmin([sel.ours_mean - sel.ours_std.fillna(0), sel.paper_mean - sel.paper_std.fillna(0)]))
+        high = float(np.nanmax([sel.ours_mean + sel.ours_std.fillna(0), sel.paper_mean + sel.paper_std.fillna(0)]))
+        pad = 0.05 * (high - low or 1.0)
+        ax.plot([low - pad, high + pad], [low - pad, high + pad], color="0.4", linestyle="--", linewidth=0.8)
+        ax.set_xlim(low - pad, high + pad)
+        ax.set_ylim(low - pad, high + pad)
+        ax.set_aspect("equal", adjustable="box")
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            "no cell has both our number\nand the paper's",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="0.4",
+        )
+    ax.set_xlabel(f"paper: {panel}")
+    ax.set_ylabel(f"ours: {panel}")
+    ax.grid(alpha=0.3)
+
+
+def method_handles(table: Table, comp: pd.DataFrame, marker: dict[str, str]) -> list:
+    """The legend's methods (those with a number of ours), and what a hollow marker means where
+    one is drawn."""
     from matplotlib.lines import Line2D
 
-    panels = list(dict.fromkeys(table.metric_for(c).label for c in table.columns))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
-    colours = plt.get_cmap("tab10" if len(table.columns) <= 10 else "tab20")
-    colour = {c.label: colours(i % colours.N) for i, c in enumerate(table.columns)}
-    marker = {r.label: MARKERS[i % len(MARKERS)] for i, r in enumerate(table.rows)}
-    for ax, panel in zip(axes[0], panels):
-        labels = [c.label for c in table.columns if table.metric_for(c).label == panel]
-        sel = comp[comp.column.isin(labels) & comp.ours_mean.notna() & comp.paper_mean.notna()]
-        for _, c in sel.iterrows():
-            ax.errorbar(
-                c.paper_mean,
-                c.ours_mean,
-                xerr=0 if math.isnan(c.paper_std) else c.paper_std,
-                yerr=0 if math.isnan(c.ours_std) else c.ours_std,
-                fmt=marker[c.row],
-                color=colour[c.column],
-                markersize=6,
-                capsize=2,
-                elinewidth=0.8,
-                alpha=0.9,
-                markerfacecolor="none" if c.status != "ok" else colour[c.column],
-            )
-        if len(sel):
-            low = float(np.nanmin([sel.ours_mean - sel.ours_std.fillna(0), sel.paper_mean - sel.paper_std.fillna(0)]))
-            high = float(np.nanmax([sel.ours_mean + sel.ours_std.fillna(0), sel.paper_mean + sel.paper_std.fillna(0)]))
-            pad = 0.05 * (high - low or 1.0)
-            ax.plot([low - pad, high + pad], [low - pad, high + pad], color="0.4", linestyle="--", linewidth=0.8)
-            ax.set_xlim(low - pad, high + pad)
-            ax.set_ylim(low - pad, high + pad)
-            ax.set_aspect("equal", adjustable="box")
-        else:
-            ax.text(
-                0.5,
-                0.5,
-                "no cell has both our number\nand the paper's",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-                color="0.4",
-            )
-        ax.set_xlabel(f"paper: {panel}")
-        ax.set_ylabel(f"ours: {panel}")
-        ax.grid(alpha=0.3)
-    agreement = column_agreement(table, comp)
-    method_handles = [
+    handles = [
         Line2D([], [], marker=marker[r.label], color="0.3", linestyle="", label=r.label)
         for r in table.rows
         if r.label in set(comp[comp.ours_mean.notna()].row)
     ]
     if (comp.ours_mean.notna() & comp.status.isin([FAILED, SUSPECT])).any():
-        method_handles.append(
+        handles.append(
             Line2D(
                 [],
                 [],
@@ -368,7 +377,15 @@ def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) 
                 label="hollow: seeds failed\nor suspect",
             )
         )
-    setting_handles = [
+    return handles
+
+
+def setting_handles(table: Table, comp: pd.DataFrame, colour: dict) -> list:
+    """The legend's settings, each with its Kendall tau."""
+    from matplotlib.lines import Line2D
+
+    agreement = column_agreement(table, comp)
+    return [
         Line2D(
             [],
             [],
@@ -379,9 +396,35 @@ def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) 
         )
         for c in table.columns
     ]
-    fig.legend(handles=method_handles, title="method", loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8)
+
+
+def comparison_figure(table: Table, comp: pd.DataFrame, scale: str, path: Path) -> None:
+    """Ours against the paper's number, one panel per metric (accuracy and rounds do not share
+    an axis): error bars of one std each way, the diagonal where they agree, a marker per method
+    and a colour per setting (its Kendall tau in the legend)."""
+    plt = pyplot()
+    panels = list(dict.fromkeys(table.metric_for(c).label for c in table.columns))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
+    colours = plt.get_cmap("tab10" if len(table.columns) <= 10 else "tab20")
+    colour = {c.label: colours(i % colours.N) for i, c in enumerate(table.columns)}
+    marker = {r.label: MARKERS[i % len(MARKERS)] for i, r in enumerate(table.rows)}
+    for ax, panel in zip(axes[0], panels):
+        labels = [c.label for c in table.columns if table.metric_for(c).label == panel]
+        sel = comp[comp.column.isin(labels) & comp.ours_mean.notna() & comp.paper_mean.notna()]
+        agreement_panel(ax, sel, panel, marker, colour)
     fig.legend(
-        handles=setting_handles, title="setting (Kendall τ)", loc="lower left", bbox_to_anchor=(1.0, 0.02), fontsize=8
+        handles=method_handles(table, comp, marker),
+        title="method",
+        loc="upper left",
+        bbox_to_anchor=(1.0, 0.95),
+        fontsize=8,
+    )
+    fig.legend(
+        handles=setting_handles(table, comp, colour),
+        title="setting (Kendall τ)",
+        loc="lower left",
+        bbox_to_anchor=(1.0, 0.02),
+        fontsize=8,
     )
     title = f"{table.paper} {table.name}: ours against the paper's (scale: {scale})"
     if scale != "paper":

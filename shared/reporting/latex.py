@@ -299,6 +299,44 @@ FIT = r"""\ifdim\wd\fedreprobox>\linewidth
 \else\usebox{\fedreprobox}\fi"""
 
 
+def body_lines(
+    row_labels: list[tuple[str, str]], row_groups: list[tuple[str, list[str]]] | None, grid: list[list[str]]
+) -> list[str]:
+    """The tabular's body: one line per row; a rule between row groups, whose name is printed once."""
+    if not row_groups:
+        return [" & ".join([label, *cells]) + r" \\" for (_, label), cells in zip(row_labels, grid)]
+    names = [name for name, members in row_groups for name in [name] + [""] * (len(members) - 1)]
+    subs = [member for _, members in row_groups for member in members]
+    starts = {sum(len(m) for _, m in row_groups[:k]) for k in range(1, len(row_groups))}
+    body = []
+    for i, (name, sub, cells) in enumerate(zip(names, subs, grid)):
+        if i in starts:
+            body.append(r"\midrule")
+        body.append(" & ".join([name, sub, *cells]) + r" \\")
+    return body
+
+
+def header_lines(
+    column_labels: list[tuple[str, str]],
+    column_groups: list[tuple[str, list[str]]] | None,
+    label_columns: int,
+    corner_cell: str,
+) -> list[str]:
+    """The tabular's header: the column labels, under a spanning name (ruled) for each group."""
+    if not column_groups:
+        return [" & ".join([corner_cell, *(label for _, label in column_labels)]) + r" \\"]
+    tops, rules, first = [], [], label_columns + 1
+    for name, members in column_groups:
+        tops.append(rf"\multicolumn{{{len(members)}}}{{c}}{{{name}}}")
+        rules.append(rf"\cmidrule(lr){{{first}-{first + len(members) - 1}}}")
+        first += len(members)
+    return [
+        " & ".join([""] * label_columns + tops) + r" \\",
+        "".join(rules),
+        " & ".join([corner_cell, *(m for _, members in column_groups for m in members)]) + r" \\",
+    ]
+
+
 def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     """booktabs, laid out as the paper prints it: methods as rows, or as columns where the paper
     prints them so (FedGKD); labels sharing a prefix grouped (a spanning header over "ACC" and
@@ -314,34 +352,9 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     row_groups = split_groups(row_labels, min_groups=2)
     column_groups = split_groups(column_labels, min_groups=1)
     label_columns = 2 if row_groups else 1
-
-    # the body: one line per row; a rule between row groups, whose name is printed once
-    if row_groups:
-        names = [name for name, members in row_groups for name in [name] + [""] * (len(members) - 1)]
-        subs = [member for _, members in row_groups for member in members]
-        starts = {sum(len(m) for _, m in row_groups[:k]) for k in range(1, len(row_groups))}
-        body = []
-        for i, (name, sub, cells) in enumerate(zip(names, subs, grid)):
-            if i in starts:
-                body.append(r"\midrule")
-            body.append(" & ".join([name, sub, *cells]) + r" \\")
-    else:
-        body = [" & ".join([label, *cells]) + r" \\" for (_, label), cells in zip(row_labels, grid)]
     corner_cell = corner if label_columns == 1 else rf"\multicolumn{{2}}{{l}}{{{corner}}}"
-    if column_groups:
-        tops, rules, first = [], [], label_columns + 1
-        for name, members in column_groups:
-            tops.append(rf"\multicolumn{{{len(members)}}}{{c}}{{{name}}}")
-            rules.append(rf"\cmidrule(lr){{{first}-{first + len(members) - 1}}}")
-            first += len(members)
-        header = [
-            " & ".join([""] * label_columns + tops) + r" \\",
-            "".join(rules),
-            " & ".join([corner_cell, *(m for _, members in column_groups for m in members)]) + r" \\",
-        ]
-    else:
-        header = [" & ".join([corner_cell, *(label for _, label in column_labels)]) + r" \\"]
-
+    header = header_lines(column_labels, column_groups, label_columns, corner_cell)
+    body = body_lines(row_labels, row_groups, grid)
     scale_note = "" if scale == "paper" else rf" \textbf{{[Scale: {escape(scale)}; not a paper result.]}}"
     notes = footnote(table, used, scale)
     return "\n".join(

@@ -1,4 +1,4 @@
-"""How the series of a figure look, the same in every figure (shared/reporting/figures.py) and in the
+"""How the series of a figure look, the same in every figure (shared/reporting/figure_style.py) and in the
 learning curves (shared/curves.py, which draws beside training and so must not import torch:
 this module imports nothing). Series i gets colour, marker and line style i; 7 markers and 4
 line styles give 28 distinct (marker, line style) pairs (7 and 4 are coprime), so series are

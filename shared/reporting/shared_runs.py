@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from shared.config.schema import run_id
 from shared.runs.metrics import cell_value
-from shared.targets.experiments import Cell, all_tables, expand, load_metrics
+from shared.targets.experiments import Cell, Reported, all_tables, expand, load_metrics
 
 if TYPE_CHECKING:  # imported where a listing is made: a module that imports this one never pays for pandas
     import pandas as pd
@@ -38,6 +38,32 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     if not values:
         return "-"
     return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f} ({len(values)} seeds)"
+
+
+def paper_number(reported: Reported | None, note: str) -> str:
+    """The paper's printed number (± its std where printed), marked § where the paper contradicts
+    it; '-' where the paper prints none."""
+    if reported is None or reported.mean is None:
+        return "-"
+    return f"{reported.mean:g}" + ("" if reported.std is None else f" ± {reported.std:g}") + (" §" if note else "")
+
+
+# The listing's columns, one row per table cell that uses a shared experiment
+COLUMNS = [
+    "experiment",
+    "method",
+    "dataset",
+    "paper",
+    "table",
+    "row",
+    "column",
+    "metric",
+    "paper_number",
+    "paper_note",
+    "ours",
+    "runs",
+    "scale",
+]
 
 
 def shared_runs(
@@ -76,33 +102,14 @@ def shared_runs(
                     row=row,
                     column=column,
                     metric=metric.label,
-                    paper_number="-"
-                    if reported is None or reported.mean is None
-                    else f"{reported.mean:g}"
-                    + ("" if reported.std is None else f" ± {reported.std:g}")
-                    + (" §" if note else ""),
+                    paper_number=paper_number(reported, note),
                     paper_note=note,
                     ours=ours(cells, metric, Path(runs_dir)),
                     runs=";".join(c.run_id for c in cells),
                     scale=scale,
                 )
             )
-    columns = [
-        "experiment",
-        "method",
-        "dataset",
-        "paper",
-        "table",
-        "row",
-        "column",
-        "metric",
-        "paper_number",
-        "paper_note",
-        "ours",
-        "runs",
-        "scale",
-    ]
-    return pd.DataFrame.from_records(records, columns=columns)
+    return pd.DataFrame.from_records(records, columns=COLUMNS)
 
 
 def shared_markdown(df: pd.DataFrame, scale: str) -> str:

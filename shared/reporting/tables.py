@@ -16,7 +16,8 @@ import yaml
 
 from shared.reporting.claims import data_label, verdicts, write_claims
 from shared.reporting.comparison import comparison, comparison_figure, comparison_html, comparison_markdown
-from shared.reporting.figures import announce, draw, same_runs
+from shared.reporting.figure_settings import announce, same_runs
+from shared.reporting.figures import draw
 from shared.reporting.latex import latex_table
 from shared.reporting.summary import COMPLETED, collect, is_suspect, summarize_cells
 from shared.runs.provenance import commits_of, provenance_header
