@@ -51,7 +51,7 @@ from shared.targets.experiments import MOON_CIFAR10
 from shared.training.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
-FEDGKD = {  # papers/fedgkd/tables.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
+FEDGKD = {  # papers/fedgkd/protocol.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
     "dataset": {"name": "cifar10", "val_fraction": 0.1},
     "model": {"name": "resnet8"},
     "partition": {"kind": "dirichlet", "clients": 20, "beta": 0.5},
