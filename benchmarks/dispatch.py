@@ -8,15 +8,15 @@ on a GPU: what a step's CUDA graph replays) of one step of a group of its runs
 
     non-view ops per group step: <method> <N>
 
-Then one FedSSD run against a group of 15 (the FedSSD row of FedSSD's Table II: 5 settings x
-3 seeds), per round (not with --steps-only). A round here is what every round repeats: sampling, the method's server step (teacher and
-M_class), the clients' local training and the aggregation; evaluation is left out. The count
-is every aten operator torch.profiler records (nested ones included). The single run trains
-the way a run trains by default (one client after another); the group trains every (run,
-client) pair in one batched step (shared/training/group_training.py). Prints both counts, the ratio
-`group ops / single-run ops` (the target is at most 1.5), and the CPU seconds per run and
-round of the group against the single run's default path (median of --repeats rounds; none
-with --repeats 0).
+Then one FedSSD run against a group of 15 (the FedSSD row of FedSSD's Table II: 5 settings x 3
+seeds), per round (not with --steps-only). A round here is what every round repeats: sampling,
+the method's server step (teacher and M_class), the clients' local training and the aggregation;
+evaluation is left out. The count is every aten operator torch.profiler records (nested ones
+included). The single run trains the way a run trains by default (one client after another); the
+group trains every (run, client) pair in one batched step (shared/training/group_training.py).
+Prints both counts, the ratio `group ops / single-run ops` (the target is at most 1.5), and the
+CPU seconds per run and round of the group against the single run's default path (median of
+--repeats rounds; none with --repeats 0).
 """
 
 from __future__ import annotations

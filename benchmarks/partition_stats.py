@@ -77,7 +77,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"Synthetic labels (classes interleaved), mean over seeds 0..{args.seeds - 1}.\n")
     print(
-        "| setting | partition | smallest client | largest client | classes >= 1 sample | classes >= 5% | largest class share |"
+        "| setting | partition | smallest client | largest client | classes >= 1 sample | classes >= 5% "
+        "| largest class share |"
     )
     print("|---|---|---:|---:|---:|---:|---:|")
     for setting, per_class, num_classes, clients, kind, value in SETTINGS:

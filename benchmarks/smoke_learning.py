@@ -120,7 +120,8 @@ def report(table, frame: pd.DataFrame, chance: float, seconds: float, args) -> s
     )
     own = next((r for r in means.index if r.lower() == table.paper.lower()), None)
     lines = [
-        f"{table.paper}/{table.name} at smoke scale, {frame.seed.nunique()} seed(s), --smoke {args.smoke} --set {args.sets}",
+        f"{table.paper}/{table.name} at smoke scale, {frame.seed.nunique()} seed(s), "
+        f"--smoke {args.smoke} --set {args.sets}",
         marked.to_markdown(),
     ]
     if own and REFERENCE_ROW in means.index:

@@ -13,12 +13,12 @@ for a local copy of CIFAR-10, `dataset=synthetic` (shaped like CIFAR) where ther
 
 Variants: `reference`; `sequential` (our trainer in fp32, one client after another); `bf16`
 (bf16 autocast and channels_last); `batched` (`trainer.clients_per_step` = clients per round,
-fp32; CUDA graphs on CUDA) and `batched-bf16`; on the CPU `threads` (`trainer.client_threads`
-= torch's CPU threads, each client on one; channels_last, fp32) and `threads-bf16`; for ResNet-50 `fp32` (our trainer in fp32
-eager), `bf16` and `bf16-compile` (and torch.compile, CUDA graphs on CUDA), and `batched` and
-`batched-bf16` (BatchNorm in the batched step). bf16 changes a
-run's numbers beyond rounding (`trainer.amp` is part of its id); its accuracy should still
-agree within seed noise. On CUDA with --peak-tflops (or a GPU in PEAK_BF16_TFLOPS) the script also
+fp32; CUDA graphs on CUDA) and `batched-bf16`; on the CPU `threads` (`trainer.client_threads` =
+torch's CPU threads, each client on one; channels_last, fp32) and `threads-bf16`; for ResNet-50
+`fp32` (our trainer in fp32 eager), `bf16` and `bf16-compile` (and torch.compile, CUDA graphs on
+CUDA), and `batched` and `batched-bf16` (BatchNorm in the batched step). bf16 changes a run's
+numbers beyond rounding (`trainer.amp` is part of its id); its accuracy should still agree
+within seed noise. On CUDA with --peak-tflops (or a GPU in PEAK_BF16_TFLOPS) the script also
 measures the local steps alone: achieved TFLOP/s and the fraction of the bf16 peak.
 
 Rounds default to 5 (fewer where the config has fewer). The JSON (default
@@ -51,7 +51,7 @@ from shared.targets.experiments import MOON_CIFAR10
 from shared.training.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
-FEDGKD = {  # papers/fedgkd/tables.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
+FEDGKD = {  # papers/fedgkd/protocol.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
     "dataset": {"name": "cifar10", "val_fraction": 0.1},
     "model": {"name": "resnet8"},
     "partition": {"kind": "dirichlet", "clients": 20, "beta": 0.5},
@@ -337,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_ours(cfg, rounds)
             repeats[variant].append(summarise(result))
             print(
-                f"{variant}: {repeats[variant][-1]['seconds_per_round']:.2f} s/round, final acc {result['final_acc']:.2f} "
+                f"{variant}: {repeats[variant][-1]['seconds_per_round']:.2f} s/round, "
+                f"final acc {result['final_acc']:.2f} "
                 f"({time.perf_counter() - variant_started:.0f} s)",
                 file=sys.stderr,
                 flush=True,

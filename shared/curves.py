@@ -150,7 +150,7 @@ def plot(runs: list[RunCurves], out: str | Path) -> Path:
                     linewidth=1.3,
                     **look,
                 )
-    for ax, (key, title, ylabel) in zip(axes.flat, PANELS):
+    for ax, (_key, title, ylabel) in zip(axes.flat, PANELS):
         ax.set_title(f"{title}: {ylabel.removesuffix(' (%)')}")
         ax.set_xlabel("communication round")
         ax.set_ylabel(ylabel)
@@ -159,10 +159,10 @@ def plot(runs: list[RunCurves], out: str | Path) -> Path:
             ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes, color="0.5")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     for ax in axes.flat[1:]:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            if l not in labels:
-                handles.append(h)
-                labels.append(l)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), frameon=False)
     rows = -(-len(labels) // 4)
     fig.tight_layout(rect=(0, 0.04 * rows, 1, 1))

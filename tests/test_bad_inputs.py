@@ -58,7 +58,8 @@ BAD_CONFIGS = [
     (["model=distilbert"], r"^model.name=distilbert does not fit dataset.name=cifar10: text datasets"),
     (
         ["dataset=synthetic", "dataset.synthetic.image_size=4"],
-        r"^model.name=fedavg_cnn cannot take dataset.name=synthetic's 3x4x4 images: it needs a side of at least 16 pixels$",
+        r"^model.name=fedavg_cnn cannot take dataset.name=synthetic's 3x4x4 images: "
+        r"it needs a side of at least 16 pixels$",
     ),
     (
         ["model=alexnet_bn"],
@@ -371,8 +372,8 @@ TINY = [
     [
         (
             ["partition.clients=40", "partition.beta=0.01", "partition.min_size=0"],
-            r"partition.kind=dirichlet leaves \d+ of 40 clients without samples \(client \d+, ...\); use fewer clients, "
-            r"a larger partition.beta or partition.min_size",
+            r"partition.kind=dirichlet leaves \d+ of 40 clients without samples \(client \d+, ...\); "
+            r"use fewer clients, a larger partition.beta or partition.min_size",
         ),
         (["partition=iid", "partition.clients=500"], r"partition.clients=500 must lie in \[1, 200\]"),
         (

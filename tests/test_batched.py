@@ -112,7 +112,7 @@ def test_stacked_sgd_is_torch_sgd_per_client_and_leaves_inactive_clients_alone()
     active_per_step = [[True, True, True], [True, False, True], [False, False, True], [True, True, False]]
     for active in active_per_step:
         grads = [torch.randn(3, *s) for s in shapes]
-        stacked.select(tuple(active), lambda: torch.tensor(active))
+        stacked.select(tuple(active), lambda active=active: torch.tensor(active))
         stacked.step(grads)
         for c in range(3):
             if active[c]:

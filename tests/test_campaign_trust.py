@@ -251,7 +251,7 @@ def archive_mutations():
     ):
         yield (
             f"{name} member",
-            lambda s, k=kind, l=link: s.members.append((info(f"{finished}/metrics.jsonl.x", k, 0, l), None)),
+            lambda s, k=kind, link=link: s.members.append((info(f"{finished}/metrics.jsonl.x", k, 0, link), None)),
         )
     yield (
         "member unlisted",

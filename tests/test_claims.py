@@ -25,7 +25,7 @@ from shared.reporting.claims import (
 )
 from shared.reporting.tables import build_paper_claims, build_table
 from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
-from tests.test_tables import BASE, write_runs
+from tests.test_tables import BASE, FINAL, write_runs
 
 
 @pytest.mark.parametrize("paper", paper_names())
@@ -60,7 +60,7 @@ def seeds_frame(values: dict) -> pd.DataFrame:
     )
 
 
-def grid_table(metric=Metric()):
+def grid_table(metric=FINAL):
     columns = [Column(label, {}) for label in ("clear", "close", "behind", "missing")]
     return Table(
         paper="fedssd",

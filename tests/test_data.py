@@ -195,5 +195,5 @@ def test_a_cache_that_loads_but_is_wrong_is_rebuilt(damage, fake_cifar_server, t
     capsys.readouterr()
     again = load_dataset(cifar_cfg(root))
     assert torch.equal(again.train.x, first.train.x) and torch.equal(again.test.y, first.test.y)
-    (line,) = [l for l in capsys.readouterr().err.splitlines() if "cifar10.pt" in l]
+    (line,) = [err for err in capsys.readouterr().err.splitlines() if "cifar10.pt" in err]
     assert line.endswith("; rebuilding it")

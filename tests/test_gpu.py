@@ -9,13 +9,14 @@ H100; the torch.compile test is the slowest (one compilation of a small CNN). Ev
 its peak GPU memory (`record_property`, so `--junitxml` keeps it) and prints it.
 
 Equality between ways of training holds up to float rounding, measured as the relative L2
-distance of the final weights (model.pt). TF32 is switched off here, so fp32 means fp32. On
-a 2-core x86 CPU, with these settings, the batched trainer's fp32 weights differ from the
+distance of the final weights (model.pt). TF32 is switched off here, so fp32 means fp32. On a
+2-core x86 CPU, with these settings, the batched trainer's fp32 weights differ from the
 sequential trainer's by about 1e-8 for FedAvg-CNN and by up to 5e-4 for ResNet-8, whose
 GroupNorm over 2x2 feature maps amplifies rounding; FP32_TOLERANCE allows a few times that.
 ResNet-50 has no fp32 tolerance: here its rounding is amplified without bound (FP32_TOLERANCE's
-comment), so its batched step is compared in float64 alone. In float64 the same comparison holds to 1e-16 on the CPU, so the float64 tests (the batched
-paths, resuming) use a tolerance of 1e-9: any wrong step, missed client or lost state shows.
+comment), so its batched step is compared in float64 alone. In float64 the same comparison holds
+to 1e-16 on the CPU, so the float64 tests (the batched paths, resuming) use a tolerance of 1e-9:
+any wrong step, missed client or lost state shows.
 """
 
 from __future__ import annotations

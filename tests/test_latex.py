@@ -1,7 +1,8 @@
 """Every paper table's table.tex compiles with pdflatex, in a one-column article and in a
 two-column page with IEEE's dimensions, without an error, without an overfull box wider than
-10 pt and scaled to no less than 80% (a wide table turns onto a landscape page instead): all 18 tables, built from fabricated run summaries at smoke scale (some runs diverged,
-some flagged suspect, methods not implemented shown as n/i)."""
+10 pt and scaled to no less than 80% (a wide table turns onto a landscape page instead): all 18
+tables, built from fabricated run summaries at smoke scale (some runs diverged, some flagged
+suspect, methods not implemented shown as n/i)."""
 
 from __future__ import annotations
 

@@ -312,7 +312,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_pat
 
     full = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit)
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
-    (line,) = [l for l in full.stderr.splitlines() if l.startswith("error: ")]
+    (line,) = [err for err in full.stderr.splitlines() if err.startswith("error: ")]
     assert "no space left" in line and "run the same command again" in line
     assert not (tmp_path / "run" / "metrics.json").exists() and not list((tmp_path / "run").glob(".*.tmp"))
     freed = subprocess.run(command, capture_output=True, text=True)

@@ -158,6 +158,19 @@ def batch_of(method, client, cfg):
     return x, y, method.step_inputs(client, len(y), generator)
 
 
+def mean_of_per_sample_losses(wrapper, x, y, inputs):
+    """The batch's mean loss as a function of the parameters, each sample's loss taken under vmap."""
+
+    def mean_loss(params):
+        def one_sample(xi, yi, row):
+            return functional_call(wrapper, params, (xi[None], yi[None], {k: v[None] for k, v in row.items()}))
+
+        per_sample = vmap(one_sample)(x, y, inputs)
+        return per_sample.mean()
+
+    return mean_loss
+
+
 @pytest.mark.parametrize("name, overrides", cases())
 def test_local_loss_is_the_mean_of_its_per_sample_losses_under_vmap(tiny_cfg, float64, name, overrides):
     cfg = tiny_cfg(*TINY_ROUND, f"method={name}", *overrides)
@@ -190,15 +203,7 @@ def test_local_loss_is_the_mean_of_its_per_sample_losses_under_vmap(tiny_cfg, fl
 
         wrapper = LocalLoss(method, model)
         params = {f"model.{k}": p.detach() for k, p in model.named_parameters()}
-
-        def mean_of_per_sample_losses(params):
-            def one_sample(xi, yi, row):
-                return functional_call(wrapper, params, (xi[None], yi[None], {k: v[None] for k, v in row.items()}))
-
-            per_sample = vmap(one_sample)(x, y, inputs)
-            return per_sample.mean()
-
-        grads, loss = grad_and_value(mean_of_per_sample_losses)(params)
+        grads, loss = grad_and_value(mean_of_per_sample_losses(wrapper, x, y, inputs))(params)
         torch.testing.assert_close(loss, batch_loss.detach(), rtol=1e-10, atol=1e-10)
         for (k, _), batch_grad in zip(model.named_parameters(), batch_grads):
             torch.testing.assert_close(grads[f"model.{k}"], batch_grad, rtol=1e-10, atol=1e-10, msg=k)

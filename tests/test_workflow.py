@@ -76,7 +76,8 @@ ONE = [Column("Dir(0.5)", {})]
 TABLES = [
     Table("wfcheck", "table1", "Failures", BASE, [Row("FedAvg", {"name": "fedavg"}), Row("Flaky", {"name": "flaky"}),
           Row("Broken", {"name": "broken"}), Row("Diverging", {"name": "diverging"})], ONE, {}, seeds=(0,)),
-    Table("wfcheck", "table2", "Fast runs", BASE, [Row("FedAvg", {"name": "fedavg"}), Row("FedProx", {"name": "fedprox"})],
+    Table("wfcheck", "table2", "Fast runs", BASE, [Row("FedAvg", {"name": "fedavg"}), \
+Row("FedProx", {"name": "fedprox"})],
           ONE, {}, seeds=(0, 1)),
     Table("wfcheck", "table3", "A run that overruns its time limit once", BASE, [Row("Stalling", {"name": "stalling"})],
           ONE, {}, seeds=(0,)),

@@ -8,7 +8,8 @@ import shutil
 from tests.test_workflow import job_counts, make_project, paper_runs, snakemake
 
 # the smallest table that has two runs: FedAvg at two seeds (seed 0's run is table2's too)
-TWO_RUNS = """    Table("wfcheck", "table5", "Two runs", BASE, [Row("FedAvg", {"name": "fedavg"})], ONE, {}, seeds=(0, 1)),
+TWO_RUNS = """    Table("wfcheck", "table5", "Two runs", BASE, [Row("FedAvg", {"name": "fedavg"})], ONE, {}, \
+seeds=(0, 1)),
 ]
 """
 ARGS = ["--cores", "2", "--config", "scale=smoke", "device=cpu", "--", "papers/wfcheck/table5"]

@@ -5,6 +5,19 @@ reports. Its tables report the best test accuracy over the rounds (Table 3's num
 
 from dataclasses import replace
 
+from papers.fedgkd.protocol import (
+    ALPHAS,
+    CIFAR10,
+    CIFAR100,
+    CV_SETTINGS,
+    LABELS,
+    METHODS,
+    NLP_SETTINGS,
+    PROTOCOL,
+    SST5,
+    on,
+    only,
+)
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import Best
 from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
@@ -12,143 +25,6 @@ from shared.targets.figure_declarations import Figure
 
 R = Reported
 BEST = Metric("best_acc")
-
-# Section 5.1: 20 clients, C=0.2, Dir(alpha), 100 rounds (Tiny-ImageNet 30), E=20, B=64, SGD lr
-# 0.05, momentum 0.9, weight decay 1e-5; 90% of the training split trains, 10% validates (the
-# validation losses weight FedGKD-VOTE's buffer). ResNet-8 with GroupNorm on CIFAR; ResNet-50 on
-# Tiny-ImageNet, with GroupNorm except for MOON and FedGKD+, which use BatchNorm.
-PROTOCOL = {
-    # images augmented as the released code (FedDF's) does: a crop of the image padded with black, a flip
-    "dataset": {"name": "cifar10", "val_fraction": 0.1, "augmentation": "feddf"},
-    "model": {"name": "resnet8"},
-    "partition": {"kind": "dirichlet_balanced", "clients": 20},  # the released code's (FedDF's) Dir(alpha)
-    "federation": {"rounds": 100, "participation": 0.2},
-    "local": {"epochs": 20, "batch_size": 64, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5},
-}
-CIFAR10 = {"dataset": {"name": "cifar10"}}
-CIFAR100 = {"dataset": {"name": "cifar100"}}
-TINY = {"dataset": {"name": "tiny_imagenet"}, "model": {"name": "resnet50_gn"}, "federation": {"rounds": 30}}
-# NLP: DistilBERT, Adam lr 1e-5, no weight decay, 10 rounds, 4 clients per round; AG News on 50% of
-# its training split (60,000), 20 clients, E=1; SST-5 on all of it (8,544), 10 clients, E=3.
-NLP = {
-    "dataset": {"augmentation": None},
-    "model": {"name": "distilbert"},
-    "federation": {"rounds": 10},
-    "local": {"optimizer": "adam", "lr": 1e-5, "weight_decay": 0.0},
-}
-AG_NEWS = deep_merge(
-    NLP,
-    {
-        "dataset": {"name": "ag_news", "train_subset": 60000},
-        "partition": {"clients": 20, "beta": 0.1},
-        "federation": {"participation": 0.2},
-        "local": {"epochs": 1},
-    },
-)
-SST5 = deep_merge(
-    NLP,
-    {
-        "dataset": {"name": "sst5"},
-        "partition": {"clients": 10, "beta": 0.1},
-        "federation": {"participation": 0.4},
-        "local": {"epochs": 3},
-    },
-)
-
-
-def setting(dataset: str, config: dict, alpha: float) -> Column:
-    return Column(
-        f"{dataset} α={alpha:g}", deep_merge(config, {"partition": {"beta": alpha}}), rf"{dataset} $\alpha={alpha:g}$"
-    )
-
-
-ALPHAS = (1.0, 0.5, 0.1)
-CV_SETTINGS = [
-    setting(name, config, a)
-    for name, config in (("CIFAR-10", CIFAR10), ("CIFAR-100", CIFAR100), ("Tiny-ImageNet", TINY))
-    for a in ALPHAS
-]
-TINY_LABELS = [c.label for c in CV_SETTINGS if c.label.startswith("Tiny")]
-C100_LABELS = [c.label for c in CV_SETTINGS if c.label.startswith("CIFAR-100")]
-NLP_SETTINGS = [
-    Column("AG News α=0.1", AG_NEWS, r"AG News $\alpha=0.1$"),
-    Column("SST-5 α=0.1", SST5, r"SST-5 $\alpha=0.1$"),
-]
-NLP_LABELS = [c.label for c in NLP_SETTINGS]
-
-
-def on(labels, overrides: dict) -> dict[str, dict]:
-    return {label: overrides for label in labels}
-
-
-# "Parameter Setting": MOON mu 5, 5, 1, 0.1 and FedProx mu 0.01, 0.001, 0.001, 0.001 on CIFAR-10,
-# CIFAR-100, Tiny-ImageNet and NLP; MOON and FedGKD+ with a 256-d projection head; FedDistill+ 0.1;
-# FedGen's generator hidden size 512, 2048, 768 for ResNet-8, ResNet-50, DistilBERT (its weight
-# is tuned in {0.1, 1, 10}, the choice not printed: 0.1, its port's default); FedGKD gamma 0.2
-# (ResNet-8, DistilBERT) and 0.1 (ResNet-50); FedGKD-VOTE's buffer 5 (CV) and 3 (NLP).
-# FedGKD's buffer is not stated for Table 3; its numbers match Table 7's rows M=5, 1, 5 (CIFAR-10)
-# and M=5, 7, 5 (CIFAR-100) at alpha = 1, 0.5, 0.1, so those are used; 5 elsewhere.
-PROJECTION = {"model": {"projection_dim": 256}}
-BUFFER = {
-    "CIFAR-10 α=1": 5,
-    "CIFAR-10 α=0.5": 1,
-    "CIFAR-10 α=0.1": 5,
-    "CIFAR-100 α=1": 5,
-    "CIFAR-100 α=0.5": 7,
-    "CIFAR-100 α=0.1": 5,
-}
-METHODS = [
-    Row("FedAvg", {"name": "fedavg"}),
-    Row(
-        "FedProx",
-        {"name": "fedprox", "mu": 0.01},
-        per_column={**on([*C100_LABELS, *TINY_LABELS, *NLP_LABELS], {"method": {"mu": 0.001}})},
-    ),
-    Row(
-        "MOON",
-        {"name": "moon", "mu": 5.0, "tau": 0.5},
-        config=PROJECTION,
-        per_column={
-            **on(TINY_LABELS, {"method": {"mu": 1.0}, "model": {"name": "resnet50"}}),
-            **on(NLP_LABELS, {"method": {"mu": 0.1}}),
-        },
-    ),
-    Row("FedDistill+", {"name": "feddistill", "lam": 0.1}),
-    Row(
-        "FedGen",
-        {"name": "fedgen", "alpha": 0.1, "hidden": 512},
-        per_column={**on(TINY_LABELS, {"method": {"hidden": 2048}}), **on(NLP_LABELS, {"method": {"hidden": 768}})},
-    ),
-    Row(
-        "FedGKD",
-        {"name": "fedgkd", "gamma": 0.2, "buffer": 5},
-        per_column={
-            **{label: {"method": {"buffer": m}} for label, m in BUFFER.items()},
-            **on(TINY_LABELS, {"method": {"gamma": 0.1}}),
-        },
-    ),
-    Row(
-        "FedGKD-VOTE",
-        {"name": "fedgkd", "gamma": 0.2, "vote": True, "buffer": 5},
-        per_column={**on(TINY_LABELS, {"method": {"gamma": 0.1}}), **on(NLP_LABELS, {"method": {"buffer": 3}})},
-    ),
-    Row(
-        "FedGKD+",
-        {"name": "fedgkd", "gamma": 0.2, "buffer": 5},
-        config=PROJECTION,
-        per_column={
-            **{label: {"method": {"buffer": m}} for label, m in BUFFER.items()},
-            **on(TINY_LABELS, {"method": {"gamma": 0.1}, "model": {"name": "resnet50"}}),
-        },
-    ),
-]
-LABELS = [r.label for r in METHODS]
-
-
-def only(columns: list[Column], rows=METHODS) -> list[Row]:
-    """The rows with just the per-column overrides of `columns`."""
-    keep = {c.label for c in columns}
-    return [replace(r, per_column={k: v for k, v in r.per_column.items() if k in keep}) for r in rows]
 
 
 def by_method(values: list[list[Reported]]) -> dict[str, list[Reported]]:

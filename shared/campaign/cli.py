@@ -5,8 +5,8 @@
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256]
     python -m shared.campaign import FILE
-    python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE] [--wheels-from DIR | --no-wheels]
-                                              [--max-upload-mib M]
+    python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
+                                              [--wheels-from DIR | --no-wheels] [--max-upload-mib M]
 
 `train` trains the targets' missing runs in this process (no Snakemake, no network): seed 0
 of every cell first, so that a whole table exists with one seed as early as possible, then the

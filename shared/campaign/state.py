@@ -272,11 +272,12 @@ def write_state(
     max_parts: int | None = None,
 ) -> Written:
     """The state file: finished runs, then the checkpoints that keep it within `max_parts` parts
-    (None: all), split into parts of part_mib when larger (None: one file, whatever its size). Every step leaves a readable state,
-    the old one or the new (`read_state`): the new whole file replaces `path` (beside any old
-    parts it is the later state), the old parts go (a torn set never reads), the new parts are
-    written, each atomically (a torn set beside the whole file never reads), then the whole file
-    goes (until then both hold the same state, and the parts are read)."""
+    (None: all), split into parts of part_mib when larger (None: one file, whatever its size).
+    Every step leaves a readable state, the old one or the new (`read_state`): the new whole
+    file replaces `path` (beside any old parts it is the later state), the old parts go (a torn
+    set never reads), the new parts are written, each atomically (a torn set beside the whole
+    file never reads), then the whole file goes (until then both hold the same state, and the
+    parts are read)."""
     limit = part_bytes(part_mib) if part_mib else None
     whole = path.with_name(f".{os.getpid()}.{path.name}")  # hidden; ends as `path` does, so compressed alike
     path.parent.mkdir(parents=True, exist_ok=True)

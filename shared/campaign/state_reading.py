@@ -195,7 +195,8 @@ def read_members(path: Path, stream: Bounded) -> tuple[object, dict[str, bytes]]
             if why is None and (member.name in members or (member.name == MANIFEST and manifest is not None)):
                 why = "appears twice"
             if why is None and member.size > min(member_limit(member.name), left):
-                why = f"holds {megabytes(member.size)}, over the limit of {megabytes(min(member_limit(member.name), left))}"
+                limit = megabytes(min(member_limit(member.name), left))
+                why = f"holds {megabytes(member.size)}, over the limit of {limit}"
             if why:
                 raise CampaignError(f"{path}: member {member.name[:120]!r} {why}")
             left -= member.size

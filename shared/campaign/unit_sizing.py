@@ -9,9 +9,10 @@ Its round's seconds are estimated, in this order, from
                 and every round this session trained so far
     scaled      the nearest measured unit of the same model (the same method first, then the
                 nearest number of slots), scaled by the training samples a round processes
-    planned     the cost model's estimate (shared/targets/cost.py) of each run's round, the unit's runs one after another
-                (a group's step saves launches, not arithmetic: a large model's group takes
-                about as long as its runs alone, and a first round that overran would be lost)
+    planned     the cost model's estimate (shared/targets/cost.py) of each run's round, the
+                unit's runs one after another (a group's step saves launches, not arithmetic: a
+                large model's group takes about as long as its runs alone, and a first round
+                that overran would be lost)
 
 `size_unit` then takes as many of the unit's runs (those with fewest rounds left first) as can
 finish before the deadline; where none can, the whole unit, which trains until the deadline

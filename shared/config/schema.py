@@ -134,9 +134,9 @@ class PartitionConfig:
     beta: Positive = 0.5  # Dirichlet concentration
     k: Count = 2  # classes per client for kind=classes
     min_size: NonNegativeInt = 10  # Dirichlet: redraw until every client holds this many samples
-    rng: str | None = (
-        None  # None: our generator | niid_bench: NIID-Bench's draws (np.random / random seeded with the seed; kinds iid, dirichlet, classes)
-    )
+    # None: our generator | niid_bench: NIID-Bench's draws (np.random / random seeded with the
+    # seed; kinds iid, dirichlet, classes)
+    rng: str | None = None
     # kind=domains: every domain keeps only its first share x (the smallest domain's training
     # size) samples, FedBN's equal-size domains (its fed_office.py: 0.5); None keeps them all
     domain_share: Annotated[float, Range(0, 1, low_open=True)] | None = None

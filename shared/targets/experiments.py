@@ -266,8 +266,9 @@ SMOKE_GUARANTEED_SAMPLES = 100
 
 def smoke_synthetic(dataset: dict, clients: int) -> dict:
     """dataset.synthetic for the stand-in of `dataset`: its shape, about 20 samples per client,
-    overlapping classes (images), and what its partitions need: writer ids (FEMNIST), domains (Office-Caltech-10, so that
-    per-domain accuracy is reported) or token sequences (AG News, SST-5)."""
+    overlapping classes (images), and what its partitions need: writer ids (FEMNIST), domains
+    (Office-Caltech-10, so that per-domain accuracy is reported) or token sequences (AG News,
+    SST-5)."""
     info = dataset_info(dataset.get("name", "cifar10"))
     classes = info.classes or 10  # imagefolder: CIFAR-10's shape
     if info.text:
@@ -289,12 +290,13 @@ def smoke_synthetic(dataset: dict, clients: int) -> dict:
 
 
 def smoke_scale(values: dict) -> dict:
-    """Minutes on a CPU: synthetic data shaped like the dataset (`smoke_synthetic`), 4 rounds
-    of 10 epochs at batch size 6 (the global model leaves chance in its first round or two, and
-    local models fit their data, so that the methods that distil from it differ from FedAvg), ResNet-50 and
-    AlexNet-BN replaced by ResNet-8 (whose GroupNorm keeps FedCSD's lr 0.1 stable, as AlexNet's
-    BatchNorm does) and DistilBERT by a small embedding model. Everything else (partition, method, clients, learning rate) is kept, so every code path of
-    the paper setting runs, except a Dirichlet draw's min_size over many clients (`smoke_min_size`)."""
+    """Minutes on a CPU: synthetic data shaped like the dataset (`smoke_synthetic`), 4 rounds of
+    10 epochs at batch size 6 (the global model leaves chance in its first round or two, and
+    local models fit their data, so that the methods that distil from it differ from FedAvg),
+    ResNet-50 and AlexNet-BN replaced by ResNet-8 (whose GroupNorm keeps FedCSD's lr 0.1 stable,
+    as AlexNet's BatchNorm does) and DistilBERT by a small embedding model. Everything else
+    (partition, method, clients, learning rate) is kept, so every code path of the paper setting
+    runs, except a Dirichlet draw's min_size over many clients (`smoke_min_size`)."""
     model = values.get("model", {}).get("name", "fedavg_cnn")
     clients = values.get("partition", {}).get("clients", 10)
     synthetic = smoke_synthetic(values.get("dataset", {}), clients)
