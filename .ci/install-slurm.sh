@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: a one-node SLURM on loopback for tests/test_slurm.py (marker `slurm`), from Debian's
+# CI: a one-node SLURM on loopback for tests/workflow/test_slurm.py (marker `slurm`), from Debian's
 # packages; a second call on a running cluster returns in well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 """One step of a group's batched training, recorded operator by operator, for the methods of
 any tables: what `python -m benchmarks.dispatch` counts for FedSSD's Table II and what
-tests/test_group_step.py checks for every method of the campaign's targets.
+tests/training/test_group_step.py checks for every method of the campaign's targets.
 
     table_methods(targets)    case id -> a run of each method the targets' rows declare,
                               one per method, model and code path (its switches, not its

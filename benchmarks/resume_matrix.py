@@ -9,7 +9,7 @@ checkpoint holding rounds 1..r) or the middle of a write (the k-th checkpoint.pt
 metrics.json, half written when the process dies). "identical" means every round's record
 (global and local accuracies and losses, per-class accuracy, training loss, the method's own
 metrics) and every weight of the final model are bit-identical. Prints a Markdown table.
-tests/test_resume.py holds the same property for one point per method in CI.
+tests/runs/test_resume.py holds the same property for one point per method in CI.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class FedAvgCNN(nn.Module):
     def forward(self, x):
         # max-pool before ReLU: the same numbers, forward and backward, as the paper's ReLU then
         # pool (ReLU is monotone), with ReLU on a quarter of the values; on a CPU the step is
-        # 1.3x faster in channels_last (tests/test_models.py checks the equality)
+        # 1.3x faster in channels_last (tests/models/test_models.py checks the equality)
         x = F.relu(max_pool2x2(self.conv1(x)))
         x = F.relu(max_pool2x2(self.conv2(x)))
         x = F.relu(self.fc1(x.flatten(1)))
@@ -267,7 +267,7 @@ class MeanEmbeddingText(nn.Module):
 
 class ImageModel(NamedTuple):
     build: Callable[[int, int], nn.Module]  # (channels, side) -> backbone
-    min_side: int  # the smallest image its convolutions and pools leave a pixel of (tests/test_models.py)
+    min_side: int  # the smallest image its convolutions and pools leave a pixel of (tests/models/test_models.py)
 
 
 MODELS = {

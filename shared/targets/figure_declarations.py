@@ -12,7 +12,7 @@ from typing import Callable
 
 from shared.targets.experiments import Cell, Table, declared, declared_one, expand, get_table
 
-# What shared/reporting/figures.py can draw (its DRAW; tests/test_figures.py checks that the two agree)
+# What shared/reporting/figures.py can draw (its DRAW; tests/reporting/test_figures.py checks that the two agree)
 FIGURE_KINDS = frozenset({"curves", "partitions", "sweep", "round_metric", "custom"})
 
 

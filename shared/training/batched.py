@@ -73,8 +73,8 @@ needs no per-sample terms, but still a loss that reads no client and changes no 
 shared/training/clients.py checks this and trains anything else one client after another, with
 a note on stderr saying why.
 
-The results equal the sequential trainer's up to floating-point rounding (tests/test_batched.py
-and, with BatchNorm, tests/test_batched_batchnorm.py check weights and running statistics after
+The results equal the sequential trainer's up to floating-point rounding (tests/training/test_batched.py
+and, with BatchNorm, tests/training/test_batched_batchnorm.py check weights and running statistics after
 a round in float64), so `trainer.clients_per_step` is not part of a run's id.
 """
 

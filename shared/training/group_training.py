@@ -11,7 +11,7 @@ round loop takes the group's runs a round of each at a time, and `GroupClients` 
 their sampled clients in `shared.training.batched.BatchedClients` (one CUDA graph for the group; a
 model with BatchNorm too, each (run, client) slot with its own batch and running statistics). A
 run's results equal the run trained alone up to floating-point rounding, so its run id is the
-same (tests/test_group_training.py checks this in float64 per method).
+same (tests/training/test_group_training.py checks this in float64 per method).
 
 Runs may be at different rounds (one resumed further than another): each slot carries its own
 run's round, batches and generator. A run whose rounds end, or that diverges, leaves the group;

@@ -22,7 +22,7 @@ SCALE = config["scale"]
 
 # Keys that do not change a run's result. They reach a run job on its command line, read from
 # --config when the job starts, and never its params, inputs or its rule's code: switching any of them
-# on a finished table is "Nothing to be done" (tests/test_workflow.py).
+# on a finished table is "Nothing to be done" (tests/workflow/test_workflow.py).
 RUNTIME = {"data_root": os.environ.get("FEDREPRO_DATA", config["data_root"]),
            "trainer": {"device": config["device"], "clients_per_step": config.get("clients_per_step", 1),
                        "client_threads": config.get("client_threads", 1),

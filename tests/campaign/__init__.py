@@ -1,0 +1,1 @@
+"""Tests of time-limited GPU sessions and their state files."""

@@ -1,0 +1,321 @@
+"""A campaign session: scripts/gpu-session.sh rehearsed on the CPU, units sized to the time
+left, the ledger that keeps what travels small, and the runtime keys a session may set."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import types
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from shared.campaign import state as campaign_state
+from shared.campaign import train as campaign_train
+from shared.campaign import unit_sizing
+from shared.campaign.cli import main
+from shared.campaign.session_timing import unit_summary
+from shared.campaign.state import read_state
+from shared.campaign.train import with_runtime
+from shared.config.schema import ConfigError, run_id
+from shared.targets.copies import campaign_runs
+from shared.targets.runtime_settings import parse_settings
+from shared.training.round_timing import RoundTiming
+from tests.campaign.test_campaign import TARGET, checkout, put_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSION_FILES = {"environment.json", "gate.xml", "timing.json", "session.log"}
+
+
+def smoke_runs(target: str = TARGET) -> dict:
+    return campaign_runs([target], "smoke", None)[0]
+
+
+def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_state_that_ships(tmp_path):
+    """The whole session as a GPU machine runs it, on the CPU at smoke scale: no carried state,
+    no gpu test to run (gate.xml says why), training until the session's end less its margin,
+    at most 6 files of at most 1 MiB; `import` of what came back ships a finished run, which
+    records the runtime key the session set."""
+    project = checkout(tmp_path / "project")
+    shutil.copytree(ROOT / "scripts", project / "scripts")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable}  # --device cpu: one torch thread (shared.campaign.session.child_env)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            "bash",
+            "scripts/gpu-session.sh",
+            str(out),
+            TARGET,
+            "--scale",
+            "smoke",
+            "--device",
+            "cpu",
+            "--minutes",
+            "1.5",
+            "--max-files",
+            "6",
+            "--max-file-mib",
+            "1",
+            "--set",
+            "trainer.deterministic=false",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert time.monotonic() - started < 1.5 * 60 + 30
+    files = {p.name: p.stat().st_size for p in out.iterdir()}
+    assert SESSION_FILES <= set(files) and len(files) <= 6 and max(files.values()) <= 2**20, files
+    assert set(files) - SESSION_FILES <= {"state.tar.gz", *(f"state.tar.gz.part-{i:02d}" for i in range(2))}
+
+    gate = ET.parse(out / "gate.xml").getroot()
+    assert gate.find("testsuite").get("tests") == "0"
+    assert "--device cpu" in gate.find(".//property").get("value")
+    assert "gate: --device cpu: no CUDA device to test" in (out / "session.log").read_text()
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["device"] == "cpu" and timing["gpu"] is None and timing["units"]
+    unit = next(u for u in timing["units"] if u["rounds"])
+    assert unit["peak_gpu_memory_mib"] is None and unit["gpu_utilisation"] is None
+    assert unit["slots"] > 0 and unit["steps_per_round"] > 0 and unit["useful_share"] == 1.0  # one after another
+    assert set(unit["seconds_per_round"]) == {
+        "total",
+        "preparation",
+        "steps",
+        "aggregation",
+        "evaluation",
+        "checkpointing",
+    }
+    assert unit["seconds_per_round"]["steps"] > 0
+
+    home = checkout(tmp_path / "home")
+    assert main(["import", str(out / "state.tar.gz"), "--root", str(home)]) == 0
+    shipped = list((home / "results" / "shipped" / "runs").glob("*/metrics.json"))
+    assert shipped, proc.stdout[-3000:]
+    recorded = json.loads(shipped[0].read_text())["runtime"]
+    assert recorded["trainer.deterministic"] is False and recorded["trainer.device"] == "cpu"
+
+
+def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_writing(tmp_path):
+    for target, extra, message in (
+        (TARGET, ["--max-files", "4"], "--max-files 4"),
+        (TARGET, ["--set", "seed=3"], "not a runtime key"),
+        (TARGET, ["--minutes", "0"], "--minutes 0"),
+        ("papers/fedssd/table99", [], "papers/fedssd/table99: "),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "shared.campaign.session", str(tmp_path / "out"), target, "--minutes", "1", *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_set_takes_runtime_keys_only_and_they_keep_run_ids(tmp_path, capsys):
+    settings = parse_settings(["trainer.cuda_graphs=false", "trainer.deterministic=false"])
+    assert settings == {"trainer": {"cuda_graphs": False, "deterministic": False}}
+    rid, cfg = next(iter(smoke_runs().items()))
+    resolved = with_runtime(cfg, "cpu", None, 1, settings)
+    assert run_id(resolved) == rid and not resolved.trainer.cuda_graphs and not resolved.trainer.deterministic
+    with pytest.raises(ConfigError, match="local.lr is not a runtime key"):
+        parse_settings(["local.lr=0.5"])
+    assert (
+        main(
+            [
+                "train",
+                TARGET,
+                "--scale",
+                "smoke",
+                "--minutes",
+                "1",
+                "--state",
+                str(tmp_path / "s.tar.gz"),
+                "--root",
+                str(tmp_path),
+                "--set",
+                "method=fedprox",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("error: --set method=fedprox: method is not a runtime key") and err.count("\n") == 1
+    assert not (tmp_path / "s.tar.gz").exists()
+
+
+# --- unit sizing ---------------------------------------------------------------------------------
+
+
+def history(run_dir: Path, rounds: list[tuple[int, float]]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"round": i + 1, "slots": slots, "seconds": seconds}) + "\n"
+            for i, (slots, seconds) in enumerate(rounds)
+        )
+    )
+
+
+def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planned(tmp_path):
+    runs = smoke_runs()
+    ids = list(runs)
+    first, cfg = ids[0], runs[ids[0]]
+    clients = unit_sizing.clients_per_round(cfg)
+    same = [r for r in ids if (runs[r].method["name"], runs[r].model.name) == (cfg.method["name"], cfg.model.name)]
+    other = next(
+        r for r in ids if runs[r].method["name"] != cfg.method["name"] and runs[r].model.name == cfg.model.name
+    )
+    # unmeasured: the cost model's estimate (shared/targets/cost.py), the unit's runs one after another
+    planned = unit_sizing.round_seconds([cfg, cfg], [])
+    assert planned.source == "planned" and planned.seconds == pytest.approx(2 * unit_sizing.planned_seconds(cfg))
+    # another method's unit of this model, 2 runs: scaled by the samples
+    history(tmp_path / other, [(2 * clients, 40.0), (2 * clients, 10.0), (2 * clients, 12.0)])
+    measured = unit_sizing.measured_rounds(runs, tmp_path)
+    assert [m.seconds for m in measured] == [12.0]  # the median: a first round's warm-up does not count
+    scaled = unit_sizing.round_seconds([cfg], measured)
+    assert scaled.source.startswith("scaled from") and scaled.seconds == pytest.approx(
+        12.0 * unit_sizing.samples_per_round(cfg) / measured[0].samples
+    )
+    # the same method, model and slots: taken as measured, before any other
+    history(tmp_path / first, [(clients, 3.0)])
+    assert unit_sizing.round_seconds([cfg], unit_sizing.measured_rounds(runs, tmp_path)) == unit_sizing.Estimate(
+        3.0, "measured"
+    )
+    # a round recorded before slots were is no measurement
+    (tmp_path / same[1]).mkdir()
+    (tmp_path / same[1] / "metrics.jsonl").write_text('{"round": 1, "seconds": 1.0}\n{"torn": \n')
+    assert len(unit_sizing.measured_rounds(runs, tmp_path)) == 2
+
+
+def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
+    runs = smoke_runs("papers/fedssd/table2")  # a method's 5 settings x 2 seeds
+    cfg = next(iter(runs.values()))
+    unit = [rid for rid, c in runs.items() if (c.method["name"], c.model.name) == (cfg.method["name"], cfg.model.name)][
+        :3
+    ]
+    assert len(unit) == 3
+    rounds = cfg.federation.rounds
+    measured = [
+        unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 0.0, 10.0 * s)
+        for s in (1, 2, 3)
+    ]  # a run's round 10 s, a unit's in proportion
+    done = {unit[2]: rounds - 1}  # one round left
+    assert unit_sizing.size_unit(unit, runs, done, 10.0 * 3 * rounds, measured)[0] == unit  # all three finish
+    taken, estimate = unit_sizing.size_unit(unit, runs, done, 20.0 * rounds, measured)
+    assert taken == [unit[0], unit[2]] and estimate.seconds == 20.0  # the run with one round left first
+    taken, _ = unit_sizing.size_unit(unit, runs, {}, 10.0 * rounds - 1, measured)
+    assert taken == unit  # none finishes: the whole unit trains until the deadline, carried on
+
+
+def test_sized_units_skip_the_ledger_and_leave_the_runs_that_do_not_fit_for_later(tmp_path, monkeypatch, capsys):
+    runs = smoke_runs("papers/fedssd/table2")  # groups of 5 settings
+    ids = list(runs)
+    args = types.SimpleNamespace(
+        device="cpu", data_root=None, clients_per_step=2, root=tmp_path, ledger=frozenset(ids[:2])
+    )
+    units = list(campaign_train.sized_units(runs, args, time.time() + 10**6, tmp_path / "runs"))
+    trained = [rid for rids, _ in units for rid in rids]
+    assert sorted(trained) == sorted(ids[2:])
+    # a unit of which only one run finishes in the time left: it goes first, the others next
+    monkeypatch.setattr(
+        unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(100.0 * len(cfgs), "test")
+    )
+    rounds = runs[ids[0]].federation.rounds
+    group = next(rids for rids, _ in units if len(rids) > 1)
+    sized = campaign_train.sized_units(
+        {rid: runs[rid] for rid in group}, args, time.time() + 100 * rounds + 50, tmp_path / "runs"
+    )
+    first = next(sized)
+    assert len(first[0]) == 1 and "1 of the unit's" in capsys.readouterr().err
+    assert sorted(first[0] + [rid for rids, _ in sized for rid in rids]) == sorted(group)  # one at a time
+
+
+def test_the_timing_of_a_batched_round_counts_its_padding():
+    batched = RoundTiming(runs=2, slot_steps=(4, 2, 4, 2), slots_per_step=4, seconds={"steps": 2.0})
+    assert batched.steps == 4 and batched.useful_share == pytest.approx(12 / 16)
+    alone = RoundTiming(runs=1, slot_steps=(4, 2), slots_per_step=1, seconds={"steps": 1.0})
+    assert alone.steps == 6 and alone.useful_share == 1.0
+    summary = unit_summary([batched, batched])
+    assert summary["useful_share"] == 0.75 and summary["slots"] == 4 and summary["seconds_per_round"]["steps"] == 2.0
+
+
+# --- the ledger ----------------------------------------------------------------------------------
+
+
+def test_bundle_carries_a_ledger_and_the_checkpoints_that_fit_never_finished_runs(tmp_path, capsys):
+    """Finished here or shipped: named in the ledger only; checkpoints the most advanced first
+    while the bundle stays within --max-upload-mib; a bundle that cannot is refused in one line."""
+    ids = list(smoke_runs())
+    runs_dir, shipped = tmp_path / "results" / "runs", tmp_path / "results" / "shipped" / "runs"
+    put_run(runs_dir / ids[0], ids[0], "completed")
+    put_run(shipped / ids[1], ids[1], "completed")
+    put_run(runs_dir / ids[2], ids[2], "failed: RuntimeError: x")  # a failure is no finished run
+    for rid, rounds in ((ids[3], 3), (ids[4], 1)):
+        (runs_dir / rid).mkdir(parents=True)
+        (runs_dir / rid / "config.yaml").write_text(f"run_id: {rid}\n")
+        (runs_dir / rid / "metrics.jsonl").write_text('{"round": 1}\n' * rounds)
+        (runs_dir / rid / "checkpoint.pt").write_bytes(os.urandom(300_000))  # incompressible, as weights nearly are
+    bundle = ["bundle", TARGET, "--scale", "smoke", "--no-wheels", "--root", str(tmp_path)]
+    assert main([*bundle, "-o", str(tmp_path / "carry")]) == 0
+    manifest, members = read_state(tmp_path / "carry" / "state.tar.gz")
+    assert manifest["ledger"] == sorted(ids[:2]) and manifest["bundled"] is True  # its checkpoints are at home
+    assert not [m for m in members if m.startswith("finished/")]
+    assert {m.split("/")[1] for m in members} == {ids[3], ids[4]}
+    assert "ledger of 2 finished runs" in capsys.readouterr().out
+
+    assert main([*bundle, "-o", str(tmp_path / "small"), "--max-upload-mib", "0.4"]) == 0
+    assert {m.split("/")[1] for m in read_state(tmp_path / "small" / "state.tar.gz")[1]} == {ids[3]}
+    out, err = capsys.readouterr()
+    assert "of the 0.4 MiB limit" in out and f"note: run {ids[4]}'s checkpoint" in err and "--max-upload-mib" in err
+
+    assert main([*bundle, "-o", str(tmp_path / "tiny"), "--max-upload-mib", "0.0001"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --max-upload-mib 0.0001: ") and err.count("\n") == 1
+    assert not (tmp_path / "tiny").exists()  # refused before anything is written
+
+
+def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
+    """Carried with a ledger: the ledger's runs are skipped and never written; a checkpoint
+    carried in and not moved on stays out of the returned state; the ledger is kept."""
+    ids = list(smoke_runs())
+    runs_dir = tmp_path / "runs"
+    for rid, rounds in ((ids[0], 2), (ids[1], 1)):
+        put_run(runs_dir / rid, rid, "completed", checkpoint=True)
+        (runs_dir / rid / "metrics.json").unlink()
+        (runs_dir / rid / "metrics.jsonl").write_text('{"round": 1}\n' * rounds)
+    put_run(runs_dir / ids[2], ids[2], "completed")  # finished in this session
+    put_run(runs_dir / ids[3], ids[3], "completed")  # finished elsewhere: in the ledger
+    carried = {ids[0]: 2, ids[1]: 0}  # ids[0] as carried in; ids[1] moved on from round 0
+    members = campaign_state.state_members(ids, runs_dir, frozenset([ids[3]]), carried)
+    assert {name.split("/", 2)[1] for name, _, _ in members} == {ids[1], ids[2]}
+    args = types.SimpleNamespace(
+        state=tmp_path / "back.tar.gz",
+        state_targets=[TARGET],
+        scale="smoke",
+        copy_spec=None,
+        ledger=frozenset([ids[3]]),
+        carried_rounds=carried,
+        part_mib=15,
+        max_parts=8,
+    )
+    campaign_train.state_run_ids.cache_clear()
+    campaign_train.save(args, runs_dir)
+    manifest, written = read_state(args.state)
+    assert manifest["ledger"] == [ids[3]] and f"finished/{ids[2]}/metrics.json" in written
+    # a session's state carries no bundle's mark: carried on unimported, it keeps every checkpoint it holds
+    assert "bundled" not in manifest
+    again = types.SimpleNamespace(state=args.state, scale=None, targets=[TARGET], copy=None)
+    campaign_state.state_defaults(again)
+    assert again.carried_rounds is None and again.ledger == frozenset([ids[3]])
+    assert not [m for m in written if ids[0] in m or ids[3] in m]
+    with tarfile.open(args.state) as tar:  # the manifest is the archive's last member, as before
+        assert tar.getnames()[-1] == "manifest.json"

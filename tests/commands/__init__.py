@@ -1,0 +1,1 @@
+"""Tests of python -m shared.run, plan, curves, archive."""

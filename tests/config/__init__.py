@@ -1,0 +1,1 @@
+"""Tests of the run config: keys, values, ids, refusals."""

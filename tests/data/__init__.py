@@ -1,0 +1,1 @@
+"""Tests of datasets and partitions."""

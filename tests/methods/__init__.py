@@ -1,0 +1,1 @@
+"""Tests of FedAvg, the baselines and the papers' methods."""

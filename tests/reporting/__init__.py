@@ -1,0 +1,1 @@
+"""Tests of tables, LaTeX, claims, figures."""

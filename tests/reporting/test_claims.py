@@ -1,0 +1,274 @@
+"""Claims as data: every paper's claims hold on its own numbers, and their verdicts on generated
+run results (held, held within noise, not held, not yet measured; per seed; rounds never
+reached), written beside a built table and summed up per paper."""
+
+import math
+
+import pandas as pd
+import pytest
+
+import shared.reporting.claims
+from shared.methods.papers import paper_names
+from shared.reporting.claims import (
+    HELD,
+    NOT_HELD,
+    NOT_MEASURED,
+    WITHIN_NOISE,
+    BeatsAblations,
+    Best,
+    FewestRounds,
+    Trend,
+    evaluate,
+    paper_claims,
+    paper_values,
+    run_values,
+)
+from shared.reporting.tables import build_paper_claims, build_table
+from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
+from tests.reporting.test_tables import BASE, FINAL, write_runs
+
+
+@pytest.mark.parametrize("paper", paper_names())
+def test_every_claim_holds_on_the_papers_own_numbers(paper):
+    claims = paper_claims(paper)
+    assert len(claims) >= 3, f"{paper} declares {len(claims)} claims; its abstract and conclusion make at least 3"
+    tables = paper_tables(paper)
+    for claim in claims:
+        table = tables[claim.table]
+        needed = set(claim.needed(table))
+        assert needed <= set(paper_values(table)), f"{paper} {claim.statement}: cells the paper does not report"
+        result = evaluate(table, [claim], paper_values(table))
+        assert len(result) and (result.verdict == HELD).all(), (claim.statement, result[["group", "verdict"]])
+
+
+def test_a_wrongly_written_claim_fails_on_the_papers_numbers():
+    table = paper_tables("fedssd")["table2"]
+    wrong = Best("table2", "MOON is best everywhere.", "nowhere", rows=("MOON",))
+    result = evaluate(table, [wrong], paper_values(table))
+    assert result.group.tolist() == [c.label for c in table.columns]  # one verdict per column, each not held
+    assert (result.verdict == NOT_HELD).all()
+
+
+def seeds_frame(values: dict) -> pd.DataFrame:
+    """Generated run results: {(row, column): [value per seed]} as shared.reporting.summary.collect's rows."""
+    return pd.DataFrame(
+        [
+            dict(row=r, column=c, seed=s, status="completed", value=v, run_id=f"{r}{c}{s}")
+            for (r, c), per_seed in values.items()
+            for s, v in enumerate(per_seed)
+        ]
+    )
+
+
+def grid_table(metric=FINAL):
+    columns = [Column(label, {}) for label in ("clear", "close", "behind", "missing")]
+    return Table(
+        paper="fedssd",
+        name="tablegen",
+        caption="Generated.",
+        base=BASE,
+        rows=[Row("Ours", {"name": "fedavg"}), Row("Rival", {"name": "fedavg"})],
+        columns=columns,
+        reported={"Ours": [Reported(60.0)] * 4, "Rival": [Reported(50.0)] * 4},
+        metric=metric,
+    )
+
+
+def test_verdicts_per_column_and_per_seed_on_generated_runs():
+    table = grid_table()
+    runs = seeds_frame(
+        {
+            ("Ours", "clear"): [70, 71, 72],
+            ("Rival", "clear"): [60, 61, 62],  # ahead by 10
+            ("Ours", "close"): [60, 62, 58],
+            ("Rival", "close"): [61, 60, 60.5],  # behind by 0.5, std 2
+            ("Ours", "behind"): [50, 50.5, 49.5],
+            ("Rival", "behind"): [60, 60.2, 59.8],  # behind by 10
+            ("Ours", "missing"): [70, 70, 70],  # the rival never ran
+        }
+    )
+    result = evaluate(table, [Best("tablegen", "Ours is best.", "test", rows=("Ours",))], run_values(table, runs))
+    by = result.set_index("group")
+    assert by.loc["clear", "verdict"] == HELD and by.loc["clear", "margin"] == pytest.approx(10.0)
+    assert by.loc["clear", "seeds_held"] == "3/3"
+    assert by.loc["close", "verdict"] == WITHIN_NOISE and by.loc["close", "shortfall"] == pytest.approx(0.5)
+    assert by.loc["close", "seeds_held"] == "1/3"  # only seed 1 (62 > 60)
+    assert by.loc["behind", "verdict"] == NOT_HELD and by.loc["behind", "shortfall"] == pytest.approx(10.0)
+    assert by.loc["missing", "verdict"] == NOT_MEASURED and by.loc["missing", "missing"] == "Rival @ missing"
+
+
+def test_a_claimed_margin_must_be_cleared():
+    table = grid_table()
+    values = run_values(table, seeds_frame({("Ours", "clear"): [60.2, 60.6], ("Rival", "clear"): [60.0, 60.0]}))
+    by_half = Best("tablegen", "Ours by more than 0.5", "t", rows=("Ours",), columns=("clear",), min_margin=0.5)
+    result = evaluate(table, [by_half], values)
+    # ahead by 0.4 on the means: 0.1 short of the claimed 0.5, inside the pooled std of 0.2
+    assert result.verdict.tolist() == [WITHIN_NOISE] and result.shortfall[0] == pytest.approx(0.1)
+    assert result.noise[0] == pytest.approx(0.2)
+    assert result.seeds_held[0] == "1/2"  # seed 1 clears it (0.6), seed 0 does not (0.2)
+
+
+def test_a_tie_is_no_lead():
+    """Two identical runs (a method equal to FedAvg) do not make a claim of beating it hold."""
+    table = grid_table()
+    values = run_values(
+        table,
+        seeds_frame(
+            {
+                ("Ours", "clear"): [50.0, 52.0],
+                ("Rival", "clear"): [50.0, 52.0],
+                ("Ours", "close"): [50.0],
+                ("Rival", "close"): [50.0],
+            }
+        ),
+    )
+    result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear", "close"))], values)
+    assert result.verdict.tolist() == [WITHIN_NOISE, NOT_HELD]  # a spread to be within; one seed has none
+    assert result.seeds_held.tolist() == ["0/2", "0/1"]
+
+
+def test_a_single_seed_has_no_spread_so_a_miss_is_never_within_noise():
+    table = grid_table()
+    runs = seeds_frame({("Ours", "close"): [60.0], ("Rival", "close"): [60.1]})
+    result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("close",))], run_values(table, runs))
+    assert result.verdict.tolist() == [NOT_HELD] and math.isnan(result.noise[0])
+
+
+def test_fewest_rounds_counts_a_target_never_reached_as_worst():
+    table = grid_table(Metric("rounds_to", target=50))
+    runs = seeds_frame(
+        {
+            ("Ours", "clear"): [20, 22],
+            ("Rival", "clear"): [30, math.nan],
+            ("Ours", "close"): [math.nan, math.nan],
+            ("Rival", "close"): [math.nan, math.nan],
+        }
+    )
+    claim = FewestRounds("tablegen", "fewest", "t", rows=("Ours",), columns=("clear", "close"))
+    by = evaluate(table, [claim], run_values(table, runs)).set_index("group")
+    assert by.loc["clear", "verdict"] == HELD and by.loc["clear", "seeds_held"] == "2/2"
+    assert by.loc["close", "verdict"] == NOT_HELD  # neither reaches it: the claimant is not the fastest
+    with pytest.raises(ValueError, match="do not count rounds"):
+        FewestRounds("tablegen", "x", "t", rows=("Ours",)).groups(grid_table(), {})
+
+
+def test_trend_of_a_gap_and_ablations_and_a_family():
+    table = grid_table()
+    runs = seeds_frame(
+        {
+            ("Ours", "clear"): [51, 51],
+            ("Rival", "clear"): [50, 50],
+            ("Ours", "close"): [55, 55],
+            ("Rival", "close"): [50, 50],
+            ("Ours", "behind"): [54, 54],
+            ("Rival", "behind"): [50, 50],
+        }
+    )
+    values = run_values(table, runs)
+    rising = Trend("tablegen", "the gap grows", "t", row="Ours", columns=("clear", "close"), minus="Rival")
+    falling_then = Trend(
+        "tablegen", "the gap grows", "t", row="Ours", columns=("clear", "close", "behind"), minus="Rival"
+    )
+    assert evaluate(table, [rising], values).verdict.tolist() == [HELD]
+    assert evaluate(table, [falling_then], values).verdict.tolist() == [NOT_HELD]
+    ablation = BeatsAblations("tablegen", "full beats ablated", "t", rows=("Ours",), against=("Rival",))
+    held = evaluate(table, [ablation], values).dropna(subset=["margin"])
+    assert len(held) and (held.verdict == HELD).all()
+    family = Best("tablegen", "one of the family", "t", rows=("Rival", "Ours"), against=(), columns=("clear",))
+    assert family.groups(table, values)["clear"] == []  # no rivals left: nothing to compare
+
+
+def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkeypatch):
+    from tests.reporting.test_tables import CURVES, make_table
+
+    table = make_table()
+    claims = [Best("tabletest", "FedProx beats FedAvg.", "test", rows=("FedProx",), against=("FedAvg",))]
+    monkeypatch.setattr(shared.reporting.claims, "paper_claims", lambda paper: claims)
+    write_runs(table, tmp_path / "runs", CURVES, failed={("FedProx", "b")})
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    verdicts = pd.read_csv(tmp_path / "out" / "claims.csv")
+    assert verdicts.set_index("group").verdict.to_dict() == {"a": HELD, "b": HELD}
+    assert set(verdicts.scale) == {"paper"} and set(verdicts.data) == {"synthetic"}  # the table's own data
+    assert verdicts.set_index("group").loc["b", "seeds_held"] == "2/2"  # seed 0 of FedProx at b diverged
+    text = (tmp_path / "out" / "claims.md").read_text()
+    assert "Scale: **paper**. Data: synthetic." in text and "held in 2 of 2 groups" in text
+    assert "held within noise" in (tmp_path / "out" / "claims.html").read_text()
+
+    monkeypatch.setattr(shared.reporting.tables, "paper_tables", lambda paper: {"tabletest": table})
+    for cell in expand(table, "paper"):  # FedAvg at "a" has not run yet
+        if (cell.row.label, cell.column.label) == ("FedAvg", "a"):
+            (tmp_path / "runs" / cell.run_id / "metrics.json").unlink()
+    build_paper_claims("fedssd", "paper", tmp_path / "runs", tmp_path / "summary")
+    summary = pd.read_csv(tmp_path / "summary" / "claims.csv").set_index("group")
+    assert summary.verdict.to_dict() == {"a": NOT_MEASURED, "b": HELD}
+    assert summary.loc["a", "missing"] == "FedAvg @ a"
+
+
+def test_a_claim_naming_a_cell_the_table_lacks_is_refused(monkeypatch):
+    table = grid_table()
+    typo = Best("tablegen", "Ours beats Rivals.", "t", rows=("Ours",), against=("Rivals",))
+    monkeypatch.setattr(shared.reporting.claims, "paper_claims", lambda paper: [typo])
+    with pytest.raises(ValueError, match=r"names cells the table lacks: \[\('Rivals', 'clear'\)"):
+        shared.reporting.claims.table_claims(table)
+
+
+def test_an_inconsistency_must_name_a_reported_cell():
+    with pytest.raises(ValueError, match="does not report"):
+        Table(
+            paper="fedssd",
+            name="t",
+            caption="",
+            base=BASE,
+            rows=[Row("A", {"name": "fedavg"})],
+            columns=[Column("x", {})],
+            reported={"A": [Reported(1.0)]},
+            inconsistencies=[Inconsistency("A", "y", "no such column")],
+        )
+
+
+def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_data(tmp_path):
+    """FedCAD Table 4 built on a copy of CIFAR-10 is named after the copy (its LaTeX label, its
+    titles) and still carries the paper's two claims on it, labelled with the copy as the data;
+    Table 1's part on the copy (its CIFAR-10 columns) leaves out the claims on the other datasets."""
+    import json
+
+    from shared.targets.copies import Copy, copy_part, copy_runtime, labelled
+    from shared.targets.experiments import get_table
+
+    # no kind ("JPEG"): a run's config records the copy's checksum alone, which names the claims' data
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228")
+    declared = get_table("fedcad", "table4")
+    table = labelled(copy_part(declared, "paper", copy), copy)
+    assert (table.name, table.declared_name) == ("table4-cifar10-copy-dfaab4e", "table4")
+    assert (
+        shared.reporting.claims.table_claims(table) == shared.reporting.claims.table_claims(declared)
+        and len(table.rows) == 4
+    )
+    table1 = labelled(copy_part(get_table("fedcad", "table1"), "paper", copy), copy)
+    assert [c.label for c in table1.columns] == ["CIFAR10 acc", "CIFAR10 T(65%)"]
+    assert shared.reporting.claims.table_claims(table1) == []  # each names a CIFAR-100 or FEMNIST column too
+
+    epochs = [c.label for c in table.columns]
+    for cell in expand(table, "paper", copy_runtime(copy)):  # FedCAD ahead, by more the longer clients train
+        gain = 5.0 + epochs.index(cell.column.label) if cell.row.label == "FedCAD" else 0.0
+        accuracy = {"FedAvg": 60.0}.get(cell.row.label, 65.0) + gain + cell.seed
+        (tmp_path / "runs" / cell.run_id).mkdir(parents=True)
+        (tmp_path / "runs" / cell.run_id / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "run_id": cell.run_id,
+                    "final_acc": accuracy,
+                    "best_acc": accuracy,
+                    "eval_rounds": [1, 2],
+                    "global_acc": [50.0, accuracy],
+                    "local_acc": [40.0, 45.0],
+                }
+            )
+        )
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out", copy_runtime(copy))
+    verdicts = pd.read_csv(tmp_path / "out" / "claims.csv")
+    assert sorted(set(zip(verdicts.table, verdicts.claim))) == [("table4", 1), ("table4", 2)]
+    assert verdicts.verdict.tolist() == [HELD] * 5
+    assert set(verdicts.data) == {copy.label}
+    assert f"Data: {copy.label}." in (tmp_path / "out" / "claims.md").read_text()

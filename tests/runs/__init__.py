@@ -1,0 +1,1 @@
+"""Tests of a run on disk: resuming, recovery."""

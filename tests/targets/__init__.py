@@ -1,0 +1,1 @@
+"""Tests of the papers' declarations and the runs they need."""

@@ -1,0 +1,1 @@
+"""Tests of the FL loop, the batched step, CUDA."""

@@ -1,0 +1,1 @@
+"""Tests of Snakemake, SLURM, the report, start-up."""
