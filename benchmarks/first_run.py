@@ -1,7 +1,7 @@
 """What a GPU machine can tell us beyond a campaign session (scripts/gpu-session.sh): the gpu
 tests, the speed benchmark's variants and a profile of the campaign's group step, in one folder.
 
-    python3 -m benchmarks.first_run --out DIR [--data cifar10-jpeg.zip] [--minutes 9]   (from the checkout)
+    python3 -m benchmarks.first_run --out DIR [--data cifar10-jpeg.zip] --minutes M   (from the checkout)
 
 Steps, each in a child process bounded by what is left of the budget, each writing into DIR as
 it goes (a step that fails or runs out of time is recorded and the next one starts); DIR holds
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", required=True, help="the folder everything goes into (created)")
     parser.add_argument("--data", help="CIFAR-10 as a JPEG zip (dataset=imagefolder); default: synthetic data")
-    parser.add_argument("--minutes", type=float, default=9.0, help="time budget for all steps (default 9)")
+    parser.add_argument("--minutes", type=float, required=True, help="the time budget for all steps, in minutes")
     parser.add_argument("--profile-into", type=Path, help=argparse.SUPPRESS)  # the child that runs the profile
     args = parser.parse_args(argv)
     out = Path(args.out)
