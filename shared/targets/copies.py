@@ -13,6 +13,7 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
 from shared.data.catalog import DataError, copy_label, is_sha256
 from shared.runs.files import holds_result, write_atomically
+from shared.targets.experiments import expand, keep_rows, scale_seeds
 from shared.targets.resolve import target_cells
 
 IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
@@ -104,7 +105,6 @@ def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[di
 def copy_part(table, scale: str, copy: Copy):
     """The table cut to its part on the copy's dataset: the settings with any run on it, the
     methods with every run on it (FedGKD's tables give datasets columns or rows)."""
-    from shared.targets.experiments import expand, keep_rows
 
     cells = expand(table, scale)
 
@@ -134,7 +134,6 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     """The table cut to what is finished: the methods with every setting finished at seed 0,
     and as many further seeds as all of them have; (None, "") when no method has one.
     Returns (table, the note that marks it partial, empty when it is whole)."""
-    from shared.targets.experiments import expand, keep_rows, scale_seeds
 
     cells = expand(table, scale, runtime)
     missing = {(c.row.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}

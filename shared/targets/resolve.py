@@ -2,9 +2,22 @@
 <paper>_searches) resolved to its cells, through the same declarations the workflow expands, so
 the run ids agree with it; and every grid the workflow trains. shared.archive, shared.campaign,
 shared.plan and the workflow's expansion (shared/targets/expansion.py) all resolve names here.
-Imports no torch: the declarations' modules are imported where a target is resolved."""
+Imports no torch: the declarations (shared/targets/experiments.py) import none."""
 
 from __future__ import annotations
+
+from shared.config.schema import ConfigError
+from shared.methods.papers import paper_names
+from shared.targets.experiments import (
+    all_tables,
+    check_scale,
+    expand,
+    get_search,
+    get_table,
+    paper_searches,
+    paper_tables,
+)
+from shared.targets.figure_declarations import get_figure, paper_figures
 
 
 class TargetError(Exception):
@@ -14,9 +27,6 @@ class TargetError(Exception):
 def workflow_grids() -> list[tuple[str, str, object]]:
     """Every grid the workflow trains, as (paper, target name, Table): each table, each figure
     with a grid of its own (the others draw a table's runs) and each search."""
-    from shared.methods.papers import paper_names
-    from shared.targets.experiments import all_tables, paper_searches
-    from shared.targets.figure_declarations import paper_figures
 
     grids = [(t.paper, t.name, t) for t in all_tables()]
     for paper in paper_names():
@@ -27,7 +37,6 @@ def workflow_grids() -> list[tuple[str, str, object]]:
 
 def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, str, object]]:
     """(paper, target name, Cell) for every run of every grid at `scale`."""
-    from shared.targets.experiments import expand
 
     return [(paper, name, cell) for paper, name, grid in workflow_grids() for cell in expand(grid, scale, runtime)]
 
@@ -35,7 +44,6 @@ def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, s
 def target_cells(target: str, scale: str) -> list:
     """The cells (shared.targets.experiments.Cell) of one Snakemake-style target at `scale`, found
     through the same declarations the workflow expands, so the run ids agree with it."""
-    from shared.config.schema import ConfigError
 
     parts = target_parts(target)
     try:
@@ -58,9 +66,6 @@ def target_parts(target: str) -> list[str]:
 
 def named_cells(paper: str, name: str, scale: str) -> list:
     """A table, a figure or a search, told apart by name as the workflow's rules tell them apart."""
-    from shared.config.schema import ConfigError
-    from shared.targets.experiments import expand, get_search, get_table, paper_searches, paper_tables
-    from shared.targets.figure_declarations import get_figure, paper_figures
 
     if name.startswith("table"):
         return expand(get_table(paper, name), scale)
@@ -74,8 +79,6 @@ def named_cells(paper: str, name: str, scale: str) -> list:
 
 def paper_cells(paper: str, scale: str) -> list:
     """A whole paper: its tables and figures (not its searches), as `snakemake <paper>`."""
-    from shared.targets.experiments import paper_tables
-    from shared.targets.figure_declarations import paper_figures
 
     names = [*paper_tables(paper), *paper_figures(paper)]
     return [cell for name in names for cell in named_cells(paper, name, scale)]
@@ -83,15 +86,12 @@ def paper_cells(paper: str, scale: str) -> list:
 
 def searches_cells(paper: str, scale: str) -> list:
     """Every search of a paper, as `snakemake <paper>_searches`."""
-    from shared.targets.experiments import paper_searches
 
     return [cell for name in paper_searches(paper) for cell in named_cells(paper, name, scale)]
 
 
 def needed_runs(targets: list[str], scale: str) -> list[str]:
     """The run ids the targets need, each once, in the order the targets list them."""
-    from shared.config.schema import ConfigError
-    from shared.targets.experiments import check_scale
 
     try:
         check_scale(scale)
@@ -105,8 +105,6 @@ def needed_runs(targets: list[str], scale: str) -> list[str]:
 
 def paper_target_names(paper: str) -> list[str]:
     """Every target of a paper, in the order it declares them: its tables, figures, searches."""
-    from shared.targets.experiments import paper_searches, paper_tables
-    from shared.targets.figure_declarations import paper_figures
 
     return [*paper_tables(paper), *paper_figures(paper), *paper_searches(paper)]
 
@@ -116,7 +114,6 @@ def command_targets(words: list[str]) -> tuple[str, list[str]]:
     (`papers/<paper>/<name>`, `papers/<paper>`, a trailing slash allowed, `<paper>_searches`) or as
     two words (`<paper> <name>`); a paper alone is every table, figure and search of it.
     TargetError, one line naming the valid ones, where the words name nothing."""
-    from shared.methods.papers import paper_names
 
     shown = " ".join(words)
     parts = [part for word in words for part in target_parts(word)]
