@@ -45,6 +45,7 @@ def target_cells(target: str, scale: str) -> list:
     """The cells (shared.targets.experiments.Cell) of one Snakemake-style target at `scale`, found
     through the same declarations the workflow expands, so the run ids agree with it."""
 
+    command_targets([target])  # one line naming the valid targets where it names none
     parts = target_parts(target)
     try:
         if len(parts) == 1 and parts[0].endswith("_searches"):

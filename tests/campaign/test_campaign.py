@@ -391,7 +391,10 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "papers/fedcad/table9", "--minutes", "1", "--state", "{state}"], "fedcad has no table 'table9'"),
+        (
+            ["train", "papers/fedcad/table9", "--minutes", "1", "--state", "{state}"],
+            "papers/fedcad/table9 is not a target; valid for fedcad: table1",
+        ),
         (["train", TARGET, "--scale", "paper", "--minutes", "1", "--state", "{state}"], "holds runs at scale smoke"),
         (
             ["train", TARGET, "--copy", "cifar10=" + "0" * 64, "--minutes", "1", "--state", "{state}"],

@@ -200,9 +200,9 @@ def test_unsafe_archives_are_refused_with_one_line_and_nothing_written(tmp_path,
     [
         (
             ["pack", "papers/fedcad/table9"],
-            "fedcad has no table 'table9'; valid: ['table1', 'table2', 'table3', 'table4']",
+            "papers/fedcad/table9 is not a target; valid for fedcad: table1, table2, table3, table4, fig1",
         ),
-        (["pack", "papers/nopaper"], "paper 'nopaper' is unknown"),
+        (["pack", "papers/nopaper"], "papers/nopaper is not a target (papers/<paper>[/<name>]); valid papers: fedcad"),
         (["pack", TARGET, "--scale", "small", "--config", "scale=smoke"], "disagree"),
         (["pack", TARGET, "--config", "scale"], "expected KEY=VALUE"),
         (["unpack", "absent.tar"], "cannot read"),
