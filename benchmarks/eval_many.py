@@ -21,7 +21,7 @@ import torch
 
 from shared.data.federation import build_federation
 from shared.methods.fedavg import snapshot
-from shared.models import model_for
+from shared.models.registry import model_for
 from shared.targets.configs import load_config
 from shared.training.evaluation import evaluate, evaluate_many
 

@@ -31,7 +31,7 @@ from shared.config.schema import RunConfig
 from shared.data.federation import build_federation
 from shared.methods.fedavg import ClientUpdate
 from shared.methods.registry import build_method
-from shared.models import model_for
+from shared.models.registry import model_for
 from shared.training.trainer import resolve_device, sample_clients
 
 

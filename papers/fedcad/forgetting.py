@@ -19,7 +19,7 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import to_dict
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method
-from shared.models import model_for
+from shared.models.registry import model_for
 from shared.runs.directory import load_tensors
 from shared.targets.configs import load_config
 from shared.targets.experiments import Cell, Table

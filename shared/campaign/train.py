@@ -243,7 +243,7 @@ def checkpoint_size(cfg: RunConfig, run_dir: Path) -> int:
 @functools.lru_cache(maxsize=16)
 def weights_size(model: str, classes: int, channels: int, side: int, projection_dim: int | None) -> int:
     """The bytes of an image model's weights and buffers, as its state_dict holds them."""
-    from shared.models import build_model
+    from shared.models.registry import build_model
 
     state = build_model(model, classes, channels, side, projection_dim).state_dict()
     return sum(t.numel() * t.element_size() for t in state.values())

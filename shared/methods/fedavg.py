@@ -29,7 +29,7 @@ from torch import nn
 
 from shared.config.schema import RunConfig
 from shared.data.federation import Client, Federation
-from shared.models import Net
+from shared.models.nets import Net
 
 
 @dataclass(frozen=True)

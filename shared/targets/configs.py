@@ -24,7 +24,7 @@ from shared.config.schema import ConfigError, RunConfig, check, excerpt, from_di
 from shared.data.catalog import validate_dataset
 from shared.data.partition import validate_partition
 from shared.methods.registry import method_class, read_params, validate_method
-from shared.models import validate_model
+from shared.models.registry import validate_model
 
 # `method=fedprox` is shorthand for `method.name=fedprox`, and so on
 SHORTHANDS = {"method": "method.name", "model": "model.name", "dataset": "dataset.name", "partition": "partition.kind"}

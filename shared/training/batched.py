@@ -93,7 +93,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from shared.config.schema import RunConfig
 from shared.data.federation import Client, Federation
 from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg
-from shared.models import Net
+from shared.models.nets import Net
 from shared.runs.seeding import client_generator
 from shared.training.slot_state import SlotState, Snapshot, shared_floats, take_snapshot
 from shared.training.stacked_sgd import StackedSGD, view_per_client

@@ -24,7 +24,7 @@ import torch
 from shared.config.schema import RunConfig
 from shared.data.federation import Client, Federation
 from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
-from shared.models import Net
+from shared.models.nets import Net
 from shared.runs.seeding import client_generator
 from shared.training.batched import BatchedClients, Slot
 from shared.training.evaluation import autocast, evaluate_many

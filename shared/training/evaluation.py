@@ -15,7 +15,7 @@ from torch.func import functional_call, vmap
 from shared.config.schema import RunConfig
 from shared.data.datasets import Split
 from shared.data.federation import Federation
-from shared.models import Net
+from shared.models.nets import Net
 
 # What one pass of evaluate_many may hold, beyond what evaluating one model holds anyway (one
 # model always goes, with its eval.batch_size samples): its models' inputs, counted as if each

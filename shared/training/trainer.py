@@ -37,7 +37,8 @@ from shared.methods.client_state import persist, prune
 from shared.methods.client_state import restore as restore_client_states
 from shared.methods.fedavg import Diverged, FedAvg
 from shared.methods.registry import build_method
-from shared.models import Net, count_parameters, model_for
+from shared.models.nets import Net
+from shared.models.registry import count_parameters, model_for
 from shared.runs.directory import RunDirectory, write_json
 from shared.runs.metrics import rounds_to_target
 from shared.runs.provenance import environment

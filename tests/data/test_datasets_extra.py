@@ -21,7 +21,7 @@ from shared.data import vision as vision_datasets
 from shared.data.datasets import Archive, DataError, load_dataset
 from shared.data.federation import Augmenter, build_federation
 from shared.data.partition import partition
-from shared.models import build_model
+from shared.models.registry import build_model
 from shared.targets.configs import load_config
 from shared.targets.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
 from shared.training import trainer

@@ -10,7 +10,7 @@ from torch import nn
 
 from shared.methods.fedavg import ClientUpdate
 from shared.methods.registry import method_class, method_names
-from shared.models import Net
+from shared.models.nets import Net
 from shared.run import main
 from shared.targets.configs import load_config
 from shared.training import trainer

@@ -21,7 +21,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method, method_class, method_names
-from shared.models import model_for
+from shared.models.registry import model_for
 from shared.training.clients import missing_capabilities, train_client
 
 # Methods whose loss is not a batch mean of per-sample terms, and why (each class's

@@ -3,7 +3,7 @@ import warnings
 import pytest
 import torch
 
-from shared.models import MODELS, build_model, count_parameters
+from shared.models.registry import MODELS, build_model, count_parameters
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_inference_pooling_equals_max_pool2d():
     numbers as max_pool2d, odd sizes, ties, NaN and channels_last included."""
     import torch.nn.functional as F
 
-    from shared.models import max_pool2x2
+    from shared.models.nets import max_pool2x2
 
     torch.manual_seed(0)
     x = torch.randn(5, 6, 13, 10)

@@ -12,7 +12,7 @@ from shared.data import federation as federation_module
 from shared.data.federation import build_federation
 from shared.methods.fedavg import FedAvg, frozen_copy
 from shared.methods.registry import build_method
-from shared.models import build_model
+from shared.models.registry import build_model
 from shared.training import batched as batched_module
 from shared.training import trainer
 from shared.training.batched import BatchedClients, Slot

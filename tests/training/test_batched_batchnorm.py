@@ -11,7 +11,8 @@ from torch import nn
 from shared.config.schema import run_id
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method
-from shared.models import MODELS, Bottleneck, ImageModel, build_model
+from shared.models.nets import Bottleneck
+from shared.models.registry import MODELS, ImageModel, build_model
 from shared.training import batched, trainer
 from shared.training.batched import BatchedClients, Slot, slots_that_fit
 from shared.training.clients import train_client, unbatchable_reason

@@ -17,7 +17,7 @@ from benchmarks import first_run
 from shared.config.schema import RUNTIME_KEYS, run_id
 from shared.methods.class_sums import count_by_class, sum_by_class
 from shared.methods.client_state import ClientStates
-from shared.models import AdaptiveAvgPool
+from shared.models.nets import AdaptiveAvgPool
 from shared.targets.configs import load_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,8 @@ from torch import nn
 from shared.data.federation import build_federation
 from shared.methods.fedavg import snapshot
 from shared.methods.registry import build_method
-from shared.models import Net, build_model
+from shared.models.nets import Net
+from shared.models.registry import build_model
 from shared.training import evaluation
 from shared.training.clients import client_trainer
 from shared.training.evaluation import evaluate, evaluate_many, models_per_pass

@@ -219,7 +219,7 @@ MODELS = {
 def initial_weights(tmp_path, *overrides) -> dict:
     """The run's global model before round 1 (seeded by the run's seed), on the CPU."""
     from shared.data.federation import build_federation
-    from shared.models import model_for
+    from shared.models.registry import model_for
 
     cfg = make_cfg(tmp_path, *overrides)
     federation = build_federation(cfg, torch.device("cpu"))

@@ -106,7 +106,7 @@ def test_sums_by_class_on_cuda_repeat_bit_for_bit_and_match_the_cpu():
 
 
 def test_alexnet_pooling_has_a_deterministic_backward_where_torchs_has_none():
-    from shared.models import AdaptiveAvgPool
+    from shared.models.nets import AdaptiveAvgPool
 
     x = torch.randn(2, 4, 7, 7, device="cuda", requires_grad=True)
     torch.use_deterministic_algorithms(True)
@@ -256,7 +256,7 @@ def test_compile_with_uneven_clients_and_local_tests_compiles_one_graph_and_give
 @pytest.mark.parametrize("model", ["fedavg_cnn", "resnet8", "alexnet_bn"])
 def test_cuda_evaluation_equals_cpu_evaluation_of_the_same_weights(tmp_path, model):
     from shared.data.federation import build_federation
-    from shared.models import model_for
+    from shared.models.registry import model_for
     from shared.training.evaluation import evaluate
 
     results = {}
