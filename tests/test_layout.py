@@ -11,7 +11,6 @@ FLOORS = ["config", "runs", "data", "models", "methods", "targets", "training", 
 COMMANDS = {"run", "plan", "curves", "archive"}  # python -m shared.X; shared.campaign is a package
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
-LONGER = {"shared/training/batched.py": 560}  # one cohesive class: the batched step of a group
 
 
 def modules():
@@ -66,7 +65,7 @@ def test_no_module_or_function_is_longer_than_the_house_allows():
     long_modules, long_functions = [], []
     for path in [*modules(), *sorted((ROOT / "papers").rglob("*.py"))]:
         name, text = str(path.relative_to(ROOT)), path.read_text()
-        if len(text.splitlines()) > LONGER.get(name, MAX_MODULE_LINES):
+        if len(text.splitlines()) > MAX_MODULE_LINES:
             long_modules.append(f"{name}: {len(text.splitlines())} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

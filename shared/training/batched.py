@@ -1,81 +1,30 @@
 """Several clients' local training in one step: `trainer.clients_per_step=k`.
 
-With models as small as FedAvg-CNN (62k parameters) or ResNet-8 (78k), one client's step is a
-few hundred tiny kernels and the GPU waits on Python and kernel launches. This trainer keeps
-the k clients' weights stacked, one tensor of shape (k, *shape) per parameter, and runs every
-client's step at once:
+A small model's step is a few hundred tiny kernels, and the GPU waits on Python and launches.
+This trainer keeps the k clients' weights stacked, one tensor of shape (k, *shape) per
+parameter, and runs every client's step at once (docs/performance.md has the design in full):
 
-    x, y      every client's batch of the step, (k, B, ...), one copy for all of them from a
-              window of the next steps' batches laid out ahead, (k, steps, B, ...): each
-              client's epochs from its own `Client.chunks` (the sequential trainer's samples
-              and augmentation, drawn from the same per-client generator), copied in a run of
-              whole batches at a time (`fill_window`: one copy per client and window, not one
-              per step); a shorter last batch is padded, and a client that has taken all its
-              steps gets whatever its rows hold, weighted 0
-    sizes     (k,): each client's batch size at the step, a row of the round's schedule
-    inputs    the method's `step_inputs` for each batch (FedGen's generated samples' labels and
-              noise), drawn from the client's generator right after its batch as the
-              sequential trainer draws them, laid out like x and y; each sample gets its row
-    weight    (k, B): 1/s on the s real samples of a client's batch, 0 on padding
+    x, y      every client's batch of the step, (k, B, ...), from a window of its next batches
+              laid out ahead (`fill_window`), its samples and augmentation the sequential
+              trainer's; a shorter last batch is padded, a client out of steps weighted 0
+    sizes     (k,): each client's batch size at the step; `inputs`: the method's step_inputs
     loss      vmap over clients of  sum_i weight_i * local_loss(model_c, x_i, y_i),  the inner
-              vmap over samples: the mean of the method's own loss over each client's own batch
-    update    torch.optim.SGD's arithmetic on the stacks (shared/training/stacked_sgd.py: one flat tensor,
-              a few kernels for every slot's every parameter), applied only to clients that had a
-              batch, so a client with fewer steps keeps its weights and momentum as they were
+              vmap over samples (weight 1/s on a client's s real samples, 0 on padding)
+    update    torch.optim.SGD's arithmetic on the stacks (shared/training/stacked_sgd.py), only
+              for the clients that had a batch
 
-Why the inner vmap over samples: it lets every step have one shape, padding included, without
-touching the method's loss. Each sample's loss is taken alone and weighted, so a padded batch
-gives exactly the mean over its real samples; vmap folds the sample dimension back into the
-batch, so the kernels are those of an ordinary batch (the clients' convolutions become one
-grouped convolution, the teacher's forward pass one batch of k * B images).
-
-A model with BatchNorm (AlexNet-BN, ResNet-50) cannot take its loss one sample at a time: in
-training BatchNorm normalises by the statistics of the whole batch and updates its running
-statistics from them. Such a model (`uses_batch_statistics`) takes a second form of the step:
-
-    buffers   the model's buffers (running_mean, running_var, num_batches_tracked) stacked per
-              slot like its parameters, loaded from each run's global model and returned in
-              each slot's state; BatchNorm updates the slot's own in place under vmap
-    loss      vmap over slots of the method's own `local_loss` on the slot's whole batch, so
-              batch statistics are those of the slot's own samples
-    padding   none: the step takes the slots with a full batch (`step`, the captured one); a
-              slot with a shorter last batch steps apart, with the others of that size, on
-              copies of their rows at that batch's shape (`step_rows`, eagerly); a slot without
-              a batch keeps its weights, momentum and running statistics exactly (its
-              buffers' updates are dropped)
-
-Such models are large: a step takes as many slots as STEP_STATE_BYTES allows (`slots_that_fit`),
-and callers train the rest in further passes.
-
-On CUDA (`trainer.cuda_graphs`, on by default) the whole step (forward, backward, SGD) is
-captured into a CUDA graph and replayed: a step then costs one launch. Its inputs (x, y,
-sizes and the step inputs, copied into at each step; the slots' method state, each round) are
-static buffers, so it is captured again only when the layout of the state or of the step
-inputs, the method's code path, or a float every slot shares (a constant of the captured
-step: `graph_key`) changes. On a CPU the small convolutions are compute-bound and grouped
-ones are slower than k separate ones, so there the sequential trainer is the faster
-(docs/performance.md).
-
-A slot is one (run, client) pair: the slots of a step may belong to several runs of one
-group (shared/targets/run_groups.py), each with its own method instance, global model, data and
-round. Each slot's method state (teachers, M_class, a client's previous model or controls)
-is stacked per slot (shared/training/slot_state.py) and swapped in while vmap runs the method's own
-`local_loss`. Every slot's `start_client` runs (on a model holding its run's global weights)
-before the steps, every `finish_client` (on a model holding the slot's trained weights)
-after them.
-
-What it covers: SGD (with momentum, weight decay and gradient clipping), models without
-dropout (FedAvg-CNN and ResNet-8 one sample at a time, AlexNet-BN and ResNet-50 a whole batch
-at a time; dropout's random draws under vmap would differ from the sequential trainer's, so
-DistilBERT trains one client after another), and methods with FedAvg's `capabilities`
-per_sample_loss and no_global_rng (shared/methods/fedavg.py; with BatchNorm too: a whole batch's loss
-needs no per-sample terms, but still a loss that reads no client and changes no state);
-shared/training/clients.py checks this and trains anything else one client after another, with
-a note on stderr saying why.
+A model with BatchNorm (`uses_batch_statistics`) takes its loss on each slot's whole batch, its
+running statistics stacked per slot; no padding: the full batches take `step`, a shorter last
+batch `step_rows`, eagerly. On CUDA (`trainer.cuda_graphs`) the step is captured into a CUDA
+graph and replayed, captured again only when `graph_key` changes. A slot is one (run, client)
+pair, so the slots of a step may belong to several runs of a group (shared/targets/run_groups.py),
+each method's state stacked per slot (shared/training/slot_state.py). What it covers (SGD,
+models without dropout, methods with the per_sample_loss and no_global_rng capabilities) is
+checked in shared/training/clients.py, which trains anything else one client after another.
 
 The results equal the sequential trainer's up to floating-point rounding (tests/training/test_batched.py
-and, with BatchNorm, tests/training/test_batched_batchnorm.py check weights and running statistics after
-a round in float64), so `trainer.clients_per_step` is not part of a run's id.
+and tests/training/test_batched_batchnorm.py, in float64), so `trainer.clients_per_step` is not part
+of a run's id.
 """
 
 from __future__ import annotations
