@@ -31,7 +31,7 @@ from shared.targets.resolve import TargetError, command_targets, named_cells
 
 
 def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m shared.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "paper",
         nargs="?",
