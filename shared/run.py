@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from shared.config.dotted import flatten
-from shared.config.schema import ConfigError, excerpt, run_id, to_dict
+from shared.config.schema import RUNTIME_KEYS, ConfigError, excerpt, run_id, to_dict
 from shared.data.catalog import DataError
 from shared.runs.directory import (
     DISK_FULL,
@@ -52,6 +52,9 @@ from shared.runs.directory import (
 )
 from shared.targets.configs import load_config
 from shared.targets.resolve import workflow_cells
+from shared.targets.run_groups import form_groups
+from shared.training.group_training import GroupRefused, run_group
+from shared.training.trainer import record_failure, resolve_device, run, select_device
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -147,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
 
-    from shared.training.trainer import resolve_device, select_device
-
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
     try:  # every output directory, before any data loads
         for out in outs:
@@ -178,8 +179,6 @@ def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, 
     with one `group_key`, shared/training/group_training.py), else one after another with a one-line
     note saying why. A group that raises is trained again one run after another, each from
     its checkpoint, so that a failure is recorded (or retried) for the run that fails."""
-    from shared.targets.run_groups import form_groups
-    from shared.training.group_training import GroupRefused, run_group
 
     codes = {}
     for group in form_groups({str(i): cfg for i, cfg in enumerate(cfgs)}, len(cfgs)):
@@ -215,7 +214,6 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
     workflow's retry (`restore`) puts them back instead of training the run again. Every
     change to the directory happens in `run`, holding its lock, once it is known to be this
     run's (shared/runs/directory.py)."""
-    from shared.training.trainer import run
 
     rid = run_id(cfg)
     try:
@@ -257,7 +255,6 @@ def report(summary: dict, out: str) -> int:
 def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
     """Record a failure in metrics.json and failure.json, holding the run's lock (None: another
     process took it meanwhile, and nothing is written)."""
-    from shared.training.trainer import record_failure
 
     directory = RunDirectory(out, cfg)
     try:
@@ -290,7 +287,6 @@ def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
 def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], configs: str | None = None) -> list:
     """The configs of the workflow's runs `run_ids` at `scale`, with the runtime overrides;
     from `configs` (run id -> config, written by the workflow) where it has them all."""
-    from shared.config.schema import RUNTIME_KEYS
 
     names = {o.split("=", 1)[0] for o in overrides}
     if not names <= set(RUNTIME_KEYS):

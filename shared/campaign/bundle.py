@@ -12,7 +12,7 @@ from shared.campaign.ledger import state_parts, upload_budget
 from shared.campaign.state import RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import check_parts, save
-from shared.config.schema import RunConfig
+from shared.config.schema import RunConfig, data_root
 from shared.runs.files import history_rounds, rounds_done
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
@@ -94,7 +94,6 @@ def bundle(args) -> int:
     scripts/campaign-slot.sh) read them: DIR/data, DIR/wheels, DIR/state.tar.gz. Without
     --state, the state is written here: the ledger and the checkpoints that fit --max-upload-mib
     (`bundle_state`); with it, that state is carried as it is."""
-    from shared.config.schema import data_root
 
     check_parts(args)
     given = args.state is not None

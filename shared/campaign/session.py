@@ -40,6 +40,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from shared.runs.files import write_atomically
+from shared.runs.provenance import environment
+from shared.targets.copies import campaign_runs
 
 REPO = Path(__file__).resolve().parents[2]
 GATE_SECONDS = 90
@@ -89,8 +91,6 @@ def environment_record(path: Path) -> dict:
     """environment.json: what the session ran on (shared.runs.provenance's record, torch's view of the
     GPU, nvidia-smi's report). Run in a child process, so the session's own opens no CUDA context."""
     import torch
-
-    from shared.runs.provenance import environment
 
     cuda = torch.cuda.is_available()
     env = {
@@ -211,7 +211,6 @@ def no_tests_report(path: Path, why: str) -> None:
 
 def target_methods(args) -> list[str]:
     """The methods of the targets' runs (the gate tests each one's captured batched step)."""
-    from shared.targets.copies import campaign_runs
 
     return sorted({cfg.method["name"] for cfg in campaign_runs(args.targets, args.scale or "paper", None)[0].values()})
 

@@ -33,6 +33,9 @@ from shared.targets.copies import (
     labelled,
     table_dir,
 )
+from shared.targets.cost import gpu_hours, measured_throughput
+from shared.targets.experiments import get_table
+from shared.targets.figure_declarations import get_figure
 from shared.targets.resolve import target_parts
 
 
@@ -48,7 +51,6 @@ def run_progress(
 
 
 def status(args) -> int:
-    from shared.targets.cost import gpu_hours, measured_throughput
 
     state = state_defaults(args)
     finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too
@@ -105,7 +107,6 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
     """The target's table from the shipped runs, labelled with the copy and marked partial;
     None when it is not a table or nothing of it is finished."""
     from shared.reporting.tables import build_table
-    from shared.targets.experiments import get_table
 
     parts = named_target(target, "table")
     if parts is None:
@@ -129,7 +130,6 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
     """The target's figure from the shipped runs once all its runs are shipped (a figure is
     not cut to what is finished), its caption labelled with the copy; else None."""
     from shared.reporting.figures import build_figure
-    from shared.targets.figure_declarations import get_figure
 
     parts = named_target(target, "fig")
     if parts is None:

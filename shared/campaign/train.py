@@ -12,7 +12,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from shared.campaign import unit_sizing
 from shared.campaign.ledger import BUNDLED, LEDGER
+from shared.campaign.session_timing import session_timing
 from shared.campaign.state import (
     MAX_PARTS,
     RUNS_DIR,
@@ -29,11 +31,12 @@ from shared.campaign.state import (
 )
 from shared.campaign.state_reading import CampaignError
 from shared.config.dotted import deep_merge
-from shared.config.schema import ConfigError, RunConfig, identity, run_id
+from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
 from shared.runs.files import rounds_done
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
+from shared.targets.run_groups import form_groups
 
 STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
@@ -69,7 +72,6 @@ def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
     group's first seed before any further seed (a table has one seed of every cell soonest).
     A group that cannot share a batched step on this device (`group_reason`: on a CPU, where
     one after another is faster) is units of one run."""
-    from shared.targets.run_groups import form_groups
     from shared.training.group_training import group_reason
 
     groups = form_groups(runs, GROUP_LIMIT)
@@ -175,7 +177,6 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
     the ledger) left out, sized to the time left (`unit_sizing.size_unit`): the runs it leaves
     out come next as a unit of their own. Measured rounds are read again before each unit, so
     each unit trained counts for the next."""
-    from shared.campaign import unit_sizing
 
     queue = training_units(runs, args)
     ledger = getattr(args, "ledger", frozenset())
@@ -346,7 +347,6 @@ def train(args) -> int:
     runs_dir = args.root / RUNS_DIR
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
-        from shared.config.schema import data_root
         from shared.data.datasets import find_copy
 
         find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
@@ -358,7 +358,6 @@ def train(args) -> int:
             f"{len(restored['progress'])} checkpointed runs restored{here}"
         )
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
-    from shared.campaign.session_timing import session_timing
 
     with session_timing(args.timing, args.device) as args.timing_record:
         counts = train_runs(runs, args, deadline, runs_dir, carried)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config.schema import RunConfig
+from shared.targets.cost import gpu_hours, samples
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,6 @@ def clients_per_round(cfg: RunConfig) -> int:
 def samples_per_round(cfg: RunConfig) -> float:
     """Training samples plus a third of the test forward passes of one of the run's rounds
     (shared/targets/cost.py's count): what a round's seconds scale with."""
-    from shared.targets.cost import samples
 
     trained, tested = samples(cfg)
     return (trained + tested / 3) / cfg.federation.rounds
@@ -88,7 +88,6 @@ def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path) -> list[Measured
 
 def planned_seconds(cfg: RunConfig) -> float:
     """the cost model's estimate (shared/targets/cost.py) of one run's round."""
-    from shared.targets.cost import gpu_hours
 
     return 3600 * gpu_hours(cfg) / cfg.federation.rounds
 

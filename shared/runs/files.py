@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
+
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/methods/client_state.py)
 # A per-client state file's name in CLIENT_STATE: the state's name (a method attribute), the
@@ -269,7 +271,6 @@ def add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> No
 def check_identity(run: str, small: dict[str, bytes]) -> None:
     """A run's files are the run its directory names: metrics.json says so, and its config.yaml
     hashes to it (a file moved from another run, or edited, would be installed as finished)."""
-    from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
 
     metrics, config = small.get(f"runs/{run}/metrics.json"), small.get(f"runs/{run}/config.yaml")
     try:
