@@ -254,6 +254,8 @@ def profile(out: Path, data: str | None, timeout: float) -> dict:
         str(out),
         "--profile-into",
         str(result),
+        "--minutes",
+        f"{timeout / 60:.2f}",
         *(["--data", data] if data else []),
     ]
     code = run_logged(command, out / LOG, timeout)
