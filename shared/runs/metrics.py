@@ -5,10 +5,6 @@ figures) never imports the training loop."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only: importing this module imports nothing of the project
-    from shared.targets.experiments import Metric
 
 
 def rounds_to_target(rounds: list[int], accs: list[float], target: float) -> int | None:
@@ -22,9 +18,10 @@ def first_round_reaching(metrics: dict, target: float) -> float:
     return math.nan if reached is None else float(reached)
 
 
-def cell_value(metric: Metric, metrics: dict, reference_final: float | None) -> float:
-    """The value of `metric` for one run (its metrics.json as a dict); `reference_final` is the
-    reference row's mean final accuracy in the same column (FedSSD's T, `rounds_to_row`)."""
+def cell_value(metric, metrics: dict, reference_final: float | None) -> float:
+    """The value of `metric` (a table's Metric, shared/targets/experiments.py) for one run (its
+    metrics.json as a dict); `reference_final` is the reference row's mean final accuracy in the
+    same column (FedSSD's T, `rounds_to_row`)."""
     if metric.kind == "final_acc":
         return metrics["final_acc"]
     if metric.kind == "best_acc":

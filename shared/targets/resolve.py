@@ -52,11 +52,9 @@ def target_cells(target: str, scale: str) -> list:
             return searches_cells(parts[0][: -len("_searches")], scale)
         if len(parts) == 1:
             return paper_cells(parts[0], scale)
-        if len(parts) == 2:
-            return named_cells(parts[0], parts[1], scale)
-    except ConfigError as exc:
+        return named_cells(parts[0], parts[1], scale)  # command_targets left one or two parts
+    except ConfigError as exc:  # a scale the target cannot take
         raise TargetError(f"target {target}: {exc}") from None
-    raise TargetError(f"target {target!r} is not papers/<paper>[/<table|fig|search_*>], <paper> or <paper>_searches")
 
 
 def target_parts(target: str) -> list[str]:
