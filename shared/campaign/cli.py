@@ -1,28 +1,30 @@
 """Paper-scale results that accumulate over short, offline GPU slots.
 
     python -m shared.campaign train TARGET... --minutes M --state FILE [--scale S] [--copy NAME=FILE|SHA256]
+                                              [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
-    python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256]
+    python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
     python -m shared.campaign import FILE
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
                                               [--wheels-from DIR | --no-wheels] [--max-upload-mib M]
 
-`train` trains the targets' missing runs in this process (no Snakemake, no network): seed 0
-of every cell first, so that a whole table exists with one seed as early as possible, then the
-further seeds. A run stops between rounds, its checkpoint kept, when another round would pass
-the budget of M minutes; FILE then holds the finished runs (config, metrics, per-round
-curves; no models) and the checkpoints of the runs in progress (with the per-client state files
-they name), every member checksummed; a kill at any step of a save leaves the earlier state
-or the new one readable. Where a slot can bring back only files of a size (a notebook's
-download, a job's stage-out), a FILE larger than --part-mib X is written as FILE.part-00,
-FILE.part-01, ...; where it can bring back only so many (--max-parts N), the finished runs are
-always kept, and the checkpoints only while the state stays within N parts, the runs with most
-rounds done first; a checkpoint left out is named in a one-line note (the run starts again),
-and a unit that could not finish before the budget ends and whose checkpoints could not come
-back is not started. Given an existing FILE, `train` continues from it, skipping the runs its
-ledger names (finished elsewhere: shared/campaign/ledger.py). A unit takes as many of its runs as can
-finish in the time left, its round estimated from measured rounds (shared/campaign/unit_sizing.py).
+`train` trains the targets' missing runs in this process (no Snakemake, no network): seed 0 of
+every cell first, so that a whole table exists with one seed as early as possible, then the
+further seeds; the cells named with --first before all of them (kept in the state file). A run
+stops between rounds, its checkpoint kept, when another round would pass the budget of M
+minutes; FILE then holds the finished runs (config, metrics, per-round curves; no models) and
+the checkpoints of the runs in progress (with the per-client state files they name), every
+member checksummed; a kill at any step of a save leaves the earlier state or the new one
+readable. Where a slot can bring back only files of a size (a notebook's download, a job's
+stage-out), a FILE larger than --part-mib X is written as FILE.part-00, FILE.part-01, ...;
+where it can bring back only so many (--max-parts N), the finished runs are always kept, and
+the checkpoints only while the state stays within N parts, the runs with most rounds done
+first; a checkpoint left out is named in a one-line note (the run starts again), and a unit
+that could not finish before the budget ends and whose checkpoints could not come back is not
+started. Given an existing FILE, `train` continues from it, skipping the runs its ledger names
+(finished elsewhere: shared/campaign/ledger.py). A unit takes as many of its runs as can finish
+in the time left, its round estimated from measured rounds (shared/campaign/unit_sizing.py).
 `--set` takes runtime keys only (a session's fallbacks: trainer.cuda_graphs=false,
 trainer.deterministic=false); `--timing FILE` writes where each unit's seconds went
 (shared/campaign/session_timing.py).
@@ -66,6 +68,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--copy", metavar="NAME=FILE|SHA256", help="train on a copy of dataset NAME (dataset.copy)")
     p.add_argument("--root", type=Path, default=Path("."), help="the project (default: .)")
     p.add_argument("--data-root", help="the data root (default: $FEDREPRO_DATA or ./data)")
+    p.add_argument(
+        "--first",
+        action="append",
+        metavar="KEY=NAMES",
+        help="rows=NAME,..., settings=NAME,... or seeds=N,...: these cells before the rest "
+        "(shared/campaign/first_cells.py; default: the state file's)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:

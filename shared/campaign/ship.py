@@ -3,11 +3,14 @@ and its finished runs shipped (results/shipped/), with the tables and figures bu
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+from shared.campaign.first_cells import chosen_cells
 from shared.campaign.state import (
     RESULTS,
     RUNS_DIR,
@@ -50,6 +53,29 @@ def run_progress(
     return rounds / cfg.federation.rounds
 
 
+def cell_progress(cell, state: dict[str, bytes], finished_in_state: set[str], args) -> str:
+    """ "finished" (with its final accuracy where it is here), or the rounds done of the run's."""
+    runs_dir, shipped_runs = args.root / RUNS_DIR, args.root / SHIPPED / "runs"
+    if is_finished(cell.run_id, runs_dir, shipped_runs) or cell.run_id in finished_in_state:
+        for folder in (shipped_runs, runs_dir):
+            accuracy = final_accuracy(folder / cell.run_id)
+            if accuracy is not None:
+                return f"finished, {accuracy:.2f}% at the last round (run {cell.run_id})"
+        return f"finished (run {cell.run_id})"
+    history = state.get(f"progress/{cell.run_id}/metrics.jsonl", b"")
+    rounds = max(rounds_done(runs_dir / cell.run_id), history_rounds(history), 0)
+    return f"{rounds} rounds done (run {cell.run_id})" if rounds else f"not started (run {cell.run_id})"
+
+
+def final_accuracy(run_dir: Path) -> float | None:
+    """The last round's global accuracy a finished run's metrics.json records; None if unreadable."""
+    try:
+        value = json.loads((run_dir / "metrics.json").read_text())["final_acc"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
 def status(args) -> int:
 
     state = state_defaults(args)
@@ -69,6 +95,8 @@ def status(args) -> int:
             line["hours"] += (1 - done) * gpu_hours(cfg, speed)
         return line, skipped
 
+    for cell in chosen_cells(args.first, args.targets, args.scale, args.copy_spec):  # the cells trained first
+        print(f"first: {cell.name}: {cell_progress(cell, state, finished_in_state, args)}")
     for target in args.targets:
         line, skipped = tally([target])
         print(

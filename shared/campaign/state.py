@@ -23,6 +23,7 @@ from shared.campaign.ledger import BUNDLED, advanced, read_ledger
 from shared.campaign.state_reading import (
     CLIENT_STATE_FILE,
     FINISHED_FILES,
+    FIRST,
     MANIFEST,
     MEMBER,
     PROGRESS_FILES,
@@ -173,6 +174,7 @@ def state_defaults(args) -> dict[str, bytes]:
         )
     args.copy_spec = given or stored
     args.ledger = read_ledger(manifest)
+    args.first = getattr(args, "first", None) or manifest.get(FIRST)  # the state's choice, unless given anew
     args.carried_rounds = None
     if not manifest:
         return members

@@ -61,7 +61,10 @@ MEMBER = re.compile(
 TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
 REQUIRED_KEYS = {"format", "targets", "scale", "copy", "members", "written_at"}
-OPTIONAL_KEYS = {LEDGER, BUNDLED}  # run ids finished elsewhere, which `train` skips; a bundle's mark
+FIRST = "first"  # the --first values, as given (shared/campaign/first_cells.py)
+MAX_FIRST_VALUES, MAX_FIRST_CHARS = 8, 1000
+# run ids finished elsewhere, which `train` skips; a bundle's mark; the cells trained first
+OPTIONAL_KEYS = {LEDGER, BUNDLED, FIRST}
 COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 # What a state may expand to: checkpoints barely compress and a run's text some 5 to 20 times,
 # while gzip reaches 1000 times on a crafted stream
@@ -235,9 +238,20 @@ def check_manifest(path: Path, manifest) -> None:
         or written_at_problem(manifest["written_at"])
         or ledger_problem(manifest.get(LEDGER, []))
         or (None if manifest.get(BUNDLED, True) is True else f"{BUNDLED} is not true")
+        or (first_problem(manifest[FIRST]) if FIRST in manifest else None)
     )
     if problem:
         raise CampaignError(f"{path}: its manifest {problem}")
+
+
+def first_problem(values) -> str | None:
+    """Why a state manifest's `first` is not a short list of short strings; None where it is
+    (the names themselves are checked against the targets when the state is used)."""
+    if not isinstance(values, list) or not 1 <= len(values) <= MAX_FIRST_VALUES:
+        return f"{FIRST} is not a list of 1 to {MAX_FIRST_VALUES} values"
+    if not all(isinstance(v, str) and 0 < len(v) <= MAX_FIRST_CHARS and v.isprintable() for v in values):
+        return f"{FIRST} holds a value that is not printable text of at most {MAX_FIRST_CHARS} characters"
+    return None
 
 
 def keys_problem(mapping: dict, required: set[str], optional: set[str] = frozenset()) -> str | None:

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from shared.campaign import unit_sizing
+from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.session_timing import session_timing
 from shared.campaign.state import (
@@ -29,7 +30,7 @@ from shared.campaign.state import (
     state_members,
     write_state,
 )
-from shared.campaign.state_reading import CampaignError
+from shared.campaign.state_reading import FIRST, CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
@@ -67,6 +68,15 @@ def with_runtime(
 
 
 def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
+    """Run ids in the order they train, in units that train together: the cells chosen with
+    --first (shared/campaign/first_cells.py) before the rest, each part in `units_of`."""
+    chosen = [c.run_id for c in getattr(args, "chosen", []) if c.run_id in runs]
+    first = {rid: runs[rid] for rid in chosen}
+    rest = {rid: cfg for rid, cfg in runs.items() if rid not in first}
+    return units_of(first, args) + units_of(rest, args)
+
+
+def units_of(runs: dict[str, RunConfig], args) -> list[list[str]]:
     """Run ids in the order they train, in units that train together: the groups of
     shared/targets/run_groups.py, each split into its first seed's runs and the further seeds', every
     group's first seed before any further seed (a table has one seed of every cell soonest).
@@ -267,6 +277,7 @@ def save(args, runs_dir: Path) -> Written:
         "copy": dataclasses.asdict(args.copy_spec) | {"path": None} if args.copy_spec else None,
         **({LEDGER: sorted(ledger)} if ledger else {}),
         **({BUNDLED: True} if getattr(args, "bundling", False) else {}),
+        **({FIRST: args.first} if getattr(args, "first", None) else {}),
     }
     members = state_members(run_ids, runs_dir, ledger, getattr(args, "carried_rounds", None))
     with sigterm_deferred():
@@ -335,17 +346,30 @@ def check_parts(args) -> None:
         )
 
 
+def cpu_defaults(device: str, settings: dict) -> dict:
+    """The runtime settings, on a CPU with as many clients at once in threads as torch has
+    threads, one core each, unless --set says otherwise: a small model's operators use one
+    core well and two poorly (benchmarks/README.md, the CPU campaign)."""
+    import torch
+
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    if not on_cpu or "client_threads" in settings.get("trainer", {}):
+        return settings
+    return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
+
+
 def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
     check_parts(args)
-    args.settings = parse_settings(args.set)
+    args.settings = cpu_defaults(args.device, parse_settings(args.set))
     stop_on_sigterm()
     started = time.time()
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
     members = state_defaults(args)
     runs_dir = args.root / RUNS_DIR
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    args.chosen = chosen_cells(args.first, args.state_targets, args.scale, args.copy_spec)
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
         from shared.data.datasets import find_copy
 
