@@ -14,7 +14,11 @@ for a local copy of CIFAR-10, `dataset=synthetic` (shaped like CIFAR) where ther
 Variants: `reference`; `sequential` (our trainer in fp32, one client after another); `bf16`
 (bf16 autocast and channels_last); `batched` (`trainer.clients_per_step` = clients per round,
 fp32; CUDA graphs on CUDA) and `batched-bf16`; on the CPU `threads` (`trainer.client_threads` =
-torch's CPU threads, each client on one; channels_last, fp32) and `threads-bf16`; for ResNet-50
+torch's CPU threads, each client on one; channels_last, fp32) and `threads-bf16`, and the CPU
+campaign's choices (`cpu` and `cpu-fedavg`): `threads-nchw` (client threads in the default layout,
+what `campaign train` runs on a CPU), `channels-last` (one client after another) and
+`no-local-eval` (`eval.local=false`); channels_last and eval.local are part of a run's id, so
+the campaign cannot take them for runs declared without them; for ResNet-50
 `fp32` (our trainer in fp32 eager), `bf16` and `bf16-compile` (and torch.compile, CUDA graphs on
 CUDA), and `batched` and `batched-bf16` (BatchNorm in the batched step). bf16 changes a run's
 numbers beyond rounding (`trainer.amp` is part of its id); its accuracy should still agree
@@ -60,6 +64,7 @@ FEDGKD = {  # papers/fedgkd/protocol.py's PROTOCOL at Dir(0.5), with FedGKD's de
     "method": {"name": "fedgkd"},
 }
 SMALL_MODEL_VARIANTS = ["reference", "sequential", "bf16", "batched", "batched-bf16"]
+CPU_CAMPAIGN_VARIANTS = ["threads-nchw", "channels-last", "no-local-eval"]
 CONFIGS = {
     "fedssd": (FEDSSD, SMALL_MODEL_VARIANTS),
     "fedssd-noteacher": (deep_merge(MOON_CIFAR10, {"method": {"name": "fedavg"}}), SMALL_MODEL_VARIANTS),
@@ -74,7 +79,11 @@ CONFIGS = {
     # 10,000 test images
     "cpu": (
         deep_merge(FEDSSD, {"dataset": {"train_subset": 10000}, "federation": {"rounds": 3}}),
-        [*SMALL_MODEL_VARIANTS, "threads", "threads-bf16"],
+        [*SMALL_MODEL_VARIANTS, "threads", "threads-bf16", *CPU_CAMPAIGN_VARIANTS],
+    ),
+    "cpu-fedavg": (
+        deep_merge(MOON_CIFAR10, {"dataset": {"train_subset": 10000}, "federation": {"rounds": 3}}),
+        ["sequential", "threads", *CPU_CAMPAIGN_VARIANTS],
     ),
 }
 VARIANT_OVERRIDES = {  # "batched" variants also set trainer.clients_per_step to the clients per round
@@ -86,6 +95,9 @@ VARIANT_OVERRIDES = {  # "batched" variants also set trainer.clients_per_step to
     "batched-bf16": ["trainer.amp=true"],
     "threads": ["trainer.channels_last=true"],
     "threads-bf16": ["trainer.amp=true", "trainer.channels_last=true"],
+    "threads-nchw": [],
+    "channels-last": ["trainer.channels_last=true"],
+    "no-local-eval": ["eval.local=false"],
 }
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from NVIDIA's data sheets, by a
 # substring of torch.cuda.get_device_name

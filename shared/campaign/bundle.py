@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from shared.campaign.ledger import state_parts, upload_budget
-from shared.campaign.state import RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
+from shared.campaign.state import CAMPAIGN_STATE, RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import check_parts, save
 from shared.config.schema import RunConfig, data_root
@@ -92,10 +92,13 @@ def check_carried_state(source: Path, place: Path) -> None:
 def bundle(args) -> int:
     """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh (and
     scripts/campaign-slot.sh) read them: DIR/data, DIR/wheels, DIR/state.tar.gz. Without
-    --state, the state is written here: the ledger and the checkpoints that fit --max-upload-mib
+    --state, the campaign's state (CAMPAIGN_STATE) is carried where it exists, else one is
+    written here: the ledger and the checkpoints that fit --max-upload-mib
     (`bundle_state`); with it, that state is carried as it is."""
 
     check_parts(args)
+    if args.state is None and (args.root / CAMPAIGN_STATE).is_file():  # the campaign goes on from its state
+        args.state = args.root / CAMPAIGN_STATE
     given = args.state is not None
     args.state = args.state or args.output / SLOT_STATE
     check_carried_state(args.state, args.output / SLOT_STATE)
@@ -116,6 +119,7 @@ def bundle(args) -> int:
     if not given:
         bundle_state(args, runs, out)
     elif args.state.resolve() != (out / SLOT_STATE).resolve():  # checked above: nothing there, or the same bytes
+        out.mkdir(parents=True, exist_ok=True)
         for part in state_files(args.state):
             shutil.copy2(part, out / part.name.replace(args.state.name, SLOT_STATE, 1))  # the name the slot reads
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

@@ -5,7 +5,7 @@
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
-    python -m shared.campaign import FILE
+    python -m shared.campaign import FILE [--state CAMPAIGN_STATE]
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
                                               [--wheels-from DIR | --no-wheels] [--max-upload-mib M]
 
@@ -54,6 +54,7 @@ from pathlib import Path
 from shared.campaign.bundle import SLOT_STATE, bundle
 from shared.campaign.ledger import LedgerError
 from shared.campaign.ship import import_state, status
+from shared.campaign.state import CAMPAIGN_STATE
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import train
 from shared.config.schema import ConfigError
@@ -77,9 +78,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m shared.campaign", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_train_parser(commands) -> None:
     t = commands.add_parser("train", help="train the targets' missing runs for M minutes")
     add_run_options(t)
     t.add_argument("--minutes", type=float, required=True)
@@ -111,16 +110,31 @@ def parser() -> argparse.ArgumentParser:
         help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids",
     )
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m shared.campaign", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_train_parser(commands)
     s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
     add_run_options(s)
     s.add_argument("--state", type=Path)
     i = commands.add_parser("import", help="verify a state file, ship its runs, rebuild their tables")
     i.add_argument("file", type=Path)
+    i.add_argument(
+        "--state",
+        type=Path,
+        help=f"then write this campaign state anew from here: its runs in progress, none shipped ({CAMPAIGN_STATE})",
+    )
     i.add_argument("--root", type=Path, default=Path("."))
     b = commands.add_parser("bundle", help="data, wheels and state for an offline machine")
     add_run_options(b)
     b.add_argument("-o", "--output", type=Path, required=True)
-    b.add_argument("--state", type=Path, help=f"the state file to carry (default: DIR/{SLOT_STATE}, made if absent)")
+    b.add_argument(
+        "--state",
+        type=Path,
+        help=f"the state file to carry (default: {CAMPAIGN_STATE} where it exists, else DIR/{SLOT_STATE}, made)",
+    )
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")
     b.add_argument(

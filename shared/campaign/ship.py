@@ -3,6 +3,7 @@ and its finished runs shipped (results/shipped/), with the tables and figures bu
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -21,7 +22,7 @@ from shared.campaign.state import (
     state_runs,
     trusted_members,
 )
-from shared.campaign.state_reading import MEMBER, check_inside
+from shared.campaign.state_reading import FIRST, MEMBER, check_inside
 from shared.config.schema import ConfigError, RunConfig
 from shared.runs.files import history_rounds, holds_result, rounds_done, write_atomically, write_folder_atomically
 from shared.runs.locking import claim_runs
@@ -250,7 +251,28 @@ def import_state(args) -> int:
         f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
         f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}"
     )
+    if getattr(args, "state", None):
+        written = rewrite_campaign_state(args.state, args.root, manifest)
+        print(f"campaign state {args.state}: {written.size / 2**20:.2f} MiB, the checkpoints of the runs in progress")
     return 2 if refused else 0
+
+
+def rewrite_campaign_state(path: Path, root: Path, imported: dict):
+    """A campaign's state (results/campaign/state.tar.gz) written anew once an import has put
+    runs here: first its own checkpoints restored where this checkout holds fewer rounds (a
+    fresh clone holds none), then every checkpoint of its runs in progress and none of its
+    shipped runs, its targets, scale, data and --first as it had them (a new one: the imported
+    state's). One state goes on, whichever machine advanced it last."""
+    from shared.campaign.train import save
+
+    args = argparse.Namespace(state=path, targets=[], scale=None, copy=None, root=root, first=None)
+    members = state_defaults(args)
+    if not members:  # no campaign state yet: the imported state's campaign
+        args.state_targets, args.scale = list(imported["targets"]), imported["scale"]
+        args.copy_spec, args.first = manifest_copy(imported), imported.get(FIRST)
+    restore({k: v for k, v in members.items() if k.startswith("progress/")}, root / RUNS_DIR, root / SHIPPED / "runs")
+    args.part_mib = args.max_parts = None
+    return save(args, root / RUNS_DIR)
 
 
 def import_paths(manifest: dict, members: dict[str, bytes], root: Path, copy: Copy | None) -> list[Path]:

@@ -54,6 +54,9 @@ from shared.targets.resolve import TargetError
 
 RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
 RUNS_DIR = RESULTS / "runs"
+# A campaign's state between its pieces, tracked: the checkpoints of its runs in progress (its
+# finished runs live in results/shipped/ as text), which the next piece, here or on a GPU, continues
+CAMPAIGN_STATE = RESULTS / "campaign" / "state.tar.gz"
 TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks and a record's padding, gzip's trailer
 MAX_PARTS = 100  # part-00 to part-99
 

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from shared.campaign import unit_sizing
+from shared.campaign import piece_report, unit_sizing
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.session_timing import session_timing
@@ -34,7 +34,7 @@ from shared.campaign.state_reading import FIRST, CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
-from shared.runs.files import rounds_done
+from shared.runs.files import holds_result, rounds_done
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.run_groups import form_groups
@@ -268,8 +268,14 @@ def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tu
 
 def save(args, runs_dir: Path) -> Written:
     """The state file: the runs of its earlier targets and of this command's, the checkpoints
-    that a slot could return (`write_state`)."""
-    run_ids = state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
+    that a slot could return (`write_state`); not the runs shipped in this checkout, whose text
+    lives in results/shipped/ already (a campaign's state stays the size of its runs in progress)."""
+    shipped_runs = args.root / SHIPPED / "runs"
+    run_ids = [
+        rid
+        for rid in state_run_ids(tuple(args.state_targets), args.scale, args.copy_spec)
+        if not holds_result(shipped_runs / rid)
+    ]
     ledger = getattr(args, "ledger", frozenset())
     about = {
         "targets": args.state_targets,
@@ -346,14 +352,16 @@ def check_parts(args) -> None:
         )
 
 
-def cpu_defaults(device: str, settings: dict) -> dict:
+def cpu_defaults(device: str, clients_per_step: int, settings: dict) -> dict:
     """The runtime settings, on a CPU with as many clients at once in threads as torch has
-    threads, one core each, unless --set says otherwise: a small model's operators use one
-    core well and two poorly (benchmarks/README.md, the CPU campaign)."""
+    threads, one core each, unless --set or --clients-per-step asks for another way (threads
+    go with neither batched clients nor compilation): a small model's operators use one core
+    well and two poorly (benchmarks/README.md, the CPU campaign)."""
     import torch
 
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    if not on_cpu or "client_threads" in settings.get("trainer", {}):
+    trainer = settings.get("trainer", {})
+    if not on_cpu or clients_per_step > 1 or {"client_threads", "compile"} & set(trainer):
         return settings
     return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
 
@@ -362,7 +370,7 @@ def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
     check_parts(args)
-    args.settings = cpu_defaults(args.device, parse_settings(args.set))
+    args.settings = cpu_defaults(args.device, args.clients_per_step, parse_settings(args.set))
     stop_on_sigterm()
     started = time.time()
     deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
@@ -383,8 +391,11 @@ def train(args) -> int:
         )
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
 
+    before = piece_report.rounds_now(runs_dir, list(runs))
     with session_timing(args.timing, args.device) as args.timing_record:
         counts = train_runs(runs, args, deadline, runs_dir, carried)
+    for line in piece_report.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
+        print(line)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
     written = save(args, runs_dir)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

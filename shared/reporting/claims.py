@@ -29,6 +29,7 @@ import pandas as pd
 
 from shared.data.catalog import copy_label
 from shared.methods.papers import paper_tables_module
+from shared.reporting.partial_claims import judged_part
 from shared.targets.experiments import cell_overrides, paper_tables
 
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "held within noise", "not held", "not yet measured"
@@ -298,8 +299,9 @@ def paper_claims(paper: str) -> list[Claim]:
 
 def table_claims(table) -> list[Claim]:
     """The paper's claims about `table`; a claim naming a row or column the paper's declared
-    table lacks is refused (a typo). A claim on cells cut from this one (a partial table of
-    shipped runs, shared/campaign/ship.py) is left out: it is not measured yet. A table built on a
+    table lacks is refused (a typo). On a partial table of shipped runs (shared/campaign/ship.py)
+    a claim is judged on the cells there, or left out while none of its comparisons is measured
+    (shared/reporting/partial_claims.py). A table built on a
     copy of a dataset, named after the copy, keeps the claims of the table it was declared as."""
     claims = [c for c in paper_claims(table.paper) if c.table == table.declared_name]
     declared = paper_tables(table.paper).get(table.declared_name, table)
@@ -313,7 +315,7 @@ def table_claims(table) -> list[Claim]:
             raise ValueError(
                 f"{table.paper}/{table.name}: the claim {claim.statement!r} names cells the table lacks: {unknown}"
             )
-    return [claim for claim in claims if set(claim.needed(declared)) <= cells(table)]
+    return [part for claim in claims if (part := judged_part(claim, declared, table)) is not None]
 
 
 def reread(claim: Claim, table, row: str, reading) -> Claim | None:

@@ -111,50 +111,76 @@ def copy_part(table, scale: str, copy: Copy):
     def on_copy(cell):
         return cell.config.dataset.name == copy.dataset
 
-    keep = [i for i, column in enumerate(table.columns) if any(on_copy(c) for c in cells if c.column is column)]
-    columns = [table.columns[i] for i in keep]
-    rows = [
-        r for r in table.rows if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))
-    ]
-    settings = {c.label for c in columns}
-    cut = keep_rows(table, rows)
-    return dataclasses.replace(  # what names a setting cut away goes with it
-        cut,
-        columns=columns,
+    columns = [k for k in table.columns if any(on_copy(c) for c in cells if c.column is k)]
+    rows = {
+        r.label
+        for r in table.rows
+        if all(on_copy(c) for c in cells if c.row is r and any(c.column is k for k in columns))
+    }
+    block = keep_columns(table, columns)
+    return keep_rows(block, [r for r in block.rows if r.label in rows])
+
+
+def keep_columns(table, columns: list):
+    """The table with only `columns`: what names a setting cut away goes with it (its printed
+    numbers, the rows' settings for it, its inconsistencies)."""
+    keep = [i for i, column in enumerate(table.columns) if any(column is k for k in columns)]
+    settings = {table.columns[i].label for i in keep}
+    return dataclasses.replace(
+        table,
+        columns=[table.columns[i] for i in keep],
         rows=[
             dataclasses.replace(r, per_column={k: v for k, v in r.per_column.items() if k in settings})
-            for r in cut.rows
+            for r in table.rows
         ],
-        reported={row: [values[i] for i in keep] for row, values in cut.reported.items()},
-        inconsistencies=[m for m in cut.inconsistencies if m.column in settings],
+        reported={row: [values[i] for i in keep] for row, values in table.reported.items()},
+        inconsistencies=[m for m in table.inconsistencies if m.column in settings],
     )
 
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
-    """The table cut to what is finished: the methods with every setting finished at seed 0,
-    and as many further seeds as all of them have; (None, "") when no method has one.
-    Returns (table, the note that marks it partial, empty when it is whole)."""
+    """The table cut to what is finished: the largest block of methods x settings finished at
+    seed 0 (most cells; of those, most methods, then the table's first settings), and as many
+    further seeds as all of its cells have; (None, "") when no cell is finished. Returns
+    (table, the note that marks it partial, empty when it is whole)."""
 
     cells = expand(table, scale, runtime)
-    missing = {(c.row.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
-    seeds, rows = [], []
-    for seed in scale_seeds(table, scale):
-        complete = [r for r in table.rows if r.implemented and all((r.label, s) not in missing for s in [*seeds, seed])]
-        if not complete or len(complete) < len(rows):  # another seed never costs a method
-            break
-        seeds, rows = [*seeds, seed], complete
-    cut = keep_rows(table, [r for r in table.rows if r in rows or not r.implemented], seeds=tuple(seeds))
-    shown = [r for r in cut.rows if r.implemented]  # a reading goes only beside its row
-    if not shown:
-        return None, ""
+    missing = {(c.row.label, c.column.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
     implemented = [r for r in table.rows if r.implemented]
-    partial = len(shown) < len(implemented) or len(seeds) < len(scale_seeds(table, scale))
-    note = (
-        (f"partial: {len(shown)} of {len(implemented)} methods, seeds {seeds} of {list(scale_seeds(table, scale))}")
-        if partial
-        else ""
-    )
-    return cut, note
+    seeds = scale_seeds(table, scale)
+    rows, columns = largest_finished_block(implemented, table.columns, {m[:2] for m in missing if m[2] == seeds[0]})
+    if not rows:
+        return None, ""
+    kept = [seeds[0]]
+    for seed in seeds[1:]:  # another seed never costs a cell
+        if any((r.label, k.label, seed) in missing for r in rows for k in columns):
+            break
+        kept.append(seed)
+    block = keep_columns(table, columns)
+    labels = {r.label for r in rows}
+    cut = keep_rows(block, [r for r in block.rows if r.label in labels or not r.implemented])
+    cut = dataclasses.replace(cut, seeds=tuple(kept))
+    partial = len(rows) < len(implemented) or len(columns) < len(table.columns) or len(kept) < len(seeds)
+    settings = f", settings {', '.join(k.label for k in columns)}" if len(columns) < len(table.columns) else ""
+    note = f"partial: {len(rows)} of {len(implemented)} methods{settings}, seeds {kept} of {list(seeds)}"
+    return cut, note if partial else ""
+
+
+def largest_finished_block(rows: list, columns: list, missing: set) -> tuple[list, list]:
+    """(rows, columns) of the most cells none of which is `missing` (row label, column label):
+    over every subset of the columns (a table has a handful), the rows finished in all of them;
+    a reading (a row with `reading_of`) only beside its row."""
+    best, best_key = ([], []), (0, 0, ())
+    for mask in range(1, 2 ** len(columns)):
+        chosen = [k for i, k in enumerate(columns) if mask >> i & 1]
+        done = [r for r in rows if not any((r.label, k.label) in missing for k in chosen)]
+        labels = {r.label for r in done}
+        done = [r for r in done if r.reading_of is None or r.reading_of in labels]
+        first_settings = tuple(-i for i, k in enumerate(columns) if mask >> i & 1)  # ties: the table's first
+        key = (len(done) * len(chosen), len(done), first_settings)
+        if done and key > best_key:
+            best, best_key = (done, chosen), key
+    return best
 
 
 def data_folder(scale: str, copy: Copy | None) -> str:

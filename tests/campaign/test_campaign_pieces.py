@@ -1,0 +1,103 @@
+"""A campaign in pieces: its state lives in the checkout (results/campaign/state.tar.gz) between
+pieces; an import ships the finished runs and writes the state anew with the checkpoints of the
+runs in progress alone; a fresh clone's bundle carries that state to a GPU, and a piece there or
+here continues it."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+
+from shared.campaign.cli import main
+from shared.campaign.ship import build_shipped_table
+from shared.campaign.state import CAMPAIGN_STATE, read_state
+from shared.targets.copies import Copy
+from shared.targets.experiments import SMOKE_ROUNDS, expand, get_table
+from tests.campaign.test_campaign import TARGET, checkout, clock_of_rounds, finish_for_table, train
+
+FIRST = ["--first", "rows=FedProx", "--first", "seeds=0"]
+
+
+def runs_of(state, kind: str) -> set[str]:
+    return {name.split("/")[1] for name in read_state(state)[1] if name.startswith(f"{kind}/")}
+
+
+def test_pieces_keep_one_state_of_checkpoints_in_the_checkout_and_a_fresh_clone_carries_it_on(
+    tmp_path, monkeypatch, capsys
+):
+    home = checkout(tmp_path / "home")
+    state = home / CAMPAIGN_STATE
+
+    # piece 1: two runs finish, the third stops after its second round (the clock of test_campaign)
+    budget_s = (2 * (SMOKE_ROUNDS - 1) + 1.5) * 100 + 30
+    with monkeypatch.context() as patch:
+        clock_of_rounds(patch)
+        assert train(home, state, budget_s / 60, *FIRST) == 0
+    finished, progress = runs_of(state, "finished"), runs_of(state, "progress")
+    assert len(finished) == 2 and len(progress) == 1
+    out = capsys.readouterr().out
+    assert out.count("advanced: ") == 3 and "advanced: FedProx at E=1, seed 0 (run " in out
+
+    # import ships the finished runs and writes the state anew: checkpoints only, the choice kept
+    capsys.readouterr()
+    assert main(["import", str(state), "--state", str(state), "--root", str(home)]) == 0
+    assert "the checkpoints of the runs in progress" in capsys.readouterr().out
+    manifest, _ = read_state(state)
+    assert runs_of(state, "finished") == set() and runs_of(state, "progress") == progress
+    assert manifest["first"] == ["rows=FedProx", "seeds=0"] and manifest["targets"] == [TARGET]
+    assert {p.name for p in (home / "results" / "shipped" / "runs").iterdir()} >= finished
+
+    # a fresh clone holds what git tracks: the shipped runs and the campaign's state, no results/runs
+    clone = checkout(tmp_path / "clone")
+    for tracked in ("results/shipped", "results/campaign"):
+        shutil.copytree(home / tracked, clone / tracked)
+    assert main(["bundle", TARGET, "-o", str(clone / ".carry"), "--no-wheels", "--root", str(clone)]) == 0
+    assert (clone / ".carry" / "state.tar.gz").read_bytes() == state.read_bytes()
+
+    # piece 2 in the clone continues the run in progress and trains none of the shipped ones
+    capsys.readouterr()
+    assert train(clone, clone / CAMPAIGN_STATE, 60) == 0
+    out = capsys.readouterr().out
+    assert "0 finished and 1 checkpointed runs restored" in out
+    assert f"rounds 2 -> {SMOKE_ROUNDS} of {SMOKE_ROUNDS} (finished)," in out  # what the piece advanced, said
+    (resumed,) = progress
+    assert (clone / "results" / "runs" / resumed / "metrics.json").is_file()
+    assert not any((clone / "results" / "runs" / rid).exists() for rid in finished)
+    assert not runs_of(clone / CAMPAIGN_STATE, "finished") & finished  # shipped runs never travel again
+
+
+def test_an_import_into_a_new_campaign_state_takes_the_imported_states_campaign(tmp_path, monkeypatch):
+    home = checkout(tmp_path / "home")
+    returned = tmp_path / "out" / "state.tar.gz"
+    with monkeypatch.context() as patch:
+        clock_of_rounds(patch)
+        assert train(home, returned, (SMOKE_ROUNDS - 0.5) * 100 / 60 + 0.5, *FIRST) == 0
+    assert main(["import", str(returned), "--state", str(home / CAMPAIGN_STATE), "--root", str(home)]) == 0
+    manifest, members = read_state(home / CAMPAIGN_STATE)
+    assert manifest["targets"] == [TARGET] and manifest["scale"] == "smoke" and manifest["first"][0] == "rows=FedProx"
+    assert not any(name.startswith("finished/") for name in members)
+
+
+def test_a_shipped_table_of_a_few_cells_is_the_largest_finished_block_with_the_papers_numbers(tmp_path):
+    """FedSSD Table II with seed 0 of FedAvg and both FedSSD readings at δ=0.5 shipped (the CPU
+    campaign's first cells), and FedAvg alone at δ=0.1: a table of those three rows at δ=0.5
+    (3 cells beat FedAvg's 2), marked partial, the paper's numbers beside."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    first = {("FedAvg", "δ=0.5"): 64.0, ("FedSSD", "δ=0.5"): 65.0, ("FedSSD (weight M)", "δ=0.5"): 66.0}
+    for cell in expand(get_table("fedssd", "table2"), "paper", {"dataset": {"copy": copy.sha256}}):
+        value = {**first, ("FedAvg", "δ=0.1"): 55.0}.get((cell.row.label, cell.column.label))
+        if cell.seed == 0 and value is not None:
+            finish_for_table(shipped / "runs", cell.run_id, value)
+    out = build_shipped_table("papers/fedssd/table2", "paper", copy, shipped)
+    table = pd.read_csv(out / "table.csv")
+    assert set(table.row) == {"FedAvg", "FedSSD", "FedSSD (weight M)"} and set(table.column) == {"δ=0.5"}
+    partial = "partial: 3 of 8 methods, settings δ=0.5, seeds [0] of [0, 1, 2]"
+    assert partial in (out / "comparison.md").read_text()
+    assert r"settings $\delta$=0.5" in (out / "table.tex").read_text()
+    paper = pd.read_csv(out / "comparison.csv").set_index("row").paper_mean
+    assert paper["FedAvg"] == 70.49 and paper["FedSSD"] == 73.38  # the paper's numbers beside ours
+    claims = (out / "claims.md").read_text()  # the claim judged on these cells, both readings
+    assert claims.count("[judged on the cells this table holds: δ=0.5; against FedAvg]") == 2
+    assert "**held in 1 of 1 group**" in claims
