@@ -1,15 +1,17 @@
 """Every baseline beside FedAvg on real CIFAR-10 for a few rounds: final accuracy and seconds
 per round. A CPU-sized check that each method trains; not a table of the papers.
 
-    python -m benchmarks.baselines_real PATH/TO/cifar10-jpeg.zip [--rounds 5] [--epochs 2]
+    python -m benchmarks.baselines_real [PATH] [--rounds 5] [--epochs 2]
 
-PATH may be any CIFAR-10 image folder (directory or zip); results go to results/benchmarks/.
+Without PATH the official CIFAR-10 (`dataset=cifar10`, downloaded into the data root); PATH may
+be a copy of it as an image folder (directory or zip). Results go to results/benchmarks/.
 """
 
 import argparse
 import json
 from pathlib import Path
 
+from benchmarks.fedssd_readings import cifar10
 from shared.targets.configs import load_config
 from shared.training.trainer import run
 
@@ -31,7 +33,7 @@ METHODS = {
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("data")
+    parser.add_argument("data", nargs="?", help="a CIFAR-10 image folder (default: the official CIFAR-10)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
@@ -42,8 +44,7 @@ def main():
         cfg = load_config(
             None,
             [
-                "dataset=imagefolder",
-                f"dataset.path={args.data}",
+                *cifar10(args.data),
                 f"method={name}",
                 f"federation.rounds={args.rounds}",
                 f"local.epochs={args.epochs}",

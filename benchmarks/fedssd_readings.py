@@ -8,11 +8,12 @@ split, B=64, SGD lr 0.01 momentum 0.9, M_max 0.01, 64 auxiliary samples per clas
 rounds (Table I's T for FedSSD is 33), epochs and training subset are arguments. Prints the
 global accuracy per round of each arm and writes JSON, a CSV of per-round curves and a figure.
 
-    python -m benchmarks.fedssd_readings PATH/TO/cifar10-jpeg.zip [--rounds 33] [--epochs 10]
+    python -m benchmarks.fedssd_readings [PATH] [--rounds 33] [--epochs 10]
         [--train-subset N] [--seed 0] [--arms fedavg fedssd-m2 fedssd-m mse] [--threads 1]
         [--out results/benchmarks/fedssd_readings.json]
 
-PATH may be any CIFAR-10 image folder (directory or zip). Each arm is a run directory beside
+Without PATH the official CIFAR-10 (`dataset=cifar10`, downloaded into the data root); PATH may
+be a copy of it as an image folder (directory or zip, `dataset=imagefolder`). Each arm is a run directory beside
 --out: a command stopped part-way continues from each arm's last round when run again. Arms run
 one after another; to use more cores run one process per arm with its own --arms and --out, and
 join them with `--join OUT.json ...` (writes the CSV, the table and the figure of all of them).
@@ -44,12 +45,16 @@ READINGS = {  # run directory -> (label, overrides)
 }
 
 
+def cifar10(path: str | None) -> list[str]:
+    """The official CIFAR-10, or a copy of it as an image folder at `path`."""
+    return ["dataset=imagefolder", f"dataset.path={path}"] if path else ["dataset=cifar10"]
+
+
 def protocol(args) -> list[str]:
     """Table II's Dir(0.5) column at the sizes given on the command line."""
     overrides = [f"{k}={v}" for k, v in flatten(MOON_CIFAR10).items() if k != "dataset.name"]
     overrides += [
-        "dataset=imagefolder",
-        f"dataset.path={args.data}",
+        *cifar10(args.data),
         f"federation.rounds={args.rounds}",
         f"local.epochs={args.epochs}",
         f"seed={args.seed}",
@@ -61,7 +66,7 @@ def protocol(args) -> list[str]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", nargs="?", help="the CIFAR-10 image folder (not with --join)")
+    parser.add_argument("data", nargs="?", help="a CIFAR-10 image folder (default: the official CIFAR-10)")
     parser.add_argument("--rounds", type=int, default=33)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--train-subset", type=int, default=None)
@@ -71,8 +76,8 @@ def main(argv=None):
     parser.add_argument("--out", default="results/benchmarks/fedssd_readings.json")
     parser.add_argument("--join", nargs="+", metavar="JSON", help="join earlier outputs into --out instead of training")
     args = parser.parse_args(argv)
-    if (args.data is None) == (args.join is None):
-        parser.error("give the data folder, or --join with earlier outputs")
+    if args.data and args.join:
+        parser.error("give the data folder or --join with earlier outputs, not both")
     out = Path(args.out)
     curves = join(args.join) if args.join else train(args, out)
     out.parent.mkdir(parents=True, exist_ok=True)

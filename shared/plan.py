@@ -1,5 +1,6 @@
 """What regenerating a table costs before anything runs: its runs, the training samples they
-process, and an estimate of GPU-hours, with a total.
+process, and an estimate of GPU-hours, with subtotals for the tables, figures and searches
+(`tables` is what regenerating a paper's tables costs) and a total.
 
     python -m shared.plan papers/fedssd/table2 [--scale paper]   # a target as Snakemake takes it
     python -m shared.plan fedssd table2     # the same
@@ -61,6 +62,37 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A target's kind by its name's start, and the name of the kind's subtotal
+SUBTOTALS = {"table": "tables", "fig": "figures", "search_": "searches"}
+
+
+def target_costs(paper: str, names: list[str], scale: str, throughput: dict) -> tuple[dict[str, dict], set[str]]:
+    """Each target's new runs and GPU-hours, in the order named (a run that a target before it
+    needs is counted there alone), and the models they train."""
+    seen: set[str] = set()
+    models: set[str] = set()
+    costs = {}
+    for name in names:
+        cells = named_cells(paper, name, scale)
+        models |= {c.config.model.name for c in cells}
+        costs[name] = plan(cells, seen, throughput)
+    return costs, models
+
+
+def summed(costs) -> dict:
+    costs = list(costs)
+    return {"runs": sum(c["runs"] for c in costs), "gpu_hours": sum(c["gpu_hours"] for c in costs)}
+
+
+def subtotals(costs: dict[str, dict]) -> dict[str, dict]:
+    """The subtotals of the tables, the figures and the searches among `costs` (those present):
+    what regenerating a paper's tables costs is its `tables` line."""
+    kinds = {
+        label: [cost for name, cost in costs.items() if name.startswith(start)] for start, label in SUBTOTALS.items()
+    }
+    return {label: summed(found) for label, found in kinds.items() if found}
+
+
 def main(argv=None) -> None:
     parser = argument_parser()
     args = parser.parse_args(argv)
@@ -77,22 +109,16 @@ def main(argv=None) -> None:
     except TargetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    targets = {name: (lambda name=name: named_cells(paper, name, args.scale)) for name in names}
     measured = {} if args.assumed else measured_throughput(args.device)
     throughput = {model: m["samples_per_s"] for model, m in measured.items()}
     unit = "GPU-hours" if args.device == "cuda" else "CPU-hours"
-    seen: set[str] = set()
-    models: set[str] = set()
-    total = {"runs": 0, "gpu_hours": 0.0}
+    costs, models = target_costs(paper, names, args.scale, throughput)
     print(f"{'target':<22}{'new runs':>9}{unit:>11}   (runs shared with a target above are not counted again)")
-    for name, cells in targets.items():
-        cells = cells()
-        models |= {c.config.model.name for c in cells}
-        cost = plan(cells, seen, throughput)
-        total["runs"] += cost["runs"]
-        total["gpu_hours"] += cost["gpu_hours"]
+    for name, cost in costs.items():
         print(f"{name:<22}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
-    print(f"{'total':<22}{total['runs']:>9}{total['gpu_hours']:>11.1f}")
+    print("-" * 42)
+    for name, cost in [*subtotals(costs).items(), ("total", summed(costs.values()))]:
+        print(f"{name:<22}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
     print(f"\nthroughput (training samples per second, on {args.device}):")
     for model in sorted(models):
         if model in measured:

@@ -166,3 +166,15 @@ def test_a_name_that_is_no_target_is_one_line_naming_the_valid_ones(words, valid
     assert captured.out == "" and len(err) == 1 and "Traceback" not in captured.err, captured
     assert err[0].startswith(f"error: {' '.join(words)} is not a target") and valid in err[0], err
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_paper_prints_the_subtotals_of_its_tables_figures_and_searches(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no measurements here
+    plan.main(["fedcad"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isalnum()]
+    listed = {row[0]: (int(row[1]), float(row[2])) for row in rows if len(row) == 3 and row[1].isdigit()}
+    for subtotal, start in (("tables", "table"), ("figures", "fig"), ("searches", "search_")):
+        parts = [value for name, value in listed.items() if name.startswith(start) and name != subtotal]
+        assert listed[subtotal][0] == sum(runs for runs, _ in parts)
+        assert abs(listed[subtotal][1] - sum(hours for _, hours in parts)) < 0.05 * len(parts)
+    assert listed["total"][0] == sum(listed[name][0] for name in ("tables", "figures", "searches"))

@@ -341,3 +341,12 @@ def test_the_readings_benchmark_trains_fedavg_both_fedssd_readings_and_the_const
     joined = tmp_path / "bench" / "joined.json"
     fedssd_readings.main(["--join", *map(str, half), "--out", str(joined)])
     assert json.loads(joined.read_text())["curves"] == curves
+
+
+@pytest.mark.parametrize(("data", "dataset"), [(None, "cifar10"), ("cifar10-folder", "imagefolder")])
+def test_the_readings_benchmark_takes_the_official_cifar10_or_a_folder(data, dataset):
+    from benchmarks.fedssd_readings import protocol
+    from shared.targets.configs import load_config
+
+    args = SimpleNamespace(data=data, rounds=1, epochs=1, seed=0, train_subset=None)
+    assert load_config(None, protocol(args)).dataset.name == dataset

@@ -19,6 +19,22 @@ RETRIES = config["retries"]  # attempts after the first, for every run job (see 
 RUNTIME_MINUTES = config.get("runtime_minutes")  # first attempt's SLURM time limit, if set
 
 
+def run_threads():
+    """A run job's CPU threads (its OMP_NUM_THREADS; SLURM's --cpus-per-task), so that the cores
+    given (--cores N) and the GPUs given (--resources gpu=G) run min(G, N) run jobs at once: the
+    cores shared out among the GPUs, at most 4 (what every run job took before; nothing measured
+    says a run gains from more), at least 1. Smoke runs take 1: they train in seconds on a CPU.
+    `--config run_threads=K` sets it; under device=cpu no GPU is asked for, and a job takes
+    min(4, N) threads."""
+    if "run_threads" in config:
+        return config["run_threads"]
+    if SCALE == "smoke":
+        return 1
+    cores = workflow.resource_settings.cores or 1  # --cores, or the profile's
+    gpus = 1 if config["device"] == "cpu" else workflow.global_resources.get("gpu").value or 1
+    return max(1, min(4, cores // gpus))
+
+
 def minutes(cfg, attempt):
     """Requested wall time of a run: twice the planner's estimate (shared/targets/cost.py, the one cost
     model) plus 10 minutes of start-up, doubled on each retry (SLURM kills a job at its limit;
@@ -142,7 +158,7 @@ def define_run_rule(name, output, log, benchmark, members, constraints=None):
         retries: RETRIES
         conda:
             ENVIRONMENT
-        threads: 1 if SCALE == "smoke" else 4
+        threads: run_threads()
         resources:
             gpu=0 if config["device"] == "cpu" else 1,  # no GPU is asked of SLURM under device=cpu
             mem_mb=lambda wildcards: group_memory(members(wildcards)),
