@@ -4,6 +4,7 @@
                                               [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
+                                              [--staging DIR]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
     python -m shared.campaign import FILE
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
@@ -27,7 +28,10 @@ started. Given an existing FILE, `train` continues from it, skipping the runs it
 in the time left, its round estimated from measured rounds (shared/campaign/unit_sizing.py).
 `--set` takes runtime keys only (a session's fallbacks: trainer.cuda_graphs=false,
 trainer.deterministic=false); `--timing FILE` writes where each unit's seconds went
-(shared/campaign/session_timing.py).
+(shared/campaign/session_timing.py). Within a unit, FILE (and the timing) is rewritten at least
+once a minute of training; `--staging DIR` (a folder on FILE's filesystem) takes the files
+being written before they are renamed beside FILE, so that a folder returned as it is at any
+moment (a session killed from outside) never holds a half-written one.
 
 `bundle` writes, where DIR holds no state yet (or one whose runs are all here), a state of the
 ledger (the runs finished here or shipped) and the checkpoints of runs in progress that fit
@@ -111,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
         help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids",
     )
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
+    t.add_argument(
+        "--staging", type=Path, metavar="DIR", help="write the state and timing here before renaming them into place"
+    )
     s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
     add_run_options(s)
     s.add_argument("--state", type=Path)

@@ -12,7 +12,8 @@ deadline still returns what it did:
                         saying why
     state.tar.gz        `python -m shared.campaign train` of the targets from the carried state
                         (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
-                        END_SECONDS, the state (or its parts) rewritten after every unit; where the
+                        END_SECONDS, the state (or its parts) rewritten at least once a minute of
+                        training (shared/campaign/train.py's REFRESH_SECONDS); where the
                         gate failed in a CUDA graph's capture, with trainer.cuda_graphs=false; where
                         it failed otherwise, no training: the whole `pytest -m gpu` instead, its
                         report in gate.xml
@@ -20,8 +21,10 @@ deadline still returns what it did:
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
     session.log         every step's output, at most --max-file-mib (the middle left out)
 
-OUTDIR then holds these files only: at most --max-files (the state takes what the other four
-leave) of at most --max-file-mib each (default: no limit). Needs neither Snakemake nor network:
+Each file but session.log (appended line by line) is written outside OUTDIR (`staging_folder`)
+and renamed into it whole: OUTDIR, as it is at any moment, holds no half-written file. OUTDIR
+then holds these files only: at most --max-files (the state takes what the other four leave) of
+at most --max-file-mib each (default: no limit). Needs neither Snakemake nor network:
 the checkout (tests/ for the gate) and the machine's Python with torch.
 """
 
@@ -31,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,10 +43,11 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from shared.runs.files import write_atomically
+from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
 from shared.runs.provenance import environment
 from shared.targets.copies import campaign_runs
 
+STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
 GATE_SECONDS = 90
 END_SECONDS = 15  # kept free after training: the last lines, the listing of OUTDIR
@@ -138,9 +143,22 @@ class Session:
 
     def __init__(self, args):
         self.args, self.out = args, args.out
-        self.deadline = time.monotonic() + 60 * args.minutes
+        self.deadline = STARTED + 60 * args.minutes
+        self.staging = staging_folder(self.out)
+        if self.staging is not None:
+            stage_elsewhere(self.out, self.staging)
         cap = int(args.max_file_mib * 2**20) if args.max_file_mib else None
         self.log, self.child = Log(self.out / "session.log", cap), None
+
+    def written_elsewhere(self, name: str) -> Path:
+        """Where a step writes OUTDIR's file `name` before `publish` renames it into OUTDIR."""
+        return temporary_path(self.out / name)
+
+    def publish(self, name: str) -> None:
+        """OUTDIR's file `name`, as written where `written_elsewhere` said, if it was."""
+        written = self.written_elsewhere(name)
+        if written.is_file():
+            os.replace(written, self.out / name)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -181,6 +199,24 @@ class Session:
         except subprocess.TimeoutExpired:
             child.kill()
             return child.wait()
+
+
+def staging_folder(out: Path) -> Path | None:
+    """A folder outside OUTDIR on its filesystem (a rename into OUTDIR is then atomic) where
+    OUTDIR's files are written before they are renamed into it, so that OUTDIR, returned as it
+    is when the session is killed from outside, never holds a half-written file; emptied of an
+    earlier session's leftovers. None where there is none: the files are then written hidden in
+    OUTDIR before the rename."""
+    for candidate in (out.parent / f".{out.name}.staging", REPO / "results" / f".staging-{out.name}"):
+        try:
+            shutil.rmtree(candidate, ignore_errors=True)
+            candidate.mkdir(parents=True)
+        except OSError:  # a folder this machine does not let us write
+            continue
+        if candidate.stat().st_dev == out.stat().st_dev:
+            return candidate
+        candidate.rmdir()
+    return None
 
 
 def gate_selection(methods: list[str]) -> str:
@@ -237,12 +273,13 @@ def gate(session: Session, cuda: bool) -> str:
         "-q",
         "-p",
         "no:cacheprovider",
-        f"--junitxml={xml}",
+        f"--junitxml={session.written_elsewhere('gate.xml')}",
         "-k",
         gate_selection(session.args.methods),
         "tests",
     ]
     code = session.run(command, min(GATE_SECONDS, session.left() / 3))
+    session.publish("gate.xml")
     if not xml.is_file():
         no_tests_report(xml, f"pytest wrote no report (exit {code})")
         return "failed"
@@ -262,12 +299,11 @@ def gate(session: Session, cuda: bool) -> str:
 def carried_state(session: Session) -> None:
     """The carried state (or its parts) into OUTDIR, where train continues it and rewrites it
     after every unit: OUTDIR holds a readable state at every moment."""
-    import shutil
-
     carry = session.args.carry
     for part in sorted(carry.glob(f"{STATE}*")):
         if part.name == STATE or re.fullmatch(rf"{re.escape(STATE)}\.part-[0-9][0-9]", part.name):
-            shutil.copy2(part, session.out / part.name)
+            shutil.copy2(part, session.written_elsewhere(part.name))
+            session.publish(part.name)
     if not any(session.out.glob(f"{STATE}*")):
         session.log.line(f"no carried state in {carry}: train starts a new one (--scale, --copy as given)")
 
@@ -301,6 +337,7 @@ def train(session: Session, settings: list[str]) -> int | None:
         *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
         *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
         *(["--scale", args.scale] if args.scale else []),
+        *(["--staging", str(session.staging)] if session.staging else []),
         *(f"--set={s}" for s in settings),
     ]
     return session.run(command, seconds + 5, stop=signal.SIGTERM)
@@ -318,10 +355,12 @@ def all_gpu_tests(session: Session) -> int | None:
         "-q",
         "-p",
         "no:cacheprovider",
-        f"--junitxml={session.out / 'gate.xml'}",
+        f"--junitxml={session.written_elsewhere('gate.xml')}",
         "tests",
     ]
-    return session.run(command, session.left() - END_SECONDS)
+    code = session.run(command, session.left() - END_SECONDS)
+    session.publish("gate.xml")
+    return code
 
 
 def finish(session: Session) -> bool:
@@ -405,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_session(session)
     finally:
         session.log.close()
+        if session.staging is not None:  # its steps have ended: nothing more is written there
+            shutil.rmtree(session.staging, ignore_errors=True)
 
 
 def run_session(session: Session) -> int:
@@ -417,10 +458,11 @@ def run_session(session: Session) -> int:
             "import sys; from pathlib import Path; "
             "from shared.campaign.session import environment_record as e; "
             "print(e(Path(sys.argv[1]))['cuda_available'])",
-            str(session.out / "environment.json"),
+            str(session.written_elsewhere("environment.json")),
         ],
         120,
     )
+    session.publish("environment.json")
     env = json.loads((session.out / "environment.json").read_text()) if code == 0 else {}
     verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu")
     settings = list(args.set)

@@ -1,5 +1,6 @@
 """`train`: the targets' missing runs trained in units, each sized to the time left, until a
-budget of minutes ends; the state file saved after each unit and on a SIGTERM."""
+budget of minutes ends; the state file saved after each unit, within a unit at least every
+REFRESH_SECONDS of training (`Refresh`), and on a SIGTERM."""
 
 from __future__ import annotations
 
@@ -34,12 +35,14 @@ from shared.campaign.state_reading import FIRST, CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
-from shared.runs.files import rounds_done
+from shared.runs.files import rounds_done, stage_elsewhere
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.run_groups import form_groups
+from shared.training.round_timing import RoundTiming, observing
 
 STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
+REFRESH_SECONDS = 60  # the most training a kill from outside (a walltime, a caller's timeout) may lose
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
 
 
@@ -147,6 +150,7 @@ def train_runs(
     from shared.training import trainer
 
     counts, timing = Counter(), getattr(args, "timing_record", None)
+    refresh = Refresh(args, runs_dir, timing)
     for rids, estimate in sized_units(runs, args, deadline, runs_dir):
         if time.time() + estimate.seconds > deadline:
             counts["not started (no time for a round)"] += len(rids)
@@ -157,7 +161,10 @@ def train_runs(
             print(refused, file=sys.stderr)
             continue
         cfg = runs[rids[0]]
-        with timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit:
+        with (
+            timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit,
+            observing(refresh),
+        ):
             try:
                 raised = train_unit(rids, runs, args, deadline, runs_dir)
                 counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
@@ -175,11 +182,38 @@ def train_runs(
                 if unit:
                     unit.outcome = f"raised {type(exc).__name__}: {exc}"
         try:
-            finished_size = save(args, runs_dir).finished_size
+            finished_size = refresh.save().finished_size
         except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
             break
     return counts
+
+
+class Refresh:
+    """Called after every round (shared/training/round_timing.py's observers): the state file and
+    timing.json rewritten after the first round trained, then before another round would end
+    more than REFRESH_SECONDS after the last rewrite, so that a kill from outside loses at most
+    that much training; each rewrite is whole before it replaces the last (`write_state`).
+    `seconds`: how long the last rewrite took."""
+
+    def __init__(self, args, runs_dir: Path, timing):
+        self.args, self.runs_dir, self.timing = args, runs_dir, timing
+        self.last: float | None = None  # none yet: the first round's end saves
+        self.seconds = 0.0
+
+    def __call__(self, round: RoundTiming) -> None:
+        round_seconds = sum(round.seconds.values())
+        if self.last is None or time.time() + round_seconds - self.last >= REFRESH_SECONDS:
+            self.save()
+
+    def save(self) -> Written:
+        started = time.time()
+        written = save(self.args, self.runs_dir)
+        if self.timing is not None:
+            self.timing.write()
+        self.last = time.time()
+        self.seconds = self.last - started
+        return written
 
 
 def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path):
@@ -362,6 +396,9 @@ def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
     check_parts(args)
+    if getattr(args, "staging", None) is not None:  # the state and timing.json: their folder never holds a temporary
+        for written_beside in {args.state.parent, *([args.timing.parent] if args.timing else [])}:
+            stage_elsewhere(written_beside, args.staging)
     args.settings = cpu_defaults(args.device, parse_settings(args.set))
     stop_on_sigterm()
     started = time.time()

@@ -4,12 +4,14 @@ left, the ledger that keeps what travels small, and the runtime keys a session m
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
 import types
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -18,14 +20,14 @@ from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign import unit_sizing
 from shared.campaign.cli import main
-from shared.campaign.session_timing import unit_summary
+from shared.campaign.session_timing import SessionTiming, unit_summary
 from shared.campaign.state import read_state
 from shared.campaign.train import with_runtime
 from shared.config.schema import ConfigError, run_id
 from shared.targets.copies import campaign_runs
 from shared.targets.runtime_settings import parse_settings
 from shared.training.round_timing import RoundTiming
-from tests.campaign.test_campaign import TARGET, checkout, put_run
+from tests.campaign.test_campaign import TARGET, checkout, put_run, train
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_FILES = {"environment.json", "gate.xml", "timing.json", "session.log"}
@@ -319,3 +321,91 @@ def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
     assert not [m for m in written if ids[0] in m or ids[3] in m]
     with tarfile.open(args.state) as tar:  # the manifest is the archive's last member, as before
         assert tar.getnames()[-1] == "manifest.json"
+
+
+def session_command(out: Path, target: str, minutes: float, *extra: str) -> list[str]:
+    """scripts/gpu-session.sh on the CPU at smoke scale."""
+    return [
+        "bash",
+        "scripts/gpu-session.sh",
+        str(out),
+        target,
+        "--scale",
+        "smoke",
+        "--device",
+        "cpu",
+        "--minutes",
+        str(minutes),
+        "--set",
+        "trainer.deterministic=false",
+        *extra,
+    ]
+
+
+def test_a_session_killed_from_outside_leaves_a_state_that_imports_with_its_progress(tmp_path):
+    """SIGKILL of the session's whole process group at 70% of its minutes, mid-training (Table
+    II at smoke scale has 80 runs): OUTDIR holds the session's files and a whole state, no
+    temporary file, the state written within REFRESH_SECONDS before the kill; `import` puts
+    back its finished runs and the checkpoints of the runs in progress."""
+    project = checkout(tmp_path / "project")
+    shutil.copytree(ROOT / "scripts", project / "scripts")
+    out, minutes = tmp_path / "out", 1.5
+    proc = subprocess.Popen(
+        session_command(out, "papers/fedssd/table2", minutes, "--max-files", "8", "--max-file-mib", "16"),
+        cwd=project,
+        env={**os.environ, "PYTHON": sys.executable},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, killed whole as a walltime kills a job
+    )
+    time.sleep(0.7 * minutes * 60)
+    os.killpg(proc.pid, signal.SIGKILL)
+    killed_at = time.time()
+    proc.wait()
+
+    names = {p.name for p in out.iterdir()}
+    assert names <= SESSION_FILES | {"state.tar.gz", *(f"state.tar.gz.part-{i:02d}" for i in range(8))}, names
+    manifest, members = read_state(out / "state.tar.gz")
+    written_at = datetime.fromisoformat(manifest["written_at"]).timestamp()
+    assert killed_at - written_at < campaign_train.REFRESH_SECONDS + 5, (killed_at, written_at)
+    finished = {name.split("/")[1] for name in members if name.startswith("finished/")}
+    progress = {name.split("/")[1] for name in members if name.startswith("progress/")}
+    assert finished or progress, (out / "session.log").read_text()[-3000:]
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["units"], timing
+
+    home = checkout(tmp_path / "home")
+    assert main(["import", str(out / "state.tar.gz"), "--root", str(home)]) == 0
+    shipped = {p.parent.name for p in (home / "results" / "shipped" / "runs").glob("*/metrics.json")}
+    assert shipped == finished
+    assert all((home / "results" / "runs" / rid / "checkpoint.pt").is_file() for rid in progress)
+
+
+def test_a_unit_refreshes_the_state_and_its_timing_between_rounds(tmp_path, monkeypatch):
+    """With REFRESH_SECONDS 0, every round's end rewrites the state and timing.json: a run's
+    checkpoint is in the state after its first round, before its unit ends, and timing.json
+    holds the unit in progress."""
+    root = checkout(tmp_path / "project")
+    state, timing = tmp_path / "out" / "state.tar.gz", tmp_path / "out" / "timing.json"
+    monkeypatch.setattr(campaign_train, "REFRESH_SECONDS", 0)
+    saved, timed = [], []
+    real_save, real_write = campaign_train.save, SessionTiming.write
+
+    def save(args, runs_dir):
+        written = real_save(args, runs_dir)
+        saved.append(sorted(name for name in read_state(args.state)[1] if name.endswith("/metrics.jsonl")))
+        return written
+
+    def write(record):
+        real_write(record)
+        timed.append([unit["outcome"] for unit in json.loads(timing.read_text())["units"]])
+
+    monkeypatch.setattr(campaign_train, "save", save)
+    monkeypatch.setattr(SessionTiming, "write", write)
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # one run will do
+    campaign_train.state_run_ids.cache_clear()
+    assert train(root, state, 2, "--timing", str(timing), "--staging", str(tmp_path / "staging")) == 0
+    assert saved[0] and all(name.startswith("progress/") for name in saved[0]), saved[:3]  # after round 1
+    assert len(saved) > 2 and ["in progress"] in timed and timed[-1] == ["finished"], timed
+    assert sorted(p.name for p in state.parent.iterdir()) == ["state.tar.gz", "timing.json"]
