@@ -6,7 +6,9 @@
 In this order, each step writing into OUTDIR as it goes, so that a session killed at its
 deadline still returns what it did:
 
-    environment.json    Python, packages, torch, CUDA, the GPU, nvidia-smi's report (seconds)
+    environment.json    Python, packages, torch, CUDA, the GPU, nvidia-smi's report (seconds); then
+                        the carried state and data checked (shared/campaign/session_checks.py): a
+                        bundle that cannot serve the session ends it in one line, exit 2
     gate.xml            at most GATE_SECONDS of the gpu tests on the campaign's path, as JUnit XML
                         (`gate_selection`); with no CUDA device to test, a report of no tests
                         saying why
@@ -43,13 +45,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from shared.campaign.session_checks import CarryError, check_carry
 from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
-from shared.runs.provenance import environment
 from shared.targets.copies import campaign_runs
 
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
 GATE_SECONDS = 90
+ENVIRONMENT_SECONDS = 20  # torch's import and nvidia-smi: the carry's checks follow, all within 30 s of the start
 END_SECONDS = 15  # kept free after training: the last lines, the listing of OUTDIR
 STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
 NAMED_FILES = ("environment.json", "gate.xml", "timing.json", "session.log")  # beside the state file(s)
@@ -74,10 +77,10 @@ class Log:
         self.handle, self.cap, self.size, self.dropped = open(path, "a", encoding="utf-8"), cap, 0, 0
         self.lock = threading.Lock()
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, stream=None) -> None:
         text = text.rstrip("\n") + "\n"
         with self.lock:
-            print(text, end="", flush=True)
+            print(text, end="", flush=True, file=stream or sys.stdout)
             data = len(text.encode())
             if self.cap is not None and self.size + data > self.cap - 200:  # room for the closing line
                 self.dropped += 1
@@ -90,38 +93,6 @@ class Log:
         if self.dropped:
             self.handle.write(f"... {self.dropped} lines left out: session.log keeps --max-file-mib\n")
         self.handle.close()
-
-
-def environment_record(path: Path) -> dict:
-    """environment.json: what the session ran on (shared.runs.provenance's record, torch's view of the
-    GPU, nvidia-smi's report). Run in a child process, so the session's own opens no CUDA context."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    env = {
-        **environment(),
-        "torch": torch.__version__,
-        "cuda_available": cuda,
-        "executable": sys.executable,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-    if cuda:
-        props = torch.cuda.get_device_properties(0)
-        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        env["gpu0"] = {
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "memory_gib": round(props.total_memory / 2**30, 1),
-            "multiprocessors": props.multi_processor_count,
-        }
-        env["bf16_supported"] = torch.cuda.is_bf16_supported()
-    try:
-        env["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        env["nvidia_smi"] = None
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(env, indent=1, default=str) + "\n"))
-    return env
 
 
 def child_env(device: str) -> dict:
@@ -428,7 +399,7 @@ def check(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """0: trained (or rehearsed) within the limits; 1: the gate failed, a step failed, or a
-    limit was passed; 2: refused input (one line)."""
+    limit was passed; 2: refused input or a bundle that cannot serve the session (one line)."""
     args = parser().parse_args(argv)
     try:
         check(args)
@@ -456,14 +427,20 @@ def run_session(session: Session) -> int:
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; "
-            "from shared.campaign.session import environment_record as e; "
+            "from shared.campaign.session_checks import environment_record as e; "
             "print(e(Path(sys.argv[1]))['cuda_available'])",
             str(session.written_elsewhere("environment.json")),
         ],
-        120,
+        ENVIRONMENT_SECONDS,
+        stop=signal.SIGKILL,  # a record cut short is no record: nothing to wait for
     )
     session.publish("environment.json")
     env = json.loads((session.out / "environment.json").read_text()) if code == 0 else {}
+    try:  # before anything costly: a bundle that cannot serve the session is said now, in one line
+        args.scale = check_carry(args.carry, args.targets, args.scale)
+    except CarryError as exc:
+        session.log.line(f"error: {exc}", stream=sys.stderr)
+        return 2
     verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu")
     settings = list(args.set)
     if verdict == "capture":

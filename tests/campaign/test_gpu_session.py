@@ -30,6 +30,7 @@ from shared.training.round_timing import RoundTiming
 from tests.campaign.test_campaign import TARGET, checkout, put_run, train
 
 ROOT = Path(__file__).resolve().parents[2]
+TABLE_II = "papers/fedssd/table2"  # the first target of a campaign: its smoke scale has 80 runs
 SESSION_FILES = {"environment.json", "gate.xml", "timing.json", "session.log"}
 
 
@@ -351,7 +352,7 @@ def test_a_session_killed_from_outside_leaves_a_state_that_imports_with_its_prog
     shutil.copytree(ROOT / "scripts", project / "scripts")
     out, minutes = tmp_path / "out", 1.5
     proc = subprocess.Popen(
-        session_command(out, "papers/fedssd/table2", minutes, "--max-files", "8", "--max-file-mib", "16"),
+        session_command(out, TABLE_II, minutes, "--max-files", "8", "--max-file-mib", "16"),
         cwd=project,
         env={**os.environ, "PYTHON": sys.executable},
         stdout=subprocess.DEVNULL,
@@ -409,3 +410,40 @@ def test_a_unit_refreshes_the_state_and_its_timing_between_rounds(tmp_path, monk
     assert saved[0] and all(name.startswith("progress/") for name in saved[0]), saved[:3]  # after round 1
     assert len(saved) > 2 and ["in progress"] in timed and timed[-1] == ["finished"], timed
     assert sorted(p.name for p in state.parent.iterdir()) == ["state.tar.gz", "timing.json"]
+
+
+def test_a_session_whose_bundle_cannot_serve_it_stops_in_one_line_within_30_s(tmp_path):
+    """Data missing or corrupt, a carried state unreadable or bundled for other targets: after
+    environment.json and before the gate, one line on stderr and in session.log, exit 2, within
+    30 s of the start; nothing else in OUTDIR."""
+    carry = tmp_path / "carry"
+    (carry / "data").mkdir(parents=True)
+    archive = carry / "data" / "cifar-10-python.tar.gz"
+    other = carry / "other.tar.gz"
+    campaign_state.write_state(other, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
+
+    def garbage_state():
+        (carry / "state.tar.gz").write_bytes(b"not a state")
+
+    cases = (
+        ("paper", lambda: None, "cifar-10-python.tar.gz is missing"),
+        ("paper", lambda: archive.write_bytes(b"not CIFAR-10"), "cifar-10-python.tar.gz fails its md5 checksum"),
+        ("smoke", garbage_state, "cannot be read"),
+        ("smoke", lambda: shutil.copy(other, carry / "state.tar.gz"), f"bundled for {TARGET}, not {TABLE_II}"),
+    )
+    for i, (scale, spoil, message) in enumerate(cases):
+        spoil()
+        out = tmp_path / f"out{i}"
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "shared.campaign.session", str(out), TABLE_II, "--minutes", "5"]
+            + ["--device", "cpu", "--scale", scale, "--carry", str(carry)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert time.monotonic() - started < 30
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.strip() in (out / "session.log").read_text()
+        assert {p.name for p in out.iterdir()} == {"environment.json", "session.log"}
