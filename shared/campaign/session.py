@@ -9,16 +9,14 @@ deadline still returns what it did:
     environment.json    Python, packages, torch, CUDA, the GPU, nvidia-smi's report (seconds); then
                         the carried state and data checked (shared/campaign/session_checks.py): a
                         bundle that cannot serve the session ends it in one line, exit 2
-    gate.xml            at most GATE_SECONDS of the gpu tests on the campaign's path, as JUnit XML
-                        (`gate_selection`); with no CUDA device to test, a report of no tests
-                        saying why
+    gate.xml            at most 90 s of the gpu tests on the campaign's path, as JUnit XML, and its
+                        verdict, which sets what training may use (shared/campaign/gate.py); with
+                        no CUDA device to test, a report of no tests saying why
     state.tar.gz        `python -m shared.campaign train` of the targets from the carried state
                         (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
-                        END_SECONDS, the state (or its parts) rewritten at least once a minute of
-                        training (shared/campaign/train.py's REFRESH_SECONDS); where the
-                        gate failed in a CUDA graph's capture, with trainer.cuda_graphs=false; where
-                        it failed otherwise, no training: the whole `pytest -m gpu` instead, its
-                        report in gate.xml
+                        END_SECONDS, with the gate's settings, the state (or its parts) rewritten
+                        at least once a minute of training (shared/campaign/train.py's
+                        REFRESH_SECONDS)
     timing.json         per unit: runs, slots, steps, useful share, seconds per round by phase,
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
     session.log         every step's output, at most --max-file-mib (the middle left out)
@@ -42,28 +40,20 @@ import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from shared.campaign.gate import SETTINGS, gate
 from shared.campaign.session_checks import CarryError, check_carry
 from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
 from shared.targets.copies import campaign_runs
 
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
-GATE_SECONDS = 90
 ENVIRONMENT_SECONDS = 20  # torch's import and nvidia-smi: the carry's checks follow, all within 30 s of the start
 END_SECONDS = 15  # kept free after training: the last lines, the listing of OUTDIR
 STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
 NAMED_FILES = ("environment.json", "gate.xml", "timing.json", "session.log")  # beside the state file(s)
 STATE = "state.tar.gz"
-# The gpu tests on the campaign's path carry the `gate` marker (pyproject.toml): a group of runs
-# in one CUDA graph equal to the runs alone, capture and replay, determinism and TF32 settings,
-# augmentation on CUDA, and each campaign method's batched captured step, of which the gate
-# takes the targets' methods
-GATE_MARKER = "gpu and gate"
-PER_METHOD_GATE_TEST = "a_campaign_method_in_a_batched_captured_step"
-CAPTURE_FAILURE = re.compile(r"captur|cuda ?graph|cudagraph", re.IGNORECASE)
 
 
 class SessionError(Exception):
@@ -134,7 +124,7 @@ class Session:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def run(self, command: list[str], seconds: float, stop=signal.SIGINT) -> int | None:
+    def run(self, command: list[str], seconds: float, stop=signal.SIGINT, env: dict | None = None) -> int | None:
         """Run a step with its output in the log; its exit status, None where it ran past
         `seconds` (then `stop`: ^C, on which pytest still writes its report; SIGTERM, on which
         train writes its state) and killed STOP_SECONDS later if still running."""
@@ -144,7 +134,7 @@ class Session:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=child_env(self.args.device),
+            env={**child_env(self.args.device), **(env or {})},
             cwd=REPO,
             errors="replace",
         )
@@ -188,83 +178,6 @@ def staging_folder(out: Path) -> Path | None:
             return candidate
         candidate.rmdir()
     return None
-
-
-def gate_selection(methods: list[str]) -> str:
-    """pytest's -k within GATE_MARKER: every gate test but the per-method ones of methods the
-    targets do not train."""
-    return f"not {PER_METHOD_GATE_TEST}" + (f" or {' or '.join(sorted(set(methods)))}" if methods else "")
-
-
-def junit_failures(xml: Path) -> list[tuple[str, str]]:
-    """(test, message and text) of each failed or erroring test case in a JUnit report."""
-    root = ET.parse(xml).getroot()
-    failed = []
-    for case in root.iter("testcase"):
-        for problem in [*case.iter("failure"), *case.iter("error")]:
-            failed.append((case.get("name", "?"), f"{problem.get('message', '')} {problem.text or ''}"))
-    return failed
-
-
-def no_tests_report(path: Path, why: str) -> None:
-    """A JUnit report of no tests, saying why (a session on a CPU has no gpu test to run)."""
-    suite = ET.Element("testsuite", name="gate", tests="0", failures="0", errors="0", skipped="0")
-    properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="not_run", value=why)
-    root = ET.Element("testsuites")
-    root.append(suite)
-    write_atomically(path, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True))
-
-
-def target_methods(args) -> list[str]:
-    """The methods of the targets' runs (the gate tests each one's captured batched step)."""
-
-    return sorted({cfg.method["name"] for cfg in campaign_runs(args.targets, args.scale or "paper", None)[0].values()})
-
-
-def gate(session: Session, cuda: bool) -> str:
-    """The gate's verdict: "passed", "capture" (failed in a CUDA graph's capture only),
-    "failed", or "not run" (no CUDA device to test: gate.xml says so)."""
-    xml = session.out / "gate.xml"
-    if not cuda:
-        why = (
-            f"--device {session.args.device}: no CUDA device to test, the gpu tests are not run"
-            if session.args.device == "cpu"
-            else "torch sees no CUDA device: the gpu tests are not run"
-        )
-        no_tests_report(xml, why)
-        session.log.line(f"gate: {why}")
-        return "not run"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-m",
-        GATE_MARKER,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={session.written_elsewhere('gate.xml')}",
-        "-k",
-        gate_selection(session.args.methods),
-        "tests",
-    ]
-    code = session.run(command, min(GATE_SECONDS, session.left() / 3))
-    session.publish("gate.xml")
-    if not xml.is_file():
-        no_tests_report(xml, f"pytest wrote no report (exit {code})")
-        return "failed"
-    failures = junit_failures(xml)
-    # exit 5: no gate test was collected, which on CUDA means the gate itself is broken
-    verdict = (
-        "passed"
-        if not failures and code in (0, None)
-        else "capture"
-        if failures and all(CAPTURE_FAILURE.search(f"{name} {text}") for name, text in failures)
-        else "failed"
-    )
-    session.log.line(f"gate: {verdict} ({len(failures)} failed{', stopped at its time' if code is None else ''})")
-    return verdict
 
 
 def carried_state(session: Session) -> None:
@@ -312,26 +225,6 @@ def train(session: Session, settings: list[str]) -> int | None:
         *(f"--set={s}" for s in settings),
     ]
     return session.run(command, seconds + 5, stop=signal.SIGTERM)
-
-
-def all_gpu_tests(session: Session) -> int | None:
-    """The gate failed otherwise than in capture: the whole `pytest -m gpu` until the end,
-    its report in gate.xml (the gate's failures are in session.log)."""
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-m",
-        "gpu",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={session.written_elsewhere('gate.xml')}",
-        "tests",
-    ]
-    code = session.run(command, session.left() - END_SECONDS)
-    session.publish("gate.xml")
-    return code
 
 
 def finish(session: Session) -> bool:
@@ -390,7 +283,7 @@ def check(args) -> None:
         raise SessionError(f"{args.out} is not an empty folder: the session's files must be all it holds")
     parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
     try:
-        args.methods = target_methods(args)
+        campaign_runs(args.targets, args.scale or "paper", None)
     except (
         Exception
     ) as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
@@ -441,18 +334,12 @@ def run_session(session: Session) -> int:
     except CarryError as exc:
         session.log.line(f"error: {exc}", stream=sys.stderr)
         return 2
-    verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu")
-    settings = list(args.set)
-    if verdict == "capture":
-        session.log.line("the gate failed in capture only: training with trainer.cuda_graphs=false")
-        settings.append("trainer.cuda_graphs=false")
-    trained = all_gpu_tests(session) if verdict == "failed" else train(session, settings)
+    verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu", args.targets)
+    # the verdict's settings have the last word, and every run records the verdict beside them
+    trained = train(session, [*args.set, *SETTINGS[verdict], f"trainer.gate={verdict}"])
     within = finish(session)
-    session.log.line(
-        f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, "
-        f"{'all gpu tests' if verdict == 'failed' else 'train'} exit {trained}"
-    )
-    return 0 if within and verdict != "failed" and trained in (0, None) and code == 0 else 1
+    session.log.line(f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, train exit {trained}")
+    return 0 if within and verdict in ("passed", "not run") and trained in (0, None) and code == 0 else 1
 
 
 if __name__ == "__main__":

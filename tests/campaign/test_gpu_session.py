@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.campaign import gate as session_gate
 from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign import unit_sizing
@@ -104,6 +105,9 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     assert shipped, proc.stdout[-3000:]
     recorded = json.loads(shipped[0].read_text())["runtime"]
     assert recorded["trainer.deterministic"] is False and recorded["trainer.device"] == "cpu"
+    assert recorded["trainer.gate"] == "not run"  # no CUDA to test: the settings as given
+    listing = (home / "results" / "shipped" / "README.md").read_text()
+    assert 'trainer.deterministic=false (gate: "not run")' in listing, listing
 
 
 def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_writing(tmp_path):
@@ -447,3 +451,23 @@ def test_a_session_whose_bundle_cannot_serve_it_stops_in_one_line_within_30_s(tm
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and proc.stderr.strip() in (out / "session.log").read_text()
         assert {p.name for p in out.iterdir()} == {"environment.json", "session.log"}
+
+
+def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_both(tmp_path, monkeypatch, capsys):
+    """The settings a "numerical" verdict leaves (shared/campaign/gate.py's SAFEST) reach the run
+    and its metrics.json; `status` shows them with the verdict."""
+    root = checkout(tmp_path / "project")
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # one run will do
+    campaign_train.state_run_ids.cache_clear()
+    settings = [f"--set={s}" for s in (*session_gate.SETTINGS["numerical"], "trainer.gate=numerical")]
+    assert train(root, tmp_path / "state.tar.gz", 2, *settings) == 0
+    (recorded,) = [json.loads(p.read_text())["runtime"] for p in root.glob("results/runs/*/metrics.json")]
+    assert recorded["trainer.gate"] == "numerical" and recorded["trainer.cuda_graphs"] is False
+    assert recorded["trainer.clients_per_step"] == 1
+    capsys.readouterr()
+    assert main(["status", TARGET, "--scale", "smoke", "--root", str(root)]) == 0
+    assert (
+        'finished: 1 run trained with trainer.device="cpu", trainer.cuda_graphs=false, trainer.clients_per_step=1, '
+        'trainer.deterministic=true (gate: "numerical")'
+    ) in capsys.readouterr().out
