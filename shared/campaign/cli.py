@@ -4,7 +4,8 @@
                                               [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
-                                              [--staging DIR]
+                                              [--staging DIR] [--only RUN_ID ...] [--skip RUN_ID ...]
+                                              [--failed-unit FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
     python -m shared.campaign import FILE
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
@@ -31,7 +32,10 @@ trainer.deterministic=false); `--timing FILE` writes where each unit's seconds w
 (shared/campaign/session_timing.py). Within a unit, FILE (and the timing) is rewritten at least
 once a minute of training; `--staging DIR` (a folder on FILE's filesystem) takes the files
 being written before they are renamed beside FILE, so that a folder returned as it is at any
-moment (a session killed from outside) never holds a half-written one.
+moment (a session killed from outside) never holds a half-written one. `--failed-unit FILE`: a
+unit that raises stops `train` (exit 3) with the state saved and its runs in FILE, so that a
+session retries it in a fresh process (`--only` its runs) and trains the rest in another
+(`--skip` what failed twice).
 
 `bundle` writes, where DIR holds no state yet (or one whose runs are all here), a state of the
 ledger (the runs finished here or shipped) and the checkpoints of runs in progress that fit
@@ -64,6 +68,21 @@ from shared.config.schema import ConfigError
 from shared.data.catalog import DataError
 from shared.runs.files import RunFilesError
 from shared.targets.resolve import TargetError
+
+
+def add_session_options(t: argparse.ArgumentParser) -> None:
+    """train's options that a GPU session (shared/campaign/session.py) gives."""
+    t.add_argument("--only", action="append", metavar="RUN_ID", help="train these of the targets' runs only")
+    t.add_argument("--skip", action="append", metavar="RUN_ID", help="leave these of the targets' runs out")
+    t.add_argument(
+        "--failed-unit",
+        type=Path,
+        metavar="FILE",
+        help="where a unit raises: its runs into FILE (JSON), the state saved, exit 3 (a session retries it)",
+    )
+    t.add_argument(
+        "--staging", type=Path, metavar="DIR", help="write the state and timing here before renaming them into place"
+    )
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -115,9 +134,7 @@ def parser() -> argparse.ArgumentParser:
         help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids",
     )
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
-    t.add_argument(
-        "--staging", type=Path, metavar="DIR", help="write the state and timing here before renaming them into place"
-    )
+    add_session_options(t)
     s = commands.add_parser("status", help="finished, in progress, missing, GPU-hours left")
     add_run_options(s)
     s.add_argument("--state", type=Path)

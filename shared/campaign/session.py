@@ -42,8 +42,9 @@ import threading
 import time
 from pathlib import Path
 
-from shared.campaign.gate import SETTINGS, gate
+from shared.campaign.gate import SAFEST, SETTINGS, gate
 from shared.campaign.session_checks import CarryError, check_carry
+from shared.campaign.train import UNIT_FAILED
 from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
 from shared.targets.copies import campaign_runs
 
@@ -192,16 +193,56 @@ def carried_state(session: Session) -> None:
         session.log.line(f"no carried state in {carry}: train starts a new one (--scale, --copy as given)")
 
 
-def train(session: Session, settings: list[str]) -> int | None:
-    """`campaign train` until the session's end less END_SECONDS (train keeps its own margin
-    to write the state), SIGTERM'd should a round overrun (the state then written within
-    STOP_SECONDS, at worst past the session's end by that much less END_SECONDS)."""
+def train_with_retries(session: Session, settings: list[str]) -> int | None:
+    """`train`; where a unit raises (a CUDA error may leave the process unusable: train stops,
+    UNIT_FAILED), that unit once more in a fresh process with the next safer settings (`safer`),
+    then the rest in another with the settings as they were; a unit that fails again is left
+    out of the rest. A failing unit never stops the others."""
+    left_out: list[str] = []
+    while True:
+        code = train(session, settings, skip=left_out)
+        failed = failed_unit(session)
+        if code != UNIT_FAILED or failed is None:
+            return code
+        retry = safer(settings)
+        session.log.line(
+            f"run(s) {' '.join(failed)} raised: "
+            + (f"once more, in a fresh process, with {retry[-1]}" if retry else "left out: the settings are the safest")
+        )
+        if retry is None or train(session, retry, only=failed, skip=left_out) == UNIT_FAILED:
+            left_out += failed
+
+
+def safer(settings: list[str]) -> list[str] | None:
+    """The settings a unit that raised is retried with: CUDA graphs off, else clients one after
+    another (None: those are set already)."""
+    step = next((s for s in SAFEST if s not in settings), None)
+    return [*settings, step] if step else None
+
+
+def failed_unit(session: Session) -> list[str] | None:
+    """The runs of the unit that made train stop (its --failed-unit file, then removed)."""
+    path = session.written_elsewhere("failed-unit.json")
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        path.unlink(missing_ok=True)
+    return runs if isinstance(runs, list) and runs and all(isinstance(r, str) for r in runs) else None
+
+
+def train(session: Session, settings: list[str], only: list[str] = (), skip: list[str] = ()) -> int | None:
+    """`campaign train` (of `only`'s runs, where given, less `skip`'s) until the session's end
+    less END_SECONDS (train keeps its own margin to write the state), SIGTERM'd should a round
+    overrun (the state then written within STOP_SECONDS, at worst past the session's end by that
+    much less END_SECONDS)."""
     args = session.args
     seconds = session.left() - END_SECONDS
     if seconds < 30:
         session.log.line(f"train: not started, {session.left():.0f} s left")
         return None
-    carried_state(session)
+    session.written_elsewhere("failed-unit.json").unlink(missing_ok=True)
     command = [
         sys.executable,
         "-m",
@@ -223,6 +264,9 @@ def train(session: Session, settings: list[str]) -> int | None:
         *(["--scale", args.scale] if args.scale else []),
         *(["--staging", str(session.staging)] if session.staging else []),
         *(f"--set={s}" for s in settings),
+        *(f"--only={rid}" for rid in only),
+        *(f"--skip={rid}" for rid in skip),
+        f"--failed-unit={session.written_elsewhere('failed-unit.json')}",
     ]
     return session.run(command, seconds + 5, stop=signal.SIGTERM)
 
@@ -335,8 +379,9 @@ def run_session(session: Session) -> int:
         session.log.line(f"error: {exc}", stream=sys.stderr)
         return 2
     verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu", args.targets)
+    carried_state(session)
     # the verdict's settings have the last word, and every run records the verdict beside them
-    trained = train(session, [*args.set, *SETTINGS[verdict], f"trainer.gate={verdict}"])
+    trained = train_with_retries(session, [*args.set, *SETTINGS[verdict], f"trainer.gate={verdict}"])
     within = finish(session)
     session.log.line(f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, train exit {trained}")
     return 0 if within and verdict in ("passed", "not run") and trained in (0, None) and code == 0 else 1

@@ -114,13 +114,23 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
     }
 
 
+def earlier_units(path: Path) -> list[dict]:
+    """The units a timing record at `path` holds already (none where it is not one)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    units = record.get("units") if isinstance(record, dict) and record.get("format") == TIMING_FORMAT else None
+    return [u for u in units if isinstance(u, dict)] if isinstance(units, list) else []
+
+
 class SessionTiming:
     """timing.json for one `train` command: `unit(...)` around each unit it trains."""
 
     def __init__(self, path: Path, device: str):
         self.path, self.device, self.origin = Path(path), device, time.time()
         self.cuda = device.startswith("cuda")
-        self.units: list[dict] = []
+        self.units: list[dict] = earlier_units(self.path)  # a session's earlier train command's (a retry's)
         self.current: UnitTimer | None = None  # the unit training now
         self.sampler = GpuSampler(self.origin) if self.cuda else None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import signal
 import sys
 import time
@@ -35,7 +36,7 @@ from shared.campaign.state_reading import FIRST, CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
-from shared.runs.files import rounds_done, stage_elsewhere
+from shared.runs.files import rounds_done, stage_elsewhere, write_atomically
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.run_groups import form_groups
@@ -43,6 +44,7 @@ from shared.training.round_timing import RoundTiming, observing
 
 STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
 REFRESH_SECONDS = 60  # the most training a kill from outside (a walltime, a caller's timeout) may lose
+UNIT_FAILED = 3  # train's exit status where a unit raised and --failed-unit names it
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
 
 
@@ -168,6 +170,8 @@ def train_runs(
             try:
                 raised = train_unit(rids, runs, args, deadline, runs_dir)
                 counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
+                if raised and unit:
+                    unit.outcome = f"raised in run(s) {' '.join(raised)}"
             except trainer.OutOfTime as exc:
                 counts["stopped"] += len(rids)
                 print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
@@ -178,6 +182,7 @@ def train_runs(
                 raise
             except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
                 counts["raised"] += len(rids)
+                raised = rids
                 print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
                 if unit:
                     unit.outcome = f"raised {type(exc).__name__}: {exc}"
@@ -185,6 +190,12 @@ def train_runs(
             finished_size = refresh.save().finished_size
         except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
+            break
+        if raised and getattr(args, "failed_unit", None):  # a CUDA error may leave this process unusable
+            record = json.dumps({"runs": rids, "raised": raised})
+            write_atomically(args.failed_unit, lambda tmp, text=record: tmp.write_text(text))
+            print(f"run(s) {' '.join(rids)}: stopped here, to be retried in a fresh process", file=sys.stderr)
+            counts["unit failed"] += 1
             break
     return counts
 
@@ -392,6 +403,13 @@ def cpu_defaults(device: str, settings: dict) -> dict:
     return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
 
 
+def chosen_runs(runs: dict[str, RunConfig], args) -> dict[str, RunConfig]:
+    """--only's runs (none given: all) less --skip's: a session's retry of a unit that failed,
+    or the rest once a unit has failed twice."""
+    only, skip = set(getattr(args, "only", None) or ()), set(getattr(args, "skip", None) or ())
+    return {rid: cfg for rid, cfg in runs.items() if (not only or rid in only) and rid not in skip}
+
+
 def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
@@ -406,6 +424,7 @@ def train(args) -> int:
     members = state_defaults(args)
     runs_dir = args.root / RUNS_DIR
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    runs = chosen_runs(runs, args)
     args.chosen = chosen_cells(args.first, args.state_targets, args.scale, args.copy_spec)
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
         from shared.data.datasets import find_copy
@@ -432,4 +451,4 @@ def train(args) -> int:
         f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
         f"min; state {args.state}: {written.size / 2**20:.2f} MiB"
     )
-    return 1 if counts["raised"] else 0
+    return UNIT_FAILED if counts["unit failed"] else 1 if counts["raised"] else 0

@@ -471,3 +471,69 @@ def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_bo
         'finished: 1 run trained with trainer.device="cpu", trainer.cuda_graphs=false, trainer.clients_per_step=1, '
         'trainer.deterministic=true (gate: "numerical")'
     ) in capsys.readouterr().out
+
+
+RAISE_ONCE = '''"""A test double of a unit that raises once: the first shared.training.trainer.run of any
+process that imports it after RAISE_ONCE's file is absent raises as a CUDA error would."""
+import importlib.util
+import os
+import sys
+
+
+class RaiseOnce:
+    def find_spec(self, name, path, target=None):
+        if name != "shared.training.trainer":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            run = module.run
+
+            def raising_once(*args, **kwargs):
+                if not os.path.exists(os.environ["RAISE_ONCE"]):
+                    open(os.environ["RAISE_ONCE"], "w").close()
+                    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+                return run(*args, **kwargs)
+
+            module.run = raising_once
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, RaiseOnce())
+'''
+
+
+def test_a_unit_that_raises_once_trains_in_a_fresh_process_with_safer_settings_and_the_others_too(tmp_path):
+    """A session whose first unit raises (a CUDA error, through a test double): train stops
+    with the state saved, the unit trains again in a fresh process with trainer.cuda_graphs=false,
+    then the rest as they were; every run finishes and ships, the retried one recording the
+    safer setting."""
+    project = checkout(tmp_path / "project")
+    shutil.copytree(ROOT / "scripts", project / "scripts")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(RAISE_ONCE)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        session_command(out, TARGET, 2),
+        cwd=project,
+        env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(hook), "RAISE_ONCE": str(tmp_path / "raised")},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    log = (out / "session.log").read_text()
+    assert proc.returncode == 0 and (tmp_path / "raised").is_file(), log[-3000:]
+    assert "raised: once more, in a fresh process, with trainer.cuda_graphs=false" in log, log[-3000:]
+    home = checkout(tmp_path / "home")
+    assert main(["import", str(out / "state.tar.gz"), "--root", str(home)]) == 0
+    recorded = [json.loads(p.read_text())["runtime"] for p in home.glob("results/shipped/runs/*/metrics.json")]
+    assert len(recorded) == len(smoke_runs()), log[-3000:]
+    assert sorted(r["trainer.cuda_graphs"] for r in recorded) == [False] + [True] * (len(recorded) - 1)
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["units"][0]["outcome"].startswith("raised") and len(timing["units"]) == len(recorded) + 1
