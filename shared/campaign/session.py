@@ -15,8 +15,7 @@ deadline still returns what it did:
     state.tar.gz        `python -m shared.campaign train` of the targets from the carried state
                         (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
                         END_SECONDS, with the gate's settings, the state (or its parts) rewritten
-                        at least once a minute of training (shared/campaign/train.py's
-                        REFRESH_SECONDS)
+                        at least once a minute of training (shared/campaign/refresh.py)
     timing.json         per unit: runs, slots, steps, useful share, seconds per round by phase,
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
     session.log         every step's output, at most --max-file-mib (the middle left out)
@@ -51,7 +50,7 @@ from shared.targets.copies import campaign_runs
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
 ENVIRONMENT_SECONDS = 20  # torch's import and nvidia-smi: the carry's checks follow, all within 30 s of the start
-END_SECONDS = 15  # kept free after training: the last lines, the listing of OUTDIR
+END_SECONDS = 5  # kept free after training: the last lines, the listing of OUTDIR (a second)
 STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
 NAMED_FILES = ("environment.json", "gate.xml", "timing.json", "session.log")  # beside the state file(s)
 STATE = "state.tar.gz"

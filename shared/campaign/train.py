@@ -1,6 +1,6 @@
 """`train`: the targets' missing runs trained in units, each sized to the time left, until a
 budget of minutes ends; the state file saved after each unit, within a unit at least every
-REFRESH_SECONDS of training (`Refresh`), and on a SIGTERM."""
+REFRESH_SECONDS of training (shared/campaign/refresh.py), and on a SIGTERM."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 from shared.campaign import unit_sizing
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
+from shared.campaign.refresh import Refresh
 from shared.campaign.session_timing import session_timing
 from shared.campaign.state import (
     MAX_PARTS,
@@ -40,10 +42,8 @@ from shared.runs.files import rounds_done, stage_elsewhere, write_atomically
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.run_groups import form_groups
-from shared.training.round_timing import RoundTiming, observing
+from shared.training.round_timing import observing
 
-STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
-REFRESH_SECONDS = 60  # the most training a kill from outside (a walltime, a caller's timeout) may lose
 UNIT_FAILED = 3  # train's exit status where a unit raised and --failed-unit names it
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
 
@@ -112,7 +112,9 @@ def units_of(runs: dict[str, RunConfig], args) -> list[list[str]]:
     return units
 
 
-def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> list[str]:
+def train_unit(
+    rids: list[str], runs: dict[str, RunConfig], args, deadline: Callable[[], float] | float, runs_dir: Path
+) -> list[str]:
     """One run, or a group in one batched step (shared/training/group_training.py); a group whose method
     or model cannot share a step (dropout, another optimizer than SGD, a method without the
     capabilities) trains one run after another, as the workflow's jobs do, a run that raises
@@ -142,89 +144,90 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     return raised
 
 
-def train_runs(
-    runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path, finished_size: int = 0
-) -> dict[str, int]:
+def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, finished_size: int = 0) -> dict[str, int]:
     """Train the unfinished runs in order (`training_units`, each sized to the time left:
-    `sized_units`) until the deadline; counts of what happened, by run. finished_size: at least
-    the bytes the finished runs take in the state file (`not_worth_starting` refuses a unit
-    only where sure), then as each save measures them."""
+    `sized_units`) until `end` less the time the state takes to save (`Refresh.margin`); counts
+    of what happened, by run. The first unit always starts: with nothing measured its estimate
+    may be far off, and its progress is saved as it trains. finished_size: at least the bytes
+    the finished runs take in the state file (`not_worth_starting` refuses a unit only where
+    sure), then as each save measures them."""
     from shared.training import trainer
 
-    counts, timing = Counter(), getattr(args, "timing_record", None)
-    refresh = Refresh(args, runs_dir, timing)
-    for rids, estimate in sized_units(runs, args, deadline, runs_dir):
-        if time.time() + estimate.seconds > deadline:
+    counts = Counter()
+    refresh = Refresh(lambda: save(args, runs_dir), getattr(args, "timing_record", None))
+
+    def deadline() -> float:
+        return end - refresh.margin()
+
+    for rids, estimate in sized_units(runs, args, deadline(), runs_dir):
+        first = not counts  # always starts (docstring)
+        if not first and time.time() + estimate.seconds > deadline():
             counts["not started (no time for a round)"] += len(rids)
             break
-        refused = not_worth_starting(rids, runs, args, deadline, estimate.seconds, runs_dir, finished_size)
+        refused = not first and not_worth_starting(
+            rids, runs, args, deadline(), estimate.seconds, runs_dir, finished_size
+        )
         if refused:
             counts["not started (could not finish, and its checkpoint cannot come back)"] += len(rids)
             print(refused, file=sys.stderr)
             continue
-        cfg = runs[rids[0]]
-        with (
-            timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit,
-            observing(refresh),
-        ):
-            try:
-                raised = train_unit(rids, runs, args, deadline, runs_dir)
-                counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
-                if raised and unit:
-                    unit.outcome = f"raised in run(s) {' '.join(raised)}"
-            except trainer.OutOfTime as exc:
-                counts["stopped"] += len(rids)
-                print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
-                if unit:
-                    unit.outcome = "stopped by the deadline"
-                break
-            except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
-                raise
-            except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
-                counts["raised"] += len(rids)
-                raised = rids
-                print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
-                if unit:
-                    unit.outcome = f"raised {type(exc).__name__}: {exc}"
+        raised = timed_unit(rids, runs, args, deadline, runs_dir, refresh, counts)
+        if raised is None:  # stopped by the deadline
+            break
         try:
             finished_size = refresh.save().finished_size
         except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
             break
-        if raised and getattr(args, "failed_unit", None):  # a CUDA error may leave this process unusable
-            record = json.dumps({"runs": rids, "raised": raised})
-            write_atomically(args.failed_unit, lambda tmp, text=record: tmp.write_text(text))
-            print(f"run(s) {' '.join(rids)}: stopped here, to be retried in a fresh process", file=sys.stderr)
+        if raised and stopped_for_retry(args, rids, raised):
             counts["unit failed"] += 1
             break
     return counts
 
 
-class Refresh:
-    """Called after every round (shared/training/round_timing.py's observers): the state file and
-    timing.json rewritten after the first round trained, then before another round would end
-    more than REFRESH_SECONDS after the last rewrite, so that a kill from outside loses at most
-    that much training; each rewrite is whole before it replaces the last (`write_state`).
-    `seconds`: how long the last rewrite took."""
+def timed_unit(
+    rids: list[str], runs: dict[str, RunConfig], args, deadline, runs_dir: Path, refresh, counts: Counter
+) -> list[str] | None:
+    """`train_unit`, timed (timing.json) and its progress saved as it trains (`refresh`): the runs
+    that raised, or None where the deadline stopped it; what happened added to `counts`."""
+    from shared.training import trainer
 
-    def __init__(self, args, runs_dir: Path, timing):
-        self.args, self.runs_dir, self.timing = args, runs_dir, timing
-        self.last: float | None = None  # none yet: the first round's end saves
-        self.seconds = 0.0
+    timing, cfg = getattr(args, "timing_record", None), runs[rids[0]]
+    with (
+        timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit,
+        observing(refresh),
+    ):
+        try:
+            raised = train_unit(rids, runs, args, deadline, runs_dir)  # the deadline as each save moves it
+            counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
+            if raised and unit:
+                unit.outcome = f"raised in run(s) {' '.join(raised)}"
+        except trainer.OutOfTime as exc:
+            counts["stopped"] += len(rids)
+            print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
+            if unit:
+                unit.outcome = "stopped by the deadline"
+            return None
+        except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
+            raise
+        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+            counts["raised"] += len(rids)
+            raised = rids
+            print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+            if unit:
+                unit.outcome = f"raised {type(exc).__name__}: {exc}"
+    return raised
 
-    def __call__(self, round: RoundTiming) -> None:
-        round_seconds = sum(round.seconds.values())
-        if self.last is None or time.time() + round_seconds - self.last >= REFRESH_SECONDS:
-            self.save()
 
-    def save(self) -> Written:
-        started = time.time()
-        written = save(self.args, self.runs_dir)
-        if self.timing is not None:
-            self.timing.write()
-        self.last = time.time()
-        self.seconds = self.last - started
-        return written
+def stopped_for_retry(args, rids: list[str], raised: list[str]) -> bool:
+    """A unit raised: with --failed-unit, its runs into that file, and training stops here (a
+    CUDA error may leave this process unusable: a session retries the unit in a fresh one)."""
+    if not getattr(args, "failed_unit", None):
+        return False
+    record = json.dumps({"runs": rids, "raised": raised})
+    write_atomically(args.failed_unit, lambda tmp: tmp.write_text(record))
+    print(f"run(s) {' '.join(rids)}: stopped here, to be retried in a fresh process", file=sys.stderr)
+    return True
 
 
 def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path):
@@ -243,9 +246,13 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
         ]
         if not unit:
             continue
-        measured = unit_sizing.measured_rounds(runs, runs_dir)
+        measured = unit_sizing.measured_rounds(runs, runs_dir, this_device(args.device))
         done = {rid: rounds_done(runs_dir / rid) for rid in unit}
-        rids, estimate = unit_sizing.size_unit(unit, runs, done, deadline - time.time(), measured)
+        settings = getattr(args, "settings", None)
+        resolved = {
+            rid: with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, settings) for rid in unit
+        }
+        rids, estimate = unit_sizing.size_unit(unit, resolved, done, deadline - time.time(), measured)
         if len(rids) < len(unit):
             queue.insert(0, [rid for rid in unit if rid not in rids])
             print(
@@ -254,6 +261,14 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
                 file=sys.stderr,
             )
         yield rids, estimate
+
+
+@functools.lru_cache(maxsize=4)
+def this_device(device: str) -> str:
+    """The name of the device --device trains on here, as its rounds record it."""
+    from shared.training.trainer import device_name, resolve_device
+
+    return device_name(resolve_device(device))
 
 
 def not_worth_starting(
@@ -420,7 +435,7 @@ def train(args) -> int:
     args.settings = cpu_defaults(args.device, parse_settings(args.set))
     stop_on_sigterm()
     started = time.time()
-    deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
+    end = started + 60 * args.minutes
     members = state_defaults(args)
     runs_dir = args.root / RUNS_DIR
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
@@ -440,7 +455,7 @@ def train(args) -> int:
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
 
     with session_timing(args.timing, args.device) as args.timing_record:
-        counts = train_runs(runs, args, deadline, runs_dir, carried)
+        counts = train_runs(runs, args, end, runs_dir, carried)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
     written = save(args, runs_dir)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from shared.campaign import gate as session_gate
+from shared.campaign import refresh, unit_sizing
 from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
-from shared.campaign import unit_sizing
 from shared.campaign.cli import main
 from shared.campaign.session_timing import SessionTiming, unit_summary
 from shared.campaign.state import read_state
@@ -162,17 +162,20 @@ def test_set_takes_runtime_keys_only_and_they_keep_run_ids(tmp_path, capsys):
 # --- unit sizing ---------------------------------------------------------------------------------
 
 
-def history(run_dir: Path, rounds: list[tuple[int, float]]) -> None:
+DEVICE = "NVIDIA H100 80GB HBM3"
+
+
+def history(run_dir: Path, rounds: list[tuple[int, float]], steps: int = 10, device: str = DEVICE) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").write_text(
         "".join(
-            json.dumps({"round": i + 1, "slots": slots, "seconds": seconds}) + "\n"
+            json.dumps({"round": i + 1, "slots": slots, "steps": steps, "seconds": seconds, "device": device}) + "\n"
             for i, (slots, seconds) in enumerate(rounds)
         )
     )
 
 
-def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planned(tmp_path):
+def test_a_units_round_is_measured_then_scaled_by_its_steps_then_planned_on_this_device_only(tmp_path):
     runs = smoke_runs()
     ids = list(runs)
     first, cfg = ids[0], runs[ids[0]]
@@ -184,23 +187,28 @@ def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planne
     # unmeasured: the cost model's estimate (shared/targets/cost.py), the unit's runs one after another
     planned = unit_sizing.round_seconds([cfg, cfg], [])
     assert planned.source == "planned" and planned.seconds == pytest.approx(2 * unit_sizing.planned_seconds(cfg))
-    # another method's unit of this model, 2 runs: scaled by the samples
+    # another method's unit of this model, 2 runs, 10 steps a round: its step time times this unit's steps
     history(tmp_path / other, [(2 * clients, 40.0), (2 * clients, 10.0), (2 * clients, 12.0)])
-    measured = unit_sizing.measured_rounds(runs, tmp_path)
-    assert [m.seconds for m in measured] == [12.0]  # the median: a first round's warm-up does not count
+    measured = unit_sizing.measured_rounds(runs, tmp_path, DEVICE)
+    assert [(m.seconds, m.steps) for m in measured] == [(12.0, 10)]  # the median: a first round's warm-up is out
     scaled = unit_sizing.round_seconds([cfg], measured)
-    assert scaled.source.startswith("scaled from") and scaled.seconds == pytest.approx(
-        12.0 * unit_sizing.samples_per_round(cfg) / measured[0].samples
+    assert scaled.source.startswith("1.2 s a step") and scaled.seconds == pytest.approx(
+        1.2 * unit_sizing.steps_per_round([cfg])
     )
+    # a batched unit's step time follows its steps, not its slots: two runs in one step take a
+    # round as long as one run's longest client, where one after another they take every client's
+    batched = [with_runtime(runs[r], "cpu", None, clients_per_step=4) for r in same[:2]]
+    assert unit_sizing.steps_per_round(batched) < unit_sizing.steps_per_round([cfg, cfg])
+    # rounds of another device, or of none, say nothing of this one
+    assert unit_sizing.measured_rounds(runs, tmp_path, "cpu") == []
     # the same method, model and slots: taken as measured, before any other
     history(tmp_path / first, [(clients, 3.0)])
-    assert unit_sizing.round_seconds([cfg], unit_sizing.measured_rounds(runs, tmp_path)) == unit_sizing.Estimate(
-        3.0, "measured"
-    )
-    # a round recorded before slots were is no measurement
+    measured = unit_sizing.measured_rounds(runs, tmp_path, DEVICE)
+    assert unit_sizing.round_seconds([cfg], measured) == unit_sizing.Estimate(3.0, "measured")
+    # a round recorded before steps and devices were is no measurement
     (tmp_path / same[1]).mkdir()
-    (tmp_path / same[1] / "metrics.jsonl").write_text('{"round": 1, "seconds": 1.0}\n{"torn": \n')
-    assert len(unit_sizing.measured_rounds(runs, tmp_path)) == 2
+    (tmp_path / same[1] / "metrics.jsonl").write_text('{"round": 1, "slots": 2, "seconds": 1.0}\n{"torn": \n')
+    assert len(unit_sizing.measured_rounds(runs, tmp_path, DEVICE)) == 2
 
 
 def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
@@ -212,7 +220,7 @@ def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
     assert len(unit) == 3
     rounds = cfg.federation.rounds
     measured = [
-        unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 0.0, 10.0 * s)
+        unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 1, 10.0 * s)
         for s in (1, 2, 3)
     ]  # a run's round 10 s, a unit's in proportion
     done = {unit[2]: rounds - 1}  # one round left
@@ -372,7 +380,7 @@ def test_a_session_killed_from_outside_leaves_a_state_that_imports_with_its_prog
     assert names <= SESSION_FILES | {"state.tar.gz", *(f"state.tar.gz.part-{i:02d}" for i in range(8))}, names
     manifest, members = read_state(out / "state.tar.gz")
     written_at = datetime.fromisoformat(manifest["written_at"]).timestamp()
-    assert killed_at - written_at < campaign_train.REFRESH_SECONDS + 5, (killed_at, written_at)
+    assert killed_at - written_at < refresh.REFRESH_SECONDS + 5, (killed_at, written_at)
     finished = {name.split("/")[1] for name in members if name.startswith("finished/")}
     progress = {name.split("/")[1] for name in members if name.startswith("progress/")}
     assert finished or progress, (out / "session.log").read_text()[-3000:]
@@ -392,7 +400,7 @@ def test_a_unit_refreshes_the_state_and_its_timing_between_rounds(tmp_path, monk
     holds the unit in progress."""
     root = checkout(tmp_path / "project")
     state, timing = tmp_path / "out" / "state.tar.gz", tmp_path / "out" / "timing.json"
-    monkeypatch.setattr(campaign_train, "REFRESH_SECONDS", 0)
+    monkeypatch.setattr(refresh, "REFRESH_SECONDS", 0)
     saved, timed = [], []
     real_save, real_write = campaign_train.save, SessionTiming.write
 
@@ -537,3 +545,20 @@ def test_a_unit_that_raises_once_trains_in_a_fresh_process_with_safer_settings_a
     assert sorted(r["trainer.cuda_graphs"] for r in recorded) == [False] + [True] * (len(recorded) - 1)
     timing = json.loads((out / "timing.json").read_text())
     assert timing["units"][0]["outcome"].startswith("raised") and len(timing["units"]) == len(recorded) + 1
+
+
+def test_a_two_minute_session_with_no_measurement_trains_its_first_unit(tmp_path, monkeypatch, capsys):
+    """Nothing measured on this device, and the cost model's round longer than the whole budget
+    (as a paper-scale round on an unknown GPU may be): the first unit starts all the same; its
+    rounds record their device and steps, which size the units after it."""
+    root = checkout(tmp_path / "project")
+    monkeypatch.setattr(unit_sizing, "planned_seconds", lambda cfg: 10_000.0)
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # the first
+    campaign_train.state_run_ids.cache_clear()
+    assert train(root, tmp_path / "state.tar.gz", 2) == 0
+    trained = [p.parent.name for p in root.glob("results/runs/*/metrics.jsonl")]
+    assert len(trained) == 1, capsys.readouterr().err
+    (rid,) = trained
+    rounds = [json.loads(line) for line in (root / "results" / "runs" / rid / "metrics.jsonl").read_text().splitlines()]
+    assert rounds and all(r["device"] == campaign_train.this_device("cpu") and r["steps"] > 0 for r in rounds)
