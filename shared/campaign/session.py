@@ -1,7 +1,7 @@
 """One GPU session of the campaign, in one command (scripts/gpu-session.sh runs it):
 
     python -m shared.campaign.session OUTDIR TARGET... --minutes M [--scale S] [--device D] [--carry DIR]
-                                 [--max-files N] [--max-file-mib X] [--set KEY=VALUE ...]
+                                 [--max-files N] [--max-file-mib X] [--max-total-mib T] [--set KEY=VALUE ...]
 
 In this order, each step writing into OUTDIR as it goes, so that a session killed at its
 deadline still returns what it did:
@@ -18,12 +18,13 @@ deadline still returns what it did:
                         at least once a minute of training (shared/campaign/refresh.py)
     timing.json         per unit: runs, slots, steps, useful share, seconds per round by phase,
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
-    session.log         every step's output, at most --max-file-mib (the middle left out)
+    session.log         every step's output, within its share of the limits (its first and last lines
+                        kept, shared/campaign/session_output.py)
 
 Each file but session.log (appended line by line) is written outside OUTDIR (`staging_folder`)
 and renamed into it whole: OUTDIR, as it is at any moment, holds no half-written file. OUTDIR
 then holds these files only: at most --max-files (the state takes what the other four leave) of
-at most --max-file-mib each (default: no limit). Needs neither Snakemake nor network:
+at most --max-file-mib each, at most --max-total-mib in all (default: no limit). Needs neither Snakemake nor network:
 the checkout (tests/ for the gate) and the machine's Python with torch.
 """
 
@@ -43,46 +44,21 @@ from pathlib import Path
 
 from shared.campaign.gate import SAFEST, SETTINGS, gate
 from shared.campaign.session_checks import CarryError, check_carry
+from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
+from shared.campaign.state import expected_runs
 from shared.campaign.train import UNIT_FAILED
 from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
-from shared.targets.copies import campaign_runs
 
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
 ENVIRONMENT_SECONDS = 20  # torch's import and nvidia-smi: the carry's checks follow, all within 30 s of the start
 END_SECONDS = 5  # kept free after training: the last lines, the listing of OUTDIR (a second)
 STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
-NAMED_FILES = ("environment.json", "gate.xml", "timing.json", "session.log")  # beside the state file(s)
 STATE = "state.tar.gz"
 
 
 class SessionError(Exception):
     """Refused input; the message is one line."""
-
-
-class Log:
-    """session.log, each line also on stdout; past `cap` bytes the lines are counted, not kept."""
-
-    def __init__(self, path: Path, cap: int | None):
-        self.handle, self.cap, self.size, self.dropped = open(path, "a", encoding="utf-8"), cap, 0, 0
-        self.lock = threading.Lock()
-
-    def line(self, text: str, stream=None) -> None:
-        text = text.rstrip("\n") + "\n"
-        with self.lock:
-            print(text, end="", flush=True, file=stream or sys.stdout)
-            data = len(text.encode())
-            if self.cap is not None and self.size + data > self.cap - 200:  # room for the closing line
-                self.dropped += 1
-                return
-            self.size += data
-            self.handle.write(text)
-            self.handle.flush()
-
-    def close(self) -> None:
-        if self.dropped:
-            self.handle.write(f"... {self.dropped} lines left out: session.log keeps --max-file-mib\n")
-        self.handle.close()
 
 
 def child_env(device: str) -> dict:
@@ -108,8 +84,8 @@ class Session:
         self.staging = staging_folder(self.out)
         if self.staging is not None:
             stage_elsewhere(self.out, self.staging)
-        cap = int(args.max_file_mib * 2**20) if args.max_file_mib else None
-        self.log, self.child = Log(self.out / "session.log", cap), None
+        self.limits = state_limits(args)
+        self.log, self.child = Log(self.out / "session.log", self.limits.log_bytes), None
 
     def written_elsewhere(self, name: str) -> Path:
         """Where a step writes OUTDIR's file `name` before `publish` renames it into OUTDIR."""
@@ -258,8 +234,8 @@ def train(session: Session, settings: list[str], only: list[str] = (), skip: lis
         args.device,
         "--timing",
         str(session.out / "timing.json"),
-        *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
-        *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
+        *(["--max-parts", str(session.limits.state_parts)] if session.limits.state_parts else []),
+        *(["--part-mib", f"{session.limits.part_mib:g}"] if session.limits.part_mib else []),
         *(["--scale", args.scale] if args.scale else []),
         *(["--staging", str(session.staging)] if session.staging else []),
         *(f"--set={s}" for s in settings),
@@ -283,14 +259,25 @@ def finish(session: Session) -> bool:
         }
         write_atomically(timing, lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
     files = sorted(p for p in session.out.iterdir() if p.is_file())
-    largest = max((p.stat().st_size for p in files), default=0)
-    within = (not args.max_files or len(files) <= args.max_files) and (
-        not args.max_file_mib or largest <= args.max_file_mib * 2**20
+    sizes = [p.stat().st_size for p in files]
+    total = total_mib(args)
+    within = (
+        (not args.max_files or len(files) <= args.max_files)
+        and (not args.max_file_mib or max(sizes, default=0) <= args.max_file_mib * 2**20)
+        and (not total or sum(sizes) + 2**16 <= total * 2**20)  # 64 KiB: this line and the log's last
     )
-    limits = f"--max-files {args.max_files or 'none'}, --max-file-mib {args.max_file_mib or 'none'}"
+    limits = ", ".join(
+        f"{flag} {value:g}" if value else f"{flag} none"
+        for flag, value in (
+            ("--max-files", args.max_files),
+            ("--max-file-mib", args.max_file_mib),
+            ("--max-total-mib", total),
+        )
+    )
     session.log.line(
         f"{session.out}: {len(files)} files ({', '.join(p.name for p in files)}), the largest "
-        f"{largest / 2**20:.2f} MiB; {'within' if within else 'OVER'} {limits}"
+        f"{max(sizes, default=0) / 2**20:.2f} MiB, {sum(sizes) / 2**20:.2f} MiB in all; "
+        f"{'within' if within else 'OVER'} {limits}"
     )
     return within
 
@@ -305,6 +292,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--carry", type=Path, default=Path(".carry"), help="the bundle: data, state (default: .carry)")
     p.add_argument("--max-files", type=int, metavar="N", help="OUTDIR's files at most (default: no limit)")
     p.add_argument("--max-file-mib", type=float, metavar="X", help="each file at most X MiB (default: no limit)")
+    p.add_argument("--max-total-mib", type=float, metavar="T", help="all files together at most T MiB (default: N x X)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runtime key for every run")
     return p
 
@@ -322,11 +310,14 @@ def check(args) -> None:
         )
     if args.max_file_mib is not None and not args.max_file_mib >= 0.1:
         raise SessionError(f"--max-file-mib {args.max_file_mib:g}: a file of at least 0.1 MiB")
+    if args.max_total_mib is not None and not args.max_total_mib > 0:
+        raise SessionError(f"--max-total-mib {args.max_total_mib:g}: some MiB must come back")
+    state_limits(args)  # ValueError: a total that leaves the state nothing
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise SessionError(f"{args.out} is not an empty folder: the session's files must be all it holds")
     parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
     try:
-        campaign_runs(args.targets, args.scale or "paper", None)
+        expected_runs(tuple(args.targets), args.scale or "paper", None)  # cached: the carry's check reads them again
     except (
         Exception
     ) as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
@@ -339,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         check(args)
-    except (SessionError, ValueError) as exc:  # ValueError: shared.config.schema's ConfigError from --set
+    except (SessionError, ValueError) as exc:  # ValueError: ConfigError from --set, or state_limits' refusal
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out, args.carry = args.out.resolve(), args.carry.resolve()  # the steps run in the checkout

@@ -13,12 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.campaign.state import manifest_copy, read_state, state_exists
+from shared.campaign.state import expected_runs, manifest_copy, read_state, state_exists
 from shared.campaign.state_reading import CampaignError
 from shared.data.catalog import DataError
 from shared.runs.files import write_atomically
 from shared.runs.provenance import environment
-from shared.targets.copies import Copy, campaign_runs
+from shared.targets.copies import Copy
 
 STATE = "state.tar.gz"  # the carried state's name in the bundle (or its parts)
 
@@ -98,7 +98,7 @@ def check_data(root: Path, targets: list[str], scale: str, copy: Copy | None) ->
         except DataError as exc:
             raise CarryError(f"the carried data: {' '.join(str(exc).split())}") from None
         return
-    names = {cfg.dataset.name for cfg in campaign_runs(targets, scale, None)[0].values()}
+    names = {cfg.dataset.name for cfg in expected_runs(tuple(targets), scale, None).values()}
     for name in sorted(names & set(CIFAR)):
         archive = CIFAR[name]["archive"]
         path = root / archive.filename

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from shared.campaign import gate as session_gate
-from shared.campaign import refresh, unit_sizing
+from shared.campaign import refresh, session_output, unit_sizing
 from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign.cli import main
@@ -115,6 +115,7 @@ def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_wr
         (TARGET, ["--max-files", "4"], "--max-files 4"),
         (TARGET, ["--set", "seed=3"], "not a runtime key"),
         (TARGET, ["--minutes", "0"], "--minutes 0"),
+        (TARGET, ["--max-total-mib", "1"], "--max-total-mib 1: session.log"),
         ("papers/fedssd/table99", [], "papers/fedssd/table99: "),
     ):
         proc = subprocess.run(
@@ -518,9 +519,9 @@ sys.meta_path.insert(0, RaiseOnce())
 
 def test_a_unit_that_raises_once_trains_in_a_fresh_process_with_safer_settings_and_the_others_too(tmp_path):
     """A session whose first unit raises (a CUDA error, through a test double): train stops
-    with the state saved, the unit trains again in a fresh process with trainer.cuda_graphs=false,
-    then the rest as they were; every run finishes and ships, the retried one recording the
-    safer setting."""
+    with the state saved, the unit trains again in a fresh process with trainer.cuda_graphs=false
+    and ships, recording the safer setting; then the rest train as they were, as far as the
+    session's minutes go."""
     project = checkout(tmp_path / "project")
     shutil.copytree(ROOT / "scripts", project / "scripts")
     hook = tmp_path / "hook"
@@ -540,11 +541,15 @@ def test_a_unit_that_raises_once_trains_in_a_fresh_process_with_safer_settings_a
     assert "raised: once more, in a fresh process, with trainer.cuda_graphs=false" in log, log[-3000:]
     home = checkout(tmp_path / "home")
     assert main(["import", str(out / "state.tar.gz"), "--root", str(home)]) == 0
-    recorded = [json.loads(p.read_text())["runtime"] for p in home.glob("results/shipped/runs/*/metrics.json")]
-    assert len(recorded) == len(smoke_runs()), log[-3000:]
-    assert sorted(r["trainer.cuda_graphs"] for r in recorded) == [False] + [True] * (len(recorded) - 1)
+    recorded = {
+        p.parent.name: json.loads(p.read_text())["runtime"] for p in home.glob("results/shipped/runs/*/metrics.json")
+    }
+    (retried,) = [rid for rid, runtime in recorded.items() if runtime["trainer.cuda_graphs"] is False]
+    assert f"run(s) {retried} raised: once more" in log
     timing = json.loads((out / "timing.json").read_text())
-    assert timing["units"][0]["outcome"].startswith("raised") and len(timing["units"]) == len(recorded) + 1
+    outcomes = [(u["runs"], u["outcome"]) for u in timing["units"]]
+    assert outcomes[:2] == [([retried], outcomes[0][1]), ([retried], "finished")] and "raised" in outcomes[0][1]
+    assert len(outcomes) > 2 and retried not in outcomes[2][0] and timing["units"][2]["rounds"] > 0, outcomes
 
 
 def test_a_two_minute_session_with_no_measurement_trains_its_first_unit(tmp_path, monkeypatch, capsys):
@@ -562,3 +567,28 @@ def test_a_two_minute_session_with_no_measurement_trains_its_first_unit(tmp_path
     (rid,) = trained
     rounds = [json.loads(line) for line in (root / "results" / "runs" / rid / "metrics.jsonl").read_text().splitlines()]
     assert rounds and all(r["device"] == campaign_train.this_device("cpu") and r["steps"] > 0 for r in rounds)
+
+
+def test_the_limits_hold_in_total_and_a_cut_log_keeps_its_first_and_last_lines(tmp_path):
+    def limits(files, file_mib, total=None):
+        args = types.SimpleNamespace(max_files=files, max_file_mib=file_mib, max_total_mib=total)
+        return session_output.state_limits(args)
+
+    # 8 files of 16 MiB: 128 MiB in all, of which the log 16, the state 4 files of 16
+    assert limits(8, 16) == session_output.Limits(16 * 2**20, 4, 16)
+    # 40 MiB in all: the log 5, the other three 1, the state 2 files of 16 (34 MiB)
+    assert limits(8, 16, 40) == session_output.Limits(5 * 2**20, 2, 16)
+    assert limits(8, 16, 2) == session_output.Limits(2**20 // 4, 1, 0.75)
+    with pytest.raises(ValueError, match="--max-total-mib 1: session.log"):
+        limits(8, 16, 1)
+
+    log = session_output.Log(tmp_path / "session.log", 2000)
+    for i in range(300):
+        log.line(f"line {i:03d}")
+    log.close()
+    text = (tmp_path / "session.log").read_text()
+    lines = text.splitlines()
+    assert len(text.encode()) <= 2000 and lines[0] == "line 000" and lines[-1] == "line 299", text
+    cut = next(i for i, line in enumerate(lines) if "lines left out" in line)
+    assert lines[cut - 1] == f"line {cut - 1:03d}" and lines[cut + 1] == f"line {300 - len(lines) + cut + 1:03d}"
+    assert f"... {300 - len(lines) + 1} lines left out" in lines[cut]

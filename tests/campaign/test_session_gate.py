@@ -11,7 +11,7 @@ from pathlib import Path
 
 from shared.campaign import gate as session_gate
 from shared.campaign.gate_plugin import REPORT_ENV
-from shared.campaign.session import Log
+from shared.campaign.session_output import Log
 
 ROOT = Path(__file__).resolve().parents[2]
 PER_METHOD = "tests/campaign/test_gpu_campaign_methods.py::"
