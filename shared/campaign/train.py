@@ -147,8 +147,9 @@ def train_unit(
 def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, finished_size: int = 0) -> dict[str, int]:
     """Train the unfinished runs in order (`training_units`, each sized to the time left:
     `sized_units`) until `end` less the time the state takes to save (`Refresh.margin`); counts
-    of what happened, by run. The first unit always starts: with nothing measured its estimate
-    may be far off, and its progress is saved as it trains. finished_size: at least the bytes
+    of what happened, by run. The first unit starts whatever its estimate (with nothing measured
+    it may be far off; its progress is saved as it trains), unless its progress could not come
+    back (`not_worth_starting`). finished_size: at least the bytes
     the finished runs take in the state file (`not_worth_starting` refuses a unit only where
     sure), then as each save measures them."""
     from shared.training import trainer
@@ -160,13 +161,11 @@ def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, fin
         return end - refresh.margin()
 
     for rids, estimate in sized_units(runs, args, deadline(), runs_dir):
-        first = not counts  # always starts (docstring)
+        first = not counts  # starts whatever its estimate (docstring)
         if not first and time.time() + estimate.seconds > deadline():
             counts["not started (no time for a round)"] += len(rids)
             break
-        refused = not first and not_worth_starting(
-            rids, runs, args, deadline(), estimate.seconds, runs_dir, finished_size
-        )
+        refused = not_worth_starting(rids, runs, args, deadline(), estimate.seconds, runs_dir, finished_size)
         if refused:
             counts["not started (could not finish, and its checkpoint cannot come back)"] += len(rids)
             print(refused, file=sys.stderr)
