@@ -78,7 +78,7 @@ def subprocess_env() -> dict:
 
 
 def write_environment(out: Path) -> dict:
-    from shared.campaign.session import environment_record
+    from shared.campaign.session_checks import environment_record
 
     env = environment_record(out / "environment.json")
     gpu = env["gpu0"]["name"] if env["cuda_available"] else "no CUDA device"

@@ -2,14 +2,16 @@
 # One GPU session of the campaign (docs/gpu-sessions.md), as the first command of the machine:
 #
 #     scripts/gpu-session.sh OUTDIR TARGET... --minutes M [--scale S] [--device D]
-#                            [--max-files N] [--max-file-mib X] [--set KEY=VALUE ...]
+#                            [--max-files N] [--max-file-mib X] [--max-total-mib T] [--set KEY=VALUE ...]
 #
-# environment.json, a gate of the gpu tests on the campaign's path (gate.xml), `campaign train`
-# from $CARRY/state.tar.gz on $CARRY/data (default CARRY=.carry, made by `python -m
-# shared.campaign bundle ... -o .carry`) until M minutes less a margin, timing.json,
-# session.log, the state file (or its parts): all in OUTDIR (shared/campaign/session.py). No
-# Snakemake, no network: the machine's own Python (PYTHON, default python3, the one with CUDA's
-# torch) with the checkout on PYTHONPATH; PyYAML from $CARRY/wheels where the machine lacks it.
+# environment.json, then the bundle checked ($CARRY/state.tar.gz and $CARRY/data, default
+# CARRY=.carry, made by `python -m shared.campaign bundle ... -o .carry`), a gate of the gpu
+# tests on the campaign's path (gate.xml; its verdict sets what training may use), `campaign
+# train` until M minutes are up (the state rewritten at least once a minute), timing.json,
+# session.log: all in OUTDIR (shared/campaign/session.py). M: at least a minute less than
+# whatever kills this command. No Snakemake, no network: the machine's own Python (PYTHON,
+# default python3, the one with CUDA's torch) with the checkout on PYTHONPATH; PyYAML from
+# $CARRY/wheels where the machine lacks it.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 carry=${CARRY:-.carry}

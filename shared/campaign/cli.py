@@ -4,6 +4,8 @@
                                               [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
+                                              [--staging DIR] [--only RUN_ID ...] [--skip RUN_ID ...]
+                                              [--failed-unit FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
     python -m shared.campaign import FILE [--state CAMPAIGN_STATE]
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
@@ -27,7 +29,13 @@ started. Given an existing FILE, `train` continues from it, skipping the runs it
 in the time left, its round estimated from measured rounds (shared/campaign/unit_sizing.py).
 `--set` takes runtime keys only (a session's fallbacks: trainer.cuda_graphs=false,
 trainer.deterministic=false); `--timing FILE` writes where each unit's seconds went
-(shared/campaign/session_timing.py).
+(shared/campaign/session_timing.py). Within a unit, FILE (and the timing) is rewritten at least
+once a minute of training; `--staging DIR` (a folder on FILE's filesystem) takes the files
+being written before they are renamed beside FILE, so that a folder returned as it is at any
+moment (a session killed from outside) never holds a half-written one. `--failed-unit FILE`: a
+unit that raises stops `train` (exit 3) with the state saved and its runs in FILE, so that a
+session retries it in a fresh process (`--only` its runs) and trains the rest in another
+(`--skip` what failed twice).
 
 `bundle` writes, where DIR holds no state yet (or one whose runs are all here), a state of the
 ledger (the runs finished here or shipped) and the checkpoints of runs in progress that fit
@@ -61,6 +69,21 @@ from shared.config.schema import ConfigError
 from shared.data.catalog import DataError
 from shared.runs.files import RunFilesError
 from shared.targets.resolve import TargetError
+
+
+def add_session_options(t: argparse.ArgumentParser) -> None:
+    """train's options that a GPU session (shared/campaign/session.py) gives."""
+    t.add_argument("--only", action="append", metavar="RUN_ID", help="train these of the targets' runs only")
+    t.add_argument("--skip", action="append", metavar="RUN_ID", help="leave these of the targets' runs out")
+    t.add_argument(
+        "--failed-unit",
+        type=Path,
+        metavar="FILE",
+        help="where a unit raises: its runs into FILE (JSON), the state saved, exit 3 (a session retries it)",
+    )
+    t.add_argument(
+        "--staging", type=Path, metavar="DIR", help="write the state and timing here before renaming them into place"
+    )
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -110,6 +133,7 @@ def add_train_parser(commands) -> None:
         help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids",
     )
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
+    add_session_options(t)
 
 
 def parser() -> argparse.ArgumentParser:

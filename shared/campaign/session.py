@@ -1,27 +1,30 @@
 """One GPU session of the campaign, in one command (scripts/gpu-session.sh runs it):
 
     python -m shared.campaign.session OUTDIR TARGET... --minutes M [--scale S] [--device D] [--carry DIR]
-                                 [--max-files N] [--max-file-mib X] [--set KEY=VALUE ...]
+                                 [--max-files N] [--max-file-mib X] [--max-total-mib T] [--set KEY=VALUE ...]
 
 In this order, each step writing into OUTDIR as it goes, so that a session killed at its
 deadline still returns what it did:
 
-    environment.json    Python, packages, torch, CUDA, the GPU, nvidia-smi's report (seconds)
-    gate.xml            at most GATE_SECONDS of the gpu tests on the campaign's path, as JUnit XML
-                        (`gate_selection`); with no CUDA device to test, a report of no tests
-                        saying why
+    environment.json    Python, packages, torch, CUDA, the GPU, nvidia-smi's report (seconds); then
+                        the carried state and data checked (shared/campaign/session_checks.py): a
+                        bundle that cannot serve the session ends it in one line, exit 2
+    gate.xml            at most 90 s of the gpu tests on the campaign's path, as JUnit XML, and its
+                        verdict, which sets what training may use (shared/campaign/gate.py); with
+                        no CUDA device to test, a report of no tests saying why
     state.tar.gz        `python -m shared.campaign train` of the targets from the carried state
                         (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
-                        END_SECONDS, the state (or its parts) rewritten after every unit; where the
-                        gate failed in a CUDA graph's capture, with trainer.cuda_graphs=false; where
-                        it failed otherwise, no training: the whole `pytest -m gpu` instead, its
-                        report in gate.xml
+                        END_SECONDS, with the gate's settings, the state (or its parts) rewritten
+                        at least once a minute of training (shared/campaign/refresh.py)
     timing.json         per unit: runs, slots, steps, useful share, seconds per round by phase,
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
-    session.log         every step's output, at most --max-file-mib (the middle left out)
+    session.log         every step's output, within its share of the limits (its first and last lines
+                        kept, shared/campaign/session_output.py)
 
-OUTDIR then holds these files only: at most --max-files (the state takes what the other four
-leave) of at most --max-file-mib each (default: no limit). Needs neither Snakemake nor network:
+Each file but session.log (appended line by line) is written outside OUTDIR (`staging_folder`)
+and renamed into it whole: OUTDIR, as it is at any moment, holds no half-written file. OUTDIR
+then holds these files only: at most --max-files (the state takes what the other four leave) of
+at most --max-file-mib each, at most --max-total-mib in all (default: no limit). Needs neither Snakemake nor network:
 the checkout (tests/ for the gate) and the machine's Python with torch.
 """
 
@@ -31,92 +34,31 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from shared.runs.files import write_atomically
-from shared.runs.provenance import environment
-from shared.targets.copies import campaign_runs
+from shared.campaign.gate import SAFEST, SETTINGS, gate
+from shared.campaign.session_checks import CarryError, check_carry
+from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
+from shared.campaign.state import expected_runs
+from shared.campaign.train import UNIT_FAILED
+from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
 
+STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
-GATE_SECONDS = 90
-END_SECONDS = 15  # kept free after training: the last lines, the listing of OUTDIR
+ENVIRONMENT_SECONDS = 20  # torch's import and nvidia-smi: the carry's checks follow, all within 30 s of the start
+END_SECONDS = 5  # kept free after training: the last lines, the listing of OUTDIR (a second)
 STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
-NAMED_FILES = ("environment.json", "gate.xml", "timing.json", "session.log")  # beside the state file(s)
 STATE = "state.tar.gz"
-# The gpu tests on the campaign's path carry the `gate` marker (pyproject.toml): a group of runs
-# in one CUDA graph equal to the runs alone, capture and replay, determinism and TF32 settings,
-# augmentation on CUDA, and each campaign method's batched captured step, of which the gate
-# takes the targets' methods
-GATE_MARKER = "gpu and gate"
-PER_METHOD_GATE_TEST = "a_campaign_method_in_a_batched_captured_step"
-CAPTURE_FAILURE = re.compile(r"captur|cuda ?graph|cudagraph", re.IGNORECASE)
 
 
 class SessionError(Exception):
     """Refused input; the message is one line."""
-
-
-class Log:
-    """session.log, each line also on stdout; past `cap` bytes the lines are counted, not kept."""
-
-    def __init__(self, path: Path, cap: int | None):
-        self.handle, self.cap, self.size, self.dropped = open(path, "a", encoding="utf-8"), cap, 0, 0
-        self.lock = threading.Lock()
-
-    def line(self, text: str) -> None:
-        text = text.rstrip("\n") + "\n"
-        with self.lock:
-            print(text, end="", flush=True)
-            data = len(text.encode())
-            if self.cap is not None and self.size + data > self.cap - 200:  # room for the closing line
-                self.dropped += 1
-                return
-            self.size += data
-            self.handle.write(text)
-            self.handle.flush()
-
-    def close(self) -> None:
-        if self.dropped:
-            self.handle.write(f"... {self.dropped} lines left out: session.log keeps --max-file-mib\n")
-        self.handle.close()
-
-
-def environment_record(path: Path) -> dict:
-    """environment.json: what the session ran on (shared.runs.provenance's record, torch's view of the
-    GPU, nvidia-smi's report). Run in a child process, so the session's own opens no CUDA context."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    env = {
-        **environment(),
-        "torch": torch.__version__,
-        "cuda_available": cuda,
-        "executable": sys.executable,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-    if cuda:
-        props = torch.cuda.get_device_properties(0)
-        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        env["gpu0"] = {
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "memory_gib": round(props.total_memory / 2**30, 1),
-            "multiprocessors": props.multi_processor_count,
-        }
-        env["bf16_supported"] = torch.cuda.is_bf16_supported()
-    try:
-        env["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        env["nvidia_smi"] = None
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(env, indent=1, default=str) + "\n"))
-    return env
 
 
 def child_env(device: str) -> dict:
@@ -138,14 +80,27 @@ class Session:
 
     def __init__(self, args):
         self.args, self.out = args, args.out
-        self.deadline = time.monotonic() + 60 * args.minutes
-        cap = int(args.max_file_mib * 2**20) if args.max_file_mib else None
-        self.log, self.child = Log(self.out / "session.log", cap), None
+        self.deadline = STARTED + 60 * args.minutes
+        self.staging = staging_folder(self.out)
+        if self.staging is not None:
+            stage_elsewhere(self.out, self.staging)
+        self.limits = state_limits(args)
+        self.log, self.child = Log(self.out / "session.log", self.limits.log_bytes), None
+
+    def written_elsewhere(self, name: str) -> Path:
+        """Where a step writes OUTDIR's file `name` before `publish` renames it into OUTDIR."""
+        return temporary_path(self.out / name)
+
+    def publish(self, name: str) -> None:
+        """OUTDIR's file `name`, as written where `written_elsewhere` said, if it was."""
+        written = self.written_elsewhere(name)
+        if written.is_file():
+            os.replace(written, self.out / name)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def run(self, command: list[str], seconds: float, stop=signal.SIGINT) -> int | None:
+    def run(self, command: list[str], seconds: float, stop=signal.SIGINT, env: dict | None = None) -> int | None:
         """Run a step with its output in the log; its exit status, None where it ran past
         `seconds` (then `stop`: ^C, on which pytest still writes its report; SIGTERM, on which
         train writes its state) and killed STOP_SECONDS later if still running."""
@@ -155,7 +110,7 @@ class Session:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=child_env(self.args.device),
+            env={**child_env(self.args.device), **(env or {})},
             cwd=REPO,
             errors="replace",
         )
@@ -183,105 +138,86 @@ class Session:
             return child.wait()
 
 
-def gate_selection(methods: list[str]) -> str:
-    """pytest's -k within GATE_MARKER: every gate test but the per-method ones of methods the
-    targets do not train."""
-    return f"not {PER_METHOD_GATE_TEST}" + (f" or {' or '.join(sorted(set(methods)))}" if methods else "")
-
-
-def junit_failures(xml: Path) -> list[tuple[str, str]]:
-    """(test, message and text) of each failed or erroring test case in a JUnit report."""
-    root = ET.parse(xml).getroot()
-    failed = []
-    for case in root.iter("testcase"):
-        for problem in [*case.iter("failure"), *case.iter("error")]:
-            failed.append((case.get("name", "?"), f"{problem.get('message', '')} {problem.text or ''}"))
-    return failed
-
-
-def no_tests_report(path: Path, why: str) -> None:
-    """A JUnit report of no tests, saying why (a session on a CPU has no gpu test to run)."""
-    suite = ET.Element("testsuite", name="gate", tests="0", failures="0", errors="0", skipped="0")
-    properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="not_run", value=why)
-    root = ET.Element("testsuites")
-    root.append(suite)
-    write_atomically(path, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True))
-
-
-def target_methods(args) -> list[str]:
-    """The methods of the targets' runs (the gate tests each one's captured batched step)."""
-
-    return sorted({cfg.method["name"] for cfg in campaign_runs(args.targets, args.scale or "paper", None)[0].values()})
-
-
-def gate(session: Session, cuda: bool) -> str:
-    """The gate's verdict: "passed", "capture" (failed in a CUDA graph's capture only),
-    "failed", or "not run" (no CUDA device to test: gate.xml says so)."""
-    xml = session.out / "gate.xml"
-    if not cuda:
-        why = (
-            f"--device {session.args.device}: no CUDA device to test, the gpu tests are not run"
-            if session.args.device == "cpu"
-            else "torch sees no CUDA device: the gpu tests are not run"
-        )
-        no_tests_report(xml, why)
-        session.log.line(f"gate: {why}")
-        return "not run"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-m",
-        GATE_MARKER,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={xml}",
-        "-k",
-        gate_selection(session.args.methods),
-        "tests",
-    ]
-    code = session.run(command, min(GATE_SECONDS, session.left() / 3))
-    if not xml.is_file():
-        no_tests_report(xml, f"pytest wrote no report (exit {code})")
-        return "failed"
-    failures = junit_failures(xml)
-    # exit 5: no gate test was collected, which on CUDA means the gate itself is broken
-    verdict = (
-        "passed"
-        if not failures and code in (0, None)
-        else "capture"
-        if failures and all(CAPTURE_FAILURE.search(f"{name} {text}") for name, text in failures)
-        else "failed"
-    )
-    session.log.line(f"gate: {verdict} ({len(failures)} failed{', stopped at its time' if code is None else ''})")
-    return verdict
+def staging_folder(out: Path) -> Path | None:
+    """A folder outside OUTDIR on its filesystem (a rename into OUTDIR is then atomic) where
+    OUTDIR's files are written before they are renamed into it, so that OUTDIR, returned as it
+    is when the session is killed from outside, never holds a half-written file; emptied of an
+    earlier session's leftovers. None where there is none: the files are then written hidden in
+    OUTDIR before the rename."""
+    for candidate in (out.parent / f".{out.name}.staging", REPO / "results" / f".staging-{out.name}"):
+        try:
+            shutil.rmtree(candidate, ignore_errors=True)
+            candidate.mkdir(parents=True)
+        except OSError:  # a folder this machine does not let us write
+            continue
+        if candidate.stat().st_dev == out.stat().st_dev:
+            return candidate
+        candidate.rmdir()
+    return None
 
 
 def carried_state(session: Session) -> None:
     """The carried state (or its parts) into OUTDIR, where train continues it and rewrites it
     after every unit: OUTDIR holds a readable state at every moment."""
-    import shutil
-
     carry = session.args.carry
     for part in sorted(carry.glob(f"{STATE}*")):
         if part.name == STATE or re.fullmatch(rf"{re.escape(STATE)}\.part-[0-9][0-9]", part.name):
-            shutil.copy2(part, session.out / part.name)
+            shutil.copy2(part, session.written_elsewhere(part.name))
+            session.publish(part.name)
     if not any(session.out.glob(f"{STATE}*")):
         session.log.line(f"no carried state in {carry}: train starts a new one (--scale, --copy as given)")
 
 
-def train(session: Session, settings: list[str]) -> int | None:
-    """`campaign train` until the session's end less END_SECONDS (train keeps its own margin
-    to write the state), SIGTERM'd should a round overrun (the state then written within
-    STOP_SECONDS, at worst past the session's end by that much less END_SECONDS)."""
+def train_with_retries(session: Session, settings: list[str]) -> int | None:
+    """`train`; where a unit raises (a CUDA error may leave the process unusable: train stops,
+    UNIT_FAILED), that unit once more in a fresh process with the next safer settings (`safer`),
+    then the rest in another with the settings as they were; a unit that fails again is left
+    out of the rest. A failing unit never stops the others."""
+    left_out: list[str] = []
+    while True:
+        code = train(session, settings, skip=left_out)
+        failed = failed_unit(session)
+        if code != UNIT_FAILED or failed is None:
+            return code
+        retry = safer(settings)
+        session.log.line(
+            f"run(s) {' '.join(failed)} raised: "
+            + (f"once more, in a fresh process, with {retry[-1]}" if retry else "left out: the settings are the safest")
+        )
+        if retry is None or train(session, retry, only=failed, skip=left_out) == UNIT_FAILED:
+            left_out += failed
+
+
+def safer(settings: list[str]) -> list[str] | None:
+    """The settings a unit that raised is retried with: CUDA graphs off, else clients one after
+    another (None: those are set already)."""
+    step = next((s for s in SAFEST if s not in settings), None)
+    return [*settings, step] if step else None
+
+
+def failed_unit(session: Session) -> list[str] | None:
+    """The runs of the unit that made train stop (its --failed-unit file, then removed)."""
+    path = session.written_elsewhere("failed-unit.json")
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        path.unlink(missing_ok=True)
+    return runs if isinstance(runs, list) and runs and all(isinstance(r, str) for r in runs) else None
+
+
+def train(session: Session, settings: list[str], only: list[str] = (), skip: list[str] = ()) -> int | None:
+    """`campaign train` (of `only`'s runs, where given, less `skip`'s) until the session's end
+    less END_SECONDS (train keeps its own margin to write the state), SIGTERM'd should a round
+    overrun (the state then written within STOP_SECONDS, at worst past the session's end by that
+    much less END_SECONDS)."""
     args = session.args
     seconds = session.left() - END_SECONDS
     if seconds < 30:
         session.log.line(f"train: not started, {session.left():.0f} s left")
         return None
-    carried_state(session)
+    session.written_elsewhere("failed-unit.json").unlink(missing_ok=True)
     command = [
         sys.executable,
         "-m",
@@ -298,30 +234,16 @@ def train(session: Session, settings: list[str]) -> int | None:
         args.device,
         "--timing",
         str(session.out / "timing.json"),
-        *(["--max-parts", str(args.max_files - len(NAMED_FILES))] if args.max_files else []),
-        *(["--part-mib", f"{args.max_file_mib:g}"] if args.max_file_mib else []),
+        *(["--max-parts", str(session.limits.state_parts)] if session.limits.state_parts else []),
+        *(["--part-mib", f"{session.limits.part_mib:g}"] if session.limits.part_mib else []),
         *(["--scale", args.scale] if args.scale else []),
+        *(["--staging", str(session.staging)] if session.staging else []),
         *(f"--set={s}" for s in settings),
+        *(f"--only={rid}" for rid in only),
+        *(f"--skip={rid}" for rid in skip),
+        f"--failed-unit={session.written_elsewhere('failed-unit.json')}",
     ]
     return session.run(command, seconds + 5, stop=signal.SIGTERM)
-
-
-def all_gpu_tests(session: Session) -> int | None:
-    """The gate failed otherwise than in capture: the whole `pytest -m gpu` until the end,
-    its report in gate.xml (the gate's failures are in session.log)."""
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-m",
-        "gpu",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={session.out / 'gate.xml'}",
-        "tests",
-    ]
-    return session.run(command, session.left() - END_SECONDS)
 
 
 def finish(session: Session) -> bool:
@@ -337,14 +259,25 @@ def finish(session: Session) -> bool:
         }
         write_atomically(timing, lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
     files = sorted(p for p in session.out.iterdir() if p.is_file())
-    largest = max((p.stat().st_size for p in files), default=0)
-    within = (not args.max_files or len(files) <= args.max_files) and (
-        not args.max_file_mib or largest <= args.max_file_mib * 2**20
+    sizes = [p.stat().st_size for p in files]
+    total = total_mib(args)
+    within = (
+        (not args.max_files or len(files) <= args.max_files)
+        and (not args.max_file_mib or max(sizes, default=0) <= args.max_file_mib * 2**20)
+        and (not total or sum(sizes) + 2**16 <= total * 2**20)  # 64 KiB: this line and the log's last
     )
-    limits = f"--max-files {args.max_files or 'none'}, --max-file-mib {args.max_file_mib or 'none'}"
+    limits = ", ".join(
+        f"{flag} {value:g}" if value else f"{flag} none"
+        for flag, value in (
+            ("--max-files", args.max_files),
+            ("--max-file-mib", args.max_file_mib),
+            ("--max-total-mib", total),
+        )
+    )
     session.log.line(
         f"{session.out}: {len(files)} files ({', '.join(p.name for p in files)}), the largest "
-        f"{largest / 2**20:.2f} MiB; {'within' if within else 'OVER'} {limits}"
+        f"{max(sizes, default=0) / 2**20:.2f} MiB, {sum(sizes) / 2**20:.2f} MiB in all; "
+        f"{'within' if within else 'OVER'} {limits}"
     )
     return within
 
@@ -359,6 +292,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--carry", type=Path, default=Path(".carry"), help="the bundle: data, state (default: .carry)")
     p.add_argument("--max-files", type=int, metavar="N", help="OUTDIR's files at most (default: no limit)")
     p.add_argument("--max-file-mib", type=float, metavar="X", help="each file at most X MiB (default: no limit)")
+    p.add_argument("--max-total-mib", type=float, metavar="T", help="all files together at most T MiB (default: N x X)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a runtime key for every run")
     return p
 
@@ -376,11 +310,14 @@ def check(args) -> None:
         )
     if args.max_file_mib is not None and not args.max_file_mib >= 0.1:
         raise SessionError(f"--max-file-mib {args.max_file_mib:g}: a file of at least 0.1 MiB")
+    if args.max_total_mib is not None and not args.max_total_mib > 0:
+        raise SessionError(f"--max-total-mib {args.max_total_mib:g}: some MiB must come back")
+    state_limits(args)  # ValueError: a total that leaves the state nothing
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise SessionError(f"{args.out} is not an empty folder: the session's files must be all it holds")
     parse_settings(args.set)  # a key that would change run ids is refused here, not minutes later
     try:
-        args.methods = target_methods(args)
+        expected_runs(tuple(args.targets), args.scale or "paper", None)  # cached: the carry's check reads them again
     except (
         Exception
     ) as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
@@ -389,11 +326,11 @@ def check(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """0: trained (or rehearsed) within the limits; 1: the gate failed, a step failed, or a
-    limit was passed; 2: refused input (one line)."""
+    limit was passed; 2: refused input or a bundle that cannot serve the session (one line)."""
     args = parser().parse_args(argv)
     try:
         check(args)
-    except (SessionError, ValueError) as exc:  # ValueError: shared.config.schema's ConfigError from --set
+    except (SessionError, ValueError) as exc:  # ValueError: ConfigError from --set, or state_limits' refusal
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out, args.carry = args.out.resolve(), args.carry.resolve()  # the steps run in the checkout
@@ -405,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_session(session)
     finally:
         session.log.close()
+        if session.staging is not None:  # its steps have ended: nothing more is written there
+            shutil.rmtree(session.staging, ignore_errors=True)
 
 
 def run_session(session: Session) -> int:
@@ -415,25 +354,27 @@ def run_session(session: Session) -> int:
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; "
-            "from shared.campaign.session import environment_record as e; "
+            "from shared.campaign.session_checks import environment_record as e; "
             "print(e(Path(sys.argv[1]))['cuda_available'])",
-            str(session.out / "environment.json"),
+            str(session.written_elsewhere("environment.json")),
         ],
-        120,
+        ENVIRONMENT_SECONDS,
+        stop=signal.SIGKILL,  # a record cut short is no record: nothing to wait for
     )
+    session.publish("environment.json")
     env = json.loads((session.out / "environment.json").read_text()) if code == 0 else {}
-    verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu")
-    settings = list(args.set)
-    if verdict == "capture":
-        session.log.line("the gate failed in capture only: training with trainer.cuda_graphs=false")
-        settings.append("trainer.cuda_graphs=false")
-    trained = all_gpu_tests(session) if verdict == "failed" else train(session, settings)
+    try:  # before anything costly: a bundle that cannot serve the session is said now, in one line
+        args.scale = check_carry(args.carry, args.targets, args.scale)
+    except CarryError as exc:
+        session.log.line(f"error: {exc}", stream=sys.stderr)
+        return 2
+    verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu", args.targets)
+    carried_state(session)
+    # the verdict's settings have the last word, and every run records the verdict beside them
+    trained = train_with_retries(session, [*args.set, *SETTINGS[verdict], f"trainer.gate={verdict}"])
     within = finish(session)
-    session.log.line(
-        f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, "
-        f"{'all gpu tests' if verdict == 'failed' else 'train'} exit {trained}"
-    )
-    return 0 if within and verdict != "failed" and trained in (0, None) and code == 0 else 1
+    session.log.line(f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, train exit {trained}")
+    return 0 if within and verdict in ("passed", "not run") and trained in (0, None) and code == 0 else 1
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ a group in one batched step), what it was and where its seconds went.
     gpu         nvidia-smi's utilisation and memory every SAMPLE_SECONDS over the session
                 (null without nvidia-smi or on a CPU)
 
-The file is rewritten (atomically) after every unit, so a session killed at its deadline still
-leaves the units it finished. Without torch: `shared.campaign` imports it.
+The file is rewritten (atomically) after every unit, and with the unit in progress (its outcome
+"in progress") whenever `train` refreshes the state within a unit, so a session killed from
+outside still leaves what it timed. Without torch: `shared.campaign` imports it.
 """
 
 from __future__ import annotations
@@ -113,13 +114,24 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
     }
 
 
+def earlier_units(path: Path) -> list[dict]:
+    """The units a timing record at `path` holds already (none where it is not one)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    units = record.get("units") if isinstance(record, dict) and record.get("format") == TIMING_FORMAT else None
+    return [u for u in units if isinstance(u, dict)] if isinstance(units, list) else []
+
+
 class SessionTiming:
     """timing.json for one `train` command: `unit(...)` around each unit it trains."""
 
     def __init__(self, path: Path, device: str):
         self.path, self.device, self.origin = Path(path), device, time.time()
         self.cuda = device.startswith("cuda")
-        self.units: list[dict] = []
+        self.units: list[dict] = earlier_units(self.path)  # a session's earlier train command's (a retry's)
+        self.current: UnitTimer | None = None  # the unit training now
         self.sampler = GpuSampler(self.origin) if self.cuda else None
 
     def unit(self, rids: list[str], method: str, model: str) -> "UnitTimer":
@@ -137,7 +149,7 @@ class SessionTiming:
             "started_at": self.origin,
             "seconds": round(time.time() - self.origin, 1),
             "sample_seconds": SAMPLE_SECONDS,
-            "units": self.units,
+            "units": self.units + ([self.current.record("in progress")] if self.current is not None else []),
             "gpu": {"utilisation_pct_memory_mib": self.sampler.between(0, float("inf"))} if sampled else None,
         }
         write_atomically(self.path, lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n"))
@@ -160,30 +172,33 @@ class UnitTimer:
         peak_memory_mib(self.session.cuda, reset=True)
         self.observing = observing(self.rounds.append)
         self.observing.__enter__()
+        self.session.current = self
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
         self.observing.__exit__(kind, exc, tb)
+        self.session.current = None
+        self.session.add(self.record(self.outcome if kind is None else f"{kind.__name__}: {exc}"))
+
+    def record(self, outcome: str) -> dict:
+        """The unit's record as of now."""
         ended = time.time() - self.session.origin
         sampler = self.session.sampler
         samples = sampler.between(self.started, ended) if sampler is not None and sampler.sampling else None
-        outcome = self.outcome if kind is None else f"{kind.__name__}: {exc}"
-        self.session.add(
-            {
-                **self.about,
-                "outcome": outcome,
-                **unit_summary(self.rounds),
-                "peak_gpu_memory_mib": peak_memory_mib(self.session.cuda),
-                "gpu_utilisation": None
-                if samples is None
-                else {
-                    "mean_pct": round(statistics.fmean(s[1] for s in samples), 1) if samples else None,
-                    "samples": samples,
-                },
-                "started_s": round(self.started, 1),
-                "ended_s": round(ended, 1),
-            }
-        )
+        return {
+            **self.about,
+            "outcome": outcome,
+            **unit_summary(self.rounds),
+            "peak_gpu_memory_mib": peak_memory_mib(self.session.cuda),
+            "gpu_utilisation": None
+            if samples is None
+            else {
+                "mean_pct": round(statistics.fmean(s[1] for s in samples), 1) if samples else None,
+                "samples": samples,
+            },
+            "started_s": round(self.started, 1),
+            "ended_s": round(ended, 1),
+        }
 
 
 @contextlib.contextmanager

@@ -77,6 +77,29 @@ def final_accuracy(run_dir: Path) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+# The runtime keys that say how a run trained, shown beside the gate's verdict they followed
+SHOWN_SETTINGS = ("trainer.device", "trainer.cuda_graphs", "trainer.clients_per_step", "trainer.deterministic")
+
+
+def trained_with(run_dirs) -> list[str]:
+    """One line per way the finished runs in `run_dirs` trained: the GPU session gate's verdict
+    (shared/campaign/gate.py) and the settings that followed it, from each metrics.json's runtime
+    record (read as untrusted: values shortened, a record that does not read left out)."""
+    tally: Counter = Counter()
+    for run_dir in run_dirs:
+        try:
+            runtime = json.loads((run_dir / "metrics.json").read_text())["runtime"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(runtime, dict):
+            shown = ", ".join(f"{key}={json.dumps(runtime[key])[:40]}" for key in SHOWN_SETTINGS if key in runtime)
+            tally[json.dumps(runtime.get("trainer.gate", "no gate"))[:40], shown] += 1
+    return [
+        f"{n} run{'s' * (n != 1)} trained with {shown or 'no runtime record'} (gate: {gate})"
+        for (gate, shown), n in sorted(tally.items())
+    ]
+
+
 def status(args) -> int:
 
     state = state_defaults(args)
@@ -111,6 +134,13 @@ def status(args) -> int:
         f"{total['hours']:.1f} GPU-hours left at scale={args.scale}"
         f"{f' on {args.copy_spec.label}' if args.copy_spec else ''} ({calibrated})"
     )
+    folders = (args.root / SHIPPED / "runs", args.root / RUNS_DIR)  # a run shipped and here counts once, shipped
+    finished = [
+        next((f / rid for f in folders if (f / rid / "metrics.json").is_file()), None)
+        for rid in campaign_runs(args.targets, args.scale, args.copy_spec)[0]
+    ]
+    for line in trained_with(filter(None, finished)):
+        print(f"finished: {line}")
     return 0
 
 
@@ -195,6 +225,8 @@ def write_listing(shipped: Path) -> Path:
         f"{len(runs)} finished runs in {'[`runs/`](runs/)' if runs else '`runs/`'} (config, metrics, per-round curves;"
         " no models).",
         "",
+        *(f"- {line}" for line in trained_with(shipped / "runs" / rid for rid in runs)),
+        *([""] if runs else []),
     ]
     if not tables:
         lines.append("No table is shipped yet: no paper-scale run has finished.")

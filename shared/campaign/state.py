@@ -45,6 +45,7 @@ from shared.runs.files import (
     rounds_done,
     run_members,
     sha256,
+    temporary_path,
     write_atomically,
 )
 from shared.runs.locking import claim_runs
@@ -284,7 +285,7 @@ def write_state(
     file never reads), then the whole file goes (until then both hold the same state, and the
     parts are read)."""
     limit = part_bytes(part_mib) if part_mib else None
-    whole = path.with_name(f".{os.getpid()}.{path.name}")  # hidden; ends as `path` does, so compressed alike
+    whole = temporary_path(path, f".{os.getpid()}.{path.name}")  # hidden; ends as `path` does, so compressed alike
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         finished_size, left_out = write_members(whole, files, about, max_parts * limit if max_parts and limit else None)

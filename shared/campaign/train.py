@@ -1,20 +1,24 @@
 """`train`: the targets' missing runs trained in units, each sized to the time left, until a
-budget of minutes ends; the state file saved after each unit and on a SIGTERM."""
+budget of minutes ends; the state file saved after each unit, within a unit at least every
+REFRESH_SECONDS of training (shared/campaign/refresh.py), and on a SIGTERM."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
+import json
 import signal
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 from shared.campaign import piece_report, unit_sizing
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
+from shared.campaign.refresh import Refresh
 from shared.campaign.session_timing import session_timing
 from shared.campaign.state import (
     MAX_PARTS,
@@ -34,12 +38,13 @@ from shared.campaign.state_reading import FIRST, CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
 from shared.data.catalog import DataError, image_shape, num_classes
-from shared.runs.files import holds_result, rounds_done
+from shared.runs.files import holds_result, rounds_done, stage_elsewhere, write_atomically
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.run_groups import form_groups
+from shared.training.round_timing import observing
 
-STATE_SECONDS = 30  # kept free at the end of a budget to write the state file
+UNIT_FAILED = 3  # train's exit status where a unit raised and --failed-unit names it
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
 
 
@@ -107,7 +112,9 @@ def units_of(runs: dict[str, RunConfig], args) -> list[list[str]]:
     return units
 
 
-def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path) -> list[str]:
+def train_unit(
+    rids: list[str], runs: dict[str, RunConfig], args, deadline: Callable[[], float] | float, runs_dir: Path
+) -> list[str]:
     """One run, or a group in one batched step (shared/training/group_training.py); a group whose method
     or model cannot share a step (dropout, another optimizer than SGD, a method without the
     capabilities) trains one run after another, as the workflow's jobs do, a run that raises
@@ -137,49 +144,89 @@ def train_unit(rids: list[str], runs: dict[str, RunConfig], args, deadline: floa
     return raised
 
 
-def train_runs(
-    runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path, finished_size: int = 0
-) -> dict[str, int]:
+def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, finished_size: int = 0) -> dict[str, int]:
     """Train the unfinished runs in order (`training_units`, each sized to the time left:
-    `sized_units`) until the deadline; counts of what happened, by run. finished_size: at least
-    the bytes the finished runs take in the state file (`not_worth_starting` refuses a unit
-    only where sure), then as each save measures them."""
+    `sized_units`) until `end` less the time the state takes to save (`Refresh.margin`); counts
+    of what happened, by run. The first unit starts whatever its estimate (with nothing measured
+    it may be far off; its progress is saved as it trains), unless its progress could not come
+    back (`not_worth_starting`). finished_size: at least the bytes
+    the finished runs take in the state file (`not_worth_starting` refuses a unit only where
+    sure), then as each save measures them."""
     from shared.training import trainer
 
-    counts, timing = Counter(), getattr(args, "timing_record", None)
-    for rids, estimate in sized_units(runs, args, deadline, runs_dir):
-        if time.time() + estimate.seconds > deadline:
+    counts = Counter()
+    refresh = Refresh(lambda: save(args, runs_dir), getattr(args, "timing_record", None))
+
+    def deadline() -> float:
+        return end - refresh.margin()
+
+    for rids, estimate in sized_units(runs, args, deadline(), runs_dir):
+        first = not counts  # starts whatever its estimate (docstring)
+        if not first and time.time() + estimate.seconds > deadline():
             counts["not started (no time for a round)"] += len(rids)
             break
-        refused = not_worth_starting(rids, runs, args, deadline, estimate.seconds, runs_dir, finished_size)
+        refused = not_worth_starting(rids, runs, args, deadline(), estimate.seconds, runs_dir, finished_size)
         if refused:
             counts["not started (could not finish, and its checkpoint cannot come back)"] += len(rids)
             print(refused, file=sys.stderr)
             continue
-        cfg = runs[rids[0]]
-        with timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit:
-            try:
-                raised = train_unit(rids, runs, args, deadline, runs_dir)
-                counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
-            except trainer.OutOfTime as exc:
-                counts["stopped"] += len(rids)
-                print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
-                if unit:
-                    unit.outcome = "stopped by the deadline"
-                break
-            except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
-                raise
-            except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
-                counts["raised"] += len(rids)
-                print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
-                if unit:
-                    unit.outcome = f"raised {type(exc).__name__}: {exc}"
+        raised = timed_unit(rids, runs, args, deadline, runs_dir, refresh, counts)
+        if raised is None:  # stopped by the deadline
+            break
         try:
-            finished_size = save(args, runs_dir).finished_size
+            finished_size = refresh.save().finished_size
         except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
             break
+        if raised and stopped_for_retry(args, rids, raised):
+            counts["unit failed"] += 1
+            break
     return counts
+
+
+def timed_unit(
+    rids: list[str], runs: dict[str, RunConfig], args, deadline, runs_dir: Path, refresh, counts: Counter
+) -> list[str] | None:
+    """`train_unit`, timed (timing.json) and its progress saved as it trains (`refresh`): the runs
+    that raised, or None where the deadline stopped it; what happened added to `counts`."""
+    from shared.training import trainer
+
+    timing, cfg = getattr(args, "timing_record", None), runs[rids[0]]
+    with (
+        timing.unit(rids, cfg.method["name"], cfg.model.name) if timing else contextlib.nullcontext() as unit,
+        observing(refresh),
+    ):
+        try:
+            raised = train_unit(rids, runs, args, deadline, runs_dir)  # the deadline as each save moves it
+            counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
+            if raised and unit:
+                unit.outcome = f"raised in run(s) {' '.join(raised)}"
+        except trainer.OutOfTime as exc:
+            counts["stopped"] += len(rids)
+            print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
+            if unit:
+                unit.outcome = "stopped by the deadline"
+            return None
+        except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
+            raise
+        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+            counts["raised"] += len(rids)
+            raised = rids
+            print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+            if unit:
+                unit.outcome = f"raised {type(exc).__name__}: {exc}"
+    return raised
+
+
+def stopped_for_retry(args, rids: list[str], raised: list[str]) -> bool:
+    """A unit raised: with --failed-unit, its runs into that file, and training stops here (a
+    CUDA error may leave this process unusable: a session retries the unit in a fresh one)."""
+    if not getattr(args, "failed_unit", None):
+        return False
+    record = json.dumps({"runs": rids, "raised": raised})
+    write_atomically(args.failed_unit, lambda tmp: tmp.write_text(record))
+    print(f"run(s) {' '.join(rids)}: stopped here, to be retried in a fresh process", file=sys.stderr)
+    return True
 
 
 def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Path):
@@ -198,9 +245,13 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
         ]
         if not unit:
             continue
-        measured = unit_sizing.measured_rounds(runs, runs_dir)
+        measured = unit_sizing.measured_rounds(runs, runs_dir, this_device(args.device))
         done = {rid: rounds_done(runs_dir / rid) for rid in unit}
-        rids, estimate = unit_sizing.size_unit(unit, runs, done, deadline - time.time(), measured)
+        settings = getattr(args, "settings", None)
+        resolved = {
+            rid: with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, settings) for rid in unit
+        }
+        rids, estimate = unit_sizing.size_unit(unit, resolved, done, deadline - time.time(), measured)
         if len(rids) < len(unit):
             queue.insert(0, [rid for rid in unit if rid not in rids])
             print(
@@ -209,6 +260,14 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
                 file=sys.stderr,
             )
         yield rids, estimate
+
+
+@functools.lru_cache(maxsize=4)
+def this_device(device: str) -> str:
+    """The name of the device --device trains on here, as its rounds record it."""
+    from shared.training.trainer import device_name, resolve_device
+
+    return device_name(resolve_device(device))
 
 
 def not_worth_starting(
@@ -366,17 +425,28 @@ def cpu_defaults(device: str, clients_per_step: int, settings: dict) -> dict:
     return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
 
 
+def chosen_runs(runs: dict[str, RunConfig], args) -> dict[str, RunConfig]:
+    """--only's runs (none given: all) less --skip's: a session's retry of a unit that failed,
+    or the rest once a unit has failed twice."""
+    only, skip = set(getattr(args, "only", None) or ()), set(getattr(args, "skip", None) or ())
+    return {rid: cfg for rid, cfg in runs.items() if (not only or rid in only) and rid not in skip}
+
+
 def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
     check_parts(args)
+    if getattr(args, "staging", None) is not None:  # the state and timing.json: their folder never holds a temporary
+        for written_beside in {args.state.parent, *([args.timing.parent] if args.timing else [])}:
+            stage_elsewhere(written_beside, args.staging)
     args.settings = cpu_defaults(args.device, args.clients_per_step, parse_settings(args.set))
     stop_on_sigterm()
     started = time.time()
-    deadline = started + 60 * args.minutes - min(STATE_SECONDS, 10 * args.minutes)
+    end = started + 60 * args.minutes
     members = state_defaults(args)
     runs_dir = args.root / RUNS_DIR
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
+    runs = chosen_runs(runs, args)
     args.chosen = chosen_cells(args.first, args.state_targets, args.scale, args.copy_spec)
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
         from shared.data.datasets import find_copy
@@ -393,7 +463,7 @@ def train(args) -> int:
 
     before = piece_report.rounds_now(runs_dir, list(runs))
     with session_timing(args.timing, args.device) as args.timing_record:
-        counts = train_runs(runs, args, deadline, runs_dir, carried)
+        counts = train_runs(runs, args, end, runs_dir, carried)
     for line in piece_report.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
         print(line)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
@@ -406,4 +476,4 @@ def train(args) -> int:
         f"{f'; {skipped} need other data than the copy' if skipped else ''}) in {(time.time() - started) / 60:.1f} "
         f"min; state {args.state}: {written.size / 2**20:.2f} MiB"
     )
-    return 1 if counts["raised"] else 0
+    return UNIT_FAILED if counts["unit failed"] else 1 if counts["raised"] else 0

@@ -1,14 +1,16 @@
 """How long a unit's round takes, and how many of its runs fit the time a session has left.
 
 A unit is a run, or a group of runs in one batched step (shared/campaign/train.py, `training_units`).
-Its round's seconds are estimated, in this order, from
+Its round's seconds are estimated, in this order, from rounds measured on this device (each
+round records its `seconds`, `slots`, `steps` and `device` in metrics.jsonl: the carried
+checkpoints' history, and every round this session trained so far; a round of another device,
+or of none, says nothing of this one):
 
     measured    rounds of the same method and model with the same number of slots (the
-                (run, client) pairs a round trains together), read from the runs' metrics.jsonl
-                (each round records its `seconds` and `slots`): the carried checkpoints' history,
-                and every round this session trained so far
-    scaled      the nearest measured unit of the same model (the same method first, then the
-                nearest number of slots), scaled by the training samples a round processes
+                (run, client) pairs a round trains together)
+    scaled      the step time of the nearest measured unit of the same model (the same method
+                first, then the nearest number of slots) times the unit's steps a round
+                (`steps_per_round`): a batched step's time follows its steps and barely its slots
     planned     the cost model's estimate (shared/targets/cost.py) of each run's round, the
                 unit's runs one after another (a group's step saves launches, not arithmetic: a
                 large model's group takes about as long as its runs alone, and a first round
@@ -38,7 +40,7 @@ class Measured:
     method: str
     model: str
     slots: int
-    samples: float
+    steps: float  # training steps a round
     seconds: float
 
 
@@ -52,36 +54,55 @@ def clients_per_round(cfg: RunConfig) -> int:
     return max(1, math.ceil(cfg.federation.participation * cfg.partition.clients - 1e-9))
 
 
-def samples_per_round(cfg: RunConfig) -> float:
-    """Training samples plus a third of the test forward passes of one of the run's rounds
-    (shared/targets/cost.py's count): what a round's seconds scale with."""
+def client_samples(cfg: RunConfig) -> float:
+    """A client's training samples, at the mean: the cost model's count (shared/targets/cost.py),
+    where synthetic data holds its own (the cost model takes it as CIFAR-sized)."""
+    if cfg.dataset.name == "synthetic":
+        synthetic, kept = cfg.dataset.synthetic, 1 - cfg.dataset.val_fraction
+        return synthetic.train_per_class * synthetic.num_classes * kept / cfg.partition.clients
+    trained, _ = samples(cfg)
+    return trained / cfg.federation.rounds / clients_per_round(cfg) / cfg.local.epochs
 
-    trained, tested = samples(cfg)
-    return (trained + tested / 3) / cfg.federation.rounds
+
+def steps_per_round(cfgs: list[RunConfig]) -> float:
+    """The training steps of a round of the unit of these runs, at the mean client's size: one
+    after another, every client's; batched (trainer.clients_per_step > 1), a pass of as many
+    slots as the runs' clients_per_step add up to, each as long as a client's steps."""
+    steps = []
+    for cfg in cfgs:
+        per_client = client_samples(cfg)
+        steps += [math.ceil(per_client / cfg.local.batch_size) * cfg.local.epochs] * clients_per_round(cfg)
+    width = sum(cfg.trainer.clients_per_step for cfg in cfgs)
+    return sum(steps) if width <= len(cfgs) else math.ceil(len(steps) / width) * max(steps)
 
 
-def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path) -> list[Measured]:
-    """Each run's rounds in runs_dir by the slots they trained with: the median seconds (a
-    resumed run's first round pays for warm-up and capture). A run of a group records the
-    group's round: its samples are its own per slot times the group's slots."""
+def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path, device: str) -> list[Measured]:
+    """Each run's rounds in runs_dir on `device` by the slots they trained with: the median
+    seconds and steps (a resumed run's first round pays for warm-up and capture). A run of a
+    group records the group's round."""
     found = []
     for rid, cfg in runs.items():
         path = Path(runs_dir) / rid / "metrics.jsonl"
         if not path.is_file():
             continue
-        by_slots: dict[int, list[float]] = {}
+        by_slots: dict[int, list[tuple[float, float]]] = {}
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
-                slots, seconds = int(record["slots"]), float(record["seconds"])
-            except (ValueError, KeyError, TypeError):  # a round recorded before slots were, or a torn line
+                slots, steps, seconds = int(record["slots"]), float(record["steps"]), float(record["seconds"])
+            except (ValueError, KeyError, TypeError, AttributeError):  # recorded before steps were, or torn
                 continue
-            if slots > 0 and seconds > 0:
-                by_slots.setdefault(slots, []).append(seconds)
-        per_slot = samples_per_round(cfg) / clients_per_round(cfg)
+            if record.get("device") == device and slots > 0 and steps > 0 and seconds > 0:
+                by_slots.setdefault(slots, []).append((steps, seconds))
         found += [
-            Measured(cfg.method["name"], cfg.model.name, slots, per_slot * slots, statistics.median(seconds))
-            for slots, seconds in by_slots.items()
+            Measured(
+                cfg.method["name"],
+                cfg.model.name,
+                slots,
+                statistics.median(s for s, _ in rounds),
+                statistics.median(t for _, t in rounds),
+            )
+            for slots, rounds in by_slots.items()
         ]
     return found
 
@@ -102,10 +123,10 @@ def round_seconds(cfgs: list[RunConfig], measured: list[Measured]) -> Estimate:
     same_model = [m for m in measured if m.model == model]
     if same_model:
         nearest = min(same_model, key=lambda m: (m.method != method, abs(math.log(m.slots / slots))))
-        samples = sum(samples_per_round(cfg) for cfg in cfgs)
         return Estimate(
-            nearest.seconds * samples / nearest.samples,
-            f"scaled from {nearest.method} {nearest.model} with {nearest.slots} slots",
+            nearest.seconds / nearest.steps * steps_per_round(cfgs),
+            f"{nearest.seconds / nearest.steps:.3g} s a step, as {nearest.method} {nearest.model} "
+            f"with {nearest.slots} slots",
         )
     return Estimate(sum(planned_seconds(cfg) for cfg in cfgs), "planned")
 

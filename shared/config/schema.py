@@ -213,6 +213,9 @@ class TrainerConfig:
     tensorboard: bool = (
         False  # also write each round's metrics as TensorBoard events (shared/training/tensorboard_log.py)
     )
+    # the GPU session gate's verdict the runtime keys above follow (shared/campaign/gate.py), kept
+    # in metrics.json's runtime record beside them; None where no gate ran
+    gate: str | None = None
 
 
 @dataclass
@@ -244,6 +247,7 @@ RUNTIME_KEYS = (
     "trainer.cuda_graphs",
     "trainer.deterministic",
     "trainer.tensorboard",
+    "trainer.gate",
 )
 
 DATA_ROOT_ENV = "FEDREPRO_DATA"

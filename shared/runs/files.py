@@ -92,10 +92,26 @@ def recorded_run_id(config: Path) -> str | None:
     return recorded.get("run_id") if isinstance(recorded, dict) else None
 
 
-def temporary_path(path: Path) -> Path:
+# A folder whose files are written elsewhere before the rename into it -> that elsewhere, on the
+# same filesystem (`stage_elsewhere`): a folder that is returned as it is at any moment (a GPU
+# session's OUTDIR, killed from outside) then never holds a half-written temporary file.
+STAGING: dict[Path, Path] = {}
+
+
+def stage_elsewhere(folder: Path, staging: Path) -> None:
+    """This process writes `folder`'s files in `staging` (made if absent) before renaming them into it."""
+    Path(staging).mkdir(parents=True, exist_ok=True)
+    STAGING[Path(folder).resolve()] = Path(staging).resolve()
+
+
+def temporary_path(path: Path, name: str | None = None) -> Path:
     """Where this process writes `path` before renaming it: per process, so two writers never
-    share one; hidden, and removed on a run's next start if a kill leaves it (`claim`)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    share one; hidden, and removed on a run's next start if a kill leaves it (`claim`); in the
+    folder's staging folder where it has one (`stage_elsewhere`). `name`: another name than
+    the default."""
+    path = Path(path)
+    folder = STAGING.get(path.parent.resolve(), path.parent) if STAGING else path.parent
+    return folder / (name or f".{path.name}.{os.getpid()}.tmp")
 
 
 def write_atomically(path: Path, write) -> None:

@@ -152,6 +152,11 @@ class SlotLoss(nn.Module):
             vars(self.template).update(saved)
 
 
+class CaptureFailed(RuntimeError):
+    """The batched step could not be recorded into a CUDA graph (torch's error is its cause):
+    it may still train without graphs (trainer.cuda_graphs=false)."""
+
+
 class BatchedClients:
     """Trains up to `slots` (run, client) pairs at once (fewer where they would not fit:
     `slots_that_fit`, then `self.slots`); `train` takes any number, a step's worth at a time.
@@ -308,8 +313,11 @@ class BatchedClients:
         torch.cuda.current_stream(self.device).wait_stream(side)
         self.graph_pool = self.graph_pool or torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.graph_pool, stream=side):
-            self.step()
+        try:
+            with torch.cuda.graph(graph, pool=self.graph_pool, stream=side):
+                self.step()
+        except Exception as exc:  # its own type: a GPU session's gate tells it from a wrong step
+            raise CaptureFailed(f"the batched step could not be captured in a CUDA graph: {exc}") from exc
         self.graph = graph
 
     def schedule(self, slots: list[Slot], taking: list[int]) -> np.ndarray:

@@ -43,7 +43,7 @@ from shared.runs.directory import RunDirectory
 from shared.targets.run_groups import group_key
 from shared.training.batched import BatchedClients, Slot
 from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
-from shared.training.trainer import Member, resolve_device, sample_clients, start_member, train_members
+from shared.training.trainer import Deadline, Member, resolve_device, sample_clients, start_member, train_members
 
 
 class GroupRefused(ValueError):
@@ -116,7 +116,7 @@ class GroupClients:
 
 
 def run_group(
-    cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False, deadline: float | None = None
+    cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False, deadline: Deadline = None
 ) -> list[dict]:
     """Train these runs as one group (each resumed from its checkpoint; a finished one is
     skipped, its metrics.json returned); raises GroupRefused with the reason where they cannot
@@ -149,7 +149,7 @@ def run_group(
 
 
 def train_group(
-    cfgs: list[RunConfig], directories: list[RunDirectory], deadline: float | None, indices: list[int]
+    cfgs: list[RunConfig], directories: list[RunDirectory], deadline: Deadline, indices: list[int]
 ) -> dict[int, dict]:
     datasets = DatasetCache()
     members = [start_member(cfg, d, datasets.get(cfg), alone=False) for cfg, d in zip(cfgs, directories)]

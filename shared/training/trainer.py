@@ -24,6 +24,7 @@ import time
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -140,13 +141,18 @@ def evaluates(cfg: RunConfig, round: int) -> bool:
     return (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
 
 
+# time.time() to stop before, or what gives it as of now (a campaign's end less the time its
+# last save took, which a round may change)
+Deadline = float | Callable[[], float] | None
+
+
 class OutOfTime(Exception):
     """The run stopped between rounds, its last round checkpointed, because the next round
     would end past its deadline (a time-boxed GPU slot, shared/campaign/train.py); started again, it
     continues from that checkpoint."""
 
 
-def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False, deadline: float | None = None) -> dict:
+def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False, deadline: Deadline = None) -> dict:
     """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
     `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim); `deadline`
     (time.time()): stop between rounds rather than pass it (OutOfTime)."""
@@ -197,7 +203,7 @@ def start_member(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = No
     return Member(cfg, out, setup, history, elapsed)
 
 
-def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: float | None = None) -> dict:
+def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: Deadline = None) -> dict:
     return train_members([start_member(cfg, out)], train_alone, deadline)[0]
 
 
@@ -220,7 +226,7 @@ def train_alone(members: list[Member], sampled: list[list[int]]) -> list[list[Cl
     return outcomes
 
 
-def train_members(members: list[Member], train_clients, deadline: float | None = None) -> list[dict]:
+def train_members(members: list[Member], train_clients, deadline: Deadline = None) -> list[dict]:
     """Rounds of every member until each is done (its last round, or diverged), a round of all
     at a time: each samples and prepares, `train_clients(members, sampled)` trains their clients
     (a list of ClientResult per member, or Diverged), then each aggregates, is evaluated and
@@ -247,8 +253,12 @@ def train_members(members: list[Member], train_clients, deadline: float | None =
             evaluated = [i for i, _, _ in trained if evaluates(members[i].cfg, members[i].round)]
             evaluations = dict(zip(evaluated, evaluate_globals([members[i] for i in evaluated])))
             laps.lap("evaluation")
+            device = device_name(members[active[0]].setup.device)  # a round's time holds on this device only
             for i, clients, outcome in trained:
-                record = {**round_record(members[i], clients, outcome, evaluations.get(i)), "slots": timing.slots}
+                record = {
+                    **round_record(members[i], clients, outcome, evaluations.get(i)),
+                    **{"slots": timing.slots, "steps": timing.steps, "device": device},
+                }
                 end_round(members[i], record, time.perf_counter() - started, logs[i])
             laps.lap("checkpointing")
             report(RoundTiming(len(active), timing.slot_steps, timing.slots_per_step, laps.seconds))
@@ -327,9 +337,7 @@ def finish_member(member: Member) -> dict:
         {
             "num_parameters": count_parameters(setup.global_model),
             "device": str(setup.device),
-            "device_name": torch.cuda.get_device_name(setup.device)
-            if setup.device.type == "cuda"
-            else platform.processor(),
+            "device_name": device_name(setup.device),
             "client_samples": setup.federation.counts.sum(1).tolist(),
             "runtime": runtime_settings(cfg),
             "environment": environment(),
@@ -339,6 +347,11 @@ def finish_member(member: Member) -> dict:
     return summary
 
 
+def device_name(device: torch.device) -> str:
+    """The device's name as each round and metrics.json record it: the GPU's model, else the CPU's."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+
+
 def runtime_settings(cfg: RunConfig) -> dict:
     """The runtime keys the run trained with (not part of its id: a session's fallbacks, e.g.
     trainer.cuda_graphs=false, are recorded here), the data root left out (a path of one machine)."""
@@ -346,9 +359,10 @@ def runtime_settings(cfg: RunConfig) -> dict:
     return {key: flat[key] for key in RUNTIME_KEYS if key in flat and key != "data_root"}
 
 
-def stop_before_deadline(deadline: float | None, done: int, rounds: int, round_seconds: float) -> None:
+def stop_before_deadline(deadline: Deadline, done: int, rounds: int, round_seconds: float) -> None:
     """OutOfTime if another round, as long as the last one, would end past the deadline."""
-    if deadline is not None and done < rounds and time.time() + round_seconds > deadline:
+    limit = deadline() if callable(deadline) else deadline
+    if limit is not None and done < rounds and time.time() + round_seconds > limit:
         raise OutOfTime(
             f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline"
         )

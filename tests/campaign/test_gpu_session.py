@@ -4,30 +4,34 @@ left, the ledger that keeps what travels small, and the runtime keys a session m
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
 import types
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from shared.campaign import gate as session_gate
+from shared.campaign import refresh, session_output, unit_sizing
 from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
-from shared.campaign import unit_sizing
 from shared.campaign.cli import main
-from shared.campaign.session_timing import unit_summary
+from shared.campaign.session_timing import SessionTiming, unit_summary
 from shared.campaign.state import read_state
 from shared.campaign.train import with_runtime
 from shared.config.schema import ConfigError, run_id
 from shared.targets.copies import campaign_runs
 from shared.targets.runtime_settings import parse_settings
 from shared.training.round_timing import RoundTiming
-from tests.campaign.test_campaign import TARGET, checkout, put_run
+from tests.campaign.test_campaign import TARGET, checkout, put_run, train
 
 ROOT = Path(__file__).resolve().parents[2]
+TABLE_II = "papers/fedssd/table2"  # the first target of a campaign: its smoke scale has 80 runs
 SESSION_FILES = {"environment.json", "gate.xml", "timing.json", "session.log"}
 
 
@@ -101,6 +105,9 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     assert shipped, proc.stdout[-3000:]
     recorded = json.loads(shipped[0].read_text())["runtime"]
     assert recorded["trainer.deterministic"] is False and recorded["trainer.device"] == "cpu"
+    assert recorded["trainer.gate"] == "not run"  # no CUDA to test: the settings as given
+    listing = (home / "results" / "shipped" / "README.md").read_text()
+    assert 'trainer.deterministic=false (gate: "not run")' in listing, listing
 
 
 def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_writing(tmp_path):
@@ -108,6 +115,7 @@ def test_a_session_refuses_bad_limits_and_id_changing_keys_in_one_line_before_wr
         (TARGET, ["--max-files", "4"], "--max-files 4"),
         (TARGET, ["--set", "seed=3"], "not a runtime key"),
         (TARGET, ["--minutes", "0"], "--minutes 0"),
+        (TARGET, ["--max-total-mib", "1"], "--max-total-mib 1: session.log"),
         ("papers/fedssd/table99", [], "papers/fedssd/table99: "),
     ):
         proc = subprocess.run(
@@ -155,17 +163,20 @@ def test_set_takes_runtime_keys_only_and_they_keep_run_ids(tmp_path, capsys):
 # --- unit sizing ---------------------------------------------------------------------------------
 
 
-def history(run_dir: Path, rounds: list[tuple[int, float]]) -> None:
+DEVICE = "NVIDIA H100 80GB HBM3"
+
+
+def history(run_dir: Path, rounds: list[tuple[int, float]], steps: int = 10, device: str = DEVICE) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").write_text(
         "".join(
-            json.dumps({"round": i + 1, "slots": slots, "seconds": seconds}) + "\n"
+            json.dumps({"round": i + 1, "slots": slots, "steps": steps, "seconds": seconds, "device": device}) + "\n"
             for i, (slots, seconds) in enumerate(rounds)
         )
     )
 
 
-def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planned(tmp_path):
+def test_a_units_round_is_measured_then_scaled_by_its_steps_then_planned_on_this_device_only(tmp_path):
     runs = smoke_runs()
     ids = list(runs)
     first, cfg = ids[0], runs[ids[0]]
@@ -177,23 +188,28 @@ def test_a_units_round_is_measured_then_scaled_from_the_nearest_unit_then_planne
     # unmeasured: the cost model's estimate (shared/targets/cost.py), the unit's runs one after another
     planned = unit_sizing.round_seconds([cfg, cfg], [])
     assert planned.source == "planned" and planned.seconds == pytest.approx(2 * unit_sizing.planned_seconds(cfg))
-    # another method's unit of this model, 2 runs: scaled by the samples
+    # another method's unit of this model, 2 runs, 10 steps a round: its step time times this unit's steps
     history(tmp_path / other, [(2 * clients, 40.0), (2 * clients, 10.0), (2 * clients, 12.0)])
-    measured = unit_sizing.measured_rounds(runs, tmp_path)
-    assert [m.seconds for m in measured] == [12.0]  # the median: a first round's warm-up does not count
+    measured = unit_sizing.measured_rounds(runs, tmp_path, DEVICE)
+    assert [(m.seconds, m.steps) for m in measured] == [(12.0, 10)]  # the median: a first round's warm-up is out
     scaled = unit_sizing.round_seconds([cfg], measured)
-    assert scaled.source.startswith("scaled from") and scaled.seconds == pytest.approx(
-        12.0 * unit_sizing.samples_per_round(cfg) / measured[0].samples
+    assert scaled.source.startswith("1.2 s a step") and scaled.seconds == pytest.approx(
+        1.2 * unit_sizing.steps_per_round([cfg])
     )
+    # a batched unit's step time follows its steps, not its slots: two runs in one step take a
+    # round as long as one run's longest client, where one after another they take every client's
+    batched = [with_runtime(runs[r], "cpu", None, clients_per_step=4) for r in same[:2]]
+    assert unit_sizing.steps_per_round(batched) < unit_sizing.steps_per_round([cfg, cfg])
+    # rounds of another device, or of none, say nothing of this one
+    assert unit_sizing.measured_rounds(runs, tmp_path, "cpu") == []
     # the same method, model and slots: taken as measured, before any other
     history(tmp_path / first, [(clients, 3.0)])
-    assert unit_sizing.round_seconds([cfg], unit_sizing.measured_rounds(runs, tmp_path)) == unit_sizing.Estimate(
-        3.0, "measured"
-    )
-    # a round recorded before slots were is no measurement
+    measured = unit_sizing.measured_rounds(runs, tmp_path, DEVICE)
+    assert unit_sizing.round_seconds([cfg], measured) == unit_sizing.Estimate(3.0, "measured")
+    # a round recorded before steps and devices were is no measurement
     (tmp_path / same[1]).mkdir()
-    (tmp_path / same[1] / "metrics.jsonl").write_text('{"round": 1, "seconds": 1.0}\n{"torn": \n')
-    assert len(unit_sizing.measured_rounds(runs, tmp_path)) == 2
+    (tmp_path / same[1] / "metrics.jsonl").write_text('{"round": 1, "slots": 2, "seconds": 1.0}\n{"torn": \n')
+    assert len(unit_sizing.measured_rounds(runs, tmp_path, DEVICE)) == 2
 
 
 def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
@@ -205,7 +221,7 @@ def test_a_unit_takes_the_runs_that_finish_in_the_time_left_else_all_of_them():
     assert len(unit) == 3
     rounds = cfg.federation.rounds
     measured = [
-        unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 0.0, 10.0 * s)
+        unit_sizing.Measured(cfg.method["name"], cfg.model.name, s * unit_sizing.clients_per_round(cfg), 1, 10.0 * s)
         for s in (1, 2, 3)
     ]  # a run's round 10 s, a unit's in proportion
     done = {unit[2]: rounds - 1}  # one round left
@@ -319,3 +335,260 @@ def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
     assert not [m for m in written if ids[0] in m or ids[3] in m]
     with tarfile.open(args.state) as tar:  # the manifest is the archive's last member, as before
         assert tar.getnames()[-1] == "manifest.json"
+
+
+def session_command(out: Path, target: str, minutes: float, *extra: str) -> list[str]:
+    """scripts/gpu-session.sh on the CPU at smoke scale."""
+    return [
+        "bash",
+        "scripts/gpu-session.sh",
+        str(out),
+        target,
+        "--scale",
+        "smoke",
+        "--device",
+        "cpu",
+        "--minutes",
+        str(minutes),
+        "--set",
+        "trainer.deterministic=false",
+        *extra,
+    ]
+
+
+def test_a_session_killed_from_outside_leaves_a_state_that_imports_with_its_progress(tmp_path):
+    """SIGKILL of the session's whole process group at 70% of its minutes, mid-training (Table
+    II at smoke scale has 80 runs): OUTDIR holds the session's files and a whole state, no
+    temporary file, the state written within REFRESH_SECONDS before the kill; `import` puts
+    back its finished runs and the checkpoints of the runs in progress."""
+    project = checkout(tmp_path / "project")
+    shutil.copytree(ROOT / "scripts", project / "scripts")
+    out, minutes = tmp_path / "out", 1.5
+    proc = subprocess.Popen(
+        session_command(out, TABLE_II, minutes, "--max-files", "8", "--max-file-mib", "16"),
+        cwd=project,
+        env={**os.environ, "PYTHON": sys.executable},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, killed whole as a walltime kills a job
+    )
+    time.sleep(0.7 * minutes * 60)
+    os.killpg(proc.pid, signal.SIGKILL)
+    killed_at = time.time()
+    proc.wait()
+
+    names = {p.name for p in out.iterdir()}
+    assert names <= SESSION_FILES | {"state.tar.gz", *(f"state.tar.gz.part-{i:02d}" for i in range(8))}, names
+    manifest, members = read_state(out / "state.tar.gz")
+    written_at = datetime.fromisoformat(manifest["written_at"]).timestamp()
+    assert killed_at - written_at < refresh.REFRESH_SECONDS + 5, (killed_at, written_at)
+    finished = {name.split("/")[1] for name in members if name.startswith("finished/")}
+    progress = {name.split("/")[1] for name in members if name.startswith("progress/")}
+    assert finished or progress, (out / "session.log").read_text()[-3000:]
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["units"], timing
+
+    home = checkout(tmp_path / "home")
+    assert main(["import", str(out / "state.tar.gz"), "--root", str(home)]) == 0
+    shipped = {p.parent.name for p in (home / "results" / "shipped" / "runs").glob("*/metrics.json")}
+    assert shipped == finished
+    assert all((home / "results" / "runs" / rid / "checkpoint.pt").is_file() for rid in progress)
+
+
+def test_a_unit_refreshes_the_state_and_its_timing_between_rounds(tmp_path, monkeypatch):
+    """With REFRESH_SECONDS 0, every round's end rewrites the state and timing.json: a run's
+    checkpoint is in the state after its first round, before its unit ends, and timing.json
+    holds the unit in progress."""
+    root = checkout(tmp_path / "project")
+    state, timing = tmp_path / "out" / "state.tar.gz", tmp_path / "out" / "timing.json"
+    monkeypatch.setattr(refresh, "REFRESH_SECONDS", 0)
+    saved, timed = [], []
+    real_save, real_write = campaign_train.save, SessionTiming.write
+
+    def save(args, runs_dir):
+        written = real_save(args, runs_dir)
+        saved.append(sorted(name for name in read_state(args.state)[1] if name.endswith("/metrics.jsonl")))
+        return written
+
+    def write(record):
+        real_write(record)
+        timed.append([unit["outcome"] for unit in json.loads(timing.read_text())["units"]])
+
+    monkeypatch.setattr(campaign_train, "save", save)
+    monkeypatch.setattr(SessionTiming, "write", write)
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # one run will do
+    campaign_train.state_run_ids.cache_clear()
+    assert train(root, state, 2, "--timing", str(timing), "--staging", str(tmp_path / "staging")) == 0
+    assert saved[0] and all(name.startswith("progress/") for name in saved[0]), saved[:3]  # after round 1
+    assert len(saved) > 2 and ["in progress"] in timed and timed[-1] == ["finished"], timed
+    assert sorted(p.name for p in state.parent.iterdir()) == ["state.tar.gz", "timing.json"]
+
+
+def test_a_session_whose_bundle_cannot_serve_it_stops_in_one_line_within_30_s(tmp_path):
+    """Data missing or corrupt, a carried state unreadable or bundled for other targets: after
+    environment.json and before the gate, one line on stderr and in session.log, exit 2, within
+    30 s of the start; nothing else in OUTDIR."""
+    carry = tmp_path / "carry"
+    (carry / "data").mkdir(parents=True)
+    archive = carry / "data" / "cifar-10-python.tar.gz"
+    other = carry / "other.tar.gz"
+    campaign_state.write_state(other, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
+
+    def garbage_state():
+        (carry / "state.tar.gz").write_bytes(b"not a state")
+
+    cases = (
+        ("paper", lambda: None, "cifar-10-python.tar.gz is missing"),
+        ("paper", lambda: archive.write_bytes(b"not CIFAR-10"), "cifar-10-python.tar.gz fails its md5 checksum"),
+        ("smoke", garbage_state, "cannot be read"),
+        ("smoke", lambda: shutil.copy(other, carry / "state.tar.gz"), f"bundled for {TARGET}, not {TABLE_II}"),
+    )
+    for i, (scale, spoil, message) in enumerate(cases):
+        spoil()
+        out = tmp_path / f"out{i}"
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "shared.campaign.session", str(out), TABLE_II, "--minutes", "5"]
+            + ["--device", "cpu", "--scale", scale, "--carry", str(carry)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert time.monotonic() - started < 30
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.strip() in (out / "session.log").read_text()
+        assert {p.name for p in out.iterdir()} == {"environment.json", "session.log"}
+
+
+def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_both(tmp_path, monkeypatch, capsys):
+    """The settings a "numerical" verdict leaves (shared/campaign/gate.py's SAFEST) reach the run
+    and its metrics.json; `status` shows them with the verdict."""
+    root = checkout(tmp_path / "project")
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # one run will do
+    campaign_train.state_run_ids.cache_clear()
+    settings = [f"--set={s}" for s in (*session_gate.SETTINGS["numerical"], "trainer.gate=numerical")]
+    assert train(root, tmp_path / "state.tar.gz", 2, *settings) == 0
+    (recorded,) = [json.loads(p.read_text())["runtime"] for p in root.glob("results/runs/*/metrics.json")]
+    assert recorded["trainer.gate"] == "numerical" and recorded["trainer.cuda_graphs"] is False
+    assert recorded["trainer.clients_per_step"] == 1
+    capsys.readouterr()
+    assert main(["status", TARGET, "--scale", "smoke", "--root", str(root)]) == 0
+    assert (
+        'finished: 1 run trained with trainer.device="cpu", trainer.cuda_graphs=false, trainer.clients_per_step=1, '
+        'trainer.deterministic=true (gate: "numerical")'
+    ) in capsys.readouterr().out
+
+
+RAISE_ONCE = '''"""A test double of a unit that raises once: the first shared.training.trainer.run of any
+process that imports it after RAISE_ONCE's file is absent raises as a CUDA error would."""
+import importlib.util
+import os
+import sys
+
+
+class RaiseOnce:
+    def find_spec(self, name, path, target=None):
+        if name != "shared.training.trainer":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            run = module.run
+
+            def raising_once(*args, **kwargs):
+                if not os.path.exists(os.environ["RAISE_ONCE"]):
+                    open(os.environ["RAISE_ONCE"], "w").close()
+                    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+                return run(*args, **kwargs)
+
+            module.run = raising_once
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, RaiseOnce())
+'''
+
+
+def test_a_unit_that_raises_once_trains_in_a_fresh_process_with_safer_settings_and_the_others_too(tmp_path):
+    """A session whose first unit raises (a CUDA error, through a test double): train stops
+    with the state saved, the unit trains again in a fresh process with trainer.cuda_graphs=false
+    and ships, recording the safer setting; then the rest train as they were, as far as the
+    session's minutes go."""
+    project = checkout(tmp_path / "project")
+    shutil.copytree(ROOT / "scripts", project / "scripts")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(RAISE_ONCE)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        session_command(out, TARGET, 2),
+        cwd=project,
+        env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(hook), "RAISE_ONCE": str(tmp_path / "raised")},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    log = (out / "session.log").read_text()
+    assert proc.returncode == 0 and (tmp_path / "raised").is_file(), log[-3000:]
+    assert "raised: once more, in a fresh process, with trainer.cuda_graphs=false" in log, log[-3000:]
+    home = checkout(tmp_path / "home")
+    assert main(["import", str(out / "state.tar.gz"), "--root", str(home)]) == 0
+    recorded = {
+        p.parent.name: json.loads(p.read_text())["runtime"] for p in home.glob("results/shipped/runs/*/metrics.json")
+    }
+    (retried,) = [rid for rid, runtime in recorded.items() if runtime["trainer.cuda_graphs"] is False]
+    assert f"run(s) {retried} raised: once more" in log
+    timing = json.loads((out / "timing.json").read_text())
+    outcomes = [(u["runs"], u["outcome"]) for u in timing["units"]]
+    assert outcomes[:2] == [([retried], outcomes[0][1]), ([retried], "finished")] and "raised" in outcomes[0][1]
+    assert len(outcomes) > 2 and retried not in outcomes[2][0] and timing["units"][2]["rounds"] > 0, outcomes
+
+
+def test_a_two_minute_session_with_no_measurement_trains_its_first_unit(tmp_path, monkeypatch, capsys):
+    """Nothing measured on this device, and the cost model's round longer than the whole budget
+    (as a paper-scale round on an unknown GPU may be): the first unit starts all the same; its
+    rounds record their device and steps, which size the units after it."""
+    root = checkout(tmp_path / "project")
+    monkeypatch.setattr(unit_sizing, "planned_seconds", lambda cfg: 10_000.0)
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # the first
+    campaign_train.state_run_ids.cache_clear()
+    assert train(root, tmp_path / "state.tar.gz", 2) == 0
+    trained = [p.parent.name for p in root.glob("results/runs/*/metrics.jsonl")]
+    assert len(trained) == 1, capsys.readouterr().err
+    (rid,) = trained
+    rounds = [json.loads(line) for line in (root / "results" / "runs" / rid / "metrics.jsonl").read_text().splitlines()]
+    assert rounds and all(r["device"] == campaign_train.this_device("cpu") and r["steps"] > 0 for r in rounds)
+
+
+def test_the_limits_hold_in_total_and_a_cut_log_keeps_its_first_and_last_lines(tmp_path):
+    def limits(files, file_mib, total=None):
+        args = types.SimpleNamespace(max_files=files, max_file_mib=file_mib, max_total_mib=total)
+        return session_output.state_limits(args)
+
+    # 8 files of 16 MiB: 128 MiB in all, of which the log 16, the state 4 files of 16
+    assert limits(8, 16) == session_output.Limits(16 * 2**20, 4, 16)
+    # 40 MiB in all: the log 5, the other three 1, the state 2 files of 16 (34 MiB)
+    assert limits(8, 16, 40) == session_output.Limits(5 * 2**20, 2, 16)
+    assert limits(8, 16, 2) == session_output.Limits(2**20 // 4, 1, 0.75)
+    with pytest.raises(ValueError, match="--max-total-mib 1: session.log"):
+        limits(8, 16, 1)
+
+    log = session_output.Log(tmp_path / "session.log", 2000)
+    for i in range(300):
+        log.line(f"line {i:03d}")
+    log.close()
+    text = (tmp_path / "session.log").read_text()
+    lines = text.splitlines()
+    assert len(text.encode()) <= 2000 and lines[0] == "line 000" and lines[-1] == "line 299", text
+    cut = next(i for i, line in enumerate(lines) if "lines left out" in line)
+    assert lines[cut - 1] == f"line {cut - 1:03d}" and lines[cut + 1] == f"line {300 - len(lines) + cut + 1:03d}"
+    assert f"... {300 - len(lines) + 1} lines left out" in lines[cut]

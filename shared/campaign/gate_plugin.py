@@ -1,0 +1,58 @@
+"""The GPU session gate's pytest plugin (`pytest -p shared.campaign.gate_plugin`): what the gate
+collected, each test's outcome and, for a failure, the kind of exception it raised, as JSON
+lines into the file $FEDREPRO_GATE_REPORT names (shared/campaign/gate.py reads them), so that the
+session's verdict follows the exception, never a test's name or text. A last line says pytest
+finished; a gate cut short has none. pytest finds the hooks by their names: nothing of pytest
+is imported here."""
+
+from __future__ import annotations
+
+import json
+import os
+
+REPORT_ENV = "FEDREPRO_GATE_REPORT"
+# cudaErrorStreamCaptureUnsupported (900) ... cudaErrorStreamCaptureWrongThread (908): a CUDA
+# error raised by a stream capture, wherever it surfaces (torch.AcceleratorError's error_code)
+CAPTURE_ERROR_CODES = range(900, 909)
+
+
+def failure_kind(exc: BaseException) -> str:
+    """ "capture": the batched step's capture failed (shared/training/batched.py's CaptureFailed)
+    or a CUDA error of a stream capture; "numerical": an assertion failed (weights, losses or
+    bits other than the runs alone, or than the same seed again); "error": anything else."""
+    from shared.training.batched import CaptureFailed
+
+    if isinstance(exc, CaptureFailed) or getattr(exc, "error_code", None) in CAPTURE_ERROR_CODES:
+        return "capture"
+    return "numerical" if isinstance(exc, AssertionError) else "error"
+
+
+def write(event: dict) -> None:
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as report:
+            report.write(json.dumps(event) + "\n")
+
+
+def pytest_collection_finish(session) -> None:
+    write({"collected": [item.nodeid for item in session.items]})  # after -m's deselection
+
+
+def pytest_collectreport(report) -> None:
+    if report.failed:  # a gate file that cannot be imported: the gate itself is broken
+        write({"collection_error": report.nodeid})
+
+
+def pytest_exception_interact(node, call, report) -> None:
+    if call.excinfo is not None and getattr(report, "when", None) in ("setup", "call", "teardown"):
+        exc = call.excinfo.value
+        write({"test": node.nodeid, "when": report.when, "kind": failure_kind(exc), "exception": type(exc).__name__})
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call" or report.outcome != "passed":
+        write({"test": report.nodeid, "when": report.when, "outcome": report.outcome})
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    write({"finished": int(exitstatus)})

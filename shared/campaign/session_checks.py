@@ -1,0 +1,112 @@
+"""What a GPU session does before anything costly (the gate, training): `environment_record`
+(environment.json), then `check_carry`: the carried state (readable, every checksum verified,
+made for the session's targets and scale) and the carried data (each archive the targets' runs
+read, present, with its published checksum; a copy, found by its SHA-256). A failure is one
+line (`CarryError`), said within seconds of the start: a session on a machine without network
+would otherwise find it minutes later, when a run first reads its data and tries to download it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from shared.campaign.state import expected_runs, manifest_copy, read_state, state_exists
+from shared.campaign.state_reading import CampaignError
+from shared.data.catalog import DataError
+from shared.runs.files import write_atomically
+from shared.runs.provenance import environment
+from shared.targets.copies import Copy
+
+STATE = "state.tar.gz"  # the carried state's name in the bundle (or its parts)
+
+
+def environment_record(path: Path) -> dict:
+    """environment.json: what the session ran on (shared.runs.provenance's record, torch's view of the
+    GPU, nvidia-smi's report). Run in a child process, so the session's own opens no CUDA context."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    env = {
+        **environment(),
+        "torch": torch.__version__,
+        "cuda_available": cuda,
+        "executable": sys.executable,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        env["gpu0"] = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "multiprocessors": props.multi_processor_count,
+        }
+        env["bf16_supported"] = torch.cuda.is_bf16_supported()
+    try:
+        env["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        env["nvidia_smi"] = None
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(env, indent=1, default=str) + "\n"))
+    return env
+
+
+class CarryError(Exception):
+    """The bundle cannot serve the session; the message is one line."""
+
+
+def check_carry(carry: Path, targets: list[str], scale: str | None) -> str:
+    """The scale the session trains at (the carried state's, where it holds one), once the
+    carried state and data have been checked; CarryError where they fail."""
+    state = carry / STATE
+    manifest = carried_manifest(state, targets, scale) if state_exists(state) else {}
+    scale = scale or manifest.get("scale") or "paper"
+    check_data(carry / "data", targets, scale, manifest_copy(manifest) if manifest else None)
+    return scale
+
+
+def carried_manifest(state: Path, targets: list[str], scale: str | None) -> dict:
+    """The carried state's manifest, read as `train` will read it, for these targets at this
+    scale."""
+    try:
+        manifest, _ = read_state(state)
+    except (CampaignError, ValueError, OSError) as exc:  # ValueError: the ledger's or a member's refusal
+        raise CarryError(f"the carried state {state} cannot be read: {' '.join(str(exc).split())}") from None
+    missing = [t for t in targets if t not in manifest.get("targets", [])]
+    if missing:
+        raise CarryError(
+            f"the carried state {state} was bundled for {' '.join(manifest.get('targets', [])) or 'no target'}, "
+            f"not {' '.join(missing)}: its ledger and data do not cover them (bundle again with these targets)"
+        )
+    if scale and manifest.get("scale") != scale:
+        raise CarryError(f"--scale {scale}: the carried state {state} holds runs at scale {manifest.get('scale')}")
+    return manifest
+
+
+def check_data(root: Path, targets: list[str], scale: str, copy: Copy | None) -> None:
+    """Each official archive the targets' runs read under `root`, with its published checksum;
+    or the copy the state names. Synthetic data needs nothing."""
+    from shared.data.datasets import CIFAR, file_digest, find_copy  # loads torch
+
+    if copy is not None:
+        try:
+            find_copy(root, copy.sha256)
+        except DataError as exc:
+            raise CarryError(f"the carried data: {' '.join(str(exc).split())}") from None
+        return
+    names = {cfg.dataset.name for cfg in expected_runs(tuple(targets), scale, None).values()}
+    for name in sorted(names & set(CIFAR)):
+        archive = CIFAR[name]["archive"]
+        path = root / archive.filename
+        if not path.is_file():
+            raise CarryError(
+                f"{path} is missing: the targets' runs read it and the machine has no network "
+                f"(python -m shared.campaign bundle {' '.join(targets)} -o DIR carries it)"
+            )
+        algorithm, expected = ("md5", archive.md5) if archive.md5 else ("sha256", archive.sha256)
+        if file_digest(path, algorithm) != expected:
+            raise CarryError(f"{path} fails its {algorithm} checksum: it is corrupt or not the official archive")

@@ -1,0 +1,140 @@
+"""The GPU session's gate (shared/campaign/gate.py): what it collects for a session's targets, the
+verdict each kind of failure gives, through a test double for its pytest step, and the exception
+kinds its pytest plugin reports from a real pytest."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+from shared.campaign import gate as session_gate
+from shared.campaign.gate_plugin import REPORT_ENV
+from shared.campaign.session_output import Log
+
+ROOT = Path(__file__).resolve().parents[2]
+PER_METHOD = "tests/campaign/test_gpu_campaign_methods.py::"
+
+
+def plugin_events(tmp_path: Path, args: list[str], env: dict) -> list[dict]:
+    """The gate plugin's events of a real pytest with `args`, from the checkout."""
+    report = tmp_path / "events.jsonl"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "shared.campaign.gate_plugin", *args],
+        cwd=ROOT,
+        env={**os.environ, REPORT_ENV: str(report), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return session_gate.read_events(report)
+
+
+def test_the_gate_collects_its_files_general_tests_first_and_the_targets_methods_only(tmp_path):
+    """FedSSD Table II: the nine general CUDA-path tests, then its eight methods by their own
+    ids; no FedGKD ResNet-8 case, no FedLSD."""
+    events = plugin_events(
+        tmp_path,
+        ["--collect-only", "-m", session_gate.GATE_MARKER, *session_gate.GATE_FILES],
+        {session_gate.TARGETS_ENV: "papers/fedssd/table2"},
+    )
+    collected = next(e["collected"] for e in events if "collected" in e)
+    per_method = [i.split("[", 1)[1].rstrip("]") for i in collected if i.startswith(PER_METHOD)]
+    general = [i for i in collected if not i.startswith(PER_METHOD)]
+    assert collected == general + [i for i in collected if i.startswith(PER_METHOD)]  # general first
+    assert len(general) == 9 and all(i.split("::")[0] in session_gate.GATE_FILES for i in general)
+    assert sorted(per_method) == sorted(
+        f"fedssd-table2-{m}"
+        for m in ("FedAvg", "FedProx", "FedCurv", "MOON", "FedNTD", "FedCAD", "FedSSD", "FedSSD (weight M)")
+    )
+
+
+def test_the_plugin_reports_the_kind_of_each_failures_exception(tmp_path):
+    """A capture that failed (or a CUDA error of a capture), an assertion, anything else."""
+    tests = tmp_path / "test_kinds.py"
+    tests.write_text(
+        "from shared.training.batched import CaptureFailed\n"
+        "class AcceleratorError(RuntimeError):\n"
+        "    error_code = 901  # cudaErrorStreamCaptureInvalidated\n"
+        "def test_capture():\n    raise CaptureFailed('operation not permitted when stream is capturing')\n"
+        "def test_capture_code():\n    raise AcceleratorError('CUDA error')\n"
+        "def test_numbers():\n    assert 1.0 == 1.1\n"
+        "def test_other():\n    raise ValueError('a graph')\n"
+        "def test_passes():\n    pass\n"
+    )
+    events = plugin_events(tmp_path, [str(tests)], {})
+    kinds = {e["test"].split("::")[1]: e["kind"] for e in events if "kind" in e}
+    assert kinds == {
+        "test_capture": "capture",
+        "test_capture_code": "capture",
+        "test_numbers": "numerical",
+        "test_other": "error",
+    }
+    assert events[-1] == {"finished": 1}
+
+
+class GateDouble:
+    """A session whose gate step (pytest) is a double: it writes `events` as the plugin would
+    and exits with `code` (None: stopped at its time limit)."""
+
+    def __init__(self, tmp_path: Path, events: list[dict] | None, code: int | None):
+        self.out, self.events, self.code = tmp_path / "out", events, code
+        self.out.mkdir(parents=True)
+        self.args = types.SimpleNamespace(device="cuda")
+        self.log = Log(self.out / "session.log", None)
+        self.commands = []
+
+    def written_elsewhere(self, name: str) -> Path:
+        return self.out / f".{name}.tmp"
+
+    def publish(self, name: str) -> None:
+        if self.written_elsewhere(name).is_file():
+            self.written_elsewhere(name).replace(self.out / name)
+
+    def left(self) -> float:
+        return 600.0
+
+    def run(self, command, seconds, stop=None, env=None) -> int | None:
+        self.commands.append((command, env))
+        if self.events is not None:
+            Path(env[REPORT_ENV]).write_text("".join(json.dumps(e) + "\n" for e in self.events))
+        return self.code
+
+
+COLLECTED = {"collected": ["tests/training/test_gpu_cuda_path.py::test_a", f"{PER_METHOD}test_b[fedssd-table2-FedAvg]"]}
+
+
+def failed(kind: str, exception: str) -> dict:
+    return {"test": f"{PER_METHOD}test_b[fedssd-table2-FedAvg]", "when": "call", "kind": kind, "exception": exception}
+
+
+def test_each_gate_failure_gives_its_verdict_and_the_settings_that_follow(tmp_path):
+    graphs_off, safest = ("trainer.cuda_graphs=false",), session_gate.SAFEST
+    cases = {
+        "passed": ([COLLECTED, {"finished": 0}], 0, ()),
+        "capture": ([COLLECTED, failed("capture", "CaptureFailed"), {"finished": 1}], 1, graphs_off),
+        "numerical": (
+            [COLLECTED, failed("capture", "CaptureFailed"), failed("numerical", "AssertionError"), {"finished": 1}],
+            1,
+            ("trainer.cuda_graphs=false", "trainer.clients_per_step=1"),
+        ),
+        "error": ([COLLECTED, failed("error", "ValueError"), {"finished": 1}], 1, session_gate.SAFEST),
+        "no report": (None, 4, session_gate.SAFEST),
+        "collection error": ([{"collection_error": "tests/training/test_gpu.py"}, {"finished": 2}], 2, safest),
+        "no test": ([{"collected": []}, {"finished": 5}], 5, session_gate.SAFEST),
+        "time limit": ([COLLECTED], None, session_gate.SAFEST),
+        "cut short": ([COLLECTED], 1, session_gate.SAFEST),
+    }
+    for name, (events, code, settings) in cases.items():
+        session = GateDouble(tmp_path / name.replace(" ", "-"), events, code)
+        verdict = session_gate.gate(session, cuda=True, targets=["papers/fedssd/table2"])
+        expected = name if name in ("passed", "capture", "numerical", "error") else "machinery"
+        assert verdict == expected and session_gate.SETTINGS[verdict] == settings, name
+        command, env = session.commands[0]
+        assert env[session_gate.TARGETS_ENV] == "papers/fedssd/table2" and "tests" not in command, command
+        assert command[-len(session_gate.GATE_FILES) :] == list(session_gate.GATE_FILES)
+        session.log.close()
+        log = (session.out / "session.log").read_text()
+        assert f"gate: {verdict} (" in log and (" ".join(settings) or "the settings as given") in log, log
+        assert (session.out / "gate.xml").is_file() and not list(session.out.glob(".*")), name
