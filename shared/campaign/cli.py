@@ -110,9 +110,9 @@ def add_train_parser(commands) -> None:
     t.add_argument(
         "--clients-per-step",
         type=int,
-        default=1,
         metavar="N",
-        help="trainer.clients_per_step; 2 or more trains groups in a batched step on a CPU too",
+        help="trainer.clients_per_step (default: on CUDA a round's clients in one step, elsewhere 1); "
+        "2 or more trains groups in a batched step on a CPU too",
     )
     t.add_argument(
         "--part-mib",

@@ -49,13 +49,17 @@ GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table r
 
 
 def with_runtime(
-    cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int = 1, settings: dict | None = None
+    cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int | None = 1, settings: dict | None = None
 ) -> RunConfig:
     """The config with this machine's device, data root and clients per step, and the runtime
     `settings` of --set (none changes the run id; clients_per_step > 1 asks for the batched
-    step, and so for groups, on a CPU too)."""
+    step, and so for groups, on a CPU too; None: on CUDA a round's clients in one batched step,
+    as a small model's step there costs its kernel launches more than its arithmetic, and
+    elsewhere one after another)."""
     from shared.targets.configs import load_config
 
+    if clients_per_step is None:
+        clients_per_step = unit_sizing.clients_per_round(cfg) if on_cuda(device) else 1
     runtime = deep_merge(
         {
             "trainer": {"device": device, "clients_per_step": clients_per_step},
@@ -411,7 +415,13 @@ def check_parts(args) -> None:
         )
 
 
-def cpu_defaults(device: str, clients_per_step: int, settings: dict) -> dict:
+def on_cuda(device: str) -> bool:
+    import torch
+
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def cpu_defaults(device: str, clients_per_step: int | None, settings: dict) -> dict:
     """The runtime settings, on a CPU with as many clients at once in threads as torch has
     threads, one core each, unless --set or --clients-per-step asks for another way (threads
     go with neither batched clients nor compilation): a small model's operators use one core
@@ -420,7 +430,7 @@ def cpu_defaults(device: str, clients_per_step: int, settings: dict) -> dict:
 
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     trainer = settings.get("trainer", {})
-    if not on_cpu or clients_per_step > 1 or {"client_threads", "compile"} & set(trainer):
+    if not on_cpu or (clients_per_step or 1) > 1 or {"client_threads", "compile"} & set(trainer):
         return settings
     return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
 

@@ -72,7 +72,7 @@ def steps_per_round(cfgs: list[RunConfig]) -> float:
     for cfg in cfgs:
         per_client = client_samples(cfg)
         steps += [math.ceil(per_client / cfg.local.batch_size) * cfg.local.epochs] * clients_per_round(cfg)
-    width = sum(cfg.trainer.clients_per_step for cfg in cfgs)
+    width = sum(min(cfg.trainer.clients_per_step, clients_per_round(cfg)) for cfg in cfgs)
     return sum(steps) if width <= len(cfgs) else math.ceil(len(steps) / width) * max(steps)
 
 

@@ -101,3 +101,24 @@ def test_a_shipped_table_of_a_few_cells_is_the_largest_finished_block_with_the_p
     claims = (out / "claims.md").read_text()  # the claim judged on these cells, both readings
     assert claims.count("[judged on the cells this table holds: δ=0.5; against FedAvg]") == 2
     assert "**held in 1 of 1 group**" in claims
+
+
+def test_each_device_trains_a_rounds_clients_its_fastest_way_unless_told_otherwise():
+    """On CUDA a round's clients in one batched step; on a CPU one after another, in threads of
+    one core each; --clients-per-step and --set win; no run id moves."""
+    import torch
+
+    from shared.campaign.train import cpu_defaults, with_runtime
+    from shared.config.schema import run_id
+    from shared.targets.copies import campaign_runs
+
+    runs, _ = campaign_runs(["papers/fedssd/table2"], "paper", None)
+    rid, cfg = next(iter(runs.items()))
+    on_cuda = with_runtime(cfg, "cuda", None, None)
+    assert on_cuda.trainer.clients_per_step == 10 and run_id(on_cuda) == rid  # FedSSD's 10 clients a round
+    assert with_runtime(cfg, "cpu", None, None).trainer.clients_per_step == 1
+    assert with_runtime(cfg, "cuda", None, None, {"trainer": {"clients_per_step": 1}}).trainer.clients_per_step == 1
+    threads = {"trainer": {"client_threads": torch.get_num_threads()}}
+    assert cpu_defaults("cpu", None, {}) == threads
+    assert cpu_defaults("cpu", 2, {}) == {} and cpu_defaults("cuda", None, {}) == {}
+    assert cpu_defaults("cpu", None, {"trainer": {"client_threads": 1}}) == {"trainer": {"client_threads": 1}}
