@@ -67,11 +67,14 @@ from shared.runs.files import (
     holds_result,
     is_final,
     megabytes,
+    printable,
     records_failure,
+    remove_dead_temporaries,
     run_members,
     run_state,
     run_status,
     sha256,
+    temporary_path,
 )
 from shared.runs.locking import claim_runs, move_aside_non_result
 from shared.runs.strict_text import strict_json
@@ -326,9 +329,10 @@ def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir:
                 if not match or match.group(1) not in runs:
                     continue
                 dest = runs_dir / match.group(1) / match.group(2)
-                tmp = dest.with_name(f".{dest.name}.unpack-{os.getpid()}")
+                tmp = temporary_path(dest)
                 staged[dest] = tmp
-                tmp.unlink(missing_ok=True)  # a killed unpack's (a link is removed, never followed)
+                remove_dead_temporaries(dest.parent, dest.name)  # a killed unpack's (links removed, never followed)
+                tmp.unlink(missing_ok=True)
                 with open(tmp, "xb") as sink:  # x: never through a link planted at this name
                     digest, size, _ = read_member(tar, member, sink)
                 if (digest, size) != expected.get(member.name):
@@ -465,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"into {report['runs_dir']}{note}"
             )
     except (ArchiveError, TargetError, RunFilesError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return 2
     return 0
 

@@ -99,6 +99,35 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+TEMPORARY = re.compile(r"\.(.+)\.([0-9]{1,10})\.(tmp|old)")  # `temporary_path`'s names and folders': the owner's pid
+
+
+def is_alive(pid: int) -> bool:
+    """Whether a process of this id runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return True
+
+
+def remove_dead_temporaries(folder: Path, name: str | None = None) -> None:
+    """The temporary files and folders a killed writer left in `folder` (of `name` only, where
+    given): each names its owner's pid, and one whose owner runs is left to it."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        match = TEMPORARY.fullmatch(path.name)
+        if not match or (name is not None and match.group(1) != name) or is_alive(int(match.group(2))):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def write_atomically(path: Path, write) -> None:
     """`write(tmp)` then rename: readers see the old file or the new one, never a torn one."""
     path = Path(path)
@@ -119,9 +148,7 @@ def write_folder_atomically(out: Path, write) -> None:
     fails (a full disk, a bug) leaves the old folder or none, never a half-written one."""
     out = Path(out)
     tmp, old = out.with_name(f".{out.name}.{os.getpid()}.tmp"), out.with_name(f".{out.name}.{os.getpid()}.old")
-    for leftover in out.parent.glob(f".{out.name}.*.tmp"):  # a killed build's, of any process
-        shutil.rmtree(leftover, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_dead_temporaries(out.parent, out.name)  # a killed build's; a live one's stays
     try:
         write(tmp)
         if out.exists():
@@ -300,6 +327,12 @@ def check_identity(run: str, small: dict[str, bytes]) -> None:
             f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
             f"hashes to {hashed}); the archive is not what pack wrote"
         )
+
+
+def printable(text) -> str:
+    """Text as a terminal may show it: control characters (from another machine's files, which
+    could move the cursor over an `error:` line) written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def megabytes(n: int) -> str:

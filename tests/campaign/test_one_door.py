@@ -475,3 +475,102 @@ def test_unpack_refuses_a_config_over_1_mib_before_reading_it(tmp_path, capsys):
     archive = archive_of(tmp_path, {SHOT: {**files, "config.yaml": files["config.yaml"] + b"#" * 2**20}})
     root = tmp_path / "project"
     refused(capsys, archive_main(["unpack", str(archive), "--into", str(root)]), "over the limit of 1.0 MB", root)
+
+
+# --- writes a kill leaves, shipped runs the reporting cannot read, text shown escaped -------------------
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_the_next_import_removes_a_killed_imports_temporaries_and_no_live_ones(genuine, tmp_path, monkeypatch, capsys):
+    shipped = tmp_path / "project" / "results" / "shipped"
+    (shipped / "runs" / SHOT).mkdir(parents=True)
+    dead = [shipped / f".README.md.{dead_pid()}.tmp", shipped / "runs" / SHOT / f".metrics.json.{dead_pid()}.tmp"]
+    with subprocess.Popen(["sleep", "60"]) as live:
+        alive = shipped / f".README.md.{live.pid}.tmp"
+        for path in [*dead, alive]:
+            path.write_text("half")
+        code, root, _ = import_crafted(crafted(genuine), tmp_path, monkeypatch)
+        live.kill()
+    assert code == 0, err_lines(capsys)
+    assert not any(path.exists() for path in dead) and alive.read_text() == "half"
+
+
+def test_a_folder_build_removes_a_killed_builds_folder_and_never_a_live_ones(tmp_path):
+    from shared.runs.files import write_folder_atomically
+
+    dead = tmp_path / f".table4.{dead_pid()}.tmp"
+    with subprocess.Popen(["sleep", "60"]) as live:
+        alive = tmp_path / f".table4.{live.pid}.tmp"
+        for folder in (dead, alive):
+            folder.mkdir()
+            (folder / "half.md").write_text("half")
+        write_folder_atomically(tmp_path / "table4", lambda out: (out.mkdir(), (out / "t.md").write_text("t")))
+        live.kill()
+    assert not dead.exists() and (alive / "half.md").read_text() == "half"
+    assert (tmp_path / "table4" / "t.md").read_text() == "t"
+
+
+def test_unpack_removes_a_killed_unpacks_temporaries(tmp_path, capsys):
+    root = tmp_path / "project"
+    leftover = root / "results" / "runs" / SHOT / f".metrics.json.{dead_pid()}.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("half")
+    archive = archive_of(tmp_path, {SHOT: finished_files(FEDAVG[0])})
+    assert archive_main(["unpack", str(archive), "--into", str(root)]) == 0, capsys.readouterr().err
+    assert not leftover.exists()
+
+
+def ship_broken(root: Path) -> None:
+    """A shipped run whose device is a list: shipped by hand, or by a version that did not check."""
+    run = root / "results" / "shipped" / "runs" / OTHER
+    run.mkdir(parents=True)
+    files = edited_summary(finished_files(FEDAVG[1]), device=["cuda:0"], client_samples=["5"])
+    for name, data in files.items():
+        (run / name).write_bytes(data)
+
+
+def test_a_shipped_run_that_cannot_be_read_is_named_and_the_import_goes_on(genuine, tmp_path, monkeypatch, capsys):
+    ship_broken(tmp_path / "project")
+    state = crafted(genuine)
+    state.members = [m for m in state.members if not m[0].startswith(f"finished/{OTHER}/")]
+    code, root, _ = import_crafted(state, tmp_path, monkeypatch)
+    err = err_lines(capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: shipped run {OTHER} cannot be read"), err
+    assert f"git rm -r {root / 'results' / 'shipped' / 'runs' / OTHER}" in err[0]
+    assert (root / "results" / "shipped" / "runs" / SHOT / "metrics.json").is_file()
+    assert (root / "results" / "runs" / PROX / "checkpoint.pt").is_file()
+
+
+def test_status_names_a_shipped_run_that_cannot_be_read_and_counts_the_rest(tmp_path, capsys):
+    from shared.campaign.cli import main
+
+    root = tmp_path / "project"
+    ship_broken(root)
+    assert main(["status", "papers/fedcad/table4", "--scale", "smoke", "--root", str(root)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith(f"error: shipped run {OTHER} cannot be read"), err
+    assert "papers/fedcad/table4: " in out and "total: " in out
+
+
+def test_a_folder_of_an_undeclared_table_stops_no_import(genuine, tmp_path, monkeypatch, capsys):
+    leftover = tmp_path / "project" / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table99"
+    leftover.mkdir(parents=True)
+    code, root, _ = import_crafted(crafted(genuine), tmp_path, monkeypatch)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "is no declared table or figure" in captured.out and leftover.is_dir()
+
+
+@pytest.mark.parametrize("command", ["import", "unpack"])
+def test_control_characters_from_another_machine_are_shown_escaped(tmp_path, capsys, command):
+    path = tmp_path / "state\x1b[2K\r.tar"
+    path.write_bytes(member("\x1b]0;owned\x07", b"") + bytes(1024))
+    root = tmp_path / "project"
+    code = main_import(path, root) if command == "import" else archive_main(["unpack", str(path), "--into", str(root)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err[:-1].isprintable() and "\\x1b" in err, repr(err)
