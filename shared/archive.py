@@ -20,8 +20,9 @@ may not lie in a run directory.
 
 `unpack` checks the whole archive first (every member's SHA-256 and size against the manifest,
 each member streamed and at most its size limit (MAX_*_BYTES); no absolute paths, `..`, links or members
-the manifest does not list; each run's identity: the run id in its metrics.json and the hash of
-its config.yaml are its directory's name) and only then writes, into DIR/results/runs/ (DIR
+the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each run's identity:
+the run id in its metrics.json and the hash of its config.yaml are its directory's name; each
+result what the trainer writes: shared/campaign/run_schema.py) and only then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
 lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
 file goes. A run already finished there (a result: completed, diverged or suspect) is left as
