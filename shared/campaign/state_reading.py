@@ -171,14 +171,13 @@ def model_limit(name: str, members: dict[str, bytes], limit: int) -> tuple[int, 
     may hold none: what its config's model takes, times the copies a method keeps
     (CHECKPOINT_MODELS, CLIENT_STATE_MODELS), with its history and a margin; `limit` where the
     model's size is known only once its data loads (text models, image folders). A state
-    written here holds a run's config.yaml and metrics.jsonl before its checkpoint."""
+    written here holds a run's config.yaml and metrics.jsonl before its checkpoint: without them
+    (or with a config.yaml that is none) MODEL_MARGIN, and the run is refused by its checks."""
     kind, rid = name.split("/", 2)[:2]
     config, history = members.get(f"{kind}/{rid}/config.yaml"), members.get(f"{kind}/{rid}/metrics.jsonl")
-    if config is None or history is None:
-        return limit, "comes before its run's config.yaml and metrics.jsonl (a state written here holds them first)"
-    shapes = model_shapes(config)
-    if shapes is False:
-        return limit, "belongs to a run whose config.yaml is not a run's config"
+    shapes = model_shapes(config) if config is not None and history is not None else False
+    if shapes is False:  # the run is refused by its checks (carried_runs.py); its bytes read are bounded
+        return min(limit, MODEL_MARGIN), None
     if shapes is None:
         return limit, None
     model = 4 * sum(math.prod(shape) for shape in shapes.values())  # float32, as the trainer saves

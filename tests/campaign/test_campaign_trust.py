@@ -309,10 +309,6 @@ def archive_mutations():
         lambda s: s.members.insert(0, (f"progress/{'1' * 16}/metrics.jsonl", zeros(3 * state_reading.EXPANSION_FLOOR))),
     )
     yield "gzip bomb in a pax header", lambda s: s.members.insert(0, (pax_bomb(), b""))
-    yield (  # its size cannot be bounded by its model before it is read
-        "checkpoint without its config.yaml",
-        lambda s: setattr(s, "members", [m for m in s.members if m[0] != f"progress/{PROX}/config.yaml"]),
-    )
     yield (
         "metrics.json over its limit",
         lambda s: s.members.insert(0, (info(f"{finished}/metrics.json", size=MAX_SMALL_BYTES + 1), None)),
@@ -474,6 +470,7 @@ def progress_forgeries():
     """name -> files of run PROX (FedProx, seed 0, 1 round) as the forged state carries them."""
     files, records = progress_files(FEDPROX), history(FEDPROX, 1)
     yield "no checkpoint", {k: v for k, v in files.items() if k != "checkpoint.pt"}
+    yield "no config.yaml", {k: v for k, v in files.items() if k != "config.yaml"}
     yield "checkpoint garbage", {**files, "checkpoint.pt": b"garbage"}
     yield "checkpoint runs code", {**files, "checkpoint.pt": pickle.dumps(Path("/tmp"))}
     buffer = io.BytesIO()
