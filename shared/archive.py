@@ -20,8 +20,9 @@ may not lie in a run directory.
 
 `unpack` checks the whole archive first (every member's SHA-256 and size against the manifest,
 each member streamed and at most its size limit (MAX_*_BYTES); no absolute paths, `..`, links or members
-the manifest does not list; each run's identity: the run id in its metrics.json and the hash of
-its config.yaml are its directory's name) and only then writes, into DIR/results/runs/ (DIR
+the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each run's identity:
+the run id in its metrics.json and the hash of its config.yaml are its directory's name; each
+result what the trainer writes: shared/campaign/run_schema.py) and only then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
 lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
 file goes. A run already finished there (a result: completed, diverged or suspect) is left as
@@ -38,6 +39,7 @@ print one line and exit with code 2, before anything is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -51,25 +53,33 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
+from shared.campaign.state_reading import EXPANSION_FLOOR, EXPANSION_RATIO, run_config
 from shared.runs.files import (
+    MAX_CONFIG_BYTES,
     MAX_MEMBER_BYTES,
     MAX_MODEL_BYTES,
     MAX_SMALL_BYTES,
     MODEL_FILE,
     RUN_FILES,
     RUN_ID,
-    SMALL_FILES,
     RunFilesError,
     add_member,
     check_identity,
     holds_result,
+    is_final,
     megabytes,
+    printable,
+    records_failure,
+    remove_dead_temporaries,
     run_members,
     run_state,
     run_status,
     sha256,
+    temporary_path,
 )
 from shared.runs.locking import claim_runs, move_aside_non_result
+from shared.runs.strict_text import strict_json
+from shared.runs.tar_reading import Member, TarRefused, TarStream, decompressed, open_regular
 from shared.targets.resolve import TargetError, needed_runs
 
 FORMAT = "fedrepro-runs/1"
@@ -158,10 +168,21 @@ def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool
 # --- unpack: checks -------------------------------------------------------------------------
 
 
-def check_member(member: tarfile.TarInfo) -> None:
+@contextlib.contextmanager
+def opened(archive: Path):
+    """The archive's members (shared/runs/tar_reading.py: headers checked before they are parsed),
+    its stream expanding to at most what a state file may (EXPANSION_FLOOR, EXPANSION_RATIO)."""
+    with open_regular(archive) as raw:
+        limit = EXPANSION_FLOOR + EXPANSION_RATIO * os.fstat(raw.fileno()).st_size
+        yield TarStream(
+            decompressed([raw], limit, f"expands to more than {megabytes(limit)} (a damaged or hostile archive)")
+        )
+
+
+def check_member(member: Member) -> None:
     """Refuse what could write outside results/runs/<id>/ or is not a run's file."""
     name = member.name
-    if member.issym() or member.islnk():
+    if member.islink():
         raise ArchiveError(f"member {name!r} is a link; archives of runs hold regular files only")
     if not member.isfile():
         raise ArchiveError(f"member {name!r} is not a regular file")
@@ -176,18 +197,18 @@ def check_member(member: tarfile.TarInfo) -> None:
         )
 
 
-def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, sink=None) -> tuple[str, int, bytes | None]:
+def read_member(tar: TarStream, member: Member, sink=None) -> tuple[str, int, bytes | None]:
     """A member's SHA-256 and size, read in chunks (never whole into memory) into `sink` if
-    given; a run's small files are returned too (to check its identity). A member over its size
-    limit is refused before it is read."""
+    given; a run's text files are returned too (to check them: `run_problem`). A member over its
+    size limit is refused before it is read."""
     name = PurePosixPath(member.name).name
-    small = name in SMALL_FILES or member.name == MANIFEST
-    limit = MAX_SMALL_BYTES if small else MAX_MODEL_BYTES if name == MODEL_FILE else MAX_MEMBER_BYTES
+    small = name in RUN_FILES or member.name == MANIFEST
+    limits = {"config.yaml": MAX_CONFIG_BYTES, "metrics.json": MAX_SMALL_BYTES, MODEL_FILE: MAX_MODEL_BYTES}
+    limit = MAX_SMALL_BYTES if member.name == MANIFEST else limits.get(name, MAX_MEMBER_BYTES)
     if member.size > limit:
         raise ArchiveError(f"member {member.name!r} is {megabytes(member.size)}, over the limit of {megabytes(limit)}")
     digest, size, kept = hashlib.sha256(), 0, []
-    source = tar.extractfile(member)
-    while chunk := source.read(CHUNK):
+    for chunk in tar.chunks():
         size += len(chunk)
         if size > limit:
             raise ArchiveError(f"member {member.name!r} is over the limit of {megabytes(limit)}")
@@ -206,8 +227,8 @@ def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]], dict[str, byt
     small: dict[str, bytes] = {}
     manifest = None
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            for member in tar:
+        with opened(archive) as tar:
+            while (member := tar.next()) is not None:
                 check_member(member)
                 if member.name in digests or (member.name == MANIFEST and manifest is not None):
                     raise ArchiveError(f"member {member.name!r} appears twice")
@@ -218,7 +239,9 @@ def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]], dict[str, byt
                 digests[member.name] = (digest, size)
                 if data is not None:
                     small[member.name] = data
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ArchiveError(f"cannot read {archive}: {exc}") from None
+    except TarRefused as exc:
         raise ArchiveError(f"cannot read {archive}: {exc}") from None
     if manifest is None:
         raise ArchiveError(f"{archive} has no {MANIFEST}; it was not written by python -m shared.archive pack")
@@ -228,7 +251,7 @@ def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]], dict[str, byt
 def parse_manifest(data: bytes) -> dict:
     """The manifest, if it has every key unpack reads, of its type (a hand-made one may not)."""
     try:
-        manifest = json.loads(data)
+        manifest = strict_json(data)
         valid = (
             manifest["format"] == FORMAT
             and isinstance(manifest["scale"], str)
@@ -240,7 +263,7 @@ def parse_manifest(data: bytes) -> dict:
                 for e in manifest["members"]
             )
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         valid = False
     if not valid:
         raise ArchiveError(
@@ -270,7 +293,26 @@ def verify(archive: Path) -> dict:
         raise ArchiveError(f"the manifest lists {absent[0]!r}, which the archive lacks ({len(absent)} such)")
     for run in sorted({MEMBER.fullmatch(name).group(1) for name in digests}):
         check_identity(run, small)
+        files = {name.rsplit("/", 1)[1]: data for name, data in small.items() if name.startswith(f"runs/{run}/")}
+        problem = run_problem(run, files)
+        if problem:
+            raise ArchiveError(f"run {run}: {problem}; the archive is not what pack wrote")
     return manifest
+
+
+def run_problem(rid: str, files: dict[str, bytes]) -> str | None:
+    """What the campaign's import checks of a finished run (shared/campaign/carried_runs.py), for a
+    result; a recorded failure (which the workflow trains again) need only be one."""
+    from shared.campaign.carried_runs import finished_problem
+
+    if "config.yaml" not in files or "metrics.json" not in files:
+        return "it has no config.yaml or no metrics.json"
+    cfg, status = run_config(files["config.yaml"]), run_status(files["metrics.json"])
+    if cfg is None:
+        return "its config.yaml is not a run's config"
+    if is_final(status):
+        return finished_problem(rid, files, cfg)
+    return None if records_failure(files["metrics.json"]) else "its metrics.json is neither a result nor a failure"
 
 
 # --- unpack: writing ------------------------------------------------------------------------
@@ -282,15 +324,16 @@ def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir:
     returns destination -> temporary file. On any error the temporary files are removed."""
     staged: dict[Path, Path] = {}
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            for member in tar:
+        with opened(archive) as tar:
+            while (member := tar.next()) is not None:
                 match = MEMBER.fullmatch(member.name)
                 if not match or match.group(1) not in runs:
                     continue
                 dest = runs_dir / match.group(1) / match.group(2)
-                tmp = dest.with_name(f".{dest.name}.unpack-{os.getpid()}")
+                tmp = temporary_path(dest)
                 staged[dest] = tmp
-                tmp.unlink(missing_ok=True)  # a killed unpack's (a link is removed, never followed)
+                remove_dead_temporaries(dest.parent, dest.name)  # a killed unpack's (links removed, never followed)
+                tmp.unlink(missing_ok=True)
                 with open(tmp, "xb") as sink:  # x: never through a link planted at this name
                     digest, size, _ = read_member(tar, member, sink)
                 if (digest, size) != expected.get(member.name):
@@ -427,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"into {report['runs_dir']}{note}"
             )
     except (ArchiveError, TargetError, RunFilesError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return 2
     return 0
 

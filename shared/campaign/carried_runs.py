@@ -24,9 +24,13 @@ import json
 import math
 import warnings
 
+from shared.campaign.run_schema import partition_problem, records_problem, status_problem
+from shared.campaign.run_schema import summary_problem as fields_problem
 from shared.campaign.state_reading import MEMBER
 from shared.config.schema import RunConfig
 from shared.runs.files import RunFilesError, check_identity, history_problem, is_final, is_number, summary_problem
+from shared.runs.metrics import rounds_to_target
+from shared.runs.strict_text import strict_json, strict_yaml
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
 ACCURACIES = ("final_acc", "best_acc", "global_acc", "local_acc", "per_class_acc", "domain_acc")
@@ -78,21 +82,22 @@ def config_run_id(config: bytes):
     import yaml
 
     try:
-        values = yaml.safe_load(config)
+        values = strict_yaml(config)
     except (yaml.YAMLError, ValueError, RecursionError):
         return None
     return values.get("run_id") if isinstance(values, dict) else None
 
 
-def history_of(files: dict[str, bytes], rounds: int) -> tuple[list | None, str | None]:
+def history_of(files: dict[str, bytes], cfg: RunConfig) -> tuple[list | None, str | None]:
     """metrics.jsonl's records, and what is wrong with them (None: nothing)."""
+    rounds = cfg.federation.rounds
     if "metrics.jsonl" not in files:
         return None, "it has no metrics.jsonl"
     try:
-        history = [json.loads(line) for line in files["metrics.jsonl"].decode("utf-8").splitlines()]
+        history = [strict_json(line) for line in files["metrics.jsonl"].decode("utf-8").splitlines()]
     except (ValueError, RecursionError):
         return None, "its metrics.jsonl is not one JSON record a line"
-    problem = history_problem(history, rounds) or accuracy_problem(history)
+    problem = history_problem(history, rounds) or accuracy_problem(history) or records_problem(history, cfg)
     return history, (f"metrics.jsonl: {problem}" if problem else None)
 
 
@@ -121,15 +126,23 @@ def finished_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str |
     if problem:
         return problem
     try:
-        summary = json.loads(files["metrics.json"].decode("utf-8"))
+        summary = strict_json(files["metrics.json"])
     except (ValueError, RecursionError):
         return "its metrics.json is not JSON"
     problem = summary_problem(summary)
     if problem or not is_final(summary["status"]):
-        return f"its metrics.json {problem or 'records no result (' + summary['status'][:60] + ')'}"
-    history, problem = history_of(files, cfg.federation.rounds)
+        return f"its metrics.json {problem or 'records no result (' + repr(summary['status'][:60]) + ')'}"
+    history, problem = history_of(files, cfg)
     if problem:
         return problem
+    problem = fields_problem(summary, cfg) or status_problem(summary["status"], history, cfg)
+    if problem:
+        return f"its metrics.json's {problem}"
+    if "partition.csv" not in files:
+        return "it has no partition.csv"
+    problem = partition_problem(files.get("partition.csv", b""), cfg, summary.get("client_samples"))
+    if problem:
+        return f"its partition.csv {problem}"
     rounds = summary.get("rounds_completed")
     if rounds != len(history) or (
         len(history) != cfg.federation.rounds and summary["status"].split(":")[0] not in ("diverged", "suspect")
@@ -138,10 +151,10 @@ def finished_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str |
             f"it records {rounds} rounds and its history {len(history)}, of the config's "
             f"{cfg.federation.rounds}, with status {summary['status'][:40]!r}"
         )
-    return accuracy_problem({key: summary.get(key) for key in ACCURACIES}) or summary_mismatch(summary, history)
+    return accuracy_problem({key: summary.get(key) for key in ACCURACIES}) or summary_mismatch(summary, history, cfg)
 
 
-def summary_mismatch(summary: dict, history: list[dict]) -> str | None:
+def summary_mismatch(summary: dict, history: list[dict], cfg: RunConfig) -> str | None:
     """Where the summary says other than its history (as shared/training/trainer.py summarizes it)."""
     evaluated = [h for h in history if "global_acc" in h]
     accs = [h["global_acc"] for h in evaluated]
@@ -150,6 +163,8 @@ def summary_mismatch(summary: dict, history: list[dict]) -> str | None:
         final_acc=accs[-1] if accs else None,
         best_acc=max(accs) if accs else None,
         per_class_acc=evaluated[-1].get("per_class_acc") if evaluated else None,
+        domain_acc=evaluated[-1].get("domain_acc") if evaluated else None,
+        rounds_to_target={f"{t:g}": rounds_to_target(derived["eval_rounds"], accs, t) for t in cfg.eval.target_acc},
     )
     for key, value in derived.items():
         if json.dumps(summary.get(key)) != json.dumps(value):  # as JSON: NaN and infinity compare too
@@ -164,8 +179,11 @@ def progress_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str |
     problem = identity_problem(rid, files)
     if problem:
         return problem
-    history, problem = history_of(files, cfg.federation.rounds)
-    return problem or checkpoint_mismatch(files["checkpoint.pt"], cfg, history)
+    history, problem = history_of(files, cfg)
+    problem = problem or partition_problem(files.get("partition.csv", b""), cfg, None)
+    if problem:
+        return problem if problem.startswith("metrics.jsonl") else f"its partition.csv {problem}"
+    return checkpoint_mismatch(files["checkpoint.pt"], cfg, history) or client_states_problem(files)
 
 
 def checkpoint_mismatch(checkpoint: bytes, cfg: RunConfig, history: list[dict]) -> str | None:
@@ -182,9 +200,54 @@ def checkpoint_mismatch(checkpoint: bytes, cfg: RunConfig, history: list[dict]) 
         return "its checkpoint holds something other than tensors and plain values (refused unread)"
     except (EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError) as exc:
         return f"its checkpoint is unreadable ({type(exc).__name__})"
-    problem = checkpoint_problem(state, cfg)
+    problem = checkpoint_problem(state, cfg) or tensors_problem(state, cfg)
     if problem:
         return f"its checkpoint {problem}"
     if json.dumps(state["history"], sort_keys=True) != json.dumps(history, sort_keys=True):
         return "its metrics.jsonl is not the history its checkpoint holds"
+    return None
+
+
+def tensors_problem(state: dict, cfg: RunConfig) -> str | None:
+    """Every tensor finite, and the global model's the config's model's, name by name and shape
+    by shape (where its data does not decide them: text models, image folders)."""
+    from shared.models.registry import known_state_shapes
+
+    if not all_finite(state):
+        return "holds a tensor that is not finite"
+    shapes = known_state_shapes(cfg)
+    model = {name: tuple(getattr(t, "shape", ())) for name, t in state["global"].items()}
+    if shapes is not None and model != shapes:
+        return "does not fit the config's model (its tensors' names or shapes differ)"
+    return None
+
+
+def all_finite(value) -> bool:
+    """Whether every tensor and number in a loaded checkpoint (nested dicts and lists) is finite."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value).all())
+    if isinstance(value, dict):
+        return all(all_finite(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(all_finite(item) for item in value)
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def client_states_problem(files: dict[str, bytes]) -> str | None:
+    """Each per-client state file tensors and plain values only, every tensor finite."""
+    import pickle
+
+    from shared.runs.directory import load_tensors
+
+    for name in sorted(file for file in files if file.startswith("client_state/")):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loaded = load_tensors(io.BytesIO(files[name]))
+        except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError):
+            return f"its {name} is not tensors and plain values (refused unread)"
+        if not all_finite(loaded):
+            return f"its {name} holds a tensor that is not finite"
     return None

@@ -67,7 +67,7 @@ from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import train
 from shared.config.schema import ConfigError
 from shared.data.catalog import DataError
-from shared.runs.files import RunFilesError
+from shared.runs.files import RunFilesError, printable
 from shared.targets.resolve import TargetError
 
 
@@ -187,5 +187,5 @@ def main(argv: list[str] | None = None) -> int:
         OSError,
         subprocess.CalledProcessError,
     ) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return 2

@@ -24,7 +24,16 @@ from shared.campaign.state import (
 )
 from shared.campaign.state_reading import FIRST, MEMBER, check_inside
 from shared.config.schema import ConfigError, RunConfig
-from shared.runs.files import history_rounds, holds_result, rounds_done, write_atomically, write_folder_atomically
+from shared.runs.files import (
+    RUN_FILES,
+    history_rounds,
+    holds_result,
+    printable,
+    remove_dead_temporaries,
+    rounds_done,
+    write_atomically,
+    write_folder_atomically,
+)
 from shared.runs.locking import claim_runs
 from shared.runs.shipped import SHIPPED, is_finished, put_finished
 from shared.targets.copies import (
@@ -40,7 +49,7 @@ from shared.targets.copies import (
 from shared.targets.cost import gpu_hours, measured_throughput
 from shared.targets.experiments import get_table
 from shared.targets.figure_declarations import get_figure
-from shared.targets.resolve import target_parts
+from shared.targets.resolve import TargetError, target_parts
 
 
 def run_progress(
@@ -103,6 +112,7 @@ def trained_with(run_dirs) -> list[str]:
 def status(args) -> int:
 
     state = state_defaults(args)
+    name_unreadable(args.root / SHIPPED / "runs")  # counted as the workflow counts it; named, to be removed
     finished_in_state = {rid for _, rid in state_runs(state, ("finished",))} | args.ledger  # finished elsewhere too
     speed = {
         model: m["samples_per_s"]
@@ -249,10 +259,54 @@ def write_listing(shipped: Path) -> Path:
 
 def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[str]:
     """The state's targets, and the tables shipped before on the same data and scale (a run
-    one of them shares may have come with this state)."""
+    one of them shares may have come with this state); a folder of a table or figure no paper
+    declares (left from an older checkout) is named in a note and left alone."""
     folder = table_dir(shipped, "*", "*", manifest["scale"], copy).parent.parent
     before = [f"papers/{p.parent.name}/{p.name}" for p in sorted(folder.glob("*/*")) if p.is_dir()]
+    for target in [t for t in before if not is_declared(t)]:
+        print(
+            f"note: {printable(folder / target.removeprefix('papers/'))} is no declared table or figure; left as it is"
+        )
+        before.remove(target)
     return list(dict.fromkeys([*manifest["targets"], *before]))
+
+
+def is_declared(target: str) -> bool:
+    paper, name = target_parts(target)
+    try:
+        (get_figure if name.startswith("fig") else get_table)(paper, name)
+    except (ConfigError, TargetError):
+        return False
+    return True
+
+
+def unreadable_shipped(shipped_runs: Path) -> dict[str, str]:
+    """run id -> why, for each shipped run that fails the checks `import` makes of a run
+    (shared/campaign/carried_runs.py): the reporting could not read it (shipped by hand, or by
+    an older version)."""
+    from shared.campaign.carried_runs import finished_problem
+    from shared.campaign.state_reading import run_config
+
+    bad = {}
+    for run_dir in sorted(p.parent for p in shipped_runs.glob("*/metrics.json")):
+        files = {name: (run_dir / name).read_bytes() for name in RUN_FILES if (run_dir / name).is_file()}
+        cfg = run_config(files["config.yaml"]) if "config.yaml" in files else None
+        problem = "its config.yaml is not a run's config" if cfg is None else finished_problem(run_dir.name, files, cfg)
+        if problem:
+            bad[run_dir.name] = problem
+    return bad
+
+
+def name_unreadable(shipped_runs: Path) -> dict[str, str]:
+    """`unreadable_shipped`, each named in one line with how to remove it."""
+    bad = unreadable_shipped(shipped_runs)
+    for rid, problem in bad.items():
+        print(
+            f"error: shipped run {rid} cannot be read ({printable(problem)}); it is left out: remove it with "
+            f"git rm -r {printable(shipped_runs / rid)}",
+            file=sys.stderr,
+        )
+    return bad
 
 
 def import_state(args) -> int:
@@ -264,16 +318,19 @@ def import_state(args) -> int:
     copy = manifest_copy(manifest)
     members, refused = trusted_members(manifest, members)
     for line in refused:
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {printable(line)}", file=sys.stderr)
     for path in import_paths(manifest, members, args.root, copy):
         check_inside(path, args.root / RESULTS)
+    remove_dead_temporaries(shipped)  # a killed import's listing
     progress = {k: v for k, v in members.items() if k.startswith("progress/")}
     # checkpoints first: a run a trainer holds (the likely refusal) is refused before anything is written
     restored = restore(progress, args.root / RUNS_DIR, shipped / "runs")
     shipping = ship(members, shipped / "runs")
+    bad = name_unreadable(shipped / "runs")
     tables = [
         build(t, manifest["scale"], copy, shipped)
         for t in affected_tables(manifest, copy, shipped)
+        if not needs_unreadable(t, manifest["scale"], copy, bad)
         for build in (build_shipped_table, build_shipped_figure)
     ]
     write_listing(shipped)
@@ -286,7 +343,17 @@ def import_state(args) -> int:
     if getattr(args, "state", None):
         written = rewrite_campaign_state(args.state, args.root, manifest)
         print(f"campaign state {args.state}: {written.size / 2**20:.2f} MiB, the checkpoints of the runs in progress")
-    return 2 if refused else 0
+    return 2 if refused or bad else 0
+
+
+def needs_unreadable(target: str, scale: str, copy: Copy | None, bad: dict[str, str]) -> bool:
+    """Whether the target needs a shipped run that cannot be read (a note says so: it is not rebuilt)."""
+    if not bad:
+        return False
+    needed = sorted(set(campaign_runs([target], scale, copy)[0]) & set(bad))
+    if needed:
+        print(f"note: {target} is not rebuilt: it needs shipped run {needed[0]}, which cannot be read")
+    return bool(needed)
 
 
 def rewrite_campaign_state(path: Path, root: Path, imported: dict):

@@ -41,6 +41,7 @@ from shared.runs.files import (
     history_rounds,
     holds_result,
     move_aside_checkpoint,
+    printable,
     records_result,
     rounds_done,
     run_members,
@@ -184,7 +185,7 @@ def state_defaults(args) -> dict[str, bytes]:
         return members
     members, refused = trusted_members(manifest, members)
     for line in refused:  # the run trains again here, as if the state had not held it
-        print(f"note: {line}; it is not restored", file=sys.stderr)
+        print(f"note: {printable(line)}; it is not restored", file=sys.stderr)
     # a state `bundle` made: the one a session returns holds what it advanced (shared/campaign/ledger.py)
     args.carried_rounds = (
         {

@@ -20,21 +20,21 @@ shared/campaign/carried_runs.py; where a target resolves, by shared/campaign/sta
 
 from __future__ import annotations
 
-import gzip
-import json
+import math
 import os
 import re
-import stat
-import tarfile
 import zlib
 from datetime import datetime
 from pathlib import Path
+
+import yaml
 
 from shared.campaign.ledger import BUNDLED, LEDGER, RUN_ID, ledger_problem
 from shared.data.catalog import DATASETS, is_sha256
 from shared.runs.files import (
     CLIENT_STATE,
     CLIENT_STATE_NAME,
+    MAX_CONFIG_BYTES,
     MAX_MEMBER_BYTES,
     MAX_MODEL_BYTES,
     MAX_SMALL_BYTES,
@@ -42,6 +42,8 @@ from shared.runs.files import (
     megabytes,
     sha256,
 )
+from shared.runs.strict_text import strict_json, strict_yaml
+from shared.runs.tar_reading import TarRefused, TarStream, decompressed, open_regular
 from shared.targets.copies import IMAGE_KINDS
 from shared.targets.experiments import SCALES
 
@@ -70,7 +72,10 @@ COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 # while gzip reaches 1000 times on a crafted stream
 EXPANSION_FLOOR = 64 * 2**20
 EXPANSION_RATIO = 100
-CHUNK = 2**20
+# A checkpoint holds the global model and a method's server state (SCAFFOLD's controls,
+# FedAvgM's momentum: a model each); a per-client state file a client's (MOON's previous model,
+# FedCurv's two Fisher terms); each with a margin for plain values
+CHECKPOINT_MODELS, CLIENT_STATE_MODELS, MODEL_MARGIN = 4, 3, 16 * 2**20
 
 
 class CampaignError(Exception):
@@ -84,6 +89,8 @@ def member_limit(name: str) -> int:
     file = name.split("/", 2)[-1]
     if file == "checkpoint.pt" or CLIENT_STATE_FILE.fullmatch(file):
         return MAX_MODEL_BYTES
+    if file == "config.yaml":
+        return MAX_CONFIG_BYTES
     return MAX_MEMBER_BYTES if file in ("metrics.jsonl", "partition.csv") else MAX_SMALL_BYTES
 
 
@@ -102,56 +109,6 @@ def member_problem(name: str) -> str | None:
     return None
 
 
-class Bounded:
-    """A stream that refuses to yield more than `limit` bytes in all."""
-
-    def __init__(self, source, limit: int, path: Path):
-        self.source, self.limit, self.path, self.count = source, limit, path, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.source.read(CHUNK if size is None or size < 0 else size)
-        self.count += len(data)
-        if self.count > self.limit:
-            raise CampaignError(
-                f"{self.path}: expands to more than {megabytes(self.limit)} (a damaged or hostile "
-                f"state: a real one holds at most {EXPANSION_RATIO} times its size)"
-            )
-        return data
-
-
-class Chained:
-    """The bytes of several open files, one after another."""
-
-    def __init__(self, files: list):
-        self.files = list(files)
-
-    def read(self, size: int = -1) -> bytes:
-        out = b""
-        while self.files and (size < 0 or len(out) < size):
-            data = self.files[0].read(-1 if size < 0 else size - len(out))
-            if not data:
-                self.files.pop(0)
-            out += data
-        return out
-
-
-def open_regular(part: Path):
-    """The part opened for reading if it is a regular file; a link (even to one), a device or a
-    FIFO is refused without being opened (or, swapped in meanwhile, read)."""
-    try:
-        if not stat.S_ISREG(os.lstat(part).st_mode):
-            raise CampaignError(
-                f"{part} is not a regular file (a link, a device or a FIFO); a state is read only from regular files"
-            )
-        fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise CampaignError(f"cannot open {part}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise CampaignError(f"{part} is not a regular file (a link, a device or a FIFO)")
-    return os.fdopen(fd, "rb")
-
-
 def read_checked(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]:
     """The manifest and members of the state in `parts` (the whole file, or its parts), each
     checked as the module's docstring says."""
@@ -160,16 +117,18 @@ def read_checked(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]
         for part in parts:
             files.append(open_regular(part))
         size = sum(os.fstat(f.fileno()).st_size for f in files)
-        stream = Chained(files)
-        magic = stream.read(2)
-        stream.files.insert(0, _Replay(magic))
-        if magic == b"\x1f\x8b":
-            stream = gzip.GzipFile(fileobj=stream, mode="rb")
-        manifest, members = read_members(path, Bounded(stream, EXPANSION_FLOOR + EXPANSION_RATIO * size, path))
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:  # zlib: a damaged stream
+        limit = EXPANSION_FLOOR + EXPANSION_RATIO * size
+        refusal = (
+            f"{path}: expands to more than {megabytes(limit)} (a damaged or hostile state: a real one "
+            f"holds at most {EXPANSION_RATIO} times its size)"
+        )
+        manifest, members = read_members(path, decompressed(files, limit, refusal), limit)
+    except (EOFError, OSError, zlib.error) as exc:  # zlib: a damaged stream
         raise CampaignError(
             f"cannot read state file {path}: {' '.join(str(exc).split()) or type(exc).__name__}"
         ) from None
+    except TarRefused as exc:
+        raise CampaignError(str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}") from None
     finally:
         for f in files:
             f.close()
@@ -178,49 +137,77 @@ def read_checked(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]
     return manifest, members
 
 
-class _Replay:
-    """Bytes read ahead (to tell gzip from tar), given back first."""
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def read(self, size: int = -1) -> bytes:
-        out, self.data = (self.data, b"") if size < 0 else (self.data[:size], self.data[size:])
-        return out
-
-
-def read_members(path: Path, stream: Bounded) -> tuple[object, dict[str, bytes]]:
-    """Every member of the tar stream, checked before it is read, and the manifest (parsed)."""
-    members, manifest, left = {}, None, stream.limit
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
-            why = member_problem(member.name) or (None if member.isfile() else "is not a regular file")
-            if why is None and (member.name in members or (member.name == MANIFEST and manifest is not None)):
-                why = "appears twice"
-            if why is None and member.size > min(member_limit(member.name), left):
-                limit = megabytes(min(member_limit(member.name), left))
-                why = f"holds {megabytes(member.size)}, over the limit of {limit}"
-            if why:
-                raise CampaignError(f"{path}: member {member.name[:120]!r} {why}")
-            left -= member.size
-            content = read_whole(tar.extractfile(member))
-            if member.name == MANIFEST:
-                manifest = parse_json(path, content)
-            else:
-                members[member.name] = content
+def read_members(path: Path, stream, budget: int) -> tuple[object, dict[str, bytes]]:
+    """Every member of the tar stream, its header checked before its data is read (a checkpoint
+    against its run's model: `model_limit`), and the manifest (parsed)."""
+    members, manifest, left, tar = {}, None, budget, TarStream(stream)
+    while (member := tar.next()) is not None:
+        why = member_problem(member.name) or (None if member.isfile() else f"is a {member.kind}, not a regular file")
+        if why is None and (member.name in members or (member.name == MANIFEST and manifest is not None)):
+            why = "appears twice"
+        limit = min(member_limit(member.name), left)
+        if why is None and is_model_state(member.name):
+            limit, why = model_limit(member.name, members, limit)
+        if why is None and member.size > limit:
+            why = f"holds {megabytes(member.size)}, over the limit of {megabytes(limit)}"
+        if why:
+            raise CampaignError(f"{path}: member {member.name[:120]!r} {why}")
+        left -= member.size
+        content = b"".join(tar.chunks())  # at most the header's size, checked above
+        if member.name == MANIFEST:
+            manifest = parse_json(path, content)
+        else:
+            members[member.name] = content
     return manifest, members
 
 
-def read_whole(source) -> bytes:
-    chunks = []
-    while chunk := source.read(CHUNK):  # at most the header's size, checked before
-        chunks.append(chunk)
-    return b"".join(chunks)
+def is_model_state(name: str) -> bool:
+    file = name.split("/", 2)[-1]
+    return file == "checkpoint.pt" or bool(CLIENT_STATE_FILE.fullmatch(file))
+
+
+def model_limit(name: str, members: dict[str, bytes], limit: int) -> tuple[int, str | None]:
+    """The most bytes a checkpoint (or per-client state file) of this run may hold, and why it
+    may hold none: what its config's model takes, times the copies a method keeps
+    (CHECKPOINT_MODELS, CLIENT_STATE_MODELS), with its history and a margin; `limit` where the
+    model's size is known only once its data loads (text models, image folders). A state
+    written here holds a run's config.yaml and metrics.jsonl before its checkpoint: without them
+    (or with a config.yaml that is none) MODEL_MARGIN, and the run is refused by its checks."""
+    kind, rid = name.split("/", 2)[:2]
+    config, history = members.get(f"{kind}/{rid}/config.yaml"), members.get(f"{kind}/{rid}/metrics.jsonl")
+    shapes = model_shapes(config) if config is not None and history is not None else False
+    if shapes is False:  # the run is refused by its checks (carried_runs.py); its bytes read are bounded
+        return min(limit, MODEL_MARGIN), None
+    if shapes is None:
+        return limit, None
+    model = 4 * sum(math.prod(shape) for shape in shapes.values())  # float32, as the trainer saves
+    copies = CHECKPOINT_MODELS if name.endswith("checkpoint.pt") else CLIENT_STATE_MODELS
+    return min(limit, copies * model + 2 * len(history) + MODEL_MARGIN), None
+
+
+def model_shapes(config: bytes):
+    """name -> shape of the tensors of the config's model; None where its data decides them;
+    False where config.yaml is not a run's config."""
+    from shared.models.registry import known_state_shapes
+
+    cfg = run_config(config)
+    return False if cfg is None else known_state_shapes(cfg)
+
+
+def run_config(config: bytes):
+    """The RunConfig a config.yaml holds (its run id aside); None where it holds none."""
+    from shared.config.schema import ConfigError, RunConfig, from_dict
+
+    try:
+        values = strict_yaml(config)
+        return from_dict(RunConfig, {k: v for k, v in values.items() if k != "run_id"})
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError, yaml.YAMLError, ConfigError):
+        return None
 
 
 def parse_json(path: Path, content: bytes):
     try:
-        return json.loads(content.decode("utf-8"))
+        return strict_json(content)
     except (ValueError, RecursionError) as exc:  # ValueError: not JSON, not UTF-8; RecursionError: nested too deep
         raise CampaignError(f"{path}: its {MANIFEST} is not JSON ({type(exc).__name__})") from None
 

@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple
 from torch import nn
 
 from shared.config.schema import ConfigError, RunConfig, check
-from shared.data.catalog import TextVocabulary, image_shape, is_text, names_where
+from shared.data.catalog import TextVocabulary, image_shape, is_text, names_where, num_classes
 from shared.models.nets import (
     AlexNetBN,
     DistilBert,
@@ -105,3 +105,16 @@ def model_for(cfg: RunConfig, federation) -> Net:
         text=federation.dataset.text,
         pretrained=cfg.model.pretrained,
     )
+
+
+def known_state_shapes(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
+    """name -> shape of every tensor in the run's model state, built without memory (torch's
+    meta device); None where they depend on data not yet loaded (text vocabularies, image folders)."""
+    import torch
+
+    shape, classes = image_shape(cfg), num_classes(cfg)
+    if shape is None or classes is None or cfg.model.name not in MODELS:
+        return None
+    with torch.device("meta"):
+        model = build_model(cfg.model.name, classes, shape[0], shape[1], cfg.model.projection_dim)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}

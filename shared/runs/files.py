@@ -25,12 +25,13 @@ from pathlib import Path
 import yaml
 
 from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
+from shared.runs.strict_text import StrictTextError, strict_json, strict_yaml
 
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
 CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/methods/client_state.py)
 # A per-client state file's name in CLIENT_STATE: the state's name (a method attribute), the
 # client, and the round that wrote it; the campaign carries the files of this form
-CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]+-[0-9]+-r[0-9]+\.pt")
+CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]{1,64}-[0-9]{1,9}-r[0-9]{1,9}\.pt")  # short: a path stays far below 255
 
 
 def client_state_name(state: str, client: int, round: int) -> str:
@@ -86,7 +87,7 @@ def history_problem(history, rounds: int) -> str | None:
 def recorded_run_id(config: Path) -> str | None:
     """The run id a run's config.yaml names (None: it cannot be read, or names none)."""
     try:
-        recorded = yaml.safe_load(config.read_text(encoding="utf-8"))
+        recorded = strict_yaml(config.read_bytes())
     except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
         return None
     return recorded.get("run_id") if isinstance(recorded, dict) else None
@@ -114,6 +115,35 @@ def temporary_path(path: Path, name: str | None = None) -> Path:
     return folder / (name or f".{path.name}.{os.getpid()}.tmp")
 
 
+TEMPORARY = re.compile(r"\.(.+)\.([0-9]{1,10})\.(tmp|old)")  # `temporary_path`'s names and folders': the owner's pid
+
+
+def is_alive(pid: int) -> bool:
+    """Whether a process of this id runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return True
+
+
+def remove_dead_temporaries(folder: Path, name: str | None = None) -> None:
+    """The temporary files and folders a killed writer left in `folder` (of `name` only, where
+    given): each names its owner's pid, and one whose owner runs is left to it."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        match = TEMPORARY.fullmatch(path.name)
+        if not match or (name is not None and match.group(1) != name) or is_alive(int(match.group(2))):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def write_atomically(path: Path, write) -> None:
     """`write(tmp)` then rename: readers see the old file or the new one, never a torn one."""
     path = Path(path)
@@ -134,9 +164,7 @@ def write_folder_atomically(out: Path, write) -> None:
     fails (a full disk, a bug) leaves the old folder or none, never a half-written one."""
     out = Path(out)
     tmp, old = out.with_name(f".{out.name}.{os.getpid()}.tmp"), out.with_name(f".{out.name}.{os.getpid()}.old")
-    for leftover in out.parent.glob(f".{out.name}.*.tmp"):  # a killed build's, of any process
-        shutil.rmtree(leftover, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_dead_temporaries(out.parent, out.name)  # a killed build's; a live one's stays
     try:
         write(tmp)
         if out.exists():
@@ -226,6 +254,7 @@ MAX_MODEL_BYTES = 2 * 1024**3
 MAX_MEMBER_BYTES = 256 * 1024**2  # partition.csv, metrics.jsonl
 SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
 MAX_SMALL_BYTES = 64 * 1024**2
+MAX_CONFIG_BYTES = 2**20  # a run's config.yaml: some 2 kB; YAML is parsed in pure Python, slowly
 RUN_ID = re.compile(r"[0-9a-f]{16}")  # a run directory's name (shared.config.schema.run_id)
 
 
@@ -262,6 +291,15 @@ def records_result(metrics: bytes) -> bool:
     return summary_problem(summary) is None and is_final(summary["status"])
 
 
+def records_failure(metrics: bytes) -> bool:
+    """Whether a metrics.json's bytes are a summary recording a failure (status failed: ...)."""
+    try:
+        summary = strict_json(metrics)
+    except (ValueError, RecursionError):
+        return False
+    return summary_problem(summary) is None and summary["status"].startswith("failed")
+
+
 def run_status(metrics: bytes) -> str:
     try:
         return str(json.loads(metrics).get("status", "unknown"))
@@ -290,11 +328,13 @@ def check_identity(run: str, small: dict[str, bytes]) -> None:
 
     metrics, config = small.get(f"runs/{run}/metrics.json"), small.get(f"runs/{run}/config.yaml")
     try:
-        recorded = json.loads(metrics)["run_id"] if metrics is not None else run
-        values = yaml.safe_load(config) if config is not None else None
+        recorded = strict_json(metrics)["run_id"] if metrics is not None else run
+        values = strict_yaml(config) if config is not None else None
         hashed = run_id(from_dict(RunConfig, {k: v for k, v in values.items() if k != "run_id"})) if values else run
         named = values.get("run_id", run) if values else run
-    except (ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, ConfigError):
+    except StrictTextError as exc:
+        raise RunFilesError(f"run {run}: its metrics.json or config.yaml is refused: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, yaml.YAMLError, ConfigError):
         raise RunFilesError(
             f"run {run}: its metrics.json or config.yaml cannot be read; the archive is damaged"
         ) from None
@@ -303,6 +343,12 @@ def check_identity(run: str, small: dict[str, bytes]) -> None:
             f"run {run}: its files belong to another run (metrics.json: {str(recorded)[:16]}, config.yaml "
             f"hashes to {hashed}); the archive is not what pack wrote"
         )
+
+
+def printable(text) -> str:
+    """Text as a terminal may show it: control characters (from another machine's files, which
+    could move the cursor over an `error:` line) written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def megabytes(n: int) -> str:

@@ -8,7 +8,14 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.runs.files import CLIENT_STATE, RUN_FILES, RunFilesError, holds_result, write_atomically
+from shared.runs.files import (
+    CLIENT_STATE,
+    RUN_FILES,
+    RunFilesError,
+    holds_result,
+    remove_dead_temporaries,
+    write_atomically,
+)
 from shared.runs.locking import claim_runs, move_aside_non_result
 
 SHIPPED = Path("results") / "shipped"
@@ -26,6 +33,7 @@ def put_finished(run_dir: Path, files: dict[str, bytes]) -> bool:
     moved aside, as unpacking an archive does. Call it holding the run's lock (`claim_runs`)."""
     if holds_result(run_dir):
         return False
+    remove_dead_temporaries(run_dir)  # a killed import's or copy's
     for file in RUN_FILES:
         if file in files:
             if file == "metrics.json":

@@ -90,6 +90,36 @@ def run_samples(cfg: dict, metrics: dict) -> float:
     return trained + tested / 3
 
 
+def run_throughput(metrics_path: Path, device: str, benchmark_dirs) -> tuple[str, float, float] | None:
+    """(model name, samples, seconds) of a run completed on `device`; None for any other run,
+    or a damaged one (fields of the wrong type: `status` names it)."""
+    import yaml
+
+    try:
+        metrics = json.loads(metrics_path.read_text())
+        cfg = yaml.safe_load((metrics_path.parent / "config.yaml").read_text())
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):
+        return None
+    if not isinstance(metrics, dict) or not isinstance(cfg, dict):
+        return None
+    if metrics.get("status") != "completed" or device_kind(metrics.get("device")) != device:
+        return None
+    seconds = metrics.get("wall_time_s") or 0.0
+    if not seconds:
+        for folder in benchmark_dirs:
+            tsv = Path(folder) / f"{metrics_path.parent.name}.tsv"
+            if tsv.exists():
+                with open(tsv, newline="") as f:
+                    seconds = float(next(csv.DictReader(f, delimiter="\t"))["s"])
+                break
+    try:
+        done = run_samples(cfg, metrics)
+        model = cfg.get("model", {}).get("name", "?")
+        return (str(model), done, seconds) if seconds > 0 and done > 0 else None
+    except (TypeError, AttributeError):
+        return None
+
+
 def measured_throughput(
     device: str = "cuda",
     runs_dir: str | Path = "results/runs",
@@ -98,30 +128,13 @@ def measured_throughput(
 ) -> dict[str, dict]:
     """model name -> {"samples_per_s", "source"} from this machine's measurements on `device`
     (cuda or cpu): finished runs first, else speed benchmark results."""
-    import yaml
-
     found: dict[str, dict] = {}
     totals: dict[str, list[float]] = {}
     runs_dir = Path(runs_dir)
     for metrics_path in sorted(runs_dir.glob("*/metrics.json")) if runs_dir.is_dir() else []:
-        try:
-            metrics = json.loads(metrics_path.read_text())
-            cfg = yaml.safe_load((metrics_path.parent / "config.yaml").read_text())
-        except (OSError, ValueError, yaml.YAMLError):
-            continue
-        if metrics.get("status") != "completed" or device_kind(metrics.get("device")) != device:
-            continue
-        seconds = metrics.get("wall_time_s") or 0.0
-        if not seconds:
-            for folder in benchmark_dirs:
-                tsv = Path(folder) / f"{metrics_path.parent.name}.tsv"
-                if tsv.exists():
-                    with open(tsv, newline="") as f:
-                        seconds = float(next(csv.DictReader(f, delimiter="\t"))["s"])
-                    break
-        done = run_samples(cfg, metrics)
-        if seconds > 0 and done > 0:
-            model = cfg.get("model", {}).get("name", "?")
+        measured = run_throughput(metrics_path, device, benchmark_dirs)
+        if measured is not None:
+            model, done, seconds = measured
             total = totals.setdefault(model, [0.0, 0.0, 0])
             total[0] += done
             total[1] += seconds

@@ -12,6 +12,7 @@ import yaml
 from shared.campaign.state import write_state
 from shared.config.schema import RunConfig, identity, run_id, to_dict
 from shared.data.catalog import num_classes
+from shared.models.registry import known_state_shapes
 from shared.training.trainer import summarize
 
 
@@ -42,21 +43,34 @@ def jsonl(records: list[dict]) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in records).encode()
 
 
+def partition_csv(cfg: RunConfig) -> bytes:
+    """The client-by-class counts a run of `cfg` writes: 5 samples of each class per client."""
+    classes = num_classes(cfg)
+    rows = [",".join(["client", *map(str, range(classes))])]
+    rows += [",".join([str(client), *["5"] * classes]) for client in range(cfg.partition.clients)]
+    return ("\n".join(rows) + "\n").encode()
+
+
 def finished_files(cfg: RunConfig, status: str = "completed") -> dict[str, bytes]:
     records = history(cfg, cfg.federation.rounds)
     summary = summarize(records, cfg, status, 12.0, {"device": "cuda:0"})
     return {
         "config.yaml": config_yaml(cfg),
-        "partition.csv": b"client,0\n0,5\n",
+        "partition.csv": partition_csv(cfg),
         "metrics.jsonl": jsonl(records),
         "metrics.json": json.dumps(summary, indent=1).encode(),
     }
 
 
+def model_state(cfg: RunConfig) -> dict:
+    """The config's model's tensors, zeros: what a checkpoint's global model holds."""
+    return {name: torch.zeros(shape) for name, shape in known_state_shapes(cfg).items()}
+
+
 def checkpoint(cfg: RunConfig, records: list[dict]) -> bytes:
     buffer = io.BytesIO()
     torch.save(
-        {"identity": identity(cfg), "history": records, "global": {"w": torch.zeros(3)}, "method": {}, "elapsed": 3.0},
+        {"identity": identity(cfg), "history": records, "global": model_state(cfg), "method": {}, "elapsed": 3.0},
         buffer,
     )
     return buffer.getvalue()
@@ -66,7 +80,7 @@ def progress_files(cfg: RunConfig, rounds: int = 1) -> dict[str, bytes]:
     records = history(cfg, rounds)
     return {
         "config.yaml": config_yaml(cfg),
-        "partition.csv": b"client,0\n0,5\n",
+        "partition.csv": partition_csv(cfg),
         "metrics.jsonl": jsonl(records),
         "checkpoint.pt": checkpoint(cfg, records),
     }

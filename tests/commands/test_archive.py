@@ -19,6 +19,7 @@ import pytest
 from shared.archive import MANIFEST, main
 from shared.targets.experiments import expand, get_table
 from shared.training import trainer
+from tests.campaign.carried_states import finished_files
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "papers/fedcad/table4"
@@ -261,22 +262,13 @@ def test_after_unpacking_the_workflow_schedules_only_the_missing_runs(tmp_path):
     ids = [c.run_id for c in table_cells(tmp_path / "data")]
     source, project = tmp_path / "source", project_copy(tmp_path / "project")
 
-    def finish(run_ids):  # what the table rule reads; enough for a dry run
+    configs = {c.run_id: c.config for c in table_cells(tmp_path / "data")}
+
+    def finish(run_ids):  # a run's files as the trainer writes them (unpack checks them all)
         for rid in run_ids:
-            (source / "results" / "runs" / rid).mkdir(parents=True, exist_ok=True)
-            (source / "results" / "runs" / rid / "metrics.json").write_text(
-                json.dumps(
-                    {
-                        "status": "completed",
-                        "run_id": rid,
-                        "final_acc": 30.0,
-                        "best_acc": 30.0,
-                        "eval_rounds": [1, 2, 3],
-                        "global_acc": [10.0, 20.0, 30.0],
-                        "local_acc": [10.0, 15.0, 20.0],
-                    }
-                )
-            )
+            for name, data in finished_files(configs[rid]).items():
+                (source / "results" / "runs" / rid).mkdir(parents=True, exist_ok=True)
+                (source / "results" / "runs" / rid / name).write_bytes(data)
 
     finish(ids[:5])
     assert pack(source, tmp_path / "some.tar.gz") == 0
