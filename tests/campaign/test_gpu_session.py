@@ -322,6 +322,7 @@ def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
         carried_rounds=carried,
         part_mib=15,
         max_parts=8,
+        root=tmp_path,
     )
     campaign_train.state_run_ids.cache_clear()
     campaign_train.save(args, runs_dir)
