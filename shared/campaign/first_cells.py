@@ -30,6 +30,7 @@ class ChosenCell:
     row: str
     setting: str
     seed: int
+    rounds: int
 
     @property
     def name(self) -> str:
@@ -83,5 +84,5 @@ def chosen_cells(values: list[str] | None, targets: list[str], scale: str, copy:
         cfg = on_copy(cell.config, copy)
         if cfg is not None:
             rid = run_id(cfg)
-            chosen.setdefault(rid, ChosenCell(rid, cell.row.label, cell.column.label, cell.seed))
+            chosen.setdefault(rid, ChosenCell(rid, cell.row.label, cell.column.label, cell.seed, cfg.federation.rounds))
     return list(chosen.values())

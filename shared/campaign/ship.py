@@ -74,7 +74,8 @@ def cell_progress(cell, state: dict[str, bytes], finished_in_state: set[str], ar
         return f"finished (run {cell.run_id})"
     history = state.get(f"progress/{cell.run_id}/metrics.jsonl", b"")
     rounds = max(rounds_done(runs_dir / cell.run_id), history_rounds(history), 0)
-    return f"{rounds} rounds done (run {cell.run_id})" if rounds else f"not started (run {cell.run_id})"
+    done = f"{rounds} round{'s' if rounds > 1 else ''} of {cell.rounds} done"
+    return f"{done} (run {cell.run_id})" if rounds else f"not started (run {cell.run_id})"
 
 
 def final_accuracy(run_dir: Path) -> float | None:
