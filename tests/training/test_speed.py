@@ -46,7 +46,13 @@ def test_speed_benchmark_runs_every_small_model_variant_and_writes_json(tmp_path
         "batched-bf16",
         "threads",
         "threads-bf16",
+        "threads-nchw",  # the CPU campaign's: client threads in the default layout,
+        "channels-last",  # and the two speed-ups a run id holds
+        "no-local-eval",
     }
+    assert report["variants"]["threads-nchw"]["final_acc"] == pytest.approx(
+        report["variants"]["sequential"]["final_acc"], abs=2
+    )  # threads of one core each train the same samples as one after another
     for variant in report["variants"].values():
         assert variant["rounds"] == 1 and variant["samples_per_s"] > 0 and variant["accuracy_comparable"]
     # the same partition, initial weights and samples: fp32 runs agree to float rounding (a test
