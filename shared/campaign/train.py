@@ -416,6 +416,8 @@ def check_parts(args) -> None:
 
 
 def on_cuda(device: str) -> bool:
+    """Whether trainer.device names CUDA (auto: where this machine has it), read by name: the
+    device is checked where a run starts (shared/training/trainer.py resolve_device)."""
     import torch
 
     return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
@@ -428,9 +430,8 @@ def cpu_defaults(device: str, clients_per_step: int | None, settings: dict) -> d
     well and two poorly (benchmarks/README.md, the CPU campaign)."""
     import torch
 
-    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     trainer = settings.get("trainer", {})
-    if not on_cpu or (clients_per_step or 1) > 1 or {"client_threads", "compile"} & set(trainer):
+    if on_cuda(device) or (clients_per_step or 1) > 1 or {"client_threads", "compile"} & set(trainer):
         return settings
     return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workflow.test_workflow import make_project, snakemake
+from tests.workflow.test_workflow import add_paper, make_project, snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = 6  # more runs than the GPUs of any case below, so the GPU count is what caps them
@@ -67,11 +67,7 @@ TABLES = [Table("wfgpu", "table1", "Runs that meet", BASE, [Row("Meeting", {{"na
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("gpus"))
-    paper = project / "papers" / "wfgpu"
-    paper.mkdir()
-    (paper / "__init__.py").write_text(MEETING_INIT)
-    (paper / "methods.py").write_text(MEETING_METHODS)
-    (paper / "tables.py").write_text(MEETING_TABLES)
+    add_paper(project, "wfgpu", MEETING_INIT, MEETING_METHODS, MEETING_TABLES)
     return project
 
 

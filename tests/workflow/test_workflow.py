@@ -98,12 +98,17 @@ def make_project(copy: Path, check_paper: bool = False) -> Path:
         else:
             shutil.copy(src, copy / part)
     if check_paper:
-        paper = copy / "papers" / "wfcheck"
-        paper.mkdir()
-        (paper / "__init__.py").write_text(CHECK_PAPER_INIT)
-        (paper / "methods.py").write_text(CHECK_PAPER_METHODS)
-        (paper / "tables.py").write_text(CHECK_PAPER_TABLES)
+        add_paper(copy, "wfcheck", CHECK_PAPER_INIT, CHECK_PAPER_METHODS, CHECK_PAPER_TABLES)
     return copy
+
+
+def add_paper(project: Path, name: str, init: str, methods: str, tables: str) -> None:
+    """A paper package of the test's own in the project's papers/."""
+    paper = project / "papers" / name
+    paper.mkdir()
+    (paper / "__init__.py").write_text(init)
+    (paper / "methods.py").write_text(methods)
+    (paper / "tables.py").write_text(tables)
 
 
 def paper_runs(paper: str, table: str, project: Path, scale: str = "smoke") -> list[str]:
