@@ -64,7 +64,7 @@ def measure(name: str, overrides: list[str], rebuild: bool) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.data_costs",
         description=__doc__,
@@ -73,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs="+", help="dataset names, then key=value overrides")
     parser.add_argument("--rebuild", action="store_true", help="delete each dataset's cached tensors first")
     parser.add_argument("--out", default="results/benchmarks/data_costs.json")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = argument_parser().parse_args(argv)
     names = [a for a in ns.args if "=" not in a]
     overrides = [a for a in ns.args if "=" in a]
     results = {}

@@ -284,7 +284,7 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.first_run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -292,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", help="CIFAR-10 as a JPEG zip (dataset=imagefolder); default: synthetic data")
     parser.add_argument("--minutes", type=float, required=True, help="the time budget for all steps, in minutes")
     parser.add_argument("--profile-into", type=Path, help=argparse.SUPPRESS)  # the child that runs the profile
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     clock, cuda = Clock(args.minutes), torch.cuda.is_available()

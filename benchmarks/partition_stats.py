@@ -70,11 +70,15 @@ def variants(kind: str, clients: int, value: float):
     yield "FedDF/FedGKD code: clients (dirichlet_balanced)", balanced, False
 
 
-def main() -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--only", nargs="*", default=[], help="settings whose label contains one of these")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = argument_parser().parse_args()
     print(f"Synthetic labels (classes interleaved), mean over seeds 0..{args.seeds - 1}.\n")
     print(
         "| setting | partition | smallest client | largest client | classes >= 1 sample | classes >= 5% "

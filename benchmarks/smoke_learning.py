@@ -55,7 +55,7 @@ def parse_sets(pairs: list[str]) -> dict:
     return nested({key: yaml.safe_load(value) for key, _, value in (p.partition("=") for p in pairs)})
 
 
-def main(argv=None):
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paper")
     parser.add_argument("table")
@@ -72,6 +72,11 @@ def main(argv=None):
     parser.add_argument("--columns", nargs="*", help="only these columns (default: all)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="results/benchmarks/smoke_learning")
+    return parser
+
+
+def main(argv=None):
+    parser = argument_parser()
     args = parser.parse_args(argv)
     for name, _, value in (s.partition("=") for s in args.smoke):
         if not name.startswith("SMOKE_") or not hasattr(experiments, name):

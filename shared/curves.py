@@ -173,11 +173,15 @@ def plot(runs: list[RunCurves], out: str | Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m shared.curves", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (results/runs/<run id>)")
     parser.add_argument("-o", "--out", default="curves.png", help="the PNG to write (default: curves.png)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
     runs = []
     for run_dir in args.runs:
         try:
