@@ -456,6 +456,10 @@ def check(page: Page, command: Command, snakemake_runs: dict | None = None) -> l
                 wrong += check(page, Command(command.page, command.line, inner), snakemake_runs)
             elif re.fullmatch(r"(\.venv/bin/)?python3?", program) and args[:1] == ["-m"]:
                 check_module(page, args[1], args[2:], command.inline)
+            elif re.fullmatch(r"(\.venv/bin/)?python3?", program) and args[:1] == ["scripts/requirements.py"]:
+                # writes requirements*.txt; --check (the same arguments otherwise) writes nothing
+                proc = subprocess.run([sys.executable, str(ROOT / args[0]), *(args[1:] or ["--check"])])
+                assert proc.returncode == 0, f"{shlex.join(args)}: exit status {proc.returncode}"
             elif re.fullmatch(r"(\.venv/bin/)?python3?", program) and args == ["-"]:
                 check_heredoc(page, command.heredoc)
             elif re.fullmatch(r"(\.venv/bin/)?pytest", program):
