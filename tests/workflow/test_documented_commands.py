@@ -525,3 +525,22 @@ def test_snakemake_targets_plan_as_documented(tmp_path):
         if proc.returncode != 0:
             failures.append(f"{shown}\n{stderr[-2000:]}")
     assert not failures, "\n".join(failures)
+
+
+def test_what_the_workflow_writes_leaves_git_status_clean():
+    """Every output of the documented commands at paper scale (a paper's tables, figures,
+    searches and claims land in papers/, the runs shared by papers beside them) is ignored by
+    git, as are the runs, logs, data, Snakemake's state and the report."""
+    written = [f"papers/{paper}/{name}/table.csv" for paper in paper_names() for name in paper_target_names(paper)]
+    written += [f"papers/{paper}/claims/claims.csv" for paper in paper_names()]
+    written += ["papers/shared_runs/shared.csv", "results/runs/x/metrics.json", "results/logs/x.log"]
+    written += ["results/smoke/fedssd/table2/table.csv", "data/cifar-10-python.tar.gz", ".snakemake/x", "report.html"]
+    proc = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--verbose", "--non-matching", "--stdin"],
+        cwd=ROOT,
+        input="\n".join(written) + "\n",
+        capture_output=True,
+        text=True,
+    )
+    tracked = [line.split("\t")[1] for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert not tracked, f"git would show these outputs as untracked: {tracked}"
