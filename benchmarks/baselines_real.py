@@ -31,12 +31,17 @@ METHODS = {
 }
 
 
-def main():
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("data", nargs="?", help="a CIFAR-10 image folder (default: the official CIFAR-10)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
+    return parser
+
+
+def main():
+    parser = argument_parser()
     args = parser.parse_args()
     out = Path("results/benchmarks/baselines_real")
     rows = []

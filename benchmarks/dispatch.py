@@ -103,13 +103,18 @@ def step_counts() -> dict[str, int]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.dispatch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median); 0: count operators only")
     parser.add_argument("--steps-only", action="store_true", help="the operators per group step alone")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     for method, count in step_counts().items():
         print(f"non-view ops per group step: {method} {count}", flush=True)

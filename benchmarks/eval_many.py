@@ -43,7 +43,7 @@ def dispatched(work) -> int:
     return sum(1 for event in profile.events() if event.name.startswith("aten::"))
 
 
-def main(argv: list[str] | None = None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=15)
     parser.add_argument("--images", type=int, default=10_000, help="test images (a multiple of 10)")
@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     cfg = load_config(
         None,

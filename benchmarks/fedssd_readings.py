@@ -64,7 +64,7 @@ def protocol(args) -> list[str]:
     return overrides + ([f"dataset.train_subset={args.train_subset}"] if args.train_subset else [])
 
 
-def main(argv=None):
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data", nargs="?", help="a CIFAR-10 image folder (default: the official CIFAR-10)")
     parser.add_argument("--rounds", type=int, default=33)
@@ -75,6 +75,11 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: leave the other cores free)")
     parser.add_argument("--out", default="results/benchmarks/fedssd_readings.json")
     parser.add_argument("--join", nargs="+", metavar="JSON", help="join earlier outputs into --out instead of training")
+    return parser
+
+
+def main(argv=None):
+    parser = argument_parser()
     args = parser.parse_args(argv)
     if args.data and args.join:
         parser.error("give the data folder or --join with earlier outputs, not both")

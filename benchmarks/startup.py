@@ -55,12 +55,17 @@ def a_run_id(scale: str) -> str:
     return min(json.loads((ROOT / "results" / ".configs" / f"{scale}.json").read_text()))
 
 
-def main(argv: list[str] | None = None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="the commit to compare with (e.g. a merge base)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--scale", default="smoke")
     parser.add_argument("--target", default="papers/fedssd/table2")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     snakemake = [
         str(Path(sys.executable).with_name("snakemake")),

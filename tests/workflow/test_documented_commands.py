@@ -1,5 +1,5 @@
 """Every command of the user's pages works as written, in the order the page gives it: README.md,
-docs/*.md and papers/*/README.md. The commands are read from the pages themselves, from their code
+docs/*.md, papers/*/README.md and benchmarks/README.md. The commands are read from the pages themselves, from their code
 blocks (indented or fenced) and from the inline `code` that starts with a command, and each is
 checked cheaply but for real:
 
@@ -47,6 +47,7 @@ from tests.workflow.test_workflow import make_project
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 PAGES += sorted(f"papers/{p.parent.name}/README.md" for p in (ROOT / "papers").glob("*/README.md"))
+PAGES += ["benchmarks/README.md"]  # each measurement's command
 
 # How a command starts: environment settings, then the program. Inline `code` is a command only
 # when it starts so (and has something after an environment setting).
@@ -81,8 +82,9 @@ WORD_PLACEHOLDERS = {
     "KEY=VALUE": "trainer.progress=false",
     "key=value": "federation.rounds=3",
     "NAME": "cifar10",
+    "COMMIT": "HEAD",
 }
-IN_WORD_PLACEHOLDERS = ("OUT", "FILE", "DIR_A", "DIR_B", "DIR", "config.yaml")  # -> paths under tmp_path
+IN_WORD_PLACEHOLDERS = ("OUTDIR", "OUT", "FILE", "DIR_A", "DIR_B", "DIR", "config.yaml")  # -> paths under tmp_path
 
 # Paths a page's commands name that another page, or a download, makes.
 PRODUCED_ELSEWHERE = {
@@ -201,7 +203,8 @@ def page_commands(page: str) -> tuple[list[Command], list[str]]:
 
 def fill(word: str, tmp: Path) -> str | None:
     """A word with the reader's values put in (None: a word that stands for more of the same)."""
-    word = word.strip("[]")
+    if not re.fullmatch(r"\.\[[\w,]+\]", word):  # `[--option]` is optional; `.[extra]` is pip's
+        word = word.strip("[]")
     if word in ("...", ""):
         return None
     if word in WORD_PLACEHOLDERS:
