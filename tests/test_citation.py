@@ -28,3 +28,18 @@ def test_the_licence_is_declared_where_packaging_reads_it():
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
     assert yaml.safe_load((ROOT / "CITATION.cff").read_text())["license"] == "MIT"
+
+
+def test_the_changelog_keeps_a_changelog_form():
+    """CHANGELOG.md as keepachangelog.com lays it out: Unreleased first, then released versions
+    with their dates, changes by kind; the measurements a change replaced, each with its date."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert text.startswith("# Changelog\n") and "keepachangelog.com" in text
+    versions = re.findall(r"^## (.*)$", text, re.M)
+    assert versions[0] == "[Unreleased]"
+    assert all(re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d{2}-\d{2}", v) for v in versions[1:]), versions
+    kinds = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security", "Measurement history"}
+    assert set(re.findall(r"^### (.*)$", text, re.M)) <= kinds
+    history = text.split("### Measurement history\n")[1].split("\n## ")[0]
+    entries = [line for line in history.splitlines() if line.startswith("- ")]
+    assert entries and all(re.match(r"- \d{4}-\d{2}-\d{2}, ", line) for line in entries)

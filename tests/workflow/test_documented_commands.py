@@ -547,3 +547,16 @@ def test_what_the_workflow_writes_leaves_git_status_clean():
     )
     tracked = [line.split("\t")[1] for line in proc.stdout.splitlines() if line.startswith("::")]
     assert not tracked, f"git would show these outputs as untracked: {tracked}"
+
+
+def test_every_measurement_says_how_to_reproduce_it():
+    """benchmarks/README.md holds the current measurements (at most 200 lines; their history is
+    CHANGELOG.md's), each section with the command that measures it, checked above."""
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    commands = page_commands("benchmarks/README.md")[0]
+    starts = [i + 1 for i, line in enumerate(text.splitlines()) if line.startswith("## ")]
+    for start, end in zip(starts, [*starts[1:], len(text.splitlines()) + 1]):
+        title = text.splitlines()[start - 1]
+        if title != "## The data these benchmarks read":  # how the data is made: docs/data.md's program
+            assert any(start < c.line < end for c in commands), f"benchmarks/README.md {title}: no command"
