@@ -9,7 +9,9 @@ A TARGET is written as for Snakemake: `papers/fedssd/table2`, `papers/fedcad/fig
 `papers/fedcad/search_fedprox`, a whole paper `papers/fedssd` (or `fedssd`: its tables and
 figures) or `fedssd_searches`. `pack` finds the runs the targets need at the scale (the run ids
 are what the workflow computes, so they do not depend on the device or on speed switches) and
-writes one tar (gzip-compressed when FILE ends in .gz or .tgz) holding, for each run that has
+writes one transfer file of kind "archive" (shared/runs/transfer.py: format fedrepro-runs/2, the
+one format runs travel in, a campaign's state file being its other kind; a tar, gzip-compressed
+when FILE ends in .gz or .tgz, with manifest.json last) holding, for each run that has
 finished (its metrics.json exists, whatever its status), metrics.json, metrics.jsonl,
 config.yaml, partition.csv and, with --models, model.pt. Runs not finished are listed in the
 manifest as missing; their checkpoints are never packed. FedCAD's fig1 reads a run's model.pt:
@@ -18,9 +20,13 @@ pack it with --models.
 `pack` never replaces a file: an existing FILE is refused unless --force is given, and FILE
 may not lie in a run directory.
 
-`unpack` checks the whole archive first (every member's SHA-256 and size against the manifest,
-each member streamed and at most its size limit (MAX_*_BYTES); no absolute paths, `..`, links or members
-the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each run's identity:
+`unpack` reads archives of this version and of the previous one (fedrepro-runs/1). It checks
+the whole archive first, in one pass of shared/runs/transfer.py (every member's SHA-256 and
+size against the manifest, each member at most its size limit (MAX_*_BYTES; a model.pt what
+its run's model needs), refused at its header; a model.pt over 1 MiB streamed to a folder of
+this process beside results/runs/, never held in memory; no absolute paths, `..`, links or
+members the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each
+run's model.pt loaded with weights_only=True into its config's model, finite; each run's identity:
 the run id in its metrics.json and the hash of its config.yaml are its directory's name; each
 result what the trainer writes: shared/campaign/run_schema.py) and only then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's

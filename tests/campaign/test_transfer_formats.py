@@ -165,3 +165,16 @@ def test_no_other_module_opens_a_transfer_file():
         if any(call in p.read_text() for call in ("open_regular(", "decompressed(", "TarStream("))
     ]
     assert sorted(openers) == ["runs/tar_reading.py", "runs/transfer.py"]
+
+
+def test_the_committed_campaign_state_reads(tmp_path):
+    """results/campaign/state.tar.gz as committed (fedrepro-campaign/1 when this version came),
+    read from a copy: nothing is staged or set aside beside the tracked file."""
+    import shutil
+
+    tracked = Path(__file__).resolve().parents[2] / "results" / "campaign" / "state.tar.gz"
+    if not tracked.is_file():
+        pytest.skip("no committed campaign state in this checkout")
+    shutil.copy(tracked, tmp_path / "state.tar.gz")
+    manifest, members = read_state(tmp_path / "state.tar.gz")
+    assert manifest["format"] == FORMAT and manifest["kind"] == "campaign" and members

@@ -74,6 +74,7 @@ def test_round_trip_gives_identical_bytes_of_finished_runs_only(source, tmp_path
     manifest = read_manifest(archive)
     assert manifest["runs"] == {"needed": 8, "packed": 2, "missing": 6}
     assert manifest["targets"] == [TARGET] and manifest["scale"] == "smoke" and manifest["packing_seconds"] >= 0
+    assert manifest["format"] == "fedrepro-runs/2" and manifest["kind"] == "archive" and manifest["written_at"]
     assert [r["run_id"] for r in manifest["packed"]] == ids[:2] and {r["status"] for r in manifest["packed"]} == {
         "completed"
     }
