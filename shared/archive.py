@@ -9,7 +9,9 @@ A TARGET is written as for Snakemake: `papers/fedssd/table2`, `papers/fedcad/fig
 `papers/fedcad/search_fedprox`, a whole paper `papers/fedssd` (or `fedssd`: its tables and
 figures) or `fedssd_searches`. `pack` finds the runs the targets need at the scale (the run ids
 are what the workflow computes, so they do not depend on the device or on speed switches) and
-writes one tar (gzip-compressed when FILE ends in .gz or .tgz) holding, for each run that has
+writes one transfer file of kind "archive" (shared/runs/transfer.py: format fedrepro-runs/2, the
+one format runs travel in, a campaign's state file being its other kind; a tar, gzip-compressed
+when FILE ends in .gz or .tgz, with manifest.json last) holding, for each run that has
 finished (its metrics.json exists, whatever its status), metrics.json, metrics.jsonl,
 config.yaml, partition.csv and, with --models, model.pt. Runs not finished are listed in the
 manifest as missing; their checkpoints are never packed. FedCAD's fig1 reads a run's model.pt:
@@ -18,9 +20,13 @@ pack it with --models.
 `pack` never replaces a file: an existing FILE is refused unless --force is given, and FILE
 may not lie in a run directory.
 
-`unpack` checks the whole archive first (every member's SHA-256 and size against the manifest,
-each member streamed and at most its size limit (MAX_*_BYTES); no absolute paths, `..`, links or members
-the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each run's identity:
+`unpack` reads archives of this version and of the previous one (fedrepro-runs/1). It checks
+the whole archive first, in one pass of shared/runs/transfer.py (every member's SHA-256 and
+size against the manifest, each member at most its size limit (MAX_*_BYTES; a model.pt what
+its run's model needs), refused at its header; a model.pt over 1 MiB streamed to a folder of
+this process beside results/runs/, never held in memory; no absolute paths, `..`, links or
+members the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each
+run's model.pt loaded with weights_only=True into its config's model, finite; each run's identity:
 the run id in its metrics.json and the hash of its config.yaml are its directory's name; each
 result what the trainer writes: shared/campaign/run_schema.py) and only then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
@@ -39,21 +45,14 @@ print one line and exit with code 2, before anything is written.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
-import json
-import os
 import re
 import shutil
 import sys
-import tarfile
 import time
-import zlib
 from contextlib import ExitStack
-from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from shared.campaign.state_reading import EXPANSION_FLOOR, EXPANSION_RATIO, run_config
+from shared.campaign.state_reading import model_limit, run_config, scale_problem
 from shared.runs.files import (
     MAX_CONFIG_BYTES,
     MAX_MEMBER_BYTES,
@@ -63,7 +62,6 @@ from shared.runs.files import (
     RUN_FILES,
     RUN_ID,
     RunFilesError,
-    add_member,
     check_identity,
     holds_result,
     is_final,
@@ -75,17 +73,21 @@ from shared.runs.files import (
     run_state,
     run_status,
     sha256,
-    temporary_path,
 )
 from shared.runs.locking import claim_runs, move_aside_non_result
-from shared.runs.strict_text import strict_json
-from shared.runs.tar_reading import Member, TarRefused, TarStream, decompressed, open_regular
+from shared.runs.transfer import (
+    MANIFEST,  # noqa: F401 (the archive's manifest's name, for its readers)
+    Kind,
+    Staging,
+    TransferError,
+    install,
+    is_outside,
+    read_transfer,
+    write_transfer,
+)
 from shared.targets.resolve import TargetError, needed_runs
 
-FORMAT = "fedrepro-runs/1"
-MANIFEST = "manifest.json"
 RUNS_DIR = Path("results") / "runs"
-CHUNK = 1024**2
 MEMBER = re.compile(rf"runs/({RUN_ID.pattern})/({'|'.join(re.escape(f) for f in (*RUN_FILES, MODEL_FILE))})")
 # The workflow's --config keys (workflow/schemas/config.schema.yaml); only scale changes run ids.
 WORKFLOW_KEYS = ("scale", "data_root", "device", "clients_per_step", "client_threads", "runs_per_job")
@@ -117,21 +119,6 @@ def collect(run_ids: list[str], runs_dir: Path, models: bool) -> tuple[list[tupl
     return files, packed, missing
 
 
-def write_archive(out: Path, files: list[tuple[str, bytes, float]], manifest: dict) -> None:
-    """The tar under a temporary name of this process, then renamed: a reader never sees half
-    an archive, and two packers writing the same name do not mix their members."""
-    compressed = out.name.endswith((".gz", ".tgz"))
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with tarfile.open(tmp, "w:gz" if compressed else "w", format=tarfile.PAX_FORMAT) as tar:
-            for name, data, mtime in files:
-                add_member(tar, name, data, mtime)
-            add_member(tar, MANIFEST, json.dumps(manifest, indent=1).encode(), time.time())
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def check_destination(out: Path, runs_dir: Path, force: bool) -> None:
     """An archive replaces no file unless asked (--force), and never a run's file."""
     if out.resolve().is_relative_to(runs_dir.resolve()):
@@ -143,219 +130,150 @@ def check_destination(out: Path, runs_dir: Path, force: bool) -> None:
 
 
 def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool = False, force: bool = False) -> dict:
-    """Write the archive of the targets' finished runs; returns its manifest. The manifest is
-    the archive's last member (its checksums are of the members before it)."""
+    """Write the archive of the targets' finished runs (shared/runs/transfer.py `write_transfer`:
+    under a temporary name of this process, then renamed); returns its manifest. The manifest
+    is the archive's last member (its checksums are of the members before it)."""
     check_destination(out, runs_dir, force)
     started = time.perf_counter()
     run_ids = needed_runs(targets, scale)
     files, packed, missing = collect(run_ids, runs_dir, models)
-    manifest = {
-        "format": FORMAT,
+    about = {
         "targets": targets,
         "scale": scale,
         "models": models,
         "runs": {"needed": len(run_ids), "packed": len(packed), "missing": len(missing)},
         "packed": packed,
         "missing": missing,
-        "members": [{"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files],
-        "packed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "packing_seconds": round(time.perf_counter() - started, 3),
     }
-    manifest["packing_seconds"] = round(time.perf_counter() - started, 3)
-    write_archive(out, files, manifest)
-    return manifest
+    return write_transfer(out, "archive", [files], about).manifest
 
 
 # --- unpack: checks -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def opened(archive: Path):
-    """The archive's members (shared/runs/tar_reading.py: headers checked before they are parsed),
-    its stream expanding to at most what a state file may (EXPANSION_FLOOR, EXPANSION_RATIO)."""
-    with open_regular(archive) as raw:
-        limit = EXPANSION_FLOOR + EXPANSION_RATIO * os.fstat(raw.fileno()).st_size
-        yield TarStream(
-            decompressed([raw], limit, f"expands to more than {megabytes(limit)} (a damaged or hostile archive)")
-        )
+def member_problem(name: str) -> str | None:
+    """Why a member could write outside results/runs/<id>/ or is not a run's file (None: it is one)."""
+    outside = is_outside(name)
+    if outside or MEMBER.fullmatch(name):
+        return outside
+    return f"is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)"
 
 
-def check_member(member: Member) -> None:
-    """Refuse what could write outside results/runs/<id>/ or is not a run's file."""
-    name = member.name
-    if member.islink():
-        raise ArchiveError(f"member {name!r} is a link; archives of runs hold regular files only")
-    if not member.isfile():
-        raise ArchiveError(f"member {name!r} is not a regular file")
-    path = PurePosixPath(name)
-    if path.is_absolute() or re.match(r"[A-Za-z]:", name) or name.startswith("\\"):
-        raise ArchiveError(f"member {name!r} has an absolute path")
-    if ".." in path.parts or ".." in name.split("\\"):
-        raise ArchiveError(f"member {name!r} points outside the archive's directory (..)")
-    if name != MANIFEST and not MEMBER.fullmatch(name):
-        raise ArchiveError(
-            f"member {name!r} is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)"
-        )
-
-
-def read_member(tar: TarStream, member: Member, sink=None) -> tuple[str, int, bytes | None]:
-    """A member's SHA-256 and size, read in chunks (never whole into memory) into `sink` if
-    given; a run's text files are returned too (to check them: `run_problem`). A member over its
-    size limit is refused before it is read."""
-    name = PurePosixPath(member.name).name
-    small = name in RUN_FILES or member.name == MANIFEST
+def max_size(name: str) -> int:
+    """The most a member of this name may hold (MAX_*_BYTES)."""
     limits = {"config.yaml": MAX_CONFIG_BYTES, "metrics.json": MAX_SMALL_BYTES, MODEL_FILE: MAX_MODEL_BYTES}
-    limit = MAX_SMALL_BYTES if member.name == MANIFEST else limits.get(name, MAX_MEMBER_BYTES)
-    if member.size > limit:
-        raise ArchiveError(f"member {member.name!r} is {megabytes(member.size)}, over the limit of {megabytes(limit)}")
-    digest, size, kept = hashlib.sha256(), 0, []
-    for chunk in tar.chunks():
-        size += len(chunk)
-        if size > limit:
-            raise ArchiveError(f"member {member.name!r} is over the limit of {megabytes(limit)}")
-        digest.update(chunk)
-        if sink is not None:
-            sink.write(chunk)
-        if small:
-            kept.append(chunk)
-    return digest.hexdigest(), size, b"".join(kept) if small else None
+    return limits.get(name.rsplit("/", 1)[-1], MAX_MEMBER_BYTES)
 
 
-def scan(archive: Path) -> tuple[dict, dict[str, tuple[str, int]], dict[str, bytes]]:
-    """One pass over the archive, writing nothing: every member checked, its SHA-256 and size,
-    the manifest, and each run's config.yaml and metrics.json."""
-    digests: dict[str, tuple[str, int]] = {}
-    small: dict[str, bytes] = {}
-    manifest = None
+def header_limit(name: str, members: dict) -> int:
+    """A model.pt: what its run's model takes (shared/campaign/state_reading.py `model_limit`: its
+    config.yaml, partition.csv and metrics.jsonl come before it, as `pack` writes them)."""
+    if not name.endswith(f"/{MODEL_FILE}"):
+        return max_size(name)
+    return model_limit(members, name.rsplit("/", 1)[0], 1, max_size(name))
+
+
+def keys_problem(manifest: dict) -> str | None:
+    """An archive's own keys, each of its type (those `pack` writes; an earlier version's archive
+    may lack the optional ones)."""
+    targets = manifest["targets"]
+    if not isinstance(targets, list) or not all(isinstance(t, str) and t.isprintable() for t in targets):
+        return "names no list of targets"
+    counts = manifest.get("runs", {"needed": 0, "packed": 0, "missing": 0})
+    if not isinstance(counts, dict) or set(counts) != {"needed", "packed", "missing"}:
+        return "runs is not a mapping of needed, packed and missing"
+    if any(type(n) is not int or n < 0 for n in counts.values()):
+        return "runs is not a mapping to counts"
+    for key, field in (("packed", "status"), ("missing", "state")):
+        entries = manifest.get(key, [])
+        if not isinstance(entries, list) or any(
+            not isinstance(e, dict) or set(e) != {"run_id", field} or not all(isinstance(v, str) for v in e.values())
+            for e in entries
+        ):
+            return f"{key} is not a list of run ids with their {field}"
+    if type(manifest.get("models", False)) is not bool:
+        return "models is not true or false"
+    seconds = manifest.get("packing_seconds", 0)
+    if type(seconds) not in (int, float) or not 0 <= seconds < 10**9:
+        return "packing_seconds is not a number of seconds"
+    return scale_problem(manifest["scale"])
+
+
+ARCHIVE = Kind(
+    name="archive",
+    what="an archive of runs",
+    reader="python -m shared.archive unpack",
+    noun="a run's file",
+    member_problem=member_problem,
+    max_size=lambda name: max_size(name),  # looked up when called: a test may lower a limit
+    member_limit=header_limit,
+    keys=(frozenset({"targets", "scale"}), frozenset({"models", "runs", "packed", "missing", "packing_seconds"})),
+    keys_problem=keys_problem,
+    binary=lambda name: name.endswith(f"/{MODEL_FILE}"),
+)
+
+
+def verify(archive: Path, staging: Staging | None = None) -> tuple[dict, dict]:
+    """The manifest and members (shared/runs/transfer.py: every member matching the manifest,
+    a large model.pt staged in `staging`), once each run is what pack writes: its identity,
+    its files as the trainer writes them, its model.pt loading into its config's model."""
     try:
-        with opened(archive) as tar:
-            while (member := tar.next()) is not None:
-                check_member(member)
-                if member.name in digests or (member.name == MANIFEST and manifest is not None):
-                    raise ArchiveError(f"member {member.name!r} appears twice")
-                digest, size, data = read_member(tar, member)
-                if member.name == MANIFEST:
-                    manifest = parse_manifest(data)
-                    continue
-                digests[member.name] = (digest, size)
-                if data is not None:
-                    small[member.name] = data
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ArchiveError(f"cannot read {archive}: {exc}") from None
-    except TarRefused as exc:
-        raise ArchiveError(f"cannot read {archive}: {exc}") from None
-    if manifest is None:
-        raise ArchiveError(f"{archive} has no {MANIFEST}; it was not written by python -m shared.archive pack")
-    return manifest, digests, small
-
-
-def parse_manifest(data: bytes) -> dict:
-    """The manifest, if it has every key unpack reads, of its type (a hand-made one may not)."""
-    try:
-        manifest = strict_json(data)
-        valid = (
-            manifest["format"] == FORMAT
-            and isinstance(manifest["scale"], str)
-            and isinstance(manifest["targets"], list)
-            and all(isinstance(t, str) for t in manifest["targets"])
-            and isinstance(manifest["members"], list)
-            and all(
-                isinstance(e["path"], str) and isinstance(e["sha256"], str) and isinstance(e["size"], int)
-                for e in manifest["members"]
-            )
-        )
-    except (ValueError, KeyError, TypeError, RecursionError):
-        valid = False
-    if not valid:
-        raise ArchiveError(
-            f"{MANIFEST} is not a {FORMAT} manifest (format, targets, scale and members, each of its type)"
-        )
-    return manifest
-
-
-def verify(archive: Path) -> dict:
-    """The manifest, once every member matches it and it lists nothing the archive lacks."""
-    manifest, digests, small = scan(archive)
-    listed = {}
-    for entry in manifest["members"]:
-        if not MEMBER.fullmatch(entry["path"]):
-            raise ArchiveError(f"the manifest lists {entry['path']!r}, which is not a run's file")
-        listed[entry["path"]] = (entry["sha256"], entry["size"])
-    for name, (digest, size) in digests.items():
-        if name not in listed:
-            raise ArchiveError(f"member {name!r} is not in the manifest")
-        if (digest, size) != listed[name]:
-            raise ArchiveError(
-                f"member {name!r} fails its checksum (manifest: sha256 {listed[name][0][:12]}..., "
-                f"{listed[name][1]} bytes; archive: sha256 {digest[:12]}..., {size} bytes)"
-            )
-    absent = sorted(set(listed) - set(digests))
-    if absent:
-        raise ArchiveError(f"the manifest lists {absent[0]!r}, which the archive lacks ({len(absent)} such)")
-    for run in sorted({MEMBER.fullmatch(name).group(1) for name in digests}):
+        manifest, members = read_transfer(archive, ARCHIVE, stage=staging)
+    except TransferError as exc:
+        raise ArchiveError(str(exc)) from None
+    small = {name: data for name, data in members.items() if not name.endswith(f"/{MODEL_FILE}")}
+    for run in sorted({MEMBER.fullmatch(name).group(1) for name in members}):
         check_identity(run, small)
-        files = {name.rsplit("/", 1)[1]: data for name, data in small.items() if name.startswith(f"runs/{run}/")}
+        files = {name.rsplit("/", 1)[1]: data for name, data in members.items() if name.startswith(f"runs/{run}/")}
         problem = run_problem(run, files)
         if problem:
             raise ArchiveError(f"run {run}: {problem}; the archive is not what pack wrote")
-    return manifest
+    return manifest, members
 
 
 def run_problem(rid: str, files: dict[str, bytes]) -> str | None:
     """What the campaign's import checks of a finished run (shared/campaign/carried_runs.py), for a
     result; a recorded failure (which the workflow trains again) need only be one."""
-    from shared.campaign.carried_runs import finished_problem
+    from shared.campaign.carried_runs import finished_problem, model_problem
 
     if "config.yaml" not in files or "metrics.json" not in files:
         return "it has no config.yaml or no metrics.json"
     cfg, status = run_config(files["config.yaml"]), run_status(files["metrics.json"])
     if cfg is None:
         return "its config.yaml is not a run's config"
+    problem = model_problem(files[MODEL_FILE], cfg) if MODEL_FILE in files else None
     if is_final(status):
-        return finished_problem(rid, files, cfg)
-    return None if records_failure(files["metrics.json"]) else "its metrics.json is neither a result nor a failure"
+        return finished_problem(rid, files, cfg) or problem
+    if not records_failure(files["metrics.json"]):
+        return "its metrics.json is neither a result nor a failure"
+    return problem
 
 
 # --- unpack: writing ------------------------------------------------------------------------
 
 
-def write_members(archive: Path, expected: dict[str, tuple[str, int]], runs_dir: Path, runs: set[str]) -> dict:
-    """Second pass: each member of the runs `runs`, streamed into a temporary file beside its
-    destination, checked again as written (the archive could change between passes);
-    returns destination -> temporary file. On any error the temporary files are removed."""
-    staged: dict[Path, Path] = {}
-    try:
-        with opened(archive) as tar:
-            while (member := tar.next()) is not None:
-                match = MEMBER.fullmatch(member.name)
-                if not match or match.group(1) not in runs:
-                    continue
-                dest = runs_dir / match.group(1) / match.group(2)
-                tmp = temporary_path(dest)
-                staged[dest] = tmp
-                remove_dead_temporaries(dest.parent, dest.name)  # a killed unpack's (links removed, never followed)
-                tmp.unlink(missing_ok=True)
-                with open(tmp, "xb") as sink:  # x: never through a link planted at this name
-                    digest, size, _ = read_member(tar, member, sink)
-                if (digest, size) != expected.get(member.name):
-                    raise ArchiveError(f"member {member.name!r} changed while it was being unpacked")
-    except BaseException:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise
-    return staged
-
-
-def commit(staged: dict[Path, Path]) -> None:
-    """Rename the staged files into place, each run's metrics.json last; the run's checkpoint
-    (from an unfinished attempt of the same run) is then stale and removed, as the trainer
-    removes it on finishing."""
-    last = [dest for dest in staged if dest.name == "metrics.json"]
-    for dest in [d for d in staged if d.name != "metrics.json"] + last:
-        if dest.name == "metrics.json":
-            move_aside_non_result(dest)
-        os.replace(staged[dest], dest)
-    for dest in last:
-        (dest.parent / "checkpoint.pt").unlink(missing_ok=True)
+def commit(members: dict, runs_dir: Path, runs: list[str]) -> int:
+    """Each of these runs' members into its directory (a killed unpack's temporaries there
+    removed first), each run's metrics.json last, a staged model.pt moved in; the run's
+    checkpoint (from an unfinished attempt of the same run) is then stale and removed, as the
+    trainer removes it on finishing. Returns the files written."""
+    written = 0
+    for rid in runs:
+        run_dir = runs_dir / rid
+        run_dir.mkdir(parents=True, exist_ok=True)
+        remove_dead_temporaries(run_dir)
+        files = sorted(
+            (name for name in members if name.startswith(f"runs/{rid}/")), key=lambda n: n.endswith("/metrics.json")
+        )
+        for name in files:
+            dest = run_dir / name.rsplit("/", 1)[1]
+            if dest.name == "metrics.json":
+                move_aside_non_result(dest)
+            install(dest, members[name], move=True)
+            written += 1
+        (run_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return written
 
 
 def check_space(runs_dir: Path, needed: int) -> None:
@@ -373,34 +291,36 @@ def check_space(runs_dir: Path, needed: int) -> None:
 def unpack(archive: Path, into: Path) -> dict:
     """Verify the archive, then write its runs under into/results/runs/, leaving runs already
     finished there as they are. Returns what was written and what was left."""
-    manifest = verify(archive)
     runs_dir = into / RUNS_DIR
-    members = {e["path"]: (e["sha256"], e["size"]) for e in manifest["members"]}
-    run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in members})
-    with ExitStack() as locks:
-        candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
-        check_space(
-            runs_dir, sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) in candidates)
-        )
-        claim_runs(runs_dir, candidates, locks)
-        written = [rid for rid in candidates if not holds_result(runs_dir / rid)]  # as the locks hold it
-        kept = sorted(set(run_ids) - set(written))
-        differing = [
-            rid
-            for rid in kept
-            if f"runs/{rid}/metrics.json" in members
-            and sha256((runs_dir / rid / "metrics.json").read_bytes()) != members[f"runs/{rid}/metrics.json"][0]
-        ]
-        staged = write_members(archive, members, runs_dir, set(written))
-        commit(staged)
+    staging = Staging(runs_dir.parent)  # a large model.pt, streamed beside where it goes
+    try:
+        manifest, members = verify(archive, staging)
+        sizes = {e["path"]: e["size"] for e in manifest["members"]}
+        run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in sizes})
+        with ExitStack() as locks:
+            candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
+            check_space(runs_dir, sum(size for path, size in sizes.items() if path.split("/")[1] in candidates))
+            claim_runs(runs_dir, candidates, locks)
+            written = [rid for rid in candidates if not holds_result(runs_dir / rid)]  # as the locks hold it
+            kept = sorted(set(run_ids) - set(written))
+            differing = [
+                rid
+                for rid in kept
+                if f"runs/{rid}/metrics.json" in members
+                and sha256((runs_dir / rid / "metrics.json").read_bytes())
+                != sha256(members[f"runs/{rid}/metrics.json"])
+            ]
+            files = commit(members, runs_dir, written)
+    finally:
+        staging.remove()
     return {
         "manifest": manifest,
         "runs_dir": runs_dir,
         "written": written,
         "kept": kept,
         "differing": differing,
-        "files": len(staged),
-        "bytes": sum(size for path, (_, size) in members.items() if MEMBER.fullmatch(path).group(1) in written),
+        "files": files,
+        "bytes": sum(size for path, size in sizes.items() if path.split("/")[1] in written),
     }
 
 

@@ -19,7 +19,6 @@ A run that fails is named in one line and left out; the others go on.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import warnings
@@ -31,6 +30,7 @@ from shared.config.schema import RunConfig
 from shared.runs.files import RunFilesError, check_identity, history_problem, is_final, is_number, summary_problem
 from shared.runs.metrics import rounds_to_target
 from shared.runs.strict_text import strict_json, strict_yaml
+from shared.runs.transfer import Content, member_file
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
 ACCURACIES = ("final_acc", "best_acc", "global_acc", "local_acc", "per_class_acc", "domain_acc")
@@ -186,20 +186,30 @@ def progress_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str |
     return checkpoint_mismatch(files["checkpoint.pt"], cfg, history) or client_states_problem(files)
 
 
-def checkpoint_mismatch(checkpoint: bytes, cfg: RunConfig, history: list[dict]) -> str | None:
-    """A checkpoint that loads as tensors and plain values, fits the config and holds the history."""
+def loaded(content: Content):
+    """A model's file (bytes, or staged on disk) loaded as tensors and plain values only
+    (torch.load with weights_only=True), or why it is not: (value, None) or (None, why)."""
     import pickle
 
-    from shared.runs.directory import checkpoint_problem, load_tensors
+    from shared.runs.directory import load_tensors
 
     try:
-        with warnings.catch_warnings():  # torch's about a pickle protocol: the refusal below is the one line
+        with warnings.catch_warnings(), member_file(content) as file:  # torch's warning: the refusal is the line
             warnings.simplefilter("ignore")
-            state = load_tensors(io.BytesIO(checkpoint))
+            return load_tensors(file), None
     except pickle.UnpicklingError:
-        return "its checkpoint holds something other than tensors and plain values (refused unread)"
+        return None, "holds something other than tensors and plain values (refused unread)"
     except (EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError) as exc:
-        return f"its checkpoint is unreadable ({type(exc).__name__})"
+        return None, f"is unreadable ({type(exc).__name__})"
+
+
+def checkpoint_mismatch(checkpoint: Content, cfg: RunConfig, history: list[dict]) -> str | None:
+    """A checkpoint that loads as tensors and plain values, fits the config and holds the history."""
+    from shared.runs.directory import checkpoint_problem
+
+    state, why = loaded(checkpoint)
+    if why:
+        return f"its checkpoint {why}"
     problem = checkpoint_problem(state, cfg) or tensors_problem(state, cfg)
     if problem:
         return f"its checkpoint {problem}"
@@ -222,6 +232,21 @@ def tensors_problem(state: dict, cfg: RunConfig) -> str | None:
     return None
 
 
+def model_problem(model: Content, cfg: RunConfig) -> str | None:
+    """A finished run's model.pt checked as a checkpoint's model is: tensors only, loaded with
+    weights_only=True, each finite, named and shaped as the config's model's (where its data
+    does not decide them)."""
+    import torch
+
+    state, why = loaded(model)
+    if why:
+        return f"its model.pt {why}"
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        return "its model.pt is not a model's tensors by name"
+    problem = tensors_problem({"global": state}, cfg)
+    return f"its model.pt {problem}" if problem else None
+
+
 def all_finite(value) -> bool:
     """Whether every tensor and number in a loaded checkpoint (nested dicts and lists) is finite."""
     import torch
@@ -237,17 +262,10 @@ def all_finite(value) -> bool:
 
 def client_states_problem(files: dict[str, bytes]) -> str | None:
     """Each per-client state file tensors and plain values only, every tensor finite."""
-    import pickle
-
-    from shared.runs.directory import load_tensors
-
     for name in sorted(file for file in files if file.startswith("client_state/")):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                loaded = load_tensors(io.BytesIO(files[name]))
-        except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError):
+        state, why = loaded(files[name])
+        if why:
             return f"its {name} is not tensors and plain values (refused unread)"
-        if not all_finite(loaded):
+        if not all_finite(state):
             return f"its {name} holds a tensor that is not finite"
     return None

@@ -1,19 +1,15 @@
 """The state file a campaign's slots carry: its finished runs and checkpoints, written in parts
-that a slot can return and read back verified; its runs restored into results/runs/."""
+that a slot can return and read back verified; its runs restored into results/runs/. It is a
+transfer file of kind "campaign" (shared/runs/transfer.py writes and reads it; what it holds:
+shared/campaign/state_reading.py); a state of an earlier version (fedrepro-campaign/1) reads too."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import gzip
-import json
 import os
 import sys
-import tarfile
-import time
 from contextlib import ExitStack
-from datetime import datetime, timezone
 from pathlib import Path
 
 from shared.campaign.carried_runs import trusted
@@ -24,10 +20,8 @@ from shared.campaign.state_reading import (
     CLIENT_STATE_FILE,
     FINISHED_FILES,
     FIRST,
-    MANIFEST,
     MEMBER,
     PROGRESS_FILES,
-    STATE_FORMAT,
     CampaignError,
     read_checked,
     written_at,
@@ -36,7 +30,6 @@ from shared.config.schema import ConfigError, RunConfig
 from shared.data.catalog import DataError
 from shared.runs.files import (
     CLIENT_STATE,
-    add_member,
     aside_path,
     history_rounds,
     holds_result,
@@ -45,12 +38,19 @@ from shared.runs.files import (
     records_result,
     rounds_done,
     run_members,
-    sha256,
-    temporary_path,
-    write_atomically,
 )
 from shared.runs.locking import claim_runs
 from shared.runs.shipped import is_finished, put_finished
+from shared.runs.transfer import (
+    MAX_PARTS,
+    TAR_END,
+    Content,
+    install,
+    member_bound,
+    part_paths,
+    write_parts,
+    write_transfer,
+)
 from shared.targets.copies import Copy, campaign_runs, parse_copy
 from shared.targets.resolve import TargetError
 
@@ -59,12 +59,6 @@ RUNS_DIR = RESULTS / "runs"
 # A campaign's state between its pieces, tracked: the checkpoints of its runs in progress (its
 # finished runs live in results/shipped/ as text), which the next piece, here or on a GPU, continues
 CAMPAIGN_STATE = RESULTS / "campaign" / "state.tar.gz"
-TAR_END = 12 * 1024  # at most what a state file's end adds: tar's two blocks and a record's padding, gzip's trailer
-MAX_PARTS = 100  # part-00 to part-99
-
-
-def part_paths(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f"{path.name}.part-[0-9][0-9]"))
 
 
 def state_files(path: Path) -> list[Path]:
@@ -76,8 +70,9 @@ def state_exists(path: Path | None) -> bool:
     return path is not None and bool(state_files(path))
 
 
-def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
-    """The manifest and members of a state file (or its parts), every checksum verified. A
+def read_state(path: Path, stage: Path | None = None) -> tuple[dict, dict[str, Content]]:
+    """The manifest and members of a state file (or its parts), every checksum verified, a
+    large checkpoint staged on disk beside `stage` (None: beside the state file). A
     file and parts side by side (a save cut short, or states carried from two machines): the
     valid one written later is read, the other moved aside (a one-line note names both); both
     holding the same state (a save cut short at its last step), the parts, the file removed."""
@@ -87,17 +82,17 @@ def read_state(path: Path) -> tuple[dict, dict[str, bytes]]:
     if not forms:
         raise CampaignError(f"state file {path} does not exist (nor {path.name}.part-00, ...)")
     if len(forms) == 1:
-        return read_form(path, forms[0])
-    return newer_form(path, forms)
+        return read_form(path, forms[0], stage)
+    return newer_form(path, forms, stage)
 
 
-def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, bytes]]:
+def newer_form(path: Path, forms: list[list[Path]], stage: Path | None = None) -> tuple[dict, dict[str, Content]]:
     """Of the whole file and its parts, the valid state written later; the other is moved aside.
     Of two copies of one state (the same manifest), the parts: the whole file is removed."""
     states, errors = [], []
     for form in forms:
         try:
-            manifest, members = read_form(path, form)
+            manifest, members = read_form(path, form, stage)
             states.append((written_at(manifest), form, manifest, members))  # checked: with a time zone, they compare
         except CampaignError as exc:
             errors.append(exc)
@@ -125,11 +120,11 @@ def newer_form(path: Path, forms: list[list[Path]]) -> tuple[dict, dict[str, byt
     return kept[2], kept[3]
 
 
-def read_form(path: Path, parts: list[Path]) -> tuple[dict, dict[str, bytes]]:
+def read_form(path: Path, parts: list[Path], stage: Path | None = None) -> tuple[dict, dict[str, Content]]:
     """The verified manifest and members of the state in `parts` (the whole file, or its parts):
     read as shared/campaign/state_reading.py checks it, its targets resolved in this checkout at its
     scale and on its data, before anything is written."""
-    manifest, members = read_checked(path, parts)
+    manifest, members = read_checked(path, parts, stage)
     try:
         manifest_runs(manifest)
     except (TargetError, ConfigError, DataError) as exc:
@@ -152,14 +147,14 @@ def expected_runs(targets: tuple[str, ...], scale: str, copy: Copy | None) -> di
     return campaign_runs(list(targets), scale, copy)[0]
 
 
-def trusted_members(manifest: dict, members: dict[str, bytes]) -> tuple[dict[str, bytes], list[str]]:
+def trusted_members(manifest: dict, members: dict[str, Content]) -> tuple[dict[str, Content], list[str]]:
     """The state's runs that pass shared/campaign/carried_runs.py's checks, and a line for each that does not."""
     copy = manifest_copy(manifest)
     where = f"at scale {manifest['scale']} on {copy.label if copy else 'the official data'}"
     return trusted(members, manifest_runs(manifest), where)
 
 
-def state_defaults(args) -> dict[str, bytes]:
+def state_defaults(args) -> dict[str, Content]:
     """--scale and --copy from an existing state file where the command line leaves them out
     (one state holds runs of one scale and one data); its targets and the command's. Returns
     the state's members: a command reads and verifies the state file once ({}: none yet)."""
@@ -255,14 +250,7 @@ def part_bytes(part_mib: float) -> int:
     return int(part_mib * 2**20)
 
 
-def member_bound(sizes: list[int]) -> int:
-    """At most the bytes that members of these sizes add to a state file: each its data, tar's
-    header (and a pax header), padding, and deflate's worst case on data it cannot compress
-    (zlib's deflateBound: 0.03%; checkpoints barely compress) and a flush."""
-    return sum(size + size // 1024 + 3072 for size in sizes)
-
-
-def carried_finished_size(path: Path, members: dict[str, bytes]) -> int:
+def carried_finished_size(path: Path, members: dict[str, Content]) -> int:
     """At least the bytes the finished runs take in the state file read: its size less the
     most its checkpoints and manifest (a member's entry, the targets) can take."""
     progress = [len(data) for name, data in members.items() if name.startswith("progress/")]
@@ -286,14 +274,8 @@ def write_state(
     file never reads), then the whole file goes (until then both hold the same state, and the
     parts are read)."""
     limit = part_bytes(part_mib) if part_mib else None
-    whole = temporary_path(path, f".{os.getpid()}.{path.name}")  # hidden; ends as `path` does, so compressed alike
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        finished_size, left_out = write_members(whole, files, about, max_parts * limit if max_parts and limit else None)
-        size = whole.stat().st_size
-        os.replace(whole, path)
-    finally:
-        whole.unlink(missing_ok=True)
+    wrote, left_out = write_members(path, files, about, max_parts * limit if max_parts and limit else None)
+    size = wrote.size
     if limit and size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no slot returns it
         raise CampaignError(
             f"state {path}: {size / 2**20:.1f} MiB would take more than {MAX_PARTS} parts of "
@@ -302,61 +284,34 @@ def write_state(
     for old in part_paths(path):  # part-00 first: what is left of them starts mid-stream and never reads
         old.unlink()
     if limit and size > limit:
-        data = path.read_bytes()
-        for i, start in enumerate(range(0, size, limit)):
-            write_atomically(
-                path.with_name(f"{path.name}.part-{i:02d}"),
-                lambda tmp, chunk=data[start : start + limit]: tmp.write_bytes(chunk),
-            )
+        write_parts(path, limit)
         path.unlink()
-    return Written(size, finished_size, -(-size // limit) if limit else 1, tuple(left_out))
+    return Written(size, wrote.sizes[0], -(-size // limit) if limit else 1, tuple(left_out))
 
 
-def write_members(
-    out: Path, files: list[tuple[str, bytes, float]], about: dict, budget: int | None
-) -> tuple[int, list[LeftOut]]:
-    """The state's archive at `out`: the finished runs, then each run in progress, the most
-    advanced first (most rounds), while the file stays within `budget` bytes (None: no limit;
-    where the finished runs alone pass it, all: the state cannot come back whole anyway). The
-    compressed stream is flushed after each run, so the file's length so far is exact, and a
-    run's files add at most `member_bound`. Returns the bytes up to and with the finished
-    runs, and the runs left out."""
-    entries = {name: {"path": name, "sha256": sha256(data), "size": len(data)} for name, data, _ in files}
-
-    def manifest(kept):
-        return {
-            "format": STATE_FORMAT,
-            **about,
-            "members": [entries[name] for name, _, _ in kept],
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
-        }
-
-    reserve = member_bound([len(json.dumps(manifest(files), indent=1))]) + TAR_END  # the manifest of all: no shorter
+def write_members(path: Path, files: list[tuple[str, bytes, float]], about: dict, budget: int | None):
+    """The state's transfer file (shared/runs/transfer.py `write_transfer`): the finished runs,
+    then each run in progress, the most advanced first (most rounds), while the file stays
+    within `budget` bytes (None: no limit; where the finished runs alone pass it, all: the
+    state cannot come back whole anyway); a run's files add at most `member_bound`. Returns
+    what was written and the runs left out."""
     finished = [file for file in files if file[0].startswith("finished/")]
-    kept, left_out = list(finished), []
-    with (
-        open(out, "wb") as raw,
-        (
-            gzip.GzipFile(fileobj=raw, mode="wb") if out.name.endswith((".gz", ".tgz")) else contextlib.nullcontext(raw)
-        ) as stream,
-    ):
-        with tarfile.open(fileobj=stream, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name, data, mtime in finished:
-                add_member(tar, name, data, mtime)
-            stream.flush()
-            finished_size = raw.tell()
-            everything = budget is None or finished_size + reserve > budget
-            for run in progress_by_rounds(files):
-                size = sum(len(data) for _, data, _ in run)
-                if not everything and raw.tell() + member_bound([len(data) for _, data, _ in run]) + reserve > budget:
-                    left_out.append(LeftOut(MEMBER.fullmatch(run[0][0]).group(2), size, progress_rounds(run)))
-                    continue
-                for name, data, mtime in run:
-                    add_member(tar, name, data, mtime)
-                kept += run
-                stream.flush()
-            add_member(tar, MANIFEST, json.dumps(manifest(kept), indent=1).encode(), time.time())
-    return finished_size, left_out
+    groups = [finished, *progress_by_rounds(files)]
+    everything, left_out = budget is None, []
+
+    def admit(index: int, group: list, size: int) -> bool:
+        nonlocal everything
+        if index == 0:
+            return True
+        if index == 1:  # `size`: the finished runs' bytes with the manifest's and the end's
+            everything = everything or size > budget
+        if everything or size + member_bound([len(data) for _, data, _ in group]) <= budget:
+            return True
+        rid = MEMBER.fullmatch(group[0][0]).group(2)
+        left_out.append(LeftOut(rid, sum(len(data) for _, data, _ in group), progress_rounds(group)))
+        return False
+
+    return write_transfer(path, "campaign", groups, about, admit), left_out
 
 
 def progress_by_rounds(files: list[tuple[str, bytes, float]]) -> list[list[tuple[str, bytes, float]]]:
@@ -375,12 +330,12 @@ def progress_rounds(run: list[tuple[str, bytes, float]]) -> int:
 
 
 def state_runs(
-    members: dict[str, bytes], kinds: tuple[str, ...] = ("finished", "progress")
-) -> dict[tuple[str, str], dict[str, bytes]]:
+    members: dict[str, Content], kinds: tuple[str, ...] = ("finished", "progress")
+) -> dict[tuple[str, str], dict[str, Content]]:
     """(kind, run id) -> file -> bytes of a state's runs of those kinds. A "finished" run whose
     metrics.json records no result (a state written before failures were told apart) is left
     out: it is neither shipped nor restored as finished."""
-    runs: dict[tuple[str, str], dict[str, bytes]] = {}
+    runs: dict[tuple[str, str], dict[str, Content]] = {}
     for name, content in members.items():
         kind, rid, file = MEMBER.fullmatch(name).groups()
         if kind in kinds:
@@ -392,13 +347,13 @@ def state_runs(
     }
 
 
-def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> dict[str, list[str]]:
+def restore(members: dict[str, Content], runs_dir: Path, shipped_runs: Path) -> dict[str, list[str]]:
     """Put a state's runs into runs_dir, each holding its lock (`claim_runs`: refused in one line,
     before anything is written, while another process trains one): a finished run unless one
     is finished there or shipped, a checkpoint unless the run is finished or holds at least as
     many rounds there."""
 
-    def kept(kind: str, rid: str, files: dict[str, bytes]) -> bool:
+    def kept(kind: str, rid: str, files: dict[str, Content]) -> bool:
         return is_finished(rid, runs_dir, shipped_runs) or (
             kind == "progress" and rounds_done(runs_dir / rid) >= history_rounds(files.get("metrics.jsonl", b""))
         )
@@ -425,7 +380,7 @@ def restore(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> di
     return done
 
 
-def put_progress(run_dir: Path, files: dict[str, bytes]) -> None:
+def put_progress(run_dir: Path, files: dict[str, Content]) -> None:
     """A checkpoint and its files into run_dir, in the order a round's save writes them: the
     per-client state files first, then the checkpoint that names them, metrics.jsonl (which
     `rounds_done` counts) last, so that a kill in between never counts rounds its checkpoint
@@ -437,6 +392,6 @@ def put_progress(run_dir: Path, files: dict[str, bytes]) -> None:
         print(f"note: {run_dir}'s checkpoint of fewer rounds is kept as {aside[0].name}", file=sys.stderr)
     last = ("checkpoint.pt", "metrics.jsonl")
     for file in sorted(files, key=lambda name: last.index(name) + 1 if name in last else 0):
-        write_atomically(run_dir / file, lambda tmp, c=files[file]: tmp.write_bytes(c))
+        install(run_dir / file, files[file])
     for stale in set(client_state_files(run_dir)) - set(files):
         (run_dir / stale).unlink()

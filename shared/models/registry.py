@@ -118,3 +118,60 @@ def known_state_shapes(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
     with torch.device("meta"):
         model = build_model(cfg.model.name, classes, shape[0], shape[1], cfg.model.projection_dim)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+# Pretrained text models whose size is known without loading them: model.pretrained -> (the
+# tokenizer's vocabulary, the DistilBERT encoder's parameters) as Hugging Face publishes them
+KNOWN_PRETRAINED = {"distilbert-base-uncased": (30522, 66_362_880)}
+TEXT_BOW_DIM = 64  # MeanEmbeddingText's default width, as TEXT_MODELS builds it
+
+
+def state_bytes(cfg: RunConfig, classes: int | None = None) -> int | None:
+    """The bytes of the run's model state (parameters and buffers, float32 as the trainer saves
+    them), before its data loads, built without memory (torch's meta device). Where the data
+    decides the model:
+
+    - an image folder: its classes are `classes` (as the run's partition.csv counts them), its
+      images RGB (convert_image_folder), and every model but fedavg_cnn pools adaptively, so
+      its size does not depend on the images' side; fedavg_cnn's first dense layer grows with
+      the side of the folder's images, which no file of a run states: None;
+    - text: text_bow's embedding is as large as the tokenizer's vocabulary and distilbert's
+      encoder is the pretrained weights, both named by model.pretrained: known for
+      KNOWN_PRETRAINED (synthetic text's vocabulary is its config's); another hub id or a
+      local directory would have to be loaded (transformers, perhaps a download) to know it,
+      and a checkpoint is checked without loading anything: None.
+
+    None: the caller's blanket limit (MAX_MODEL_BYTES) applies."""
+    import torch
+
+    name, shape, n = cfg.model.name, image_shape(cfg), num_classes(cfg)
+    if cfg.dataset.name == "imagefolder" and name in MODELS and name != "fedavg_cnn":
+        shape, n = (3, max(MODELS[name].min_side, 32)), classes
+    if n is None or not 0 < n <= 10**6:
+        return None
+    if name in TEXT_MODELS:
+        return text_state_bytes(cfg, n)
+    if shape is None or name not in MODELS:
+        return None
+    with torch.device("meta"):
+        model = build_model(name, n, shape[0], shape[1], cfg.model.projection_dim)
+    return 4 * sum(t.numel() for t in model.state_dict().values())
+
+
+def text_state_bytes(cfg: RunConfig, classes: int) -> int | None:
+    """`state_bytes` of a text model: its backbone counted from the vocabulary and the
+    pretrained encoder (KNOWN_PRETRAINED), its head built on the meta device."""
+    import torch
+
+    vocab, encoder = KNOWN_PRETRAINED.get(cfg.model.pretrained, (None, None))
+    if cfg.dataset.name == "synthetic" and cfg.model.name == "text_bow":
+        vocab = cfg.dataset.synthetic.vocab_size
+    if cfg.model.name == "text_bow" and vocab is not None:
+        width, backbone = TEXT_BOW_DIM, vocab * TEXT_BOW_DIM + TEXT_BOW_DIM * TEXT_BOW_DIM + TEXT_BOW_DIM
+    elif cfg.model.name == "distilbert" and encoder is not None:
+        width, backbone = 768, encoder + 768 * 768 + 768  # the encoder, then pre_classifier
+    else:
+        return None
+    with torch.device("meta"):
+        head = Net(nn.Identity(), width, classes, cfg.model.projection_dim)
+    return 4 * (backbone + sum(t.numel() for t in head.state_dict().values()))

@@ -129,14 +129,17 @@ def is_alive(pid: int) -> bool:
     return True
 
 
-def remove_dead_temporaries(folder: Path, name: str | None = None) -> None:
-    """The temporary files and folders a killed writer left in `folder` (of `name` only, where
-    given): each names its owner's pid, and one whose owner runs is left to it."""
+def remove_dead_temporaries(folder: Path, name: str | None = None, prefix: str | None = None) -> None:
+    """The temporary files and folders a killed writer left in `folder` (of `name` only, or of
+    names starting with `prefix` only, where given): each names its owner's pid, and one whose
+    owner runs is left to it."""
     if not folder.is_dir():
         return
     for path in folder.iterdir():
         match = TEMPORARY.fullmatch(path.name)
         if not match or (name is not None and match.group(1) != name) or is_alive(int(match.group(2))):
+            continue
+        if prefix is not None and not match.group(1).startswith(prefix):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)

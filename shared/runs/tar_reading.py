@@ -1,6 +1,6 @@
-"""The one reader of the tar files runs travel in (shared.archive, a campaign's state file):
-the 512-byte headers parsed here, never by the standard library's tarfile, the members
-streamed in chunks, memory and time bounded by the input.
+"""The parser of the tar files runs travel in (shared/runs/transfer.py, their one reader, opens
+them: archives and a campaign's state files): the 512-byte headers parsed here, never by the
+standard library's tarfile, the members streamed in chunks, memory and time bounded by the input.
 
 Python 3.11.7's tarfile parses a pax header in time and memory far beyond its size
 (CVE-2024-6232: a 1.4 kB file took 18 GB). The writers here (tarfile's PAX format, as

@@ -234,9 +234,9 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"older")
     written = []
-    real_write = campaign_state.write_atomically
+    real_install = campaign_state.install
     monkeypatch.setattr(
-        campaign_state, "write_atomically", lambda path, write: (written.append(path.name), real_write(path, write))
+        campaign_state, "install", lambda path, content: (written.append(path.name), real_install(path, content))
     )
     assert restore(members, second, tmp_path / "shipped")["progress"] == [rid]
     # as a round's save writes them: a kill in between never counts rounds its checkpoint lacks

@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared.campaign import ship, state_reading
+from shared.campaign import ship
 from shared.campaign.cli import main
 from shared.campaign.state import read_state
 from shared.campaign.state_reading import MAX_SMALL_BYTES, REQUIRED_KEYS
 from shared.config.dotted import deep_merge
 from shared.config.schema import identity, run_id
+from shared.runs import transfer
 from shared.runs.files import sha256, write_atomically
 from shared.targets.configs import load_config
 from shared.targets.experiments import expand, get_table
@@ -71,7 +72,7 @@ class Crafted:
 def small_floor(monkeypatch):
     """A bomb need not pass 64 MiB to show that reading stops where a state's budget ends: the
     genuine state is a few kB, and a floor of 1 MiB keeps the cases fast."""
-    monkeypatch.setattr(state_reading, "EXPANSION_FLOOR", 2**20)
+    monkeypatch.setattr(transfer, "EXPANSION_FLOOR", 2**20)
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +307,7 @@ def archive_mutations():
     )
     yield (
         "gzip bomb in a member",
-        lambda s: s.members.insert(0, (f"progress/{'1' * 16}/metrics.jsonl", zeros(3 * state_reading.EXPANSION_FLOOR))),
+        lambda s: s.members.insert(0, (f"progress/{'1' * 16}/metrics.jsonl", zeros(3 * transfer.EXPANSION_FLOOR))),
     )
     yield "gzip bomb in a pax header", lambda s: s.members.insert(0, (pax_bomb(), b""))
     yield (
@@ -317,7 +318,7 @@ def archive_mutations():
 
 def pax_bomb() -> tarfile.TarInfo:
     member = info(f"progress/{'1' * 16}/partition.csv")
-    member.pax_headers = {"comment": "x" * 3 * state_reading.EXPANSION_FLOOR}
+    member.pax_headers = {"comment": "x" * 3 * transfer.EXPANSION_FLOOR}
     return member
 
 

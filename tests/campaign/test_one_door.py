@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from shared.archive import main as archive_main
-from shared.campaign import state_reading
 from shared.campaign.state import read_state
+from shared.runs import transfer
 from shared.runs.files import sha256
 from tests.campaign.carried_states import (
     checkpoint,
@@ -67,7 +67,7 @@ def genuine(tmp_path_factory) -> tuple[dict, dict[str, bytes]]:
 @pytest.fixture(autouse=True)
 def small_floor(monkeypatch):
     """A state's expansion floor of 1 MiB, as in the trust tests: bombs stop early."""
-    monkeypatch.setattr(state_reading, "EXPANSION_FLOOR", 2**20)
+    monkeypatch.setattr(transfer, "EXPANSION_FLOOR", 2**20)
 
 
 # --- raw tar headers -------------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_unpack_refuses_a_manifest_with_a_key_twice(tmp_path, capsys):
         tmp_path, {SHOT: finished_files(FEDAVG[0])}, forge=lambda manifest: twice(manifest, b"format", b'"other"')
     )
     root = tmp_path / "project"
-    refused(capsys, archive_main(["unpack", str(archive), "--into", str(root)]), "is not a fedrepro-runs/1", root)
+    refused(capsys, archive_main(["unpack", str(archive), "--into", str(root)]), "is not JSON", root)
 
 
 def assert_left_out(genuine, tmp_path, monkeypatch, capsys, kind, rid, files) -> None:

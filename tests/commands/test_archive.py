@@ -74,6 +74,7 @@ def test_round_trip_gives_identical_bytes_of_finished_runs_only(source, tmp_path
     manifest = read_manifest(archive)
     assert manifest["runs"] == {"needed": 8, "packed": 2, "missing": 6}
     assert manifest["targets"] == [TARGET] and manifest["scale"] == "smoke" and manifest["packing_seconds"] >= 0
+    assert manifest["format"] == "fedrepro-runs/2" and manifest["kind"] == "archive" and manifest["written_at"]
     assert [r["run_id"] for r in manifest["packed"]] == ids[:2] and {r["status"] for r in manifest["packed"]} == {
         "completed"
     }
@@ -375,7 +376,7 @@ def test_a_manifest_without_targets_is_one_line_before_anything_is_written(tmp_p
             info = tarfile.TarInfo(name)
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
-    assert "is not a fedrepro-runs/1 manifest" in unpack_error(capsys, archive, tmp_path / "into")
+    assert "its manifest lacks targets" in unpack_error(capsys, archive, tmp_path / "into")
     assert not (tmp_path / "into").exists()
 
 
@@ -397,12 +398,11 @@ def test_a_recorded_failure_there_is_replaced_by_the_archives_run_and_kept_aside
 def test_files_set_aside_within_one_second_keep_names_of_their_own(tmp_path):
     from shared.archive import commit
 
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / "0123456789abcdef"
     run_dir.mkdir()
     for attempt in ("first", "second"):  # two unpacks in the same second, each over a recorded failure
         (run_dir / "metrics.json").write_text(f'{{"status": "failed: {attempt}"}}')
-        (run_dir / ".staged").write_text(f"{attempt} result")
-        commit({run_dir / "metrics.json": run_dir / ".staged"})
+        commit({f"runs/{run_dir.name}/metrics.json": f"{attempt} result".encode()}, tmp_path, [run_dir.name])
     kept = sorted(p.read_text() for p in run_dir.glob("metrics.json.replaced-*"))
     assert kept == ['{"status": "failed: first"}', '{"status": "failed: second"}']
 
