@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -35,6 +36,9 @@ REGULAR = (b"0", b"\x00")
 PAX = b"x"
 KINDS = {b"1": "hard link", b"2": "symbolic link", b"3": "device", b"4": "device", b"5": "directory", b"6": "FIFO"}
 REFUSED = {b"g": "a global pax header", b"L": "a GNU long name", b"K": "a GNU long link name"}
+# A number in a header: ASCII digits only (str.isdigit() and int() take other scripts' digits, '²'
+# among them, which int() then refuses), short enough to parse at once
+DECIMAL, PAX_LENGTH = re.compile(r"[0-9]{1,20}"), re.compile(rb"[0-9]{1,7}")
 
 
 class TarRefused(RunFilesError):
@@ -191,7 +195,7 @@ def parse_pax(data: bytes) -> dict[str, str]:
     records, at = {}, 0
     while at < len(data):
         space = data.find(b" ", at, at + 8)
-        length = int(data[at:space]) if space > at and data[at:space].isdigit() else 0
+        length = int(data[at:space]) if space > at and PAX_LENGTH.fullmatch(data[at:space]) else 0
         record = data[at : at + length]
         key, sep, value = record[space - at + 1 : -1].partition(b"=")
         if length < 5 or len(record) != length or not record.endswith(b"\n") or not sep:
@@ -204,6 +208,6 @@ def parse_pax(data: bytes) -> dict[str, str]:
         except UnicodeDecodeError:
             raise TarRefused("a pax header holds bytes that are not UTF-8") from None
         at += length
-    if "size" in records and not records["size"].isdigit():
-        raise TarRefused("a pax header's size is not a number")
+    if "size" in records and not DECIMAL.fullmatch(records["size"]):
+        raise TarRefused("a pax header's size is not a number (ASCII digits)")
     return records

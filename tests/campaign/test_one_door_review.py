@@ -63,7 +63,6 @@ def pax_header(records: bytes) -> bytes:
 # --- headers ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="parse_pax checks str.isdigit(), which '²' passes and int() refuses: ValueError")
 @pytest.mark.parametrize("command", ["import", "unpack"])
 def test_a_pax_size_of_a_superscript_digit_is_refused_in_one_line(tmp_path, capsys, command):
     """A pax header whose size is '²' (isdigit() but no int): refused in one line, exit 2, nothing written."""
