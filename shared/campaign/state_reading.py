@@ -126,9 +126,10 @@ def is_model_state(name: str) -> bool:
 def header_limit(name: str, members: dict) -> int:
     """The most a member may hold, given the members before it: a checkpoint (or per-client
     state file) what its run's model needs (`model_limit`)."""
-    if not is_model_state(name):
+    match = MEMBER.fullmatch(name)
+    if match is None or not is_model_state(name):  # no state's file (refused by its name) or no model's
         return member_limit(name)
-    kind, rid = name.split("/", 2)[:2]
+    kind, rid, _ = match.groups()
     copies = CHECKPOINT_MODELS if name.endswith("checkpoint.pt") else CLIENT_STATE_MODELS
     return model_limit(members, f"{kind}/{rid}", copies, member_limit(name))
 

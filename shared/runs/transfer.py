@@ -245,9 +245,10 @@ def read_members(path: Path, stream, budget: int, kind: Kind, staging: Staging) 
             )
         if why is None and (name in members or (name == MANIFEST and manifest is not None)):
             why = "appears twice"
-        limit = min(MAX_MANIFEST_BYTES if name == MANIFEST else kind.member_limit(name, members), left)
-        if why is None and member.size > limit:
-            why = f"holds {megabytes(member.size)}, over the limit of {megabytes(limit)}"
+        if why is None:  # the name is one of the kind's: its limit (a kind's limit may rely on its name's form)
+            limit = min(MAX_MANIFEST_BYTES if name == MANIFEST else kind.member_limit(name, members), left)
+            if member.size > limit:
+                why = f"holds {megabytes(member.size)}, over the limit of {megabytes(limit)}"
         if why:
             raise TransferError(f"{path}: member {name[:120]!r} {why}")
         left -= member.size

@@ -74,7 +74,6 @@ def test_a_pax_size_of_a_superscript_digit_is_refused_in_one_line(tmp_path, caps
     refused(capsys, code, "pax header", root)
 
 
-@pytest.mark.xfail(strict=True, reason="header_limit splits 'checkpoint.pt' into kind and run id before the refusal")
 def test_a_checkpoint_member_at_the_top_level_is_refused_in_one_line(tmp_path, capsys):
     """A member named `checkpoint.pt` (no run's folder): refused in one line as no state's file, not a ValueError."""
     path = tmp_path / "state.tar"
