@@ -14,7 +14,9 @@ where it is:
 
 Links, directories and devices are yielded as members of that kind: their readers refuse them
 by name. A stream (gzip or plain, whole or in parts) is read through `Bounded`: a decompression
-bomb stops at its limit, whatever its headers claim.
+bomb stops at its limit, whatever its headers claim. It is read to its end: after the tar's
+end block only the zero bytes of its padding (MAX_END_BYTES), so that gzip checks its CRC-32
+and length, and a hidden member, a second gzip member or garbage is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from shared.runs.files import RunFilesError
 
 BLOCK = 512
 CHUNK = 2**20
+RECORD = 20 * BLOCK  # tar's record: a writer pads its two end blocks up to one (tarfile, GNU tar)
+# What may follow the first end block: the second, and the record's padding, zero bytes all
+MAX_END_BYTES = RECORD + 2 * BLOCK
 MAX_PAX_BYTES = 4096  # a path of a few hundred characters, with room to spare
 PAX_KEYS = ("path", "size", "mtime", "atime", "ctime")  # what tarfile's PAX writer writes for a run's file
 REGULAR = (b"0", b"\x00")
@@ -144,6 +149,7 @@ class TarStream:
             if not block or block == bytes(BLOCK):  # the end (a writer's two zero blocks, or none)
                 if pax:
                     raise TarRefused("the tar stream ends after a pax header")
+                self.finish()
                 return None
             if len(block) < BLOCK:
                 block += self.exact(BLOCK - len(block))
@@ -159,6 +165,21 @@ class TarStream:
         size = int(pax["size"]) if "size" in pax else size
         self.left, self.padding = size, -size % BLOCK
         return Member(pax.get("path", name), size, "file" if kind in REGULAR else KINDS.get(kind, "unknown kind"))
+    def finish(self) -> None:
+        """The stream read to its end past the tar's end block (so that gzip checks its CRC-32 and
+        length, and a lost last part or a second gzip member shows): at most MAX_END_BYTES more,
+        zero bytes all, else TarRefused."""
+        rest = b""
+        while len(rest) <= MAX_END_BYTES:
+            chunk = self.stream.read(MAX_END_BYTES + 1 - len(rest))
+            if not chunk:
+                break
+            rest += chunk
+        if len(rest) > MAX_END_BYTES or rest.count(0) != len(rest):
+            raise TarRefused(
+                "the tar stream goes on after its end (bytes other than its padding: a hidden member, "
+                "another stream joined to it, or garbage)"
+            )
 
 
 def parse_header(block: bytes) -> tuple[str, int, bytes]:
