@@ -166,12 +166,12 @@ def max_size(name: str) -> int:
     return limits.get(name.rsplit("/", 1)[-1], MAX_MEMBER_BYTES)
 
 
-def header_limit(name: str, members: dict) -> int:
+def header_limit(name: str, members: dict, cache: dict) -> int:
     """A model.pt: what its run's model takes (shared/campaign/state_reading.py `model_limit`: its
     config.yaml, partition.csv and metrics.jsonl come before it, as `pack` writes them)."""
     if not name.endswith(f"/{MODEL_FILE}"):
         return max_size(name)
-    return model_limit(members, name.rsplit("/", 1)[0], 1, max_size(name))
+    return model_limit(members, name.rsplit("/", 1)[0], 1, max_size(name), cache)
 
 
 def keys_problem(manifest: dict) -> str | None:

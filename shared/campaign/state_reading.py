@@ -123,35 +123,48 @@ def is_model_state(name: str) -> bool:
     return file == "checkpoint.pt" or bool(CLIENT_STATE_FILE.fullmatch(file))
 
 
-def header_limit(name: str, members: dict) -> int:
+def header_limit(name: str, members: dict, cache: dict) -> int:
     """The most a member may hold, given the members before it: a checkpoint (or per-client
-    state file) what its run's model needs (`model_limit`)."""
+    state file) what its run's model needs (`model_limit`, worked out once a run in `cache`)."""
     match = MEMBER.fullmatch(name)
     if match is None or not is_model_state(name):  # no state's file (refused by its name) or no model's
         return member_limit(name)
     kind, rid, _ = match.groups()
     copies = CHECKPOINT_MODELS if name.endswith("checkpoint.pt") else CLIENT_STATE_MODELS
-    return model_limit(members, f"{kind}/{rid}", copies, member_limit(name))
+    return model_limit(members, f"{kind}/{rid}", copies, member_limit(name), cache)
 
 
-def model_limit(members: dict, folder: str, copies: int, limit: int) -> int:
+def model_limit(members: dict, folder: str, copies: int, limit: int, cache: dict | None = None) -> int:
     """The most bytes a model's file of the run in `folder` may hold: what its config's model
     takes (shared/models/registry.py `state_bytes`), times the copies a file keeps
     (CHECKPOINT_MODELS, CLIENT_STATE_MODELS; model.pt 1), with its history twice over and
     MODEL_MARGIN; `limit` where the model's size is known only once its data loads (the
     reasons are `state_bytes`'s). A run's writer puts its config.yaml, partition.csv and
     metrics.jsonl before its model's files: without them (or with a config.yaml that is none)
-    MODEL_MARGIN, and the run is refused by its checks."""
-    from shared.models.registry import state_bytes
-
-    config, history = members.get(f"{folder}/config.yaml"), members.get(f"{folder}/metrics.jsonl")
-    cfg = run_config(config) if isinstance(config, bytes) and isinstance(history, bytes) else None
-    if cfg is None:  # the run is refused by its checks (carried_runs.py); its bytes read are bounded
+    MODEL_MARGIN, and the run is refused by its checks. The run's model is worked out once for
+    the files it has (`cache`: one read's), not at each of its headers."""
+    names = tuple(f"{folder}/{file}" for file in ("config.yaml", "metrics.jsonl", "partition.csv"))
+    key = (folder, *(name in members for name in names))
+    cache = {} if cache is None else cache
+    if key not in cache:
+        cache[key] = run_model(*(members.get(name) for name in names))
+    known, model = cache[key]
+    if not known:  # the run is refused by its checks (carried_runs.py); its bytes read are bounded
         return min(limit, MODEL_MARGIN)
-    model = state_bytes(cfg, partition_classes(members.get(f"{folder}/partition.csv")))
     if model is None:
         return limit
-    return min(limit, copies * model + 2 * len(history) + MODEL_MARGIN)
+    return min(limit, copies * model + 2 * len(members[names[1]]) + MODEL_MARGIN)
+
+
+def run_model(config, history, partition) -> tuple[bool, int | None]:
+    """Whether a run's config.yaml holds a config (with its history there), and the bytes its
+    model takes (None: known once its data loads)."""
+    from shared.models.registry import state_bytes
+
+    cfg = run_config(config) if isinstance(config, bytes) and isinstance(history, bytes) else None
+    if cfg is None:
+        return False, None
+    return True, state_bytes(cfg, partition_classes(partition))
 
 
 def partition_classes(partition) -> int | None:

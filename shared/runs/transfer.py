@@ -94,7 +94,8 @@ class Kind:
     member_problem: Callable[[str], str | None]  # why a name is no member of the kind (None: it is one)
     max_size: Callable[[str], int]  # the most a member of this name may hold, whatever its run
     # the most a member may hold given the members read before it (a checkpoint: its run's model)
-    member_limit: Callable[[str, dict], int]
+    # and a dict of this read, where the kind keeps what it works out once a run (time bounded by the input)
+    member_limit: Callable[[str, dict, dict], int]
     keys: tuple[frozenset, frozenset]  # the kind's own keys: required, optional
     keys_problem: Callable[[dict], str | None]  # why its own keys' values are not of their types
     binary: Callable[[str], bool]  # staged on disk when over IN_MEMORY_BYTES
@@ -233,7 +234,7 @@ def read_parts(path: Path, parts: list[Path], kind: Kind, staging: Staging):
 def read_members(path: Path, stream, budget: int, kind: Kind, staging: Staging) -> tuple[object, dict[str, Content]]:
     """Every member of the tar stream, its header checked before its data is read, and the
     manifest (parsed)."""
-    members, manifest, left, tar = {}, None, budget, TarStream(stream)
+    members, manifest, left, tar, cache = {}, None, budget, TarStream(stream), {}
     while (member := tar.next()) is not None:
         name = member.name
         why = None if name == MANIFEST else kind.member_problem(name)
@@ -246,7 +247,7 @@ def read_members(path: Path, stream, budget: int, kind: Kind, staging: Staging) 
         if why is None and (name in members or (name == MANIFEST and manifest is not None)):
             why = "appears twice"
         if why is None:  # the name is one of the kind's: its limit (a kind's limit may rely on its name's form)
-            limit = min(MAX_MANIFEST_BYTES if name == MANIFEST else kind.member_limit(name, members), left)
+            limit = min(MAX_MANIFEST_BYTES if name == MANIFEST else kind.member_limit(name, members, cache), left)
             if member.size > limit:
                 why = f"holds {megabytes(member.size)}, over the limit of {megabytes(limit)}"
         if why:

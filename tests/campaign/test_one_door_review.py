@@ -129,7 +129,6 @@ def test_a_part_set_with_a_gap_is_refused_in_one_line(genuine, tmp_path, capsys)
 # --- time: bounded by the input --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="model_limit parses the run's config.yaml again at every checkpoint-like header")
 def test_header_limits_cost_no_more_than_the_input(tmp_path, monkeypatch):
     """A config.yaml of 256 kB then 30 empty per-client headers (a few kB gzipped): the YAML parsed stays within the stream's size, not 30 times it."""
     files = progress_files(FEDPROX)
