@@ -40,11 +40,12 @@ import io
 import itertools
 import json
 import os
+import re
 import shutil
 import tarfile
 import time
 import zlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
@@ -77,6 +78,10 @@ EXPANSION_FLOOR = 64 * 2**20
 EXPANSION_RATIO = 100
 IN_MEMORY_BYTES = 2**20  # a binary member larger than this is staged on disk, never held in memory
 MAX_PARTS = 100  # part-00 to part-99
+# written_at (and an archive's packed_at) as `write_transfer` and the earlier writers wrote it:
+# datetime.now(timezone.utc).isoformat(timespec="seconds" or "microseconds"); ASCII digits only
+WRITTEN_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?\+00:00")
+CLOCK_SKEW = timedelta(days=1)  # how far ahead another machine's clock may be
 
 
 class TransferError(RunFilesError):
@@ -332,14 +337,18 @@ def is_sha256(value: str) -> bool:
     return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
-def written_at_problem(written_at) -> str | None:
-    """An ISO time with its offset, as the writer writes it (UTC): two files' times compare."""
+def written_at_problem(written_at, now: datetime | None = None) -> str | None:
+    """A time as the writers write it (`WRITTEN_AT`: UTC, isoformat to the second or the
+    microsecond), a real date, no later than now and CLOCK_SKEW (a time in the future would
+    win over every state written here): two files' times compare."""
+    if not isinstance(written_at, str) or not WRITTEN_AT.fullmatch(written_at):
+        return "has no written_at as this project writes it (UTC, ISO 8601: 2025-01-01T12:00:00+00:00)"
     try:
-        when = datetime.fromisoformat(written_at) if isinstance(written_at, str) and len(written_at) < 64 else None
+        when = datetime.fromisoformat(written_at)
     except ValueError:
-        when = None
-    if when is None or when.tzinfo is None or when.utcoffset() is None:
-        return "has no written_at with a time zone (ISO 8601, as written: 2025-01-01T12:00:00+00:00)"
+        return "has a written_at that is no date (ISO 8601, as written: 2025-01-01T12:00:00+00:00)"
+    if when > (now or datetime.now(timezone.utc)) + CLOCK_SKEW:
+        return f"has a written_at later than now (by more than {CLOCK_SKEW.days} day: forged, or a wrong clock)"
     return None
 
 
