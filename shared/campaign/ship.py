@@ -314,7 +314,7 @@ def import_state(args) -> int:
     """A run that fails its checks (shared/campaign/carried_runs.py) is named in one line and left out,
     the others imported (exit status 2 then); every path the state decides is checked to lie
     under results/ before anything is written."""
-    manifest, members = read_state(args.file)
+    manifest, members = read_state(args.file)  # only read: its forms left as they are
     shipped = args.root / SHIPPED
     copy = manifest_copy(manifest)
     members, refused = trusted_members(manifest, members)
@@ -366,7 +366,7 @@ def rewrite_campaign_state(path: Path, root: Path, imported: dict):
     from shared.campaign.train import save
 
     args = argparse.Namespace(state=path, targets=[], scale=None, copy=None, root=root, first=None)
-    members = state_defaults(args)
+    members = state_defaults(args, owner=True)  # the state this command rewrites
     if not members:  # no campaign state yet: the imported state's campaign
         args.state_targets, args.scale = list(imported["targets"]), imported["scale"]
         args.copy_spec, args.first = manifest_copy(imported), imported.get(FIRST)

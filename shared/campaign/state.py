@@ -70,12 +70,14 @@ def state_exists(path: Path | None) -> bool:
     return path is not None and bool(state_files(path))
 
 
-def read_state(path: Path, stage: Path | None = None) -> tuple[dict, dict[str, Content]]:
+def read_state(path: Path, stage: Path | None = None, owner: bool = False) -> tuple[dict, dict[str, Content]]:
     """The manifest and members of a state file (or its parts), every checksum verified, a
-    large checkpoint staged on disk beside `stage` (None: beside the state file). A
-    file and parts side by side (a save cut short, or states carried from two machines): the
-    valid one written later is read, the other moved aside (a one-line note names both); both
-    holding the same state (a save cut short at its last step), the parts, the file removed."""
+    large checkpoint staged on disk beside `stage` (None: beside the state file). A file and
+    parts side by side (a save cut short, or states carried from two machines): the valid one
+    written later is read (both holding the same state, a save cut short at its last step: the
+    parts), and a one-line note says which. Only the command that owns the state (`owner`:
+    `train` of its --state, `import --state` rewriting its own) sets the other aside, or removes
+    the whole file that holds the same state; any other reader leaves both as they are."""
     forms = [
         form for form in ([path] if os.path.lexists(path) else [], part_paths(path)) if form
     ]  # a link, a FIFO: refused
@@ -83,41 +85,48 @@ def read_state(path: Path, stage: Path | None = None) -> tuple[dict, dict[str, C
         raise CampaignError(f"state file {path} does not exist (nor {path.name}.part-00, ...)")
     if len(forms) == 1:
         return read_form(path, forms[0], stage)
-    return newer_form(path, forms, stage)
+    return newer_form(path, forms, stage, owner)
 
 
-def newer_form(path: Path, forms: list[list[Path]], stage: Path | None = None) -> tuple[dict, dict[str, Content]]:
-    """Of the whole file and its parts, the valid state written later; the other is moved aside.
-    Of two copies of one state (the same manifest), the parts: the whole file is removed."""
+def newer_form(
+    path: Path, forms: list[list[Path]], stage: Path | None = None, owner: bool = False
+) -> tuple[dict, dict[str, Content]]:
+    """Of the whole file and its parts, the valid state written later (`read_state`); where
+    `owner`, the other is moved aside (of two copies of one state, the whole file is removed)."""
     states, errors = [], []
     for form in forms:
         try:
             manifest, members = read_form(path, form, stage)
-            states.append((written_at(manifest), form, manifest, members))  # checked: with a time zone, they compare
+            states.append((written_at(manifest), form, manifest, members))  # checked: UTC, not ahead, they compare
         except CampaignError as exc:
             errors.append(exc)
     if not states:
         raise errors[0]
-    if len(states) == 2 and states[0][0] == states[1][0]:
-        if states[0][2] != states[1][2]:
-            raise CampaignError(
-                f"{path} and {path.name}.part-00, ... are both there, written at the same time; keep one of them"
-            )
-        path.unlink()  # the same state (`write_state` cut short before it removed the whole file): the parts go back
-        return states[1][2], states[1][3]
-    kept = max(states, key=lambda state: state[0])
+    same = len(states) == 2 and states[0][0] == states[1][0]
+    if same and states[0][2] != states[1][2]:
+        raise CampaignError(
+            f"{path} and {path.name}.part-00, ... are both there, written at the same time; keep one of them"
+        )
+    kept = states[1] if same else max(states, key=lambda state: state[0])
     other = next(form for form in forms if form is not kept[1])
-    asides = [part.rename(aside_path(part, "older")) for part in other]
-
-    def name(form):
-        return "the whole file" if form == [path] else f"{len(form)} parts"
-
-    print(
-        f"note: {path}: read {name(kept[1])} (written {kept[2].get('written_at')}); set aside {name(other)} "
-        f"as {asides[0].name}{', ...' if len(asides) > 1 else ''} (older or damaged)",
-        file=sys.stderr,
-    )
+    if same and owner:
+        path.unlink()  # the same state (`write_state` cut short before it removed the whole file): the parts go back
+    elif owner:
+        asides = [part.rename(aside_path(part, "older")) for part in other]
+        aside = f"as {asides[0].name}{', ...' if len(asides) > 1 else ''}"
+    if not owner or not same:
+        left = f"set aside {form_name(path, other)} {aside}" if owner else f"left {form_name(path, other)} as it is"
+        why = "the same state" if same else "older or damaged"
+        print(
+            f"note: {path}: read {form_name(path, kept[1])} (written {printable(kept[2].get('written_at'))}); "
+            f"{left} ({why})",
+            file=sys.stderr,
+        )
     return kept[2], kept[3]
+
+
+def form_name(path: Path, form: list[Path]) -> str:
+    return "the whole file" if form == [path] else f"{len(form)} part{'s' * (len(form) != 1)}"
 
 
 def read_form(path: Path, parts: list[Path], stage: Path | None = None) -> tuple[dict, dict[str, Content]]:
@@ -154,11 +163,14 @@ def trusted_members(manifest: dict, members: dict[str, Content]) -> tuple[dict[s
     return trusted(members, manifest_runs(manifest), where)
 
 
-def state_defaults(args) -> dict[str, Content]:
+def state_defaults(args, owner: bool = False) -> dict[str, Content]:
     """--scale and --copy from an existing state file where the command line leaves them out
     (one state holds runs of one scale and one data); its targets and the command's. Returns
-    the state's members: a command reads and verifies the state file once ({}: none yet)."""
-    manifest, members = read_state(args.state) if state_exists(args.state) else ({}, {})
+    the state's members: a command reads and verifies the state file once ({}: none yet). Only
+    its `owner` (`read_state`) sets a form of it aside; a reader that does not own it stages a
+    large checkpoint under the project's results/."""
+    stage = None if owner else Path(getattr(args, "root", Path("."))) / RESULTS
+    manifest, members = read_state(args.state, stage, owner) if state_exists(args.state) else ({}, {})
     if args.scale and manifest.get("scale", args.scale) != args.scale:
         raise CampaignError(
             f"--scale {args.scale}: the state file {args.state} holds runs at scale {manifest['scale']}"

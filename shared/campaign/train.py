@@ -454,7 +454,7 @@ def train(args) -> int:
     stop_on_sigterm()
     started = time.time()
     end = started + 60 * args.minutes
-    members = state_defaults(args)
+    members = state_defaults(args, owner=True)  # the state this command writes: it sets an older form aside
     runs_dir = args.root / RUNS_DIR
     runs, skipped = campaign_runs(args.targets, args.scale, args.copy_spec)
     runs = chosen_runs(runs, args)
