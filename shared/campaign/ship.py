@@ -314,7 +314,8 @@ def import_state(args) -> int:
     """A run that fails its checks (shared/campaign/carried_runs.py) is named in one line and left out,
     the others imported (exit status 2 then); every path the state decides is checked to lie
     under results/ before anything is written."""
-    manifest, members = read_state(args.file)  # only read: its forms left as they are
+    # FILE is only read (its forms left as they are), a large checkpoint staged under --root's results/
+    manifest, members = read_state(args.file, stage=args.root / RESULTS)
     shipped = args.root / SHIPPED
     copy = manifest_copy(manifest)
     members, refused = trusted_members(manifest, members)

@@ -3,8 +3,8 @@ one door do not make: a pax size of a non-ASCII digit, a member named as a check
 top level, a gzip stream damaged or extended after the tar's end, a header limit recomputed
 from the run's config at every header, the file and its parts side by side (a time in the
 future, control characters, the import's own input renamed or removed), and where a large
-checkpoint is staged. The defects are marked xfail (strict): each asserts the correct outcome.
-The attacks that hold are kept where they add cases the other files lack."""
+checkpoint is staged. Each case asserts the correct outcome (the defects it found, once marked
+xfail (strict), are fixed). The attacks that hold are kept where they add cases the other files lack."""
 
 import gzip
 import hashlib
@@ -158,7 +158,6 @@ def with_written_at(genuine, when: str):
     return state
 
 
-@pytest.mark.xfail(strict=True, reason="newer_form takes the latest written_at, however far in the future")
 def test_a_state_written_in_the_future_does_not_win_over_a_genuine_one(genuine, tmp_path):
     """Parts claiming written_at 9999-12-31 beside a genuine whole state: the genuine one is read and stays in place."""
     write_crafted(with_written_at(genuine, "9999-12-31T23:59:59+00:00"), tmp_path / "state.tar.gz.part-00")
@@ -167,7 +166,6 @@ def test_a_state_written_in_the_future_does_not_win_over_a_genuine_one(genuine, 
     assert manifest["written_at"] == genuine[0]["written_at"] and path.is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="datetime.fromisoformat takes any separator; newer_form's note prints it raw")
 def test_the_note_on_two_forms_shows_no_control_characters(genuine, tmp_path, capsys):
     """A written_at of an ESC where the T goes (fromisoformat takes it): the note on stderr is printable, one line."""
     write_crafted(with_written_at(genuine, "2025-06-01\x1b00:00:00+00:00"), tmp_path / "state.tar.gz.part-00")
@@ -177,7 +175,6 @@ def test_the_note_on_two_forms_shows_no_control_characters(genuine, tmp_path, ca
     assert all(line.isprintable() for line in err.splitlines()), repr(err)
 
 
-@pytest.mark.xfail(strict=True, reason="import reads FILE with read_state: newer_form removes or renames the input")
 @pytest.mark.parametrize("older", ["none: the same state", "the parts", "the whole file"])
 def test_import_removes_and_renames_nothing_beside_the_file_it_reads(genuine, tmp_path, capsys, older):
     """`import FILE` with FILE.part-00 beside it (the same state, or an older one): FILE and its parts left as they were."""
@@ -198,7 +195,6 @@ def test_import_removes_and_renames_nothing_beside_the_file_it_reads(genuine, tm
 # --- where a large checkpoint is staged ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="import stages a large checkpoint beside FILE (Staging(path.parent)), outside results/")
 def test_import_stages_a_large_checkpoint_under_the_projects_results(genuine, tmp_path, monkeypatch, capsys):
     """A checkpoint over IN_MEMORY_BYTES (here 1 byte) read by `import` is staged under --root's results/, never beside FILE."""
     monkeypatch.setattr(transfer, "IN_MEMORY_BYTES", 1)
