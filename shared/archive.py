@@ -52,6 +52,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from shared.campaign.state_reading import MEMBER as CAMPAIGN_MEMBER
 from shared.campaign.state_reading import model_limit, run_config, scale_problem
 from shared.runs.files import (
     MAX_CONFIG_BYTES,
@@ -157,6 +158,11 @@ def member_problem(name: str) -> str | None:
     outside = is_outside(name)
     if outside or MEMBER.fullmatch(name):
         return outside
+    if CAMPAIGN_MEMBER.fullmatch(name):
+        return (
+            "is not a run's file but a campaign state's: the file looks like a campaign state, which "
+            "python -m shared.campaign import FILE reads"
+        )
     return f"is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)"
 
 

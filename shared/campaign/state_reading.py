@@ -52,6 +52,9 @@ MEMBER = re.compile(
     rf"(finished|progress)/({RUN_ID.pattern})/(config\.yaml|partition\.csv|metrics\.jsonl|metrics\.json"
     rf"|checkpoint\.pt|{CLIENT_STATE_FILE.pattern})"
 )
+# A member of an archive of runs (shared/archive.py, which imports this module), named to say what
+# such a file is when it is given as a state
+ARCHIVE_MEMBER = re.compile(rf"runs/{RUN_ID.pattern}/[A-Za-z0-9_.]{{1,40}}")
 # A target as Snakemake names it: papers/<paper>[/<name>], <paper>, <paper>_searches (shared/targets/resolve.py)
 TARGET = re.compile(r"(papers/)?[A-Za-z0-9_]{1,64}(/[A-Za-z0-9_]{1,64})?")
 COPY_KINDS = ("", *sorted(set(IMAGE_KINDS.values())))
@@ -91,6 +94,11 @@ def member_problem(name: str) -> str | None:
     match = MEMBER.fullmatch(name)
     if name == MANIFEST:
         return None
+    if not match and ARCHIVE_MEMBER.fullmatch(name):
+        return (
+            "is not a campaign state's file but an archive's: the file looks like an archive of runs, "
+            "which python -m shared.archive unpack FILE reads"
+        )
     if not match:
         return "is not a campaign state's file"
     kind, _, file = match.groups()

@@ -262,6 +262,8 @@ def test_import_refuses_an_archive_of_runs_in_one_line(tmp_path, capsys):
     """An archive of runs (fedrepro-runs/1) given to `campaign import`: one line, nothing written."""
     archive, root = archive_of(tmp_path, {SHOT: finished_files(FEDAVG[0])}), tmp_path / "project"
     refused(capsys, main_import(archive, root), "is not a campaign state's file", root)
+    main_import(archive, root)
+    assert "looks like an archive of runs, which python -m shared.archive unpack FILE reads" in err_lines(capsys)[0]
 
 
 def test_a_manifest_twice_is_refused(genuine, tmp_path, capsys):

@@ -93,7 +93,8 @@ def test_a_campaign_state_given_to_unpack_is_refused_at_its_first_member(genuine
 
     path, root = write_crafted(crafted(genuine), tmp_path / "state.tar.gz"), tmp_path / "project"
     code = archive_main(["unpack", str(path), "--into", str(root)])
-    refused(capsys, code, "is not a run's file", root)  # its members come before the manifest that names its kind
+    # its members come before the manifest that names its kind: the first says what the file looks like
+    refused(capsys, code, "looks like a campaign state, which python -m shared.campaign import FILE reads", root)
 
 
 def test_a_large_checkpoint_is_streamed_to_disk_and_restored_with_its_bytes(genuine, tmp_path, monkeypatch, capsys):
