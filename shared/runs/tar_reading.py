@@ -165,6 +165,7 @@ class TarStream:
         size = int(pax["size"]) if "size" in pax else size
         self.left, self.padding = size, -size % BLOCK
         return Member(pax.get("path", name), size, "file" if kind in REGULAR else KINDS.get(kind, "unknown kind"))
+
     def finish(self) -> None:
         """The stream read to its end past the tar's end block (so that gzip checks its CRC-32 and
         length, and a lost last part or a second gzip member shows): at most MAX_END_BYTES more,

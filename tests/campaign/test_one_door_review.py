@@ -10,13 +10,11 @@ import gzip
 import hashlib
 import io
 import json
-from pathlib import Path
 
 import pytest
 
 from shared.archive import main as archive_main
-from shared.campaign import ship
-from shared.campaign import state_reading
+from shared.campaign import ship, state_reading
 from shared.campaign.state import read_state
 from shared.runs import transfer
 from tests.campaign.carried_states import finished_files, progress_files, write_genuine_state
@@ -103,7 +101,8 @@ STREAM_DAMAGES = dict(stream_damages())
 
 @pytest.mark.parametrize("case", STREAM_DAMAGES)
 def test_a_stream_damaged_or_extended_after_the_tar_end_is_refused(genuine, tmp_path, capsys, case):
-    """Bytes after the tar's end (a wrong gzip CRC, a lost trailer, garbage, hidden members): refused in one line, nothing written."""
+    """Bytes after the tar's end (a wrong gzip CRC, a lost trailer, garbage, hidden members):
+    refused in one line, nothing written."""
     path = write_crafted(crafted(genuine), tmp_path / "state.tar.gz")
     path.write_bytes(STREAM_DAMAGES[case](path.read_bytes()))
     root = tmp_path / "project"
@@ -130,7 +129,8 @@ def test_a_part_set_with_a_gap_is_refused_in_one_line(genuine, tmp_path, capsys)
 
 
 def test_header_limits_cost_no_more_than_the_input(tmp_path, monkeypatch):
-    """A config.yaml of 256 kB then 30 empty per-client headers (a few kB gzipped): the YAML parsed stays within the stream's size, not 30 times it."""
+    """A config.yaml of 256 kB then 30 empty per-client headers (a few kB gzipped):
+    the YAML parsed stays within the stream's size, not 30 times it."""
     files = progress_files(FEDPROX)
     config = files["config.yaml"] + b"#" + b"x" * (2**18) + b"\n"
     assert state_reading.run_config(config) is not None  # a valid config: each header's limit builds on it
@@ -177,7 +177,8 @@ def test_the_note_on_two_forms_shows_no_control_characters(genuine, tmp_path, ca
 
 @pytest.mark.parametrize("older", ["none: the same state", "the parts", "the whole file"])
 def test_import_removes_and_renames_nothing_beside_the_file_it_reads(genuine, tmp_path, capsys, older):
-    """`import FILE` with FILE.part-00 beside it (the same state, or an older one): FILE and its parts left as they were."""
+    """`import FILE` with FILE.part-00 beside it (the same state, or an older one): FILE and its
+    parts left as they were."""
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     old = with_written_at(genuine, "2020-01-01T00:00:00+00:00")
@@ -196,7 +197,8 @@ def test_import_removes_and_renames_nothing_beside_the_file_it_reads(genuine, tm
 
 
 def test_import_stages_a_large_checkpoint_under_the_projects_results(genuine, tmp_path, monkeypatch, capsys):
-    """A checkpoint over IN_MEMORY_BYTES (here 1 byte) read by `import` is staged under --root's results/, never beside FILE."""
+    """A checkpoint over IN_MEMORY_BYTES (here 1 byte) read by `import` is staged under --root's
+    results/, never beside FILE."""
     monkeypatch.setattr(transfer, "IN_MEMORY_BYTES", 1)
     folders, stage = [], transfer.Staging.stage
 
@@ -217,7 +219,8 @@ def test_import_stages_a_large_checkpoint_under_the_projects_results(genuine, tm
 
 
 def test_unpack_of_a_staged_model_failing_its_checksum_leaves_no_folder(tmp_path, capsys, monkeypatch):
-    """A model.pt staged on disk (over IN_MEMORY_BYTES, here 1 byte) whose SHA-256 is forged: one line, --into left empty."""
+    """A model.pt staged on disk (over IN_MEMORY_BYTES, here 1 byte) whose SHA-256 is forged: one
+    line, --into left empty."""
     import torch
 
     monkeypatch.setattr(transfer, "IN_MEMORY_BYTES", 1)
