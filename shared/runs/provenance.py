@@ -39,11 +39,13 @@ def _git(*args: str, repo: Path = REPO) -> str | None:
 
 
 def git_state(repo: Path = REPO) -> dict:
-    """{"commit": sha or None, "dirty": tracked files differ from the commit (None if unknown)}."""
+    """{"commit": sha or None, "dirty": tracked files differ from the commit (None if unknown)}.
+    Tracked results (results/shipped/, results/campaign/) are outputs, not code: a campaign
+    rewrites its state while it trains, which says nothing about the code that made a run."""
     commit = _git("rev-parse", "HEAD", repo=repo)
     if commit is None:
         return {"commit": None, "dirty": None}
-    status = _git("status", "--porcelain", "--untracked-files=no", repo=repo)
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", repo=repo)
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
