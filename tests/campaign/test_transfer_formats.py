@@ -5,10 +5,13 @@ a manifest of another format is refused in one line naming those this version re
 checkpoint is streamed to disk while hashed, never held whole."""
 
 import json
+import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from shared.archive import ARCHIVE
 from shared.archive import main as archive_main
 from shared.campaign.state import read_state
 from shared.runs import transfer
@@ -179,3 +182,19 @@ def test_the_committed_campaign_state_reads(tmp_path):
     shutil.copy(tracked, tmp_path / "state.tar.gz")
     manifest, members = read_state(tmp_path / "state.tar.gz")
     assert manifest["format"] == FORMAT and manifest["kind"] == "campaign" and members
+
+
+def test_a_model_file_is_hashed_on_its_way_to_disk_never_held_whole(tmp_path):
+    """A 12 MiB model.pt, within what its run's model allows, reaches disk through a read whose
+    Python allocations peak at a few chunks, not at the member's size."""
+    model = os.urandom(12 * 2**20)
+    archive = archive_of(tmp_path, {SHOT: {**finished_files(FEDAVG[0]), "model.pt": model}})
+    tracemalloc.start()
+    try:
+        _, members = transfer.read_transfer(archive, ARCHIVE, stage=tmp_path / "stage")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    staged = members[f"runs/{SHOT}/model.pt"]
+    assert isinstance(staged, Staged) and staged.path.read_bytes() == model
+    assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB"
