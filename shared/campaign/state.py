@@ -115,7 +115,7 @@ def newer_form(
         asides = [part.rename(aside_path(part, "older")) for part in other]
         aside = f"as {asides[0].name}{', ...' if len(asides) > 1 else ''}"
     if not owner or not same:
-        left = f"set aside {form_name(path, other)} {aside}" if owner else f"left {form_name(path, other)} as it is"
+        left = f"set aside {form_name(path, other)} {aside}" if owner else f"left {form_name(path, other)} untouched"
         why = "the same state" if same else "older or damaged"
         print(
             f"note: {path}: read {form_name(path, kept[1])} (written {printable(kept[2].get('written_at'))}); "

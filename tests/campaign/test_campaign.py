@@ -202,7 +202,8 @@ def tiny_state(state: Path, content: bytes, part_mib: float) -> None:
 @pytest.mark.parametrize("older_parts", [False, True])
 def test_a_whole_state_and_parts_side_by_side_read_the_later_one_and_set_the_other_aside(tmp_path, capsys, older_parts):
     """Carried from two machines (or a save cut short): the valid state written later is read,
-    the other moved aside, never deleted, with a one-line note naming both."""
+    the other left untouched by a reader and moved aside (never deleted) by the state's owner,
+    with a one-line note naming both."""
     state, elsewhere = tmp_path / "state.tar.gz", tmp_path / "elsewhere" / "state.tar.gz"
     big = np.random.default_rng(0).bytes(5000)  # incompressible: split at 0.001 MiB
     tiny_state(state if older_parts else elsewhere, b"older" + big, 0.001 if older_parts else 15)
@@ -211,7 +212,10 @@ def test_a_whole_state_and_parts_side_by_side_read_the_later_one_and_set_the_oth
         shutil.copy(carried, state.parent)
     assert state.is_file() and campaign_state.part_paths(state)
     capsys.readouterr()
-    members = read_state(state)[1]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    members = read_state(state)[1]  # a reader that does not own the state (import, status) touches nothing
+    assert "untouched" in capsys.readouterr().err and sorted(p.name for p in tmp_path.iterdir()) == before
+    assert read_state(state, owner=True)[1] == members  # its owner (train) sets the other aside
     assert members["progress/0123456789abcdef/checkpoint.pt"].startswith(b"newer")
     err = capsys.readouterr().err
     assert err.startswith("note: ") and err.count("\n") == 1 and "set aside" in err
