@@ -605,7 +605,9 @@ def test_a_command_reads_and_verifies_its_state_file_once(tmp_path, monkeypatch,
     write_state(state, [], {"targets": [TARGET], "scale": "smoke", "copy": None})
     reads = []
     monkeypatch.setattr(
-        campaign_state, "read_state", lambda path, real=campaign_state.read_state: reads.append(path) or real(path)
+        campaign_state,
+        "read_state",
+        lambda path, *args, real=campaign_state.read_state, **kwargs: reads.append(path) or real(path, *args, **kwargs),
     )
     assert main(["status", TARGET, "--state", str(state), "--root", str(root)]) == 0
     assert len(reads) == 1
