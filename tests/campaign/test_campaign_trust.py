@@ -41,8 +41,9 @@ from tests.campaign.carried_states import (
     history,
     jsonl,
     progress_files,
-    write_genuine_state,
 )
+
+pytestmark = pytest.mark.usefixtures("small_floor")
 
 TARGET = "papers/fedcad/table4"
 ABOUT = {"targets": [TARGET], "scale": "smoke", "copy": None}
@@ -66,20 +67,6 @@ class Crafted:
     members: list
     relist: bool = True
     manifest_bytes: bytes | None = None
-
-
-@pytest.fixture(autouse=True)
-def small_floor(monkeypatch):
-    """A bomb need not pass 64 MiB to show that reading stops where a state's budget ends: the
-    genuine state is a few kB, and a floor of 1 MiB keeps the cases fast."""
-    monkeypatch.setattr(transfer, "EXPANSION_FLOOR", 2**20)
-
-
-@pytest.fixture(scope="module")
-def genuine(tmp_path_factory) -> tuple[dict, dict[str, bytes]]:
-    path = tmp_path_factory.mktemp("genuine") / "state.tar.gz"
-    write_genuine_state(path, ABOUT, FEDAVG, [FEDPROX])
-    return read_state(path)
 
 
 def crafted(genuine) -> Crafted:

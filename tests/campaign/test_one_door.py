@@ -27,8 +27,6 @@ import pytest
 import torch
 
 from shared.archive import main as archive_main
-from shared.campaign.state import read_state
-from shared.runs import transfer
 from shared.runs.files import sha256
 from tests.campaign.carried_states import (
     checkpoint,
@@ -37,10 +35,8 @@ from tests.campaign.carried_states import (
     jsonl,
     model_state,
     progress_files,
-    write_genuine_state,
 )
 from tests.campaign.test_campaign_trust import (
-    ABOUT,
     FEDAVG,
     FEDPROX,
     OTHER,
@@ -55,20 +51,7 @@ from tests.campaign.test_campaign_trust import (
     write_crafted,
 )
 
-
-@pytest.fixture(scope="module")
-def genuine(tmp_path_factory) -> tuple[dict, dict[str, bytes]]:
-    """The genuine state of the trust tests (tests/campaign/test_campaign_trust.py), read back."""
-    path = tmp_path_factory.mktemp("genuine") / "state.tar.gz"
-    write_genuine_state(path, ABOUT, FEDAVG, [FEDPROX])
-    return read_state(path)
-
-
-@pytest.fixture(autouse=True)
-def small_floor(monkeypatch):
-    """A state's expansion floor of 1 MiB, as in the trust tests: bombs stop early."""
-    monkeypatch.setattr(transfer, "EXPANSION_FLOOR", 2**20)
-
+pytestmark = pytest.mark.usefixtures("small_floor")
 
 # --- raw tar headers -------------------------------------------------------------------------------
 

@@ -17,9 +17,8 @@ from shared.archive import main as archive_main
 from shared.campaign import ship, state_reading
 from shared.campaign.state import read_state
 from shared.runs import transfer
-from tests.campaign.carried_states import finished_files, progress_files, write_genuine_state
+from tests.campaign.carried_states import finished_files, progress_files
 from tests.campaign.test_campaign_trust import (
-    ABOUT,
     FEDAVG,
     FEDPROX,
     PROX,
@@ -29,13 +28,6 @@ from tests.campaign.test_campaign_trust import (
     write_crafted,
 )
 from tests.campaign.test_one_door import archive_of, header, main_import, member, refused
-
-
-@pytest.fixture(scope="module")
-def genuine(tmp_path_factory) -> tuple[dict, dict]:
-    path = tmp_path_factory.mktemp("genuine") / "state.tar.gz"
-    write_genuine_state(path, ABOUT, FEDAVG, [FEDPROX])
-    return read_state(path)
 
 
 @pytest.fixture(autouse=True)

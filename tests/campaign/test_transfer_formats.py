@@ -16,21 +16,11 @@ from shared.archive import main as archive_main
 from shared.campaign.state import read_state
 from shared.runs import transfer
 from shared.runs.transfer import FORMAT, READ_FORMATS, Staged
-from tests.campaign.carried_states import finished_files, write_genuine_state
-from tests.campaign.test_campaign_trust import ABOUT, FEDAVG, FEDPROX, PROX, SHOT, crafted, err_lines, import_crafted
+from tests.campaign.carried_states import finished_files
+from tests.campaign.test_campaign_trust import FEDAVG, PROX, SHOT, crafted, err_lines, import_crafted
 from tests.campaign.test_one_door import archive_of, main_import, refused
 
-
-@pytest.fixture(scope="module")
-def genuine(tmp_path_factory) -> tuple[dict, dict]:
-    path = tmp_path_factory.mktemp("genuine") / "state.tar.gz"
-    write_genuine_state(path, ABOUT, FEDAVG, [FEDPROX])
-    return read_state(path)
-
-
-@pytest.fixture(autouse=True)
-def small_floor(monkeypatch):
-    monkeypatch.setattr(transfer, "EXPANSION_FLOOR", 2**20)
+pytestmark = pytest.mark.usefixtures("small_floor")
 
 
 def old_state(genuine):
