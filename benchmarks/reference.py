@@ -106,7 +106,7 @@ def test_accuracy(model, loader, device) -> float:
 def pytorch_defaults() -> None:
     """How the codes the reference stands for compute: PyTorch's defaults (nondeterministic
     kernels allowed, no cuDNN benchmarking, TF32 in cuDNN's convolutions, not in matmuls),
-    whatever a run of ours in this process set before (shared.runs.seeding.set_numerics)."""
+    whatever a run of ours in this process set before (shared.runs.numerics.set_numerics)."""
     torch.use_deterministic_algorithms(False)
     torch.backends.cudnn.deterministic = torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True

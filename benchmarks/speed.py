@@ -158,7 +158,8 @@ def local_step_throughput(cfg: RunConfig, peak_tflops: float | None) -> dict:
     from shared.data.federation import build_federation
     from shared.methods.registry import build_method
     from shared.models.registry import model_for
-    from shared.runs.seeding import client_generator, set_numerics
+    from shared.runs.numerics import set_numerics
+    from shared.runs.seeding import client_generator
     from shared.training.clients import compile_for_full_batches, train_client
 
     cfg = copy.deepcopy(cfg)

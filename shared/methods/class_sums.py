@@ -3,7 +3,7 @@
 `index_add_` on CUDA adds each sample into its class's row with atomics, in whatever order the
 threads arrive, so the rounding of a sum differs from run to run (and a resumed run from an
 uninterrupted one). Here the sum is a product with the one-hot matrix of the labels, which
-cuBLAS computes in a fixed order (shared/runs/seeding.py fixes its workspace); on the CPU it is as
+cuBLAS computes in a fixed order (shared/runs/numerics.py fixes its workspace); on the CPU it is as
 exact as the loop it replaces, in another order.
 """
 

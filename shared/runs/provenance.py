@@ -106,7 +106,7 @@ def cuda_versions(import_torch: bool = False) -> dict:
 
 
 def numerics() -> dict | None:
-    """How torch computes in this process (shared.runs.seeding.set_numerics sets it): deterministic
+    """How torch computes in this process (shared.runs.numerics.set_numerics sets it): deterministic
     kernels, cuDNN's benchmarking, TF32, cuBLAS's workspace; None when torch is not loaded."""
     torch = sys.modules.get("torch")
     if torch is None:

@@ -42,8 +42,9 @@ from shared.models.nets import Net
 from shared.models.registry import count_parameters, model_for
 from shared.runs.directory import RunDirectory, write_json
 from shared.runs.metrics import rounds_to_target
+from shared.runs.numerics import set_numerics
 from shared.runs.provenance import environment
-from shared.runs.seeding import derive_seed, set_numerics
+from shared.runs.seeding import derive_seed
 from shared.training.clients import ClientResult, client_trainer
 from shared.training.evaluation import evaluate_many
 from shared.training.round_timing import Laps, RoundTiming, report
