@@ -146,8 +146,8 @@ def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | Non
             cached_key, cached = pickle.load(f)
         if cached_key == key:
             return cached
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
-        pass  # absent, or written by code that no longer reads it: expand again
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError, ImportError):
+        pass  # absent, or written by code that no longer reads it (a class since moved to another module): expand again
     found = expand_all(scale, runtime, copy)
 
     def write(tmp):

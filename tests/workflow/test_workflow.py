@@ -457,6 +457,15 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
         first.target_runs("fedssd", "table", "table99")
 
 
+def test_a_cache_naming_a_module_since_moved_is_expanded_again(tmp_path, monkeypatch):
+    """A cache pickled before a class moved to another module names a module that is gone."""
+    from shared.targets import expansion as module
+
+    (tmp_path / "smoke.pickle").write_bytes(b"cshared.targets.gone\nExpansion\n.")
+    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy: "expanded again")
+    assert module.expansion("smoke", RUNTIME, tmp_path) == "expanded again"
+
+
 def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
     code = (
         "import sys; from shared.targets.expansion import expansion; "
