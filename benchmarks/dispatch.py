@@ -33,7 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.group_step import non_view, record_group_step, small_group, start_members, table_methods
 from shared.config.schema import RunConfig
 from shared.targets.configs import load_config
-from shared.targets.experiments import expand, get_table
+from shared.targets.table_declarations import expand, get_table
 from shared.training.group_training import GroupClients
 from shared.training.trainer import Member, begin_round, train_alone
 

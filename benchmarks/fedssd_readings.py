@@ -28,7 +28,7 @@ import torch
 
 from shared.config.dotted import flatten
 from shared.targets.configs import load_config
-from shared.targets.experiments import MOON_CIFAR10
+from shared.targets.table_declarations import MOON_CIFAR10
 from shared.training.trainer import run
 
 READINGS = {  # run directory -> (label, overrides)

@@ -51,7 +51,7 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import RunConfig
 from shared.run import as_overrides
 from shared.targets.configs import load_config
-from shared.targets.experiments import MOON_CIFAR10
+from shared.targets.table_declarations import MOON_CIFAR10
 from shared.training.trainer import resolve_device, sample_clients
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})

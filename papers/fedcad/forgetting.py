@@ -22,7 +22,7 @@ from shared.methods.registry import build_method
 from shared.models.registry import model_for
 from shared.runs.directory import load_tensors
 from shared.targets.configs import load_config
-from shared.targets.experiments import Cell, Table
+from shared.targets.table_declarations import Cell, Table
 from shared.training.clients import train_client
 from shared.training.evaluation import evaluate
 from shared.training.trainer import resolve_device

@@ -4,8 +4,8 @@ reports. The paper prints single numbers (no spread); we run three seeds."""
 
 from papers.fedcad.forgetting import draw_per_class
 from shared.reporting.claims import Best, FewestRounds, Trend
-from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
+from shared.targets.table_declarations import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 
 R = Reported
 

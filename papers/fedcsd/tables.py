@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best
-from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
+from shared.targets.table_declarations import Column, Inconsistency, Metric, Reported, Row, Search, Table
 
 R = Reported
 

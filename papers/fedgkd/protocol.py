@@ -5,7 +5,7 @@ with their per-setting parameters, the rows that `tables.py` draws its tables fr
 from dataclasses import replace
 
 from shared.config.dotted import deep_merge
-from shared.targets.experiments import Column, Row
+from shared.targets.table_declarations import Column, Row
 
 # Section 5.1: 20 clients, C=0.2, Dir(alpha), 100 rounds (Tiny-ImageNet 30), E=20, B=64, SGD lr
 # 0.05, momentum 0.9, weight decay 1e-5; 90% of the training split trains, 10% validates (the

@@ -20,8 +20,8 @@ from papers.fedgkd.protocol import (
 )
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import Best
-from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
+from shared.targets.table_declarations import Column, Inconsistency, Metric, Reported, Row, Search, Table
 
 R = Reported
 BEST = Metric("best_acc")

@@ -3,8 +3,8 @@ on Non-IID Data"): its tables, figures and searches as data, with the numbers th
 
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best, FewestRounds
-from shared.targets.experiments import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 from shared.targets.figure_declarations import Figure
+from shared.targets.table_declarations import MOON_CIFAR10, Column, Inconsistency, Metric, Reported, Row, Search, Table
 
 R = Reported
 

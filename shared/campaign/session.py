@@ -320,7 +320,7 @@ def check(args) -> None:
         expected_runs(tuple(args.targets), args.scale or "paper", None)  # cached: the carry's check reads them again
     except (
         Exception
-    ) as exc:  # an unknown target: what shared.targets.resolve and shared.targets.experiments raise, in one line
+    ) as exc:  # an unknown target: what shared.targets.resolve and shared.targets.table_declarations raise, in one line
         raise SessionError(f"{' '.join(args.targets)}: {exc}") from None
 
 

@@ -47,9 +47,9 @@ from shared.targets.copies import (
     table_dir,
 )
 from shared.targets.cost import gpu_hours, measured_throughput
-from shared.targets.experiments import get_table
 from shared.targets.figure_declarations import get_figure
 from shared.targets.resolve import TargetError, target_parts
+from shared.targets.table_declarations import get_table
 
 
 def run_progress(

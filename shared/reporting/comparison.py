@@ -24,7 +24,7 @@ from shared.reporting.summary import (
     reading_notes,
     shown,
 )
-from shared.targets.experiments import Table, scale_seeds
+from shared.targets.table_declarations import Table, scale_seeds
 
 
 def kendall_tau(x, y) -> float:

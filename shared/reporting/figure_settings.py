@@ -12,7 +12,7 @@ from typing import Callable
 
 from shared.config.dotted import flatten
 from shared.data.catalog import DATASETS
-from shared.targets.experiments import Cell, Table, cell_overrides
+from shared.targets.table_declarations import Cell, Table, cell_overrides
 
 # --- what a panel shows -----------------------------------------------------------------------
 

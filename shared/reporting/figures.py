@@ -49,8 +49,8 @@ from shared.reporting.figure_style import (
 )
 from shared.runs.metrics import cell_value
 from shared.runs.provenance import provenance_header
-from shared.targets.experiments import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table, load_metrics
 from shared.targets.figure_declarations import Figure
+from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table, load_metrics
 
 
 def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:

@@ -11,7 +11,7 @@ import unicodedata
 import pandas as pd
 
 from shared.reporting.summary import NOT_IMPLEMENTED, REFERENCE_ROW, decimals, rank_marks, reading_notes
-from shared.targets.experiments import Table, scale_seeds
+from shared.targets.table_declarations import Table, scale_seeds
 
 # What a document needs to \input a table.tex (also written at its top).
 LATEX_PACKAGES = ("booktabs", "graphicx", "rotating")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from shared.config.schema import run_id
 from shared.runs.metrics import cell_value
-from shared.targets.experiments import Cell, Reported, all_tables, expand, load_metrics
+from shared.targets.table_declarations import Cell, Reported, all_tables, expand, load_metrics
 
 if TYPE_CHECKING:  # imported where a listing is made: a module that imports this one never pays for pandas
     import pandas as pd

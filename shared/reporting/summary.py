@@ -14,7 +14,7 @@ import pandas as pd
 
 from shared.data.catalog import num_classes
 from shared.runs.metrics import cell_value
-from shared.targets.experiments import Cell, Metric, Table, load_metrics
+from shared.targets.table_declarations import Cell, Metric, Table, load_metrics
 
 COMPLETED = "completed"
 FAILED = "failed"

@@ -21,7 +21,7 @@ from shared.reporting.figures import draw
 from shared.reporting.latex import latex_table
 from shared.reporting.summary import COMPLETED, collect, is_suspect, summarize_cells
 from shared.runs.provenance import commits_of, provenance_header
-from shared.targets.experiments import Search, Table, expand, paper_tables, scale_seeds
+from shared.targets.table_declarations import Search, Table, expand, paper_tables, scale_seeds
 
 
 def provenance(table: Table, runs: pd.DataFrame, scale: str, merged: list[list[str]] | None = None) -> dict:

@@ -19,7 +19,7 @@ def first_round_reaching(metrics: dict, target: float) -> float:
 
 
 def cell_value(metric, metrics: dict, reference_final: float | None) -> float:
-    """The value of `metric` (a table's Metric, shared/targets/experiments.py) for one run (its
+    """The value of `metric` (a table's Metric, shared/targets/table_declarations.py) for one run (its
     metrics.json as a dict); `reference_final` is the reference row's mean final accuracy in the
     same column (FedSSD's T, `rounds_to_row`)."""
     if metric.kind == "final_acc":

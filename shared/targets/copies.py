@@ -13,8 +13,8 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
 from shared.data.catalog import DataError, copy_label, is_sha256
 from shared.runs.files import holds_result, write_atomically
-from shared.targets.experiments import expand, keep_rows, scale_seeds
 from shared.targets.resolve import target_cells
+from shared.targets.table_declarations import expand, keep_rows, scale_seeds
 
 IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
 

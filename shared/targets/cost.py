@@ -22,7 +22,7 @@ from pathlib import Path
 
 from shared.config.schema import RunConfig
 from shared.data.catalog import DATASETS, DatasetInfo
-from shared.targets.experiments import Cell
+from shared.targets.table_declarations import Cell
 
 THROUGHPUT = {
     "fedavg_cnn": 20_000,

@@ -59,7 +59,7 @@ class Expansion:
         reading the paper's module raises."""
         runs = self.targets.get(paper, {}).get(kind, {}).get(name)
         if runs is None:
-            from shared.targets.experiments import declared_one
+            from shared.targets.table_declarations import declared_one
 
             declared_one(paper, {"table": "TABLES", "figure": "FIGURES", "search": "SEARCHES"}[kind], kind, name)
             raise ConfigError(f"{paper}/{name} is not known to the workflow")
@@ -89,8 +89,8 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
     On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
     drawn from it alone, no search (the papers tuned on the official data)."""
     from shared.methods.papers import paper_names
-    from shared.targets.experiments import expand, paper_searches, paper_tables
     from shared.targets.resolve import workflow_grids
+    from shared.targets.table_declarations import expand, paper_searches, paper_tables
 
     runs, grid_runs, grid_ids = {}, [], {}
     runtime = deep_merge(runtime, copy_runtime(copy))

@@ -1,5 +1,5 @@
 """A paper's figures as data: what each draws (its kind) and from which runs (a table's, or a
-grid of its own), beside the tables and searches of shared/targets/experiments.py.
+grid of its own), beside the tables and searches of shared/targets/table_declarations.py.
 
 Planning (the workflow's start-up, shared.plan, shared.archive) needs a figure's runs, never
 its drawing: shared/reporting/figures.py draws them, and this module imports neither it nor
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from shared.targets.experiments import Cell, Table, declared, declared_one, expand, get_table
+from shared.targets.table_declarations import Cell, Table, declared, declared_one, expand, get_table
 
 # What shared/reporting/figures.py can draw (its DRAW; tests/reporting/test_figures.py checks that the two agree)
 FIGURE_KINDS = frozenset({"curves", "partitions", "sweep", "round_metric", "custom"})

@@ -2,13 +2,14 @@
 <paper>_searches) resolved to its cells, through the same declarations the workflow expands, so
 the run ids agree with it; and every grid the workflow trains. shared.archive, shared.campaign,
 shared.plan and the workflow's expansion (shared/targets/expansion.py) all resolve names here.
-Imports no torch: the declarations (shared/targets/experiments.py) import none."""
+Imports no torch: the declarations (shared/targets/table_declarations.py) import none."""
 
 from __future__ import annotations
 
 from shared.config.schema import ConfigError
 from shared.methods.papers import paper_names
-from shared.targets.experiments import (
+from shared.targets.figure_declarations import get_figure, paper_figures
+from shared.targets.table_declarations import (
     all_tables,
     check_scale,
     expand,
@@ -17,7 +18,6 @@ from shared.targets.experiments import (
     paper_searches,
     paper_tables,
 )
-from shared.targets.figure_declarations import get_figure, paper_figures
 
 
 class TargetError(Exception):
@@ -42,7 +42,7 @@ def workflow_cells(scale: str, runtime: dict | None = None) -> list[tuple[str, s
 
 
 def target_cells(target: str, scale: str) -> list:
-    """The cells (shared.targets.experiments.Cell) of one Snakemake-style target at `scale`, found
+    """The cells (shared.targets.table_declarations.Cell) of one Snakemake-style target at `scale`, found
     through the same declarations the workflow expands, so the run ids agree with it."""
 
     command_targets([target])  # one line naming the valid targets where it names none

@@ -35,8 +35,8 @@ from shared.data.catalog import DataError
 from shared.data.datasets import CIFAR, file_digest, load_dataset
 from shared.targets.configs import load_config
 from shared.targets.copies import Copy, campaign_runs
-from shared.targets.experiments import SMOKE_ROUNDS, expand, get_table
 from shared.targets.figure_declarations import get_figure
+from shared.targets.table_declarations import SMOKE_ROUNDS, expand, get_table
 from shared.training import trainer
 from tests.campaign.carried_states import finished_files, write_genuine_state
 

@@ -19,7 +19,7 @@ from shared.campaign import unit_sizing
 from shared.campaign.state import LeftOut, read_state, write_state
 from shared.runs.files import rounds_done
 from shared.targets.copies import campaign_runs
-from shared.targets.experiments import SMOKE_ROUNDS
+from shared.targets.table_declarations import SMOKE_ROUNDS
 from tests.campaign.test_campaign import TARGET, checkout, clock_of_rounds, summary, train
 
 ABOUT = {"targets": [TARGET], "scale": "smoke", "copy": None}
@@ -210,7 +210,7 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     continues from its round on a fresh machine, its checkpoint not set aside, and ends as an
     uninterrupted run does."""
     from shared.campaign.state import restore, state_members
-    from shared.targets.experiments import expand, get_table
+    from shared.targets.table_declarations import expand, get_table
     from shared.training import trainer
 
     cell = next(

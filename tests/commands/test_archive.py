@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from shared.archive import MANIFEST, main
-from shared.targets.experiments import expand, get_table
+from shared.targets.table_declarations import expand, get_table
 from shared.training import trainer
 from tests.campaign.carried_states import finished_files
 

@@ -5,8 +5,8 @@ import re
 
 from shared.config.schema import to_dict
 from shared.run import main
-from shared.targets.experiments import expand, get_table
 from shared.targets.run_groups import group_key
+from shared.targets.table_declarations import expand, get_table
 from tests.workflow.test_workflow import project, snakemake  # noqa: F401  (project is a fixture)
 
 

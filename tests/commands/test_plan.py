@@ -9,7 +9,7 @@ import yaml
 from shared import plan
 from shared.reporting import shared_runs
 from shared.targets import cost
-from shared.targets.experiments import expand, get_table
+from shared.targets.table_declarations import expand, get_table
 
 
 def test_prints_a_total_and_says_the_throughput_is_assumed(capsys, tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from shared.data.federation import Augmenter, build_federation
 from shared.data.partition import partition
 from shared.models.registry import build_model
 from shared.targets.configs import load_config
-from shared.targets.experiments import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
+from shared.targets.table_declarations import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
 from shared.training import trainer
 
 CPU = ["trainer.device=cpu", "trainer.progress=false"]
@@ -632,7 +632,7 @@ def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_c
 def test_each_papers_tables_augment_as_its_code_does():
     """FedCSD's CIFAR-100 as MOON's code, FedGKD's images as FedDF's (black padding, no
     rotation); text is never augmented; the others keep CIFAR's default (NIID-Bench's)."""
-    from shared.targets.experiments import all_tables
+    from shared.targets.table_declarations import all_tables
 
     seen = {}
     for table in all_tables():

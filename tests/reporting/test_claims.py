@@ -24,7 +24,7 @@ from shared.reporting.claims import (
     run_values,
 )
 from shared.reporting.tables import build_paper_claims, build_table
-from shared.targets.experiments import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
+from shared.targets.table_declarations import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
 from tests.reporting.test_tables import BASE, FINAL, write_runs
 
 
@@ -233,7 +233,7 @@ def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_d
     import json
 
     from shared.targets.copies import Copy, copy_part, copy_runtime, labelled
-    from shared.targets.experiments import get_table
+    from shared.targets.table_declarations import get_table
 
     # no kind ("JPEG"): a run's config records the copy's checksum alone, which names the claims' data
     copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228")

@@ -22,8 +22,8 @@ from shared.reporting.figure_settings import (
 )
 from shared.reporting.figure_style import METHOD_ORDER, series_styles
 from shared.reporting.figures import DRAW, build_figure, draw, figure_title
-from shared.targets.experiments import Column, Metric, Row, Table, expand
 from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
+from shared.targets.table_declarations import Column, Metric, Row, Table, expand
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...
 FINAL = Metric()  # the default metric: the final accuracy

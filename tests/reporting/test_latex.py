@@ -19,7 +19,7 @@ import pytest
 import shared.reporting.tables as tables_module
 from shared.reporting.latex import LATEX_PACKAGES, MIN_SCALE
 from shared.reporting.tables import build_table
-from shared.targets.experiments import all_tables, expand
+from shared.targets.table_declarations import all_tables, expand
 
 pytestmark = [pytest.mark.latex, pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not on PATH")]
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from shared.reporting.tables import build_table
-from shared.targets.experiments import Column, Metric, Reported, Row, Table, expand
+from shared.targets.table_declarations import Column, Metric, Reported, Row, Table, expand
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}
 FINAL = Metric()  # the default metric: the final accuracy
@@ -183,11 +183,11 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     import yaml
 
     from shared.reporting.tables import build_search
-    from shared.targets import experiments
-    from shared.targets.experiments import Search
+    from shared.targets import table_declarations
+    from shared.targets.table_declarations import Search
 
     table = make_table()
-    monkeypatch.setattr(experiments, "get_table", lambda paper, name: table)
+    monkeypatch.setattr(table_declarations, "get_table", lambda paper, name: table)
     search = Search("fedssd", "search_test", "tabletest", "FedProx", {"method.mu": [0.001, 0.1]})
     grid = search.as_table()
     assert [r.method for r in grid.rows] == [{"name": "fedprox", "mu": 0.001}, {"name": "fedprox", "mu": 0.1}]

@@ -34,7 +34,7 @@ NEW_PAPER = {
     ''',
     "tables.py": """
         from shared.reporting.claims import Best
-        from shared.targets.experiments import MOON_CIFAR10, Column, Reported, Row, Table
+        from shared.targets.table_declarations import MOON_CIFAR10, Column, Reported, Row, Table
 
         TABLES = [Table(
             paper="newpaper", name="table1", caption="FedHalf against FedAvg", base=MOON_CIFAR10,
@@ -101,7 +101,7 @@ KNOWN_INCONSISTENCIES = {
 def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
     from shared.reporting.comparison import comparison, comparison_html, comparison_markdown
     from shared.reporting.summary import summarize_cells
-    from shared.targets.experiments import get_table
+    from shared.targets.table_declarations import get_table
 
     for (paper, name), cells in KNOWN_INCONSISTENCIES.items():
         table = get_table(paper, name)
@@ -177,7 +177,7 @@ def test_every_grid_draws_its_partitions_at_smoke_scale():
 
 
 def test_the_smoke_scale_caps_min_size_only_for_many_clients():
-    from shared.targets.experiments import expand, get_table
+    from shared.targets.table_declarations import expand, get_table
 
     [many] = {c.config.partition.min_size for c in expand(get_table("fedcad", "table3"), "smoke")}
     [ten] = {c.config.partition.min_size for c in expand(get_table("fedcad", "table2"), "smoke")}

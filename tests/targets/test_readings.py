@@ -11,7 +11,7 @@ import shared.reporting.claims
 from shared.reporting.claims import HELD, NOT_HELD, Best
 from shared.reporting.tables import build_table
 from shared.targets.copies import campaign_runs
-from shared.targets.experiments import Column, Reported, Row, Table, expand, get_table, keep_rows
+from shared.targets.table_declarations import Column, Reported, Row, Table, expand, get_table, keep_rows
 from tests.reporting.test_tables import BASE, write_runs
 
 

@@ -1,8 +1,8 @@
 """Which runs train together: a table row across its settings and seeds, nothing wider."""
 
 from shared.config.schema import RunConfig
-from shared.targets.experiments import declared, expand
 from shared.targets.run_groups import form_groups, group_key
+from shared.targets.table_declarations import declared, expand
 
 
 def table_runs(paper: str, name: str, scale: str) -> dict[str, RunConfig]:

@@ -15,7 +15,7 @@ from benchmarks.smoke_learning import report
 from shared.config.schema import ConfigError, data_root
 from shared.data.datasets import load_synthetic
 from shared.targets.configs import load_config
-from shared.targets.experiments import expand, get_table
+from shared.targets.table_declarations import expand, get_table
 from shared.training.trainer import run
 
 CHANCE = 10.0  # CIFAR-10's stand-in: 10 classes

@@ -54,7 +54,7 @@ class Meeting(FedAvg):
             (folder / f"saw-{self.cfg.seed}.json").write_text(json.dumps(record))
         super().prepare_round(round, global_model)
 '''
-MEETING_TABLES = f"""from shared.targets.experiments import Column, Row, Table
+MEETING_TABLES = f"""from shared.targets.table_declarations import Column, Row, Table
 
 BASE = {{"dataset": {{"name": "synthetic", "synthetic": {{"train_per_class": 20, "test_per_class": 10}}}},
         "model": {{"name": "fedavg_cnn"}}, "partition": {{"kind": "dirichlet", "beta": 0.5, "clients": 2}},

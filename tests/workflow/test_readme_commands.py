@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.targets.experiments import expand, get_table
+from shared.targets.table_declarations import expand, get_table
 from tests.workflow.test_workflow import make_project
 
 ROOT = Path(__file__).resolve().parents[2]

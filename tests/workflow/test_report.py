@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.targets.experiments import expand, get_table, paper_tables
 from shared.targets.figure_declarations import get_figure
+from shared.targets.table_declarations import expand, get_table, paper_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from shared.methods.papers import paper_names
-from shared.targets.experiments import SCALES, all_tables, expand, get_table, paper_searches
 from shared.targets.figure_declarations import paper_figures
+from shared.targets.table_declarations import SCALES, all_tables, expand, get_table, paper_searches
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
@@ -68,7 +68,7 @@ class Stalling(FedAvg):
             time.sleep(3600)
         super().prepare_round(round, global_model)
 '''
-CHECK_PAPER_TABLES = """from shared.targets.experiments import Column, Row, Table
+CHECK_PAPER_TABLES = """from shared.targets.table_declarations import Column, Row, Table
 
 BASE = {"dataset": {"name": "cifar10"}, "model": {"name": "fedavg_cnn"},
         "partition": {"kind": "dirichlet", "beta": 0.5, "clients": 4}, "federation": {"rounds": 3}}
@@ -114,7 +114,7 @@ def add_paper(project: Path, name: str, init: str, methods: str, tables: str) ->
 def paper_runs(paper: str, table: str, project: Path, scale: str = "smoke") -> list[str]:
     """Run ids of a table as the project copy expands it (the test paper is only there)."""
     code = (
-        "import json; from shared.targets.experiments import expand, get_table; "
+        "import json; from shared.targets.table_declarations import expand, get_table; "
         f"print(json.dumps([c.run_id for c in expand(get_table({paper!r}, {table!r}), {scale!r})]))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)

@@ -118,7 +118,7 @@ def paper_targets(paper):
 def paper_caption(kind, paper, name):
     """The paper's own caption of a table or figure, for the report (workflow/report/*.rst);
     imported when the report is written, since a start that plans or trains never needs it."""
-    from shared.targets.experiments import get_table
+    from shared.targets.table_declarations import get_table
     from shared.targets.figure_declarations import get_figure
 
     return {"table": get_table, "figure": get_figure}[kind](paper, name).caption
@@ -204,7 +204,7 @@ def build(kind, paper, name, out_dir, log):
     """Build target `name` (a table, figure or search) of `paper` into `out_dir`, writing what
     it did to `log`: the target, the scale, each run's status, the files written, the seconds
     taken, and a traceback if it raised; then rebuild the run index."""
-    from shared.targets.experiments import get_search, get_table
+    from shared.targets.table_declarations import get_search, get_table
     from shared.targets.figure_declarations import get_figure
     from shared.reporting.figures import build_figure  # here: the builders import torch and matplotlib,
     from shared.reporting.tables import build_search, build_table  # which a start that only plans or trains never needs
