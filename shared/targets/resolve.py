@@ -1,7 +1,7 @@
 """Which runs a target needs: a Snakemake-style target (papers/<paper>/<name>, a whole paper,
 <paper>_searches) resolved to its cells, through the same declarations the workflow expands, so
 the run ids agree with it; and every grid the workflow trains. shared.archive, shared.campaign,
-shared.plan and the workflow's expansion (shared/targets/expansion.py) all resolve names here.
+shared.plan and the workflow's expansion (shared/targets/expansion_cache.py) all resolve names here.
 Imports no torch: the declarations (shared/targets/table_declarations.py) import none."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class Row:
     @property
     def implemented(self) -> bool:
         # imported here, as load_config in `expand`: the method registry loads every method and
-        # torch, and the workflow reads this module on every start (shared/targets/expansion.py)
+        # torch, and the workflow reads this module on every start (shared/targets/expansion_cache.py)
 
         return self.method["name"] in method_names()
 

@@ -427,7 +427,7 @@ RUNTIME = {"data_root": "data", "trainer": {"device": "cpu", "clients_per_step":
 
 
 def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, monkeypatch):
-    from shared.targets import expansion as module
+    from shared.targets import expansion_cache as module
 
     first = module.expansion("smoke", RUNTIME, tmp_path)
     assert (tmp_path / "smoke.pickle").exists()
@@ -459,7 +459,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
 
 def test_a_cache_naming_a_module_since_moved_is_expanded_again(tmp_path, monkeypatch):
     """A cache pickled before a class moved to another module names a module that is gone."""
-    from shared.targets import expansion as module
+    from shared.targets import expansion_cache as module
 
     (tmp_path / "smoke.pickle").write_bytes(b"cshared.targets.gone\nExpansion\n.")
     monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy: "expanded again")
@@ -468,7 +468,7 @@ def test_a_cache_naming_a_module_since_moved_is_expanded_again(tmp_path, monkeyp
 
 def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
     code = (
-        "import sys; from shared.targets.expansion import expansion; "
+        "import sys; from shared.targets.expansion_cache import expansion; "
         f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
         "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))"
     )

@@ -14,7 +14,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
-from shared.targets.expansion import expansion
+from shared.targets.expansion_cache import expansion
 from shared.runs.files import write_atomically
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
@@ -55,7 +55,7 @@ INDEX = "results/index.csv"
 
 # Every run any table, figure or search needs at this scale, by run id: a run two of them
 # share is one job. Read from results/.expansion/<scale>.pickle where the code and settings
-# that decide it are unchanged (shared/targets/expansion.py), so that a process starts in about a second.
+# that decide it are unchanged (shared/targets/expansion_cache.py), so that a process starts in about a second.
 EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion", COPY)
 RUNS = EXPANSION.runs
 
