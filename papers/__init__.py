@@ -1,1 +1,1 @@
-"""One folder per paper; each registers itself (shared/methods/papers.py)."""
+"""One folder per paper; each registers itself (shared/targets/papers.py)."""

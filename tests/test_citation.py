@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from shared.methods.papers import paper_names
+from shared.targets.papers import paper_names
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = r"\((https://(?:arxiv\.org/abs|doi\.org)/[^)]+)\)"

@@ -1,13 +1,14 @@
 """Method registry: config name -> class. Entries are import paths, so that listing or
-validating methods imports no method module. The baselines are listed here; each paper
-registers its own methods (shared/methods/papers.py)."""
+validating methods imports no method module. The baselines are listed here; each paper's own
+methods are registered from the floor that finds the papers (shared/targets/papers.py, as
+shared.targets is imported), which this floor may not import."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from shared.config.schema import ConfigError, from_dict
-from shared.methods.papers import paper_methods
 
 BASELINES: dict[str, str] = {
     "fedavg": "shared.methods.fedavg:FedAvg",
@@ -24,10 +25,23 @@ BASELINES: dict[str, str] = {
     "scaffold": "shared.methods.baselines.scaffold:SCAFFOLD",
 }
 
+# Functions giving more methods (config name -> "module:Class"), read whenever the registry is,
+# so that registering one imports no paper: the papers' own (shared/targets/__init__.py)
+REGISTERED_SOURCES: list[Callable[[], dict[str, str]]] = []
+
+
+def register_methods(source: Callable[[], dict[str, str]]) -> None:
+    """Add `source`'s methods to the registry (once, however often it is registered)."""
+    if source not in REGISTERED_SOURCES:
+        REGISTERED_SOURCES.append(source)
+
 
 def registry() -> dict[str, str]:
-    """Every method: the baselines and the papers' own."""
-    return {**BASELINES, **paper_methods()}
+    """Every method: the baselines and the registered ones (the papers' own)."""
+    methods = dict(BASELINES)
+    for source in REGISTERED_SOURCES:
+        methods.update(source())
+    return methods
 
 
 def method_names() -> list[str]:

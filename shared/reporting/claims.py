@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from shared.data.catalog import copy_label
-from shared.methods.papers import paper_tables_module
 from shared.reporting.partial_claims import judged_part
+from shared.targets.papers import paper_tables_module
 from shared.targets.table_declarations import cell_overrides, paper_tables
 
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "held within noise", "not held", "not yet measured"

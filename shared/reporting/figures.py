@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from shared.methods.papers import display_name
 from shared.reporting.figure_settings import (
     announce,
     merged_settings,
@@ -50,6 +49,7 @@ from shared.reporting.figure_style import (
 from shared.runs.metrics import cell_value
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
+from shared.targets.papers import display_name
 from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table, load_metrics
 
 

@@ -88,7 +88,7 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
     or a search's runs are its grid's, expanded once; a figure picks its cells from its source.
     On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
     drawn from it alone, no search (the papers tuned on the official data)."""
-    from shared.methods.papers import paper_names
+    from shared.targets.papers import paper_names
     from shared.targets.resolve import workflow_grids
     from shared.targets.table_declarations import expand, paper_searches, paper_tables
 

@@ -7,8 +7,8 @@ Imports no torch: the declarations (shared/targets/table_declarations.py) import
 from __future__ import annotations
 
 from shared.config.schema import ConfigError
-from shared.methods.papers import paper_names
 from shared.targets.figure_declarations import get_figure, paper_figures
+from shared.targets.papers import paper_names
 from shared.targets.table_declarations import (
     all_tables,
     check_scale,

@@ -14,8 +14,8 @@ from typing import Callable
 from shared.config.dotted import deep_merge, flatten, nested
 from shared.config.schema import ConfigError, PartitionConfig, RunConfig, run_id
 from shared.data.catalog import dataset_info
-from shared.methods.papers import paper_names, paper_tables_module
 from shared.methods.registry import method_names
+from shared.targets.papers import paper_names, paper_tables_module
 
 # The MOON / NIID-Bench protocol on CIFAR-10 that FedCAD and FedSSD both state: FedAvg-CNN,
 # 10 clients, all participating, Dir(0.5), 100 rounds, E=10, B=64, SGD lr 0.01, momentum 0.9;

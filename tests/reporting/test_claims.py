@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 import shared.reporting.claims
-from shared.methods.papers import paper_names
 from shared.reporting.claims import (
     HELD,
     NOT_HELD,
@@ -24,6 +23,7 @@ from shared.reporting.claims import (
     run_values,
 )
 from shared.reporting.tables import build_paper_claims, build_table
+from shared.targets.papers import paper_names
 from shared.targets.table_declarations import Column, Inconsistency, Metric, Reported, Row, Table, expand, paper_tables
 from tests.reporting.test_tables import BASE, FINAL, write_runs
 

@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from shared.config.dotted import flatten
-from shared.methods.papers import paper_names
 from shared.reporting.figure_settings import (
     DATASET_NAMES,
     SWEPT,
@@ -23,6 +22,7 @@ from shared.reporting.figure_settings import (
 from shared.reporting.figure_style import METHOD_ORDER, series_styles
 from shared.reporting.figures import DRAW, build_figure, draw, figure_title
 from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
+from shared.targets.papers import paper_names
 from shared.targets.table_declarations import Column, Metric, Row, Table, expand
 
 BASE = {"dataset": {"name": "synthetic"}, "federation": {"rounds": 3}}  # default ticks: 1, 1.5, ...

@@ -4,10 +4,11 @@ Snakemake targets, with nothing edited outside it."""
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pandas as pd
 
-from shared.methods.papers import paper_methods, paper_names
+from shared.targets.papers import paper_methods, paper_names
 from tests.workflow.test_workflow import project, snakemake  # noqa: F401  (the fixture: a copy of the project)
 
 NEW_PAPER = {
@@ -54,6 +55,17 @@ def test_the_four_papers_are_found_with_their_methods():
         "fedgkd": "papers.fedgkd.fedgkd:FedGKD",
         "fedssd": "papers.fedssd.fedssd:FedSSD",
     }
+
+
+def test_the_papers_methods_join_the_method_registry_as_targets_is_imported():
+    """The method registry sits below the paper registry: importing shared.targets registers them."""
+    code = (
+        "from shared.methods.registry import method_names; before = method_names(); import shared.targets; "
+        "print('fedssd' in before, 'fedssd' in method_names(), set(before) < set(method_names()))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True", "True"]
 
 
 def test_a_dropped_in_paper_folder_is_a_target_with_its_method(project):  # noqa: F811

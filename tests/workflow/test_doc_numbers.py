@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.methods.papers import paper_names
 from shared.plan import subtotals, target_costs
+from shared.targets.papers import paper_names
 from shared.targets.resolve import paper_target_names
 from tests.workflow.test_workflow import job_counts, make_project, snakemake
 

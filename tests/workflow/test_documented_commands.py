@@ -41,7 +41,7 @@ import numpy as np
 import pytest
 import yaml
 
-from shared.methods.papers import paper_names
+from shared.targets.papers import paper_names
 from shared.targets.resolve import command_targets, paper_target_names
 from tests.workflow.test_workflow import make_project
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.methods.papers import paper_names
 from shared.targets.figure_declarations import paper_figures
+from shared.targets.papers import paper_names
 from shared.targets.table_declarations import SCALES, all_tables, expand, get_table, paper_searches
 
 ROOT = Path(__file__).resolve().parents[2]

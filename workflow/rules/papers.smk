@@ -1,4 +1,4 @@
-# Per-paper aggregate targets, generated for every paper that registers itself (shared/methods/papers.py):
+# Per-paper aggregate targets, generated for every paper that registers itself (shared/targets/papers.py):
 #   snakemake <paper>             every table and figure of the paper
 #   snakemake <paper>_searches    every hyperparameter search it describes (best.yaml per search)
 
