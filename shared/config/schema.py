@@ -1,5 +1,5 @@
 """Run configuration: a typed tree of dataclasses. Reading one from YAML and `key=value`
-overrides, and checking it, is shared/targets/configs.py's.
+overrides is shared/config/reading.py's; resolving and checking it, shared/targets/configs.py's.
 
 A run is identified by its fully resolved config (every default filled in, the method's
 hyperparameters included), so the same experiment requested by two tables hashes to the same

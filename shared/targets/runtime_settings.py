@@ -7,8 +7,8 @@ in its metrics.json (shared/training/trainer.py, `runtime_settings`)."""
 from __future__ import annotations
 
 from shared.config.dotted import deep_merge
+from shared.config.reading import SHORTHANDS, parse_override
 from shared.config.schema import RUNTIME_KEYS, ConfigError
-from shared.targets.configs import SHORTHANDS, parse_override
 
 
 def parse_settings(texts: list[str] | None) -> dict:

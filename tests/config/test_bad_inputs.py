@@ -153,7 +153,7 @@ BAD_CONFIGS = [
     (["trainer.device=mps:2"], r"^trainer.device='mps:2': use auto, cpu, cuda or cuda:N$"),
     (["trainer.device=cuda:0:1"], r"^trainer.device='cuda:0:1': use auto, cpu, cuda or cuda:N$"),
     (["trainer.device=CUDA"], r"^trainer.device='CUDA': use auto, cpu, cuda or cuda:N$"),
-    # a key that another setting makes meaningless (shared.targets.configs.IDLE_KEYS)
+    # a key that another setting makes meaningless (shared.config.reading.IDLE_KEYS)
     (
         ["partition=iid", "partition.beta=0.1"],
         r"^partition.beta=0.1 has no effect with partition.kind=iid "

@@ -3,9 +3,10 @@ import sys
 
 import pytest
 
+from shared.config.reading import parse_override
 from shared.config.schema import run_id
 from shared.run import main
-from shared.targets.configs import load_config, parse_override
+from shared.targets.configs import load_config
 
 
 def test_overrides_nest_and_parse_yaml_values():
@@ -93,8 +94,8 @@ def test_known_run_ids_stay_the_same(overrides):
 
 
 def test_the_cached_defaults_of_idle_keys_cannot_be_changed_by_a_caller():
+    from shared.config.reading import idle_key_defaults
     from shared.config.schema import ConfigError
-    from shared.targets.configs import idle_key_defaults
 
     with pytest.raises(TypeError):
         idle_key_defaults()["partition.beta"] = 0.1
