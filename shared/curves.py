@@ -6,20 +6,19 @@ Four panels against the communication round: the global model's test accuracy, t
 models' average test accuracy, the global model's test loss and the clients' average training
 loss. Each run is read from its metrics.jsonl, which the trainer rewrites after every round (so a
 running job can be watched), or from metrics.json's curves where there is no metrics.jsonl; its
-line is labelled by method and seed from the run's config.yaml. Nothing here imports torch or
-the trainer: it draws on a login node while the runs train elsewhere."""
+line is labelled by method and seed from the run's config.yaml. The files are read through
+shared/runs/files.py, as every other reader of a run's files reads them. Nothing here imports
+torch or the trainer: it draws on a login node while the runs train elsewhere."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from shared.reporting.palette import style
+from shared.runs.files import read_history, read_run_config, read_summary
 
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (
@@ -46,13 +45,6 @@ class RunCurves:
         return max((r[-1] for r, _ in self.series.values() if r), default=0)
 
 
-def read_config(run_dir: Path) -> dict:
-    path = run_dir / "config.yaml"
-    if not path.exists():
-        return {}
-    return yaml.safe_load(path.read_text()) or {}
-
-
 def run_label(run_dir: Path, config: dict) -> str:
     """ "FedSSD, seed 1" from config.yaml; the directory's name where there is none."""
     method = config.get("method", {})
@@ -61,19 +53,6 @@ def run_label(run_dir: Path, config: dict) -> str:
         return run_dir.name
     seed = config.get("seed")
     return f"{name}, seed {seed}" if seed is not None else str(name)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of metrics.jsonl; a last line cut short by a writer is skipped (the trainer
-    replaces the file atomically, but a copy may have been taken mid-write)."""
-    records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
 
 
 def series_from_records(records: list[dict]) -> dict[str, tuple[list[int], list[float]]]:
@@ -99,11 +78,10 @@ def load_run(run_dir: str | Path) -> RunCurves:
     """A run directory's curves: metrics.jsonl (per round, also while training), else the
     curves in metrics.json. Raises FileNotFoundError where there is neither."""
     run_dir = Path(run_dir)
-    config = read_config(run_dir)
-    summary_path, history_path = run_dir / "metrics.json", run_dir / "metrics.jsonl"
-    metrics = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    if history_path.exists():
-        series = series_from_records(read_jsonl(history_path))
+    config = read_run_config(run_dir)
+    metrics, records = read_summary(run_dir), read_history(run_dir)
+    if records is not None:
+        series = series_from_records(records)
     elif metrics is not None:
         series = series_from_summary(metrics)
     else:

@@ -245,6 +245,40 @@ def history_rounds(metrics_jsonl: bytes) -> int:
     return metrics_jsonl.count(b"\n")
 
 
+# --- a run's files as its watchers read them (shared.curves), finished or still training -------
+
+
+def read_run_config(run_dir: Path) -> dict:
+    """A run's config.yaml as written; {} where there is none (not started)."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """A run's metrics.json (its summary, written last); None where the run has none."""
+    path = run_dir / "metrics.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_history(run_dir: Path) -> list[dict] | None:
+    """The records of a run's metrics.jsonl, which the trainer rewrites after every round; None
+    where there is none. A line that is not JSON is skipped: the trainer replaces the file
+    atomically, but a copy may have been taken mid-write, its last line cut short."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    records = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
 # --- a finished run's files, as they travel ----------------------------------------------------
 
 # What a finished run keeps, in the order packed; metrics.json, whose presence makes a run
