@@ -46,7 +46,7 @@ from shared.reporting.figure_style import (
     pyplot,
     series_styles,
 )
-from shared.runs.metrics import cell_value
+from shared.reporting.summary import cell_value
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared.config.schema import run_id
-from shared.runs.metrics import cell_value
+from shared.reporting.summary import cell_value
 from shared.targets.table_declarations import Cell, Reported, all_tables, expand, load_metrics
 
 if TYPE_CHECKING:  # imported where a listing is made: a module that imports this one never pays for pandas

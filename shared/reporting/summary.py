@@ -1,7 +1,7 @@
-"""A table's runs -> its cells: one row per run (collect), each cell's mean and std over seeds with
-its marks (failed, suspect, at chance, equal to FedAvg's) and the best and second-best per column.
-What both the LaTeX table (shared/reporting/latex.py) and the comparison with the paper
-(shared/reporting/comparison.py) print."""
+"""A table's runs -> its cells: what a cell reports from each run's metrics.json (cell_value), one
+row per run (collect), each cell's mean and std over seeds with its marks (failed, suspect, at
+chance, equal to FedAvg's) and the best and second-best per column. What both the LaTeX table
+(shared/reporting/latex.py) and the comparison with the paper (shared/reporting/comparison.py) print."""
 
 from __future__ import annotations
 
@@ -13,13 +13,41 @@ import numpy as np
 import pandas as pd
 
 from shared.data.catalog import num_classes
-from shared.runs.metrics import cell_value
+from shared.runs.metrics import rounds_to_target
 from shared.targets.table_declarations import Cell, Metric, Table, load_metrics
 
 COMPLETED = "completed"
 FAILED = "failed"
 SUSPECT = "suspect"  # a run status starting with this: it finished, but its numbers are not trusted
 NOT_IMPLEMENTED = "not implemented"
+
+
+def first_round_reaching(metrics: dict, target: float) -> float:
+    """`rounds_to_target` on a run's curve; NaN (shown as '-') if never reached."""
+    reached = rounds_to_target(metrics["eval_rounds"], metrics["global_acc"], target)
+    return math.nan if reached is None else float(reached)
+
+
+def cell_value(metric, metrics: dict, reference_final: float | None) -> float:
+    """The value of `metric` (a table's Metric, shared/targets/table_declarations.py) for one run (its
+    metrics.json as a dict); `reference_final` is the reference row's mean final accuracy in the
+    same column (FedSSD's T, `rounds_to_row`)."""
+    if metric.kind == "final_acc":
+        return metrics["final_acc"]
+    if metric.kind == "best_acc":
+        return metrics["best_acc"]
+    if metric.kind == "rounds_to":
+        return first_round_reaching(metrics, metric.target)
+    if metric.kind == "rounds_to_row":
+        return math.nan if reference_final is None else first_round_reaching(metrics, reference_final)
+    if metric.kind == "acc_at":
+        return dict(zip(metrics["eval_rounds"], metrics["global_acc"])).get(metric.round, math.nan)
+    if metric.kind == "domain_acc":
+        return metrics["domain_acc"][metric.domain]
+    if metric.kind == "domain_avg":
+        values = list(metrics["domain_acc"].values())
+        return math.fsum(values) / len(values)
+    raise ValueError(f"unknown metric {metric.kind!r}")
 
 
 def is_suspect(status: str) -> bool:

@@ -3,9 +3,8 @@ comparison.csv/.md/.html/.png (shared/reporting/comparison.py), claims.csv/.md/.
 (shared/reporting/claims.py), provenance.yaml and, where the paper shows them, learning curves
 (curves.pdf/.png); also a search's search.csv and best.yaml, and a paper's claims on all its runs.
 
-Reporting only: what a cell reports comes from shared/runs/metrics.py (through
-shared/reporting/summary.py) and the provenance header from shared/runs/provenance.py; nothing
-here imports the training loop."""
+Reporting only: what a cell reports comes from shared/reporting/summary.py and the provenance
+header from shared/runs/provenance.py; nothing here imports the training loop."""
 
 from __future__ import annotations
 
