@@ -79,7 +79,11 @@ def load_run(run_dir: str | Path) -> RunCurves:
     curves in metrics.json. Raises FileNotFoundError where there is neither."""
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)
-    metrics, records = read_summary(run_dir), read_history(run_dir)
+    try:
+        metrics = read_summary(run_dir)
+    except FileNotFoundError:
+        metrics = None
+    records = read_history(run_dir)
     if records is not None:
         series = series_from_records(records)
     elif metrics is not None:

@@ -47,14 +47,15 @@ from shared.reporting.figure_style import (
     series_styles,
 )
 from shared.reporting.summary import cell_value
+from shared.runs.files import read_summary
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name
-from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table, load_metrics
+from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table
 
 
 def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
-    pairs = [(c, load_metrics(runs_dir, c.run_id)) for c in cells]
+    pairs = [(c, read_summary(Path(runs_dir) / c.run_id)) for c in cells]
     return [(c, m) for c, m in pairs if m["status"] == "completed"]
 
 

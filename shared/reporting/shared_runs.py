@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from shared.config.schema import run_id
 from shared.reporting.summary import cell_value
-from shared.targets.table_declarations import Cell, Reported, all_tables, expand, load_metrics
+from shared.runs.files import read_summary
+from shared.targets.table_declarations import Cell, Reported, all_tables, expand
 
 if TYPE_CHECKING:  # imported where a listing is made: a module that imports this one never pays for pandas
     import pandas as pd
@@ -31,7 +32,7 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     values = []
     for cell in cells:
         if metric.kind != "rounds_to_row" and (runs_dir / cell.run_id / "metrics.json").exists():
-            metrics = load_metrics(runs_dir, cell.run_id)
+            metrics = read_summary(runs_dir / cell.run_id)
             if metrics.get("status") == "completed":
                 values.append(cell_value(metric, metrics, None))
     values = [v for v in values if not math.isnan(v)]

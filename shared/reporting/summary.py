@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from shared.data.catalog import num_classes
+from shared.runs.files import read_summary
 from shared.runs.metrics import rounds_to_target
-from shared.targets.table_declarations import Cell, Metric, Table, load_metrics
+from shared.targets.table_declarations import Cell, Metric, Table
 
 COMPLETED = "completed"
 FAILED = "failed"
@@ -75,7 +76,7 @@ def chance_level(metric: Metric, cell: Cell) -> float:
 
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
     """One row per run: row, column, seed, run id, status and the value of its column's metric."""
-    metrics = {c.run_id: load_metrics(runs_dir, c.run_id) for c in cells}
+    metrics = {c.run_id: read_summary(Path(runs_dir) / c.run_id) for c in cells}
 
     def ok(c):
         return metrics[c.run_id]["status"] == COMPLETED

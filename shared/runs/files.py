@@ -245,7 +245,7 @@ def history_rounds(metrics_jsonl: bytes) -> int:
     return metrics_jsonl.count(b"\n")
 
 
-# --- a run's files as its watchers read them (shared.curves), finished or still training -------
+# --- a run's files as its readers see them (tables, figures, shared.curves), finished or not ----
 
 
 def read_run_config(run_dir: Path) -> dict:
@@ -256,10 +256,9 @@ def read_run_config(run_dir: Path) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def read_summary(run_dir: Path) -> dict | None:
-    """A run's metrics.json (its summary, written last); None where the run has none."""
-    path = run_dir / "metrics.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def read_summary(run_dir: Path) -> dict:
+    """A run's metrics.json (its summary, written last); FileNotFoundError where the run has none."""
+    return json.loads((run_dir / "metrics.json").read_text())
 
 
 def read_history(run_dir: Path) -> list[dict] | None:

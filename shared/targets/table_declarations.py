@@ -6,9 +6,7 @@ at a given scale, and the workflow turns finished runs back into the table.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable
 
 from shared.config.dotted import deep_merge, flatten, nested
@@ -461,10 +459,6 @@ def paper_searches(paper: str) -> dict[str, Search]:
 
 def get_search(paper: str, name: str) -> Search:
     return declared_one(paper, "SEARCHES", "search", name)
-
-
-def load_metrics(runs_dir, run_id: str) -> dict:
-    return json.loads((Path(runs_dir) / run_id / "metrics.json").read_text())
 
 
 def declared(paper: str, attribute: str) -> dict:
