@@ -430,6 +430,8 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
     from shared.targets import expansion as module
 
     first = module.expansion("smoke", RUNTIME, tmp_path)
+    assert not (tmp_path / "smoke.pickle").exists()  # reading the workflow writes nothing
+    module.save_expansion(first, "smoke", RUNTIME, tmp_path)  # its onstart handler does
     assert (tmp_path / "smoke.pickle").exists()
     table = get_table("fedssd", "table2")
     assert first.target_runs("fedssd", "table", "table2") == list(
@@ -459,8 +461,9 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
 
 def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
     code = (
-        "import sys; from shared.targets.expansion import expansion; "
+        "import sys; from shared.targets.expansion import expansion, save_expansion; "
         f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
+        f"save_expansion(e, 'smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
         "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))"
     )
     fill, cached = (
