@@ -3,7 +3,11 @@
 #                               (lands in results/smoke/fedssd/table2/: papers/ holds paper scale only)
 # On SLURM:                     snakemake --profile profiles/slurm papers/fedssd/table2
 # With no target (`snakemake`): the rule `all` lists the targets and builds nothing.
+import sys
+
 from snakemake.utils import min_version, validate
+
+sys.dont_write_bytecode = True  # reading the workflow writes nothing, not even shared/'s __pycache__
 
 min_version("9.0")
 
