@@ -3,7 +3,11 @@
 #                               (lands in results/smoke/fedssd/table2/: papers/ holds paper scale only)
 # On SLURM:                     snakemake --profile profiles/slurm papers/fedssd/table2
 # With no target (`snakemake`): the rule `all` lists the targets and builds nothing.
+import sys
+
 from snakemake.utils import min_version, validate
+
+sys.dont_write_bytecode = True  # reading the workflow writes nothing, not even shared/'s __pycache__
 
 min_version("9.0")
 
@@ -19,6 +23,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/runs.smk"
+include: "workflow/rules/run_states.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/papers.smk"
 
@@ -34,15 +39,17 @@ rule all:
         list_targets(log[0])
 
 
-if OUT != "papers":
-    # Under a reduced scale (or on a copy of the data) a paper-scale name is an alias of this
-    # output, so the commands of the README keep working: `--config scale=smoke -- papers/fedssd/table2`.
-    for _paper in EXPANSION.papers():
-        for _name in [*EXPANSION.names(_paper), *PAPER_SUMMARIES]:
+# A target's name: papers/<paper>/<name> at every scale. Its inputs are the target's output (under
+# a reduced scale or on a copy of the data, that name is an alias of it, so the commands of the
+# README keep working: `--config scale=smoke -- papers/fedssd/table2`) and its runs (common.smk
+# `runs_to_finish`: a run gone, failed or unreadable builds the target again).
+for _paper in EXPANSION.papers():
+    for _name in [*EXPANSION.names(_paper), *PAPER_SUMMARIES]:
 
-            rule:
-                name:
-                    f"papers/{_paper}/{_name}"
-                input:
-                    target_path(_paper, _name),
-                localrule: True
+        rule:
+            name:
+                f"papers/{_paper}/{_name}"
+            input:
+                target_path(_paper, _name),
+                lambda wildcards, paper=_paper, name=_name: runs_to_finish(paper, [name]),
+            localrule: True

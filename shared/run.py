@@ -22,8 +22,8 @@ diverged (a diverged run is a result: metrics.json with status `diverged: ...`);
 raised, 2 for a config or data error, both without metrics.json, except on a job's last attempt
 (`--attempt N --attempts N`) or with `--record-failure`: then metrics.json says `failed: ...`,
 failure.json beside it holds the error, the exit code is 0, and the table marks the cell. The
-workflow retries a recorded failure on its next invocation (failure.json is an input of the run
-rule, newer than metrics.json).
+workflow retries a recorded failure on its next invocation (a `retry_run` job marks it first:
+workflow/rules/runs.smk `retry_marker`).
 """
 
 from __future__ import annotations

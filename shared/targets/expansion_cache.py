@@ -5,9 +5,10 @@ Every Snakemake process needs this before it can define a rule: the main one, an
 every job's. Expanding all the papers' tables resolves thousands of configs and imports torch
 (seconds); reading the cache takes milliseconds and imports neither torch nor a paper. The
 cache is keyed by everything that decides the expansion: the source of shared/ and papers/,
-the scale, the runtime keys and the copy of the data the runs train on, if any. A changed file
-or setting expands again and rewrites it (atomically: concurrent processes read the old cache
-or the new one).
+the scale, the runtime keys and the copy of the data the runs train on, if any. Reading the
+workflow only reads it (a changed file or setting expands again, in memory); the workflow saves
+it when it starts jobs (`save_expansion`, atomically: concurrent processes read the old cache
+or the new one), so that a dry run writes nothing.
 """
 
 from __future__ import annotations
@@ -135,24 +136,39 @@ def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:
     return found
 
 
-def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None) -> Expansion:
-    """The workflow's expansion at `scale` (on `copy`), from `cache_dir`/<scale>.pickle (or
-    <data folder>.pickle) where that was written by the same code and settings, else computed
-    and written there."""
-    path = Path(cache_dir) / f"{scale if copy is None else data_folder(scale, copy)}.pickle"
-    key = cache_key(scale, runtime, copy)
+def cache_path(cache_dir: str | Path, scale: str, copy: Copy | None) -> Path:
+    """`cache_dir`/<scale>.pickle, or <data folder>.pickle on a copy of the data."""
+    return Path(cache_dir) / f"{scale if copy is None else data_folder(scale, copy)}.pickle"
+
+
+def cached(path: Path, key: str) -> Expansion | None:
+    """The expansion cached at `path` under `key`; None where it is absent, another key's, or
+    written by code that no longer reads it."""
     try:
         with open(path, "rb") as f:
-            cached_key, cached = pickle.load(f)
-        if cached_key == key:
-            return cached
+            cached_key, found = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError, ImportError):
-        pass  # absent, or written by code that no longer reads it (a class since moved to another module): expand again
-    found = expand_all(scale, runtime, copy)
+        return None
+    return found if cached_key == key else None
+
+
+def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None) -> Expansion:
+    """The workflow's expansion at `scale` (on `copy`), from the cache in `cache_dir` where that
+    was written by the same code and settings, else computed (and not written: `save_expansion`)."""
+    found = cached(cache_path(cache_dir, scale, copy), cache_key(scale, runtime, copy))
+    return found if found is not None else expand_all(scale, runtime, copy)
+
+
+def save_expansion(
+    found: Expansion, scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None
+) -> None:
+    """Cache `found`, the expansion at `scale` (on `copy`), in `cache_dir`, unless it is cached there already."""
+    path, key = cache_path(cache_dir, scale, copy), cache_key(scale, runtime, copy)
+    if cached(path, key) is not None:
+        return
 
     def write(tmp):
         with open(tmp, "wb") as f:
             pickle.dump((key, found), f, protocol=pickle.HIGHEST_PROTOCOL)
 
     write_atomically(path, write)
-    return found

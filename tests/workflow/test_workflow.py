@@ -280,14 +280,15 @@ def test_paper_scale_after_a_smoke_build_schedules_the_paper_runs(project):
     target = "papers/fedcad/table2"
     paper_runs_count = len({c.run_id for c in expand(get_table("fedcad", "table2"), "paper")})
     assert (project / "results" / "smoke" / "fedcad" / "table2").exists()
+    planned = {"run": paper_runs_count, "table": 1, target: 1}  # the target's name is a rule at every scale
     for extra in ([], ["--rerun-triggers", "mtime"]):
         dry = snakemake(project, "-n", *extra, "--", target)
         assert dry.returncode == 0, dry.stderr[-2000:]
-        assert job_counts(dry.stdout) == {"run": paper_runs_count, "table": 1}, dry.stdout[-3000:]
+        assert job_counts(dry.stdout) == planned, dry.stdout[-3000:]
     copy = project.parent / "copied-results"
     shutil.copytree(project, copy, ignore=shutil.ignore_patterns(".snakemake"))
     dry = snakemake(copy, "-n", "--", target)
-    assert job_counts(dry.stdout) == {"run": paper_runs_count, "table": 1}, dry.stdout[-3000:]
+    assert job_counts(dry.stdout) == planned, dry.stdout[-3000:]
     # while the smoke table is still up to date under its own scale
     dry = snakemake(copy, "-n", "--config", "scale=smoke", "device=cpu", "--", target)
     assert "run" not in job_counts(dry.stdout) and "table" not in job_counts(dry.stdout), dry.stdout[-3000:]
@@ -375,8 +376,8 @@ def test_failures_retry_then_mark_the_cell_and_divergence_is_a_result(check_proj
     assert set(index[index.run_id.isin(ids["Broken"])].status.str.split(":").str[0]) == {"failed"}
 
     # The next invocation tries the failed runs again (not the diverged ones), with or without
-    # Snakemake's metadata.
-    expected = {"run": 1, "table": 1, "papers/wfcheck/table1": 1}
+    # Snakemake's metadata, after marking each (rule retry_run).
+    expected = {"retry_run": 1, "run": 1, "table": 1, "papers/wfcheck/table1": 1}
     for extra in ([], ["--rerun-triggers", "mtime"]):
         dry = snakemake(project, "-n", *extra, *args, env=env)
         assert job_counts(dry.stdout) == expected, dry.stdout[-3000:]
@@ -411,7 +412,7 @@ def test_runs_that_disappear_or_change_under_a_built_table_are_scheduled(tmp_pat
     (runs[3] / "metrics.json").write_text('{"status": 3}')  # tampered, no failure.json
     dry = snakemake(project, "-n", *args)
     assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr[-3000:]
-    assert job_counts(dry.stdout) == {"run": 3, **table}, dry.stdout[-3000:]
+    assert job_counts(dry.stdout) == {"retry_run": 2, "run": 3, **table}, dry.stdout[-3000:]
     assert f"warning: results/runs/{runs[2].name}/metrics.json is unreadable (JSONDecodeError)" in dry.stderr
     assert f"warning: results/runs/{runs[3].name}/metrics.json is not a run's summary" in dry.stderr
 
@@ -430,6 +431,8 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
     from shared.targets import expansion_cache as module
 
     first = module.expansion("smoke", RUNTIME, tmp_path)
+    assert not (tmp_path / "smoke.pickle").exists()  # reading the workflow writes nothing
+    module.save_expansion(first, "smoke", RUNTIME, tmp_path)  # its onstart handler does
     assert (tmp_path / "smoke.pickle").exists()
     table = get_table("fedssd", "table2")
     assert first.target_runs("fedssd", "table", "table2") == list(
@@ -468,8 +471,9 @@ def test_a_cache_naming_a_module_since_moved_is_expanded_again(tmp_path, monkeyp
 
 def test_a_cached_start_imports_neither_torch_nor_a_paper(tmp_path):
     code = (
-        "import sys; from shared.targets.expansion_cache import expansion; "
+        "import sys; from shared.targets.expansion_cache import expansion, save_expansion; "
         f"e = expansion('smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
+        f"save_expansion(e, 'smoke', {RUNTIME!r}, {str(tmp_path)!r}); "
         "print(len(e.runs), 'torch' in sys.modules, any(m.startswith('papers.') for m in sys.modules))"
     )
     fill, cached = (

@@ -1,7 +1,7 @@
 """A deleted run of a built table (the README's way to train a run again) is trained again and
 the table rebuilt, by a real Snakemake invocation (issue 33): Snakemake alone answers "Nothing
 to be done", taking a missing input for a removed temporary file and a recorded checksum for
-an unchanged input (workflow/rules/runs.smk `mark_stale_targets`)."""
+an unchanged input; the name asked for lists the runs (common.smk `runs_to_finish`)."""
 
 import shutil
 

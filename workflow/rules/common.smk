@@ -14,7 +14,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
-from shared.targets.expansion_cache import expansion
+from shared.targets.expansion_cache import expansion, save_expansion
 from shared.runs.files import write_atomically
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
@@ -56,8 +56,17 @@ INDEX = "results/index.csv"
 # Every run any table, figure or search needs at this scale, by run id: a run two of them
 # share is one job. Read from results/.expansion/<scale>.pickle where the code and settings
 # that decide it are unchanged (shared/targets/expansion_cache.py), so that a process starts in about a second.
-EXPANSION = expansion(SCALE, RUNTIME, "results/.expansion", COPY)
+EXPANSION_CACHE = "results/.expansion"
+EXPANSION = expansion(SCALE, RUNTIME, EXPANSION_CACHE, COPY)
 RUNS = EXPANSION.runs
+
+# The runs' configs (without the runtime keys) for the run jobs to read: a job names its runs by
+# id and finds the config here (shared.run --runs --configs) instead of expanding every table
+# again; where it lacks a run, the job expands (seconds). Written when the workflow starts jobs
+# (`onstart`, below), never by reading it. Not an input of any rule: a new input of the run rule
+# would retrain every finished run that Snakemake has metadata of ("Set of input files has
+# changed"), and one that is missing would schedule them all, ancient() or not.
+CONFIGS = f"results/.configs/{DATA_KEY}.json"
 
 
 def write_if_changed(path, text):
@@ -65,11 +74,11 @@ def write_if_changed(path, text):
         write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
-# The runs' configs (without the runtime keys) for the run jobs to read: a job names its runs by
-# id and finds the config here (shared.run --runs --configs) instead of expanding every table
-# again. Not an input of any rule: rewriting it triggers nothing.
-CONFIGS = f"results/.configs/{DATA_KEY}.json"
-write_if_changed(CONFIGS, json.dumps({rid: identity(cfg) for rid, cfg in sorted(RUNS.items())}, sort_keys=True))
+onstart:
+    # after the DAG is built and before any job runs, in the main process, never in a dry run:
+    # what the run jobs read, and what makes the next start take a second
+    write_if_changed(CONFIGS, json.dumps({rid: identity(cfg) for rid, cfg in sorted(RUNS.items())}, sort_keys=True))
+    save_expansion(EXPANSION, SCALE, RUNTIME, EXPANSION_CACHE, COPY)
 
 # A run job's command, composed once: the environment's interpreter (the conda environment's
 # `python` under --software-deployment-method conda, else the one Snakemake runs in: a venv
@@ -88,14 +97,8 @@ def target_path(paper, name):
     return f"{OUT}/{paper}/{name}"
 
 
-def stale_marker(paper, name):
-    """A target's marker of runs gone since it was built (runs.smk `mark_stale_targets`)."""
-    return f"results/.stale/{DATA_KEY}/{paper}/{name}.json"
-
-
 def target_inputs(kind):
-    """The input function of a table, figure or search: its runs' metrics.json, and its marker of
-    runs gone where one was ever written."""
+    """The input function of a table, figure or search: its runs' metrics.json."""
 
     def inputs(wildcards):
         name = getattr(wildcards, kind)
@@ -103,10 +106,31 @@ def target_inputs(kind):
             runs = EXPANSION.target_runs(wildcards.paper, kind, name)
         except ConfigError as exc:  # shown by Snakemake before any job starts
             raise ValueError(str(exc)) from None
-        marker = stale_marker(wildcards.paper, name)
-        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + ([marker] if Path(marker).exists() else [])
+        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs]
 
     return inputs
+
+
+def requested_runs(paper, names):
+    """The runs of a paper's targets `names` (tables, figures, searches; `claims`: its tables')."""
+    kinds = {"claims": "table", "fig": "figure", "search": "search", "table": "table"}
+    found = {}
+    for name in names:
+        kind = next(kind for prefix, kind in kinds.items() if name.startswith(prefix))
+        for target in EXPANSION.names(paper, "table") if name == "claims" else [name]:
+            found.update(dict.fromkeys(EXPANSION.target_runs(paper, kind, target)))
+    return list(found)
+
+
+def runs_to_finish(paper, names):
+    """The inputs that a target's name (`papers/<paper>/<name>`, a paper, its searches) has
+    besides its outputs: its runs' metrics.json, and a marker of each run to train again
+    (runs.smk `retry_marker`). Snakemake runs a target rule that has no output of its own where
+    one of its inputs is missing, and with it what that input needs: so a table whose run was
+    deleted, failed or cannot be read is built again, its run trained again, with or without
+    Snakemake's metadata. (A job whose output is there is not run for a missing input alone.)"""
+    runs = requested_runs(paper, names)
+    return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + [m for rid in runs if (m := retry_marker(rid))]
 
 
 def paper_targets(paper):

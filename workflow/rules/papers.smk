@@ -10,9 +10,11 @@ for _paper in EXPANSION.papers():
             _paper
         input:
             paper_targets(_paper),
+            lambda wildcards, paper=_paper: runs_to_finish(paper, EXPANSION.names(paper, "table", "figure")),
 
     rule:
         name:
             f"{_paper}_searches"
         input:
             search_targets(_paper),
+            lambda wildcards, paper=_paper: runs_to_finish(paper, EXPANSION.names(paper, "search")),

@@ -1,18 +1,20 @@
 
 # A run job's command names its runs by output directory and scale; shared.run looks their
 # configs up itself and takes the runtime keys (RUNTIME_ARGS) from --config as they are when
-# the job starts. So a job has no params, and its inputs are at most failure.json files:
+# the job starts. So a job has no params, and its inputs are at most markers of a failure:
 # Snakemake's rerun triggers see the run ids and nothing else, and a finished run is never
 # scheduled again because a speed switch, the data root or runs_per_job changed.
+import functools
 import math
 
-from shared.runs.shipped import restore_shipped
+from shared.runs.shipped import SHIPPED, restore_shipped
 from shared.targets.cost import gpu_hours
-from shared.runs.files import is_final, summary_problem
+from shared.runs.files import holds_result, is_final, summary_problem
 
-# Shipped runs (results/shipped/runs/, tracked; shared/runs/shipped.py) are finished runs: copied
-# into the runs folder before the DAG is built, so their jobs are never scheduled.
-restore_shipped(RUNS, RUNS_DIR)
+# Shipped runs (results/shipped/runs/, tracked; shared/runs/shipped.py) are finished runs: each is
+# restored into the runs folder by a job of its own (rule restore_shipped), never trained.
+SHIPPED_RUNS = "|".join(sorted(rid for rid in RUNS if holds_result(SHIPPED / "runs" / rid)))
+RETRY_MARKERS = "results/.retries"  # of runs to train again (`retry_marker`)
 
 RUNS_PER_JOB = config.get("runs_per_job", 1)
 RETRIES = config["retries"]  # attempts after the first, for every run job (see below)
@@ -77,65 +79,53 @@ def summary_state(metrics, rid):
     return "final" if is_final(summary["status"]) else "failed"
 
 
-def failure_inputs(members):
-    """failure.json of the runs whose last attempt raised, as inputs, so that the next
-    invocation runs them again: while a run's metrics.json records the failure, its failure.json
-    is made newer than it (Snakemake touches a job's outputs when it ends), which reruns it
-    under any rerun triggers, with or without metadata; once the run completes, its
-    failure.json stays an older input, which triggers nothing. A metrics.json that cannot be
-    read (a truncated file, a tampered one) is said in one line and reruns its run the same
-    way, through failure.json or, where there is none, a `.rerun` marker (Snakemake removes a
-    job's outputs before it runs; shared.run, run by hand, moves such a file aside)."""
+@functools.cache  # read once a process: the run rule and the targets ask for the same runs
+def retry_marker(rid):
+    """The marker of a run to train again, named by its metrics.json's time: a run whose
+    metrics.json records a failure, or cannot be read (a truncated file, a tampered one: said in
+    one line); None for a finished or a missing run. The marker is missing until rule
+    retry_run writes it, and an input of the run's job and of the target asked for (common.smk
+    `runs_to_finish`), so Snakemake trains the run again; each new failure is a new marker."""
+    metrics = Path(RUNS_DIR, rid, "metrics.json")
+    state = summary_state(metrics, rid)
+    if state in ("final", "missing"):
+        return None
+    if state != "failed":
+        print(f"warning: {metrics} {state}; the run is trained again", file=sys.stderr)
+    return f"{RETRY_MARKERS}/{rid}/{metrics.stat().st_mtime_ns}.json"
+
+
+def rerun_inputs(members):
+    """The run job's inputs: the markers of its runs' failures, past ones (older than the
+    outputs of the job that trained them again: they trigger nothing) and the current one.
+    failure.json and `.rerun`, the markers of the workflow before them, stay inputs where they
+    are, so that the set of inputs Snakemake recorded for a finished run is unchanged."""
 
     def inputs(wildcards):
         found = []
         for rid in members(wildcards):
-            run_dir = Path(RUNS_DIR, rid)
-            metrics = run_dir / "metrics.json"
-            state = summary_state(metrics, rid)
-            damaged = state not in ("final", "failed", "missing")
-            if damaged:
-                print(f"warning: {metrics} {state}; the run is trained again",
-                      file=sys.stderr)
-            trigger = run_dir / "failure.json"
-            if not trigger.exists():
-                trigger = run_dir / ".rerun"
-                if damaged:
-                    trigger.touch()
-            if not trigger.exists():
-                continue
-            found.append(str(trigger))
-            if damaged or state == "failed":
-                later = max(time.time(), metrics.stat().st_mtime + 1)
-                os.utime(trigger, (later, later))
+            found += [str(p) for p in (Path(RUNS_DIR, rid, "failure.json"), Path(RUNS_DIR, rid, ".rerun")) if p.exists()]
+            found += sorted(str(p) for p in Path(RETRY_MARKERS, rid).glob("*.json"))
+            if (marker := retry_marker(rid)) and marker not in found:
+                found.append(marker)
         return found
 
     return inputs
 
 
-def mark_stale_targets():
-    """A built table, figure or search whose runs have gone (a run directory deleted to train it
-    again) gets a marker input that is newer than it, so that Snakemake builds it again, and so
-    trains the runs it lacks. Snakemake itself does neither: it does not rerun a job whose output
-    is there for an input that is missing alone (it takes it for a removed temporary file), and
-    making the output older does not help, as it takes an input whose checksum it recorded for
-    unchanged however old the output. The marker names the runs gone and when the target was
-    built, so each new loss is a new content, and a marker a build has seen triggers nothing."""
-    cited = {(paper, name): set(EXPANSION.target_runs(paper, kind, name))
-             for paper in EXPANSION.papers() for kind in ("table", "figure", "search")
-             for name in EXPANSION.names(paper, kind)}
-    for (paper, name), run_ids in cited.items():
-        target = Path(target_path(paper, name))
-        if not target.is_dir():
-            continue
-        gone = sorted(rid for rid in run_ids if not Path(RUNS_DIR, rid, "metrics.json").exists())
-        if gone:
-            stamp = target / ".snakemake_timestamp"
-            built = (stamp if stamp.exists() else target).stat().st_mtime
-            write_if_changed(stale_marker(paper, name), json.dumps({"built": built, "gone": gone}) + "\n")
+def mark_retry(rid, marker, log):
+    """Rule retry_run: the marker of a run to train again, and its log."""
+    state = summary_state(Path(RUNS_DIR, rid, "metrics.json"), rid)
+    write_atomically(Path(marker), lambda tmp: tmp.write_text(json.dumps({"metrics.json": state}) + "\n"))
+    Path(log).write_text(f"run {rid}: metrics.json {state}; trained again\n")  # a log: no atomic write
 
 
-mark_stale_targets()
+def restore_shipped_run(rid, log):
+    """Rule restore_shipped: the shipped run into the runs folder, what it did in its log (a
+    note where another process holds the run: then nothing is copied, and the job fails)."""
+    with open(log, "w") as f, contextlib.redirect_stderr(f):
+        copied = restore_shipped([rid], RUNS_DIR)
+        print(f"run {rid}: " + ("restored from the shipped runs" if copied else "not restored"), file=f)
 
 
 def define_run_rule(name, output, log, benchmark, members, constraints=None):
@@ -148,7 +138,7 @@ def define_run_rule(name, output, log, benchmark, members, constraints=None):
         output:
             output,
         input:
-            failure_inputs(members),
+            rerun_inputs(members),
         log:
             log,
         benchmark:
@@ -174,9 +164,10 @@ def known_run(wildcards):
     return [wildcards.run_id]
 
 
+TRAINED = f"(?!{SHIPPED_RUNS})[0-9a-f]{{16}}" if SHIPPED_RUNS else "[0-9a-f]{16}"  # the run ids not shipped
 if RUNS_PER_JOB == 1:
     define_run_rule("run", f"{RUNS_DIR}/{{run_id}}/metrics.json", "results/logs/runs/{run_id}.log",
-                    "results/benchmarks/runs/{run_id}.tsv", known_run, {"run_id": "[0-9a-f]{16}"})
+                    "results/benchmarks/runs/{run_id}.tsv", known_run, {"run_id": TRAINED})
 else:  # one job per group of runs that train in one batched step (shared/targets/run_groups.py), at most
     # runs_per_job of them. Groups depend on the scale's runs alone, never on what is finished, so
     # every process (the main one, a SLURM job's) defines the same rules. A group of finished and
@@ -184,7 +175,7 @@ else:  # one job per group of runs that train in one batched step (shared/target
     # restores the finished ones from their kept metrics.json and trains only the others.
     from shared.targets.run_groups import form_groups
 
-    for _group in form_groups(RUNS, RUNS_PER_JOB):
+    for _group in form_groups({rid: cfg for rid, cfg in RUNS.items() if rid not in SHIPPED_RUNS.split("|")}, RUNS_PER_JOB):
         define_run_rule(f"runs_{_group[0]}", [f"{RUNS_DIR}/{rid}/metrics.json" for rid in _group],
                         f"results/logs/runs/{_group[0]}-group.log", f"results/benchmarks/runs/{_group[0]}-group.tsv",
                         lambda wildcards, group=_group: group)
