@@ -153,7 +153,7 @@ def test_rotation_on_cuda_keeps_the_centre_and_blackens_corners():
 
 @pytest.mark.parametrize("augmentation", ["niid_bench", "feddf", "moon_cifar100"])
 def test_runs_with_each_augmentation_train_on_cuda(tmp_path, augmentation):
-    overrides = ["dataset.augment=true", f"dataset.augmentation={augmentation}", "federation.rounds=1"]
+    overrides = [f"dataset.augmentation=always:{augmentation}", "federation.rounds=1"]
     _, augmented = train(tmp_path, "augmented", *overrides)
     _, plain = train(tmp_path, "plain", "federation.rounds=1")
     assert relative_difference(plain, augmented) > 1e-4  # other samples: other weights
