@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from shared.campaign import piece_report, unit_sizing
+from shared.campaign import session_progress, unit_sizing
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.refresh import Refresh
@@ -472,10 +472,10 @@ def train(args) -> int:
         )
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
 
-    before = piece_report.rounds_now(runs_dir, list(runs))
+    before = session_progress.rounds_now(runs_dir, list(runs))
     with session_timing(args.timing, args.device) as args.timing_record:
         counts = train_runs(runs, args, end, runs_dir, carried)
-    for line in piece_report.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
+    for line in session_progress.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
         print(line)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
     written = save(args, runs_dir)
