@@ -59,7 +59,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.campaign.bundle import SLOT_STATE, bundle
+from shared.campaign.bundle import BUNDLED_STATE, bundle
 from shared.campaign.ledger import LedgerError
 from shared.campaign.ship import import_state, status
 from shared.campaign.state import CAMPAIGN_STATE
@@ -157,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--state",
         type=Path,
-        help=f"the state file to carry (default: {CAMPAIGN_STATE} where it exists, else DIR/{SLOT_STATE}, made)",
+        help=f"the state file to carry (default: {CAMPAIGN_STATE} where it exists, else DIR/{BUNDLED_STATE}, made)",
     )
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")

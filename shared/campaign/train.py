@@ -298,7 +298,7 @@ def not_worth_starting(
     return (
         f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
         f"{max(deadline - time.time(), 0) / 60:.1f} min left, and the checkpoints (at least "
-        f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {slot_return(args)}"
+        f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {session_return(args)}"
     )
 
 
@@ -353,7 +353,7 @@ def save(args, runs_dir: Path) -> Written:
         return write_state(args.state, members, about, args.part_mib, args.max_parts)
 
 
-def slot_return(args) -> str:
+def session_return(args) -> str:
     return (
         f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
         if args.part_mib
@@ -367,14 +367,14 @@ def tell_left_out(args, written: Written) -> None:
     for run in written.left_out:
         print(
             f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
-            f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
+            f"{args.state}, as the slot could not return it ({session_return(args)}): the run starts again from "
             f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}",
             file=sys.stderr,
         )
     if args.max_parts and written.files > args.max_parts:
         print(
             f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
-            f"runs alone, and {slot_return(args)}: a slot cannot return the whole state",
+            f"runs alone, and {session_return(args)}: a slot cannot return the whole state",
             file=sys.stderr,
         )
 
