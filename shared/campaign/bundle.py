@@ -75,7 +75,7 @@ def wheels(out: Path, wheels_from: Path | None) -> list[str]:
 
 def check_carried_state(source: Path, place: Path) -> None:
     """Refused in one line, before anything is written: a state at the bundle's place that is not
-    --state's bytes (it may be a newer slot's state; moving it aside would hide it from the slot)."""
+    --state's bytes (it may be a newer session's state; moving it aside would hide it from the session)."""
     there, carried = state_files(place), state_files(source)
     if not there or source.resolve() == place.resolve():
         return
@@ -85,7 +85,7 @@ def check_carried_state(source: Path, place: Path) -> None:
     if not same:
         raise CampaignError(
             f"{place} (or its parts) holds another state than --state {source}, perhaps a newer "
-            f"slot's; import or move it away first"
+            f"session's; import or move it away first"
         )
 
 
@@ -121,7 +121,7 @@ def bundle(args) -> int:
     elif args.state.resolve() != (out / BUNDLED_STATE).resolve():  # checked above: nothing there, or the same bytes
         out.mkdir(parents=True, exist_ok=True)
         for part in state_files(args.state):
-            shutil.copy2(part, out / part.name.replace(args.state.name, BUNDLED_STATE, 1))  # the name the slot reads
+            shutil.copy2(part, out / part.name.replace(args.state.name, BUNDLED_STATE, 1))  # the name the session reads
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
     if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:

@@ -1,4 +1,4 @@
-"""Paper-scale results that accumulate over short, offline GPU slots.
+"""Paper-scale results that accumulate over short, offline GPU sessions.
 
     python -m shared.campaign train TARGET... --minutes M --state FILE [--scale S] [--copy NAME=FILE|SHA256]
                                               [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
@@ -18,7 +18,7 @@ stops between rounds, its checkpoint kept, when another round would pass the bud
 minutes; FILE then holds the finished runs (config, metrics, per-round curves; no models) and
 the checkpoints of the runs in progress (with the per-client state files they name), every
 member checksummed; a kill at any step of a save leaves the earlier state or the new one
-readable. Where a slot can bring back only files of a size (a notebook's download, a job's
+readable. Where a session can bring back only files of a size (a notebook's download, a job's
 stage-out), a FILE larger than --part-mib X is written as FILE.part-00, FILE.part-01, ...;
 where it can bring back only so many (--max-parts N), the finished runs are always kept, and
 the checkpoints only while the state stays within N parts, the runs with most rounds done
@@ -124,7 +124,7 @@ def add_train_parser(commands) -> None:
         "--max-parts",
         type=int,
         metavar="N",
-        help="the files a slot may return: checkpoints that would take more stay out (default: no limit)",
+        help="the files a session may return: checkpoints that would take more stay out (default: no limit)",
     )
     t.add_argument(
         "--set",
