@@ -17,7 +17,7 @@ from shared.runs.files import history_rounds, rounds_done
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 
-BUNDLED_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
+BUNDLED_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/gpu-session.sh reads it
 # What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
 # Pillow) may lack of what `train` imports; Snakemake it never imports
 OFFLINE_WHEELS = ("pyyaml>=6",)
@@ -90,8 +90,8 @@ def check_carried_state(source: Path, place: Path) -> None:
 
 
 def bundle(args) -> int:
-    """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh (and
-    scripts/campaign-slot.sh) read them: DIR/data, DIR/wheels, DIR/state.tar.gz. Without
+    """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh reads them:
+    DIR/data, DIR/wheels, DIR/state.tar.gz. Without
     --state, the campaign's state (CAMPAIGN_STATE) is carried where it exists, else one is
     written here: the ledger and the checkpoints that fit --max-upload-mib
     (`bundle_state`); with it, that state is carried as it is."""

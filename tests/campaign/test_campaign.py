@@ -722,34 +722,6 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
     assert "one after another" not in capsys.readouterr().err and trained == group
 
 
-def test_the_slot_script_keeps_trains_exit_status_and_returns_only_the_state_written(tmp_path):
-    """scripts/campaign-slot.sh with a stand-in for python that exits 3 (a run raised, or train
-    refused its input) and writes no state: the session exits 3 and returns nothing; with parts
-    written, exactly those come back."""
-    fake = tmp_path / "python"
-    fake.write_text('#!/bin/sh\n[ "$1" = "-c" ] && exit 0\nexit 3\n')  # "-c": PyYAML is there
-    fake.chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-
-    def session():
-        return subprocess.run(
-            ["bash", str(ROOT / "scripts" / "campaign-slot.sh"), "1", TARGET],
-            cwd=tmp_path,
-            env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out)},
-            capture_output=True,
-            text=True,
-        )
-
-    proc = session()
-    assert proc.returncode == 3 and list(out.iterdir()) == [], proc.stderr
-    (tmp_path / ".carry").mkdir()
-    for name in ("state.tar.gz.part-00", "state.tar.gz.part-01"):
-        (tmp_path / ".carry" / name).write_bytes(b"part")
-    assert session().returncode == 3
-    assert sorted(p.name for p in out.iterdir()) == ["state.tar.gz.part-00", "state.tar.gz.part-01"]
-
-
 def test_a_sigterm_during_a_save_is_handled_once_the_state_is_written(tmp_path):
     import os
     import signal
