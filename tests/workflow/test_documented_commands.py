@@ -78,8 +78,6 @@ WORD_PLACEHOLDERS = {
     "D": "cpu",
     "A": "{}",  # --json A
     "B": "{}",
-    "MINUTES": "9",
-    "TARGETS": "papers/fedssd/table2",
     "KEY=VALUE": "trainer.progress=false",
     "key=value": "federation.rounds=3",
     "NAME": "cifar10",
