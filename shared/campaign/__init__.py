@@ -1,1 +1,2 @@
-"""Training a target in time-limited pieces: the state file, bundles, GPU sessions."""
+"""A campaign: a target's runs trained across time-limited sessions on any machine, its state
+file carried from one session to the next (docs/gpu-sessions.md)."""

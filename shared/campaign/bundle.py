@@ -17,7 +17,7 @@ from shared.runs.files import history_rounds, rounds_done
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 
-SLOT_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/campaign-slot.sh reads it
+BUNDLED_STATE = "state.tar.gz"  # the state file's name in a bundle, where scripts/gpu-session.sh reads it
 # What a GPU machine with torch, pandas, seaborn, matplotlib and pytest (and so NumPy and
 # Pillow) may lack of what `train` imports; Snakemake it never imports
 OFFLINE_WHEELS = ("pyyaml>=6",)
@@ -75,7 +75,7 @@ def wheels(out: Path, wheels_from: Path | None) -> list[str]:
 
 def check_carried_state(source: Path, place: Path) -> None:
     """Refused in one line, before anything is written: a state at the bundle's place that is not
-    --state's bytes (it may be a newer slot's state; moving it aside would hide it from the slot)."""
+    --state's bytes (it may be a newer session's state; moving it aside would hide it from the session)."""
     there, carried = state_files(place), state_files(source)
     if not there or source.resolve() == place.resolve():
         return
@@ -85,13 +85,13 @@ def check_carried_state(source: Path, place: Path) -> None:
     if not same:
         raise CampaignError(
             f"{place} (or its parts) holds another state than --state {source}, perhaps a newer "
-            f"slot's; import or move it away first"
+            f"session's; import or move it away first"
         )
 
 
 def bundle(args) -> int:
-    """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh (and
-    scripts/campaign-slot.sh) read them: DIR/data, DIR/wheels, DIR/state.tar.gz. Without
+    """DIR holds the data, the wheels and the state file as scripts/gpu-session.sh reads them:
+    DIR/data, DIR/wheels, DIR/state.tar.gz. Without
     --state, the campaign's state (CAMPAIGN_STATE) is carried where it exists, else one is
     written here: the ledger and the checkpoints that fit --max-upload-mib
     (`bundle_state`); with it, that state is carried as it is."""
@@ -100,8 +100,8 @@ def bundle(args) -> int:
     if args.state is None and (args.root / CAMPAIGN_STATE).is_file():  # the campaign goes on from its state
         args.state = args.root / CAMPAIGN_STATE
     given = args.state is not None
-    args.state = args.state or args.output / SLOT_STATE
-    check_carried_state(args.state, args.output / SLOT_STATE)
+    args.state = args.state or args.output / BUNDLED_STATE
+    check_carried_state(args.state, args.output / BUNDLED_STATE)
     members = state_defaults(args)
     runs, _ = campaign_runs(args.targets, args.scale, args.copy_spec)
     out, runs_dir, shipped_runs = args.output, args.root / RUNS_DIR, args.root / SHIPPED / "runs"
@@ -118,16 +118,16 @@ def bundle(args) -> int:
     names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
     if not given:
         bundle_state(args, runs, out)
-    elif args.state.resolve() != (out / SLOT_STATE).resolve():  # checked above: nothing there, or the same bytes
+    elif args.state.resolve() != (out / BUNDLED_STATE).resolve():  # checked above: nothing there, or the same bytes
         out.mkdir(parents=True, exist_ok=True)
         for part in state_files(args.state):
-            shutil.copy2(part, out / part.name.replace(args.state.name, SLOT_STATE, 1))  # the name the slot reads
+            shutil.copy2(part, out / part.name.replace(args.state.name, BUNDLED_STATE, 1))  # the name the session reads
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
     if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:
         raise CampaignError(f"bundle {out}: {size / 2**20:.1f} MiB is over --max-upload-mib {args.max_upload_mib:g}")
     print(
-        f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / SLOT_STATE} (ledger of "
+        f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / BUNDLED_STATE} (ledger of "
         f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}"
     )
     return 0
@@ -151,7 +151,7 @@ def bundle_state(args, runs: dict[str, RunConfig], out: Path) -> None:
     runs_dir, shipped_runs = args.root / RUNS_DIR, args.root / SHIPPED / "runs"
     args.ledger = frozenset(rid for rid in runs if is_finished(rid, runs_dir, shipped_runs))  # shipped or here
     args.carried_rounds, args.bundling = None, True
-    others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(SLOT_STATE))
+    others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith(BUNDLED_STATE))
     budget = upload_budget(args.max_upload_mib, others)
     if budget is not None:  # parts that hold the bytes left: the checkpoints that do not fit stay out
         args.part_mib, args.max_parts = state_parts(budget, part_bytes(args.part_mib) if args.part_mib else budget)

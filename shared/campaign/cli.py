@@ -1,4 +1,4 @@
-"""Paper-scale results that accumulate over short, offline GPU slots.
+"""Paper-scale results that accumulate over short, offline GPU sessions.
 
     python -m shared.campaign train TARGET... --minutes M --state FILE [--scale S] [--copy NAME=FILE|SHA256]
                                               [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
@@ -18,7 +18,7 @@ stops between rounds, its checkpoint kept, when another round would pass the bud
 minutes; FILE then holds the finished runs (config, metrics, per-round curves; no models) and
 the checkpoints of the runs in progress (with the per-client state files they name), every
 member checksummed; a kill at any step of a save leaves the earlier state or the new one
-readable. Where a slot can bring back only files of a size (a notebook's download, a job's
+readable. Where a session can bring back only files of a size (a notebook's download, a job's
 stage-out), a FILE larger than --part-mib X is written as FILE.part-00, FILE.part-01, ...;
 where it can bring back only so many (--max-parts N), the finished runs are always kept, and
 the checkpoints only while the state stays within N parts, the runs with most rounds done
@@ -59,7 +59,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.campaign.bundle import SLOT_STATE, bundle
+from shared.campaign.bundle import BUNDLED_STATE, bundle
 from shared.campaign.ledger import LedgerError
 from shared.campaign.ship import import_state, status
 from shared.campaign.state import CAMPAIGN_STATE
@@ -124,7 +124,7 @@ def add_train_parser(commands) -> None:
         "--max-parts",
         type=int,
         metavar="N",
-        help="the files a slot may return: checkpoints that would take more stay out (default: no limit)",
+        help="the files a session may return: checkpoints that would take more stay out (default: no limit)",
     )
     t.add_argument(
         "--set",
@@ -157,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--state",
         type=Path,
-        help=f"the state file to carry (default: {CAMPAIGN_STATE} where it exists, else DIR/{SLOT_STATE}, made)",
+        help=f"the state file to carry (default: {CAMPAIGN_STATE} where it exists, else DIR/{BUNDLED_STATE}, made)",
     )
     b.add_argument("--wheels-from", type=Path, help="copy wheels from this folder instead of pip download")
     b.add_argument("--no-wheels", action="store_true")

@@ -6,7 +6,7 @@ Each `--first KEY=NAMES` narrows the choice to the cells whose row (method), set
 or seed is one of NAMES, comma-separated; the cells that pass every key given train first, in
 the order the names are given (seeds, then rows, then settings), before the targets' other runs
 in their usual order. A name that matches no cell of the targets is refused in one line that
-lists the valid ones. The choice is kept in the state file, so that the next piece of the same
+lists the valid ones. The choice is kept in the state file, so that the next session of the same
 campaign, on this machine or a GPU, continues with the same cells first.
 """
 

@@ -16,7 +16,7 @@ deadline still returns what it did:
                         (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
                         END_SECONDS, with the gate's settings, the state (or its parts) rewritten
                         at least once a minute of training (shared/campaign/refresh.py)
-    timing.json         per unit: runs, slots, steps, useful share, seconds per round by phase,
+    timing.json         per unit: runs, slots (its lanes), steps, useful share, seconds per round by phase,
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
     session.log         every step's output, within its share of the limits (its first and last lines
                         kept, shared/campaign/session_output.py)

@@ -1,5 +1,5 @@
-"""The state file a campaign's slots carry: its finished runs and checkpoints, written in parts
-that a slot can return and read back verified; its runs restored into results/runs/. It is a
+"""The state file a campaign's sessions carry: its finished runs and checkpoints, written in parts
+that a session can return and read back verified; its runs restored into results/runs/. It is a
 transfer file of kind "campaign" (shared/runs/transfer.py writes and reads it; what it holds:
 shared/campaign/state_reading.py); a state of an earlier version (fedrepro-campaign/1) reads too."""
 
@@ -56,8 +56,8 @@ from shared.targets.resolve import TargetError
 
 RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
 RUNS_DIR = RESULTS / "runs"
-# A campaign's state between its pieces, tracked: the checkpoints of its runs in progress (its
-# finished runs live in results/shipped/ as text), which the next piece, here or on a GPU, continues
+# A campaign's state between its sessions, tracked: the checkpoints of its runs in progress (its
+# finished runs live in results/shipped/ as text), which the next session, here or on a GPU, continues
 CAMPAIGN_STATE = RESULTS / "campaign" / "state.tar.gz"
 
 
@@ -240,7 +240,7 @@ def client_state_files(run_dir: Path) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class LeftOut:
-    """A run in progress whose checkpoint the state file leaves out: the slot could not return it."""
+    """A run in progress whose checkpoint the state file leaves out: the session could not return it."""
 
     run_id: str
     size: int  # its files' bytes
@@ -288,7 +288,7 @@ def write_state(
     limit = part_bytes(part_mib) if part_mib else None
     wrote, left_out = write_members(path, files, about, max_parts * limit if max_parts and limit else None)
     size = wrote.size
-    if limit and size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no slot returns it
+    if limit and size > MAX_PARTS * limit:  # the new state stays whole: readable here, though no session returns it
         raise CampaignError(
             f"state {path}: {size / 2**20:.1f} MiB would take more than {MAX_PARTS} parts of "
             f"{part_mib:g} MiB; it is written whole"

@@ -1,6 +1,6 @@
 """A campaign state file read as if an adversary wrote it, before anything is written.
 
-A state comes from another machine (a GPU slot, a colleague's laptop) and may be damaged,
+A state comes from another machine (a GPU session, a colleague's laptop) and may be damaged,
 stale or hostile. It is a transfer file of kind "campaign" (shared/runs/transfer.py, the one
 reader, checks it: its parts regular files, its stream's expansion bounded, each member's
 header before its data, the manifest's common keys, exactly its members with their SHA-256

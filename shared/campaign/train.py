@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from shared.campaign import piece_report, unit_sizing
+from shared.campaign import session_progress, unit_sizing
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.refresh import Refresh
@@ -142,7 +142,7 @@ def train_unit(
             trainer.run(cfg, runs_dir / rid, deadline=deadline)
         except (trainer.OutOfTime, ConfigError, DataError):  # out of time, or this machine cannot run it
             raise
-        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+        except Exception as exc:  # one line, then the next run: a session is too short to stop at one failure
             print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             raised.append(rid)
     return raised
@@ -213,7 +213,7 @@ def timed_unit(
             return None
         except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
             raise
-        except Exception as exc:  # one line, then the next run: a slot is too short to stop at one failure
+        except Exception as exc:  # one line, then the next run: a session is too short to stop at one failure
             counts["raised"] += len(rids)
             raised = rids
             print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -285,7 +285,7 @@ def not_worth_starting(
 ) -> str | None:
     """Why the unit is not started (None: it is): at `round_seconds` a round it cannot finish
     before the deadline, and its checkpoints, each at least its model's weights, would not fit
-    beside the finished runs in what a slot returns, so its GPU minutes would be lost."""
+    beside the finished runs in what a session returns, so its GPU minutes would be lost."""
     rounds = max(runs[rid].federation.rounds - max(rounds_done(runs_dir / rid), 0) for rid in rids)
     seconds = rounds * round_seconds
     if time.time() + seconds <= deadline:
@@ -298,7 +298,7 @@ def not_worth_starting(
     return (
         f"run(s) {' '.join(rids)} not started: {rounds} rounds (about {seconds / 60:.0f} min) cannot finish in the "
         f"{max(deadline - time.time(), 0) / 60:.1f} min left, and the checkpoints (at least "
-        f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {slot_return(args)}"
+        f"{sum(checkpoints) / 2**20:.1f} MiB) could not come back: {session_return(args)}"
     )
 
 
@@ -331,7 +331,7 @@ def state_run_ids(targets: tuple[str, ...], scale: str, copy: Copy | None) -> tu
 
 def save(args, runs_dir: Path) -> Written:
     """The state file: the runs of its earlier targets and of this command's, the checkpoints
-    that a slot could return (`write_state`); not the runs shipped in this checkout, whose text
+    that a session could return (`write_state`); not the runs shipped in this checkout, whose text
     lives in results/shipped/ already (a campaign's state stays the size of its runs in progress)."""
     shipped_runs = args.root / SHIPPED / "runs"
     run_ids = [
@@ -353,28 +353,28 @@ def save(args, runs_dir: Path) -> Written:
         return write_state(args.state, members, about, args.part_mib, args.max_parts)
 
 
-def slot_return(args) -> str:
+def session_return(args) -> str:
     return (
-        f"a slot returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
+        f"a session returns {args.max_parts} files of {args.part_mib:g} MiB (--max-parts, --part-mib)"
         if args.part_mib
-        else f"a slot returns {args.max_parts} file(s) (--max-parts)"
+        else f"a session returns {args.max_parts} file(s) (--max-parts)"
     )
 
 
 def tell_left_out(args, written: Written) -> None:
     """One line for each checkpoint the state file leaves out, and one where even its finished
-    runs pass what a slot returns."""
+    runs pass what a session returns."""
     for run in written.left_out:
         print(
             f"note: run {run.run_id}'s checkpoint ({run.size / 2**20:.1f} MiB, {run.rounds} rounds) is left out of "
-            f"{args.state}, as the slot could not return it ({slot_return(args)}): the run starts again from "
+            f"{args.state}, as the session could not return it ({session_return(args)}): the run starts again from "
             f"round 0 unless this machine still holds {args.root / RUNS_DIR / run.run_id}",
             file=sys.stderr,
         )
     if args.max_parts and written.files > args.max_parts:
         print(
             f"warning: {args.state} takes {written.files} files ({written.size / 2**20:.1f} MiB) with its finished "
-            f"runs alone, and {slot_return(args)}: a slot cannot return the whole state",
+            f"runs alone, and {session_return(args)}: a session cannot return the whole state",
             file=sys.stderr,
         )
 
@@ -410,7 +410,7 @@ def check_parts(args) -> None:
         raise CampaignError(f"--part-mib {args.part_mib:g}: a part must hold more than 0 MiB")
     if args.max_parts is not None and not 1 <= args.max_parts <= MAX_PARTS:
         raise CampaignError(
-            f"--max-parts {args.max_parts}: a slot must return at least the state's one file, "
+            f"--max-parts {args.max_parts}: a session must return at least the state's one file, "
             f"and parts are numbered 00-{MAX_PARTS - 1}"
         )
 
@@ -472,10 +472,10 @@ def train(args) -> int:
         )
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
 
-    before = piece_report.rounds_now(runs_dir, list(runs))
+    before = session_progress.rounds_now(runs_dir, list(runs))
     with session_timing(args.timing, args.device) as args.timing_record:
         counts = train_runs(runs, args, end, runs_dir, carried)
-    for line in piece_report.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
+    for line in session_progress.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
         print(line)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command ends after this save: a SIGTERM stops nothing more
     written = save(args, runs_dir)

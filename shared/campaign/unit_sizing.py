@@ -2,15 +2,15 @@
 
 A unit is a run, or a group of runs in one batched step (shared/campaign/train.py, `training_units`).
 Its round's seconds are estimated, in this order, from rounds measured on this device (each
-round records its `seconds`, `slots`, `steps` and `device` in metrics.jsonl: the carried
-checkpoints' history, and every round this session trained so far; a round of another device,
-or of none, says nothing of this one):
+round records its `seconds`, `slots` (its lanes: the (run, client) pairs it trained), `steps` and
+`device` in metrics.jsonl: the carried checkpoints' history, and every round this session
+trained so far; a round of another device, or of none, says nothing of this one):
 
-    measured    rounds of the same method and model with the same number of slots (the
+    measured    rounds of the same method and model with the same number of lanes (the
                 (run, client) pairs a round trains together)
     scaled      the step time of the nearest measured unit of the same model (the same method
-                first, then the nearest number of slots) times the unit's steps a round
-                (`steps_per_round`): a batched step's time follows its steps and barely its slots
+                first, then the nearest number of lanes) times the unit's steps a round
+                (`steps_per_round`): a batched step's time follows its steps and barely its lanes
     planned     the cost model's estimate (shared/targets/cost.py) of each run's round, the
                 unit's runs one after another (a group's step saves launches, not arithmetic: a
                 large model's group takes about as long as its runs alone, and a first round
@@ -35,11 +35,11 @@ from shared.targets.cost import gpu_hours, samples
 
 @dataclass(frozen=True)
 class Measured:
-    """A measured unit round: its method, model, slots, training samples and seconds."""
+    """A measured unit round: its method, model, lanes, training samples and seconds."""
 
     method: str
     model: str
-    slots: int
+    lanes: int
     steps: float  # training steps a round
     seconds: float
 
@@ -67,7 +67,7 @@ def client_samples(cfg: RunConfig) -> float:
 def steps_per_round(cfgs: list[RunConfig]) -> float:
     """The training steps of a round of the unit of these runs, at the mean client's size: one
     after another, every client's; batched (trainer.clients_per_step > 1), a pass of as many
-    slots as the runs' clients_per_step add up to, each as long as a client's steps."""
+    lanes as the runs' clients_per_step add up to, each as long as a client's steps."""
     steps = []
     for cfg in cfgs:
         per_client = client_samples(cfg)
@@ -77,7 +77,7 @@ def steps_per_round(cfgs: list[RunConfig]) -> float:
 
 
 def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path, device: str) -> list[Measured]:
-    """Each run's rounds in runs_dir on `device` by the slots they trained with: the median
+    """Each run's rounds in runs_dir on `device` by the lanes they trained with: the median
     seconds and steps (a resumed run's first round pays for warm-up and capture). A run of a
     group records the group's round."""
     found = []
@@ -85,24 +85,24 @@ def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path, device: str) -> 
         path = Path(runs_dir) / rid / "metrics.jsonl"
         if not path.is_file():
             continue
-        by_slots: dict[int, list[tuple[float, float]]] = {}
+        by_lanes: dict[int, list[tuple[float, float]]] = {}
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
-                slots, steps, seconds = int(record["slots"]), float(record["steps"]), float(record["seconds"])
+                lanes, steps, seconds = int(record["slots"]), float(record["steps"]), float(record["seconds"])
             except (ValueError, KeyError, TypeError, AttributeError):  # recorded before steps were, or torn
                 continue
-            if record.get("device") == device and slots > 0 and steps > 0 and seconds > 0:
-                by_slots.setdefault(slots, []).append((steps, seconds))
+            if record.get("device") == device and lanes > 0 and steps > 0 and seconds > 0:
+                by_lanes.setdefault(lanes, []).append((steps, seconds))
         found += [
             Measured(
                 cfg.method["name"],
                 cfg.model.name,
-                slots,
+                lanes,
                 statistics.median(s for s, _ in rounds),
                 statistics.median(t for _, t in rounds),
             )
-            for slots, rounds in by_slots.items()
+            for lanes, rounds in by_lanes.items()
         ]
     return found
 
@@ -116,17 +116,17 @@ def planned_seconds(cfg: RunConfig) -> float:
 def round_seconds(cfgs: list[RunConfig], measured: list[Measured]) -> Estimate:
     """A round of the unit of these runs, from what was measured (module docstring)."""
     method, model = cfgs[0].method["name"], cfgs[0].model.name
-    slots = sum(clients_per_round(cfg) for cfg in cfgs)
-    exact = [m.seconds for m in measured if (m.method, m.model, m.slots) == (method, model, slots)]
+    lanes = sum(clients_per_round(cfg) for cfg in cfgs)
+    exact = [m.seconds for m in measured if (m.method, m.model, m.lanes) == (method, model, lanes)]
     if exact:
         return Estimate(statistics.median(exact), "measured")
     same_model = [m for m in measured if m.model == model]
     if same_model:
-        nearest = min(same_model, key=lambda m: (m.method != method, abs(math.log(m.slots / slots))))
+        nearest = min(same_model, key=lambda m: (m.method != method, abs(math.log(m.lanes / lanes))))
         return Estimate(
             nearest.seconds / nearest.steps * steps_per_round(cfgs),
             f"{nearest.seconds / nearest.steps:.3g} s a step, as {nearest.method} {nearest.model} "
-            f"with {nearest.slots} slots",
+            f"with {nearest.lanes} lanes",
         )
     return Estimate(sum(planned_seconds(cfg) for cfg in cfgs), "planned")
 

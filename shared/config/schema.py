@@ -107,9 +107,12 @@ class DatasetConfig:
     # | imagefolder | synthetic  (shared.data.datasets.DATASETS)
     name: str = "cifar10"
     path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
-    augment: bool | None = None  # None: the dataset's default (random crop + flip on CIFAR)
-    # a paper's code's training transform (shared.data.catalog.AUGMENTATIONS: niid_bench, moon_cifar100, feddf);
-    # None: the dataset's own
+    # How training images are augmented. None: the dataset's own (crop + flip on CIFAR and
+    # Tiny-ImageNet, nothing on FEMNIST or synthetic data); "none": nothing; "always": the crop + flip
+    # on any image dataset; a paper's code's transform (shared.data.catalog.AUGMENTATIONS: niid_bench,
+    # moon_cifar100, feddf) instead of the crop + flip, where the dataset augments; "always:NAME":
+    # that transform on any image dataset. Configs written with the former dataset.augment (a bool) read
+    # as these values (`augmentation_value`) and hash as they did (`augmentation_parts`).
     augmentation: str | None = None
     train_subset: Count | None = None  # keep this many training samples (stratified), for small scales
     val_fraction: Annotated[float, Range(0, 1, high_open=True)] = (
@@ -338,6 +341,8 @@ def field_types(cls: type) -> dict[str, Any]:
 
 def from_dict(cls: type, values: dict, where: str = "") -> Any:
     """A dataclass from a mapping, every value checked; `where` is the mapping's dotted key."""
+    if cls is DatasetConfig and "augment" in values:
+        values = without_augment_key(values, where)
     known = field_types(cls)
     unknown = sorted(str(key) for key in set(values) - set(known))
     if unknown:
@@ -350,13 +355,56 @@ def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 
 
+# --- dataset.augmentation and the former dataset.augment --------------------------------------
+
+FORCED_ON = "always"
+FORCED_OFF = "none"
+
+
+def augmentation_parts(value: str | None) -> tuple[bool | None, str | None]:
+    """dataset.augmentation as (augmented: True, False or None for the dataset's own, the paper's
+    transform or None): the two keys it replaced, which run ids still hash."""
+    if value == FORCED_ON or value == FORCED_OFF:
+        return value == FORCED_ON, None
+    if isinstance(value, str) and value.startswith(f"{FORCED_ON}:"):
+        return True, value.removeprefix(f"{FORCED_ON}:")
+    return None, value
+
+
+def augmentation_value(augment: bool | None, transform: str | None) -> str | None:
+    """The dataset.augmentation that says what dataset.augment and a transform said together."""
+    if augment is None:
+        return transform
+    check(
+        augment or transform is None,
+        f"dataset.augment=false leaves dataset.augmentation={excerpt(transform)} without effect; "
+        f"set dataset.augmentation={FORCED_OFF} alone",
+    )
+    if not augment:
+        return FORCED_OFF
+    return FORCED_ON if transform is None else f"{FORCED_ON}:{transform}"
+
+
+def without_augment_key(values: dict, where: str) -> dict:
+    """A dataset section that names dataset.augment (a config or run written before it folded into
+    dataset.augmentation), with the one key that says the same: it loads, under the same run id."""
+    values = dict(values)
+    augment = values.pop("augment")
+    augment = None if augment is None else coerce(augment, bool, f"{where}.augment" if where else "augment")
+    return {**values, "augmentation": augmentation_value(augment, values.get("augmentation"))}
+
+
 # --- identity -----------------------------------------------------------------------------
 
 
 def identity(cfg: RunConfig) -> dict:
     """The resolved config without the keys that do not change the result, and without the
-    keys left unset (None): a new optional switch, off by default, keeps every finished run."""
-    return nested({k: v for k, v in flatten(to_dict(cfg)).items() if k not in RUNTIME_KEYS and v is not None})
+    keys left unset (None): a new optional switch, off by default, keeps every finished run.
+    dataset.augmentation is hashed as the two keys it replaced, so that no run id changed."""
+    flat = flatten(to_dict(cfg))
+    augment, transform = augmentation_parts(flat.pop("dataset.augmentation"))
+    flat.update({"dataset.augment": augment, "dataset.augmentation": transform})
+    return nested({k: v for k, v in flat.items() if k not in RUNTIME_KEYS and v is not None})
 
 
 def run_id(cfg: RunConfig) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.config.schema import ConfigError, RunConfig, check
+from shared.config.schema import FORCED_OFF, FORCED_ON, ConfigError, RunConfig, augmentation_parts, check
 
 
 class DataError(RuntimeError):
@@ -135,9 +135,11 @@ def validate_dataset(cfg: RunConfig) -> None:
     check(d.copy is None or dataset_info(d.name).copyable,
           f"dataset.copy applies to {', '.join(names_where(lambda i: i.copyable))}, not dataset.name={d.name}")
     check(d.copy is None or is_sha256(d.copy), f"dataset.copy={d.copy!r} must be a SHA-256 (64 hex digits) of the copy's file")
-    check(d.augmentation is None or d.augmentation in AUGMENTATIONS,
-          f"dataset.augmentation={d.augmentation!r} is unknown; valid: {sorted(AUGMENTATIONS)}")
-    check(d.augmentation is None or not is_text(cfg), "dataset.augmentation applies to images, not token ids")
+    transform = augmentation_parts(d.augmentation)[1]
+    check(transform is None or transform in AUGMENTATIONS,
+          f"dataset.augmentation={d.augmentation!r} is unknown; valid: "
+          f"{sorted([FORCED_OFF, FORCED_ON, *AUGMENTATIONS, *(f'{FORCED_ON}:{name}' for name in AUGMENTATIONS)])}")
+    check(transform is None or not is_text(cfg), "dataset.augmentation's transforms apply to images, not token ids")
     s = d.synthetic
     check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
     check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,

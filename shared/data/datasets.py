@@ -29,7 +29,14 @@ import numpy as np
 import torch
 
 from shared.data.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
-from shared.config.schema import DATA_ROOT_ENV, DatasetConfig, RunConfig, SyntheticConfig, data_root
+from shared.config.schema import (
+    DATA_ROOT_ENV,
+    DatasetConfig,
+    RunConfig,
+    SyntheticConfig,
+    augmentation_parts,
+    data_root,
+)
 from shared.runs.directory import save_tensors
 from shared.runs.files import write_atomically
 
@@ -462,10 +469,11 @@ def load_dataset(cfg: RunConfig) -> Dataset:
     loader = getattr(importlib.import_module(module), function)
     tokenizer = {"tokenizer": cfg.model.pretrained} if info.text else {}
     dataset = loader(name, cfg.dataset, data_root(cfg), **tokenizer)
-    if cfg.dataset.augment is not None:
-        dataset.augment = cfg.dataset.augment
-    if cfg.dataset.augmentation is not None:
-        recipe = AUGMENTATIONS[cfg.dataset.augmentation]
+    augmented, transform = augmentation_parts(cfg.dataset.augmentation)
+    if augmented is not None:
+        dataset.augment = augmented
+    if transform is not None:
+        recipe = AUGMENTATIONS[transform]
         dataset.crop_pad, dataset.pad_mode, dataset.max_rotation = recipe.crop_pad, recipe.pad_mode, recipe.max_rotation
     check_loaded(dataset)
     return dataset
@@ -481,4 +489,4 @@ def check_loaded(dataset: Dataset) -> None:
     side = dataset.train.x.shape[-1]
     if dataset.text is None and dataset.augment and dataset.pad_mode == "reflect" and dataset.crop_pad >= side:
         raise DataError(f"dataset {dataset.name}'s {side}x{side} images cannot be padded by {dataset.crop_pad} pixels "
-                        f"by reflection for augmentation; set dataset.augment=false or use larger images")
+                        f"by reflection for augmentation; set dataset.augmentation=none or use larger images")

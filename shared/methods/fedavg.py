@@ -43,7 +43,7 @@ class Capabilities:
         `step_inputs`): vmap can train several clients, of one run or of a group of runs, in
         one step (trainer.clients_per_step, shared/training/batched.py).
         What it reads of the method's own state are attributes that are tensors, modules or
-        floats (or lists of them), which the step stacks per client (shared/training/slot_state.py);
+        floats (or lists of them), which the step stacks per client (shared/training/lane_state.py);
         the step runs every client's `start_client` before training and every
         `finish_client` after, so a `start_client` must not read what another client's
         `finish_client` of the same round writes.

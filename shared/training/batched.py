@@ -13,12 +13,12 @@ parameter, and runs every client's step at once (docs/performance.md has the des
     update    torch.optim.SGD's arithmetic on the stacks (shared/training/stacked_sgd.py), only
               for the clients that had a batch
 
-A model with BatchNorm (`uses_batch_statistics`) takes its loss on each slot's whole batch, its
-running statistics stacked per slot; no padding: the full batches take `step`, a shorter last
+A model with BatchNorm (`uses_batch_statistics`) takes its loss on each lane's whole batch, its
+running statistics stacked per lane; no padding: the full batches take `step`, a shorter last
 batch `step_rows`, eagerly. On CUDA (`trainer.cuda_graphs`) the step is captured into a CUDA
-graph and replayed, captured again only when `graph_key` changes. A slot is one (run, client)
-pair, so the slots of a step may belong to several runs of a group (shared/targets/run_groups.py),
-each method's state stacked per slot (shared/training/slot_state.py). What it covers (SGD,
+graph and replayed, captured again only when `graph_key` changes. A lane is one (run, client)
+pair, so the lanes of a step may belong to several runs of a group (shared/targets/run_groups.py),
+each method's state stacked per lane (shared/training/lane_state.py). What it covers (SGD,
 models without dropout, methods with the per_sample_loss and no_global_rng capabilities) is
 checked in shared/training/clients.py, which trains anything else one client after another.
 
@@ -44,18 +44,18 @@ from shared.data.federation import Client, Federation
 from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg
 from shared.models.nets import Net
 from shared.runs.seeding import client_generator
-from shared.training.slot_state import SlotState, Snapshot, shared_floats, take_snapshot
+from shared.training.lane_state import LaneState, Snapshot, shared_floats, take_snapshot
 from shared.training.stacked_sgd import StackedSGD, view_per_client
 
 # Input values a window of steps' batches laid out ahead holds at most (2 GiB as float32): 18
-# steps of a Table II group's 150 FedAvg-CNN slots (CIFAR-10, B=64). A window costs each slot
-# one copy per run of its batches, not one per step; a slot keeps at most its current augmented
-# chunk (let go once its last batch is copied), as a per-slot batch iterator would.
+# steps of a Table II group's 150 FedAvg-CNN lanes (CIFAR-10, B=64). A window costs each lane
+# one copy per run of its batches, not one per step; a lane keeps at most its current augmented
+# chunk (let go once its last batch is copied), as a per-lane batch iterator would.
 WINDOW_VALUES = 1 << 29
 
 
 @dataclass
-class Slot:
+class Lane:
     """One (run, client) pair of a batched step, with what its run trains with."""
 
     method: FedAvg
@@ -65,43 +65,43 @@ class Slot:
     global_model: Net
 
 
-# The most that a step's stacked state may take: its slots' parameters, momentum, gradients and
+# The most that a step's stacked state may take: its lanes' parameters, momentum, gradients and
 # buffers, about four copies of the model's state each. FedAvg-CNN (0.25 MB) and ResNet-8 never
 # reach it; a step takes up to 11 ResNet-50s (94 MB) or 4 AlexNet-BNs (228 MB), whose
-# activations take several times that again, and the rest of the slots go in further passes.
+# activations take several times that again, and the rest of the lanes go in further passes.
 STEP_STATE_BYTES = 4 << 30
 
 
-def slots_that_fit(model: nn.Module, wanted: int) -> int:
-    """The slots a step takes: `wanted`, or as many as STEP_STATE_BYTES allows (at least one)."""
+def lanes_that_fit(model: nn.Module, wanted: int) -> int:
+    """The lanes a step takes: `wanted`, or as many as STEP_STATE_BYTES allows (at least one)."""
     state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     return max(1, min(wanted, STEP_STATE_BYTES // (4 * state_bytes)))
 
 
 def uses_batch_statistics(model: nn.Module) -> bool:
     """BatchNorm in training normalises by its batch's statistics and updates running ones
-    (buffers, as any module with buffers may): the loss must see each slot's batch whole."""
+    (buffers, as any module with buffers may): the loss must see each lane's batch whole."""
     batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     return batch_norm or any(True for _ in model.buffers())
 
 
-class SlotFeed:
-    """One slot's batches of its round, from the generator `train_client` seeds: its epochs'
+class LaneFeed:
+    """One lane's batches of its round, from the generator `train_client` seeds: its epochs'
     chunks (`Client.chunks`), read forward a run of whole batches at a time, as columns "x",
     "y" and the method's `step_inputs` of each batch (drawn from the same generator right
     after the chunk's augmentation, batch after batch: the order `train_client` draws them)."""
 
-    def __init__(self, slot: Slot, batch_size: int, device: torch.device):
-        self.slot, self.batch_size = slot, batch_size
-        self.chunks = self.columns(client_generator(slot.cfg.seed, slot.round, slot.client.id, device))
+    def __init__(self, lane: Lane, batch_size: int, device: torch.device):
+        self.lane, self.batch_size = lane, batch_size
+        self.chunks = self.columns(client_generator(lane.cfg.seed, lane.round, lane.client.id, device))
         self.chunk, self.start = None, 0
 
     def columns(self, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
-        slot, batch = self.slot, self.batch_size
-        for _ in range(slot.cfg.local.epochs):
-            for x, y in slot.client.chunks(batch, generator):
+        lane, batch = self.lane, self.batch_size
+        for _ in range(lane.cfg.local.epochs):
+            for x, y in lane.client.chunks(batch, generator):
                 drawn = [
-                    slot.method.step_inputs(slot.client, min(batch, len(y) - i), generator)
+                    lane.method.step_inputs(lane.client, min(batch, len(y) - i), generator)
                     for i in range(0, len(y), batch)
                 ]
                 yield {"x": x, "y": y, **{name: torch.cat([d[name] for d in drawn]) for name in drawn[0]}}
@@ -123,13 +123,13 @@ def overrides(method: FedAvg, hook: str) -> bool:
     return getattr(type(method), hook) is not getattr(FedAvg, hook)
 
 
-class SlotLoss(nn.Module):
-    """The method's `local_loss` as a module whose submodules are the model and the slots'
-    method modules (`state`), so that functional_call runs it with one slot's weights and
+class LaneLoss(nn.Module):
+    """The method's `local_loss` as a module whose submodules are the model and the lanes'
+    method modules (`state`), so that functional_call runs it with one lane's weights and
     state; `template` is the method instance whose own code runs, its attributes pointed at
-    that slot's state for the call."""
+    that lane's state for the call."""
 
-    def __init__(self, model: Net, state: SlotState):
+    def __init__(self, model: Net, state: LaneState):
         super().__init__()
         self.model, self.state = model, state
         self.template: FedAvg | None = None
@@ -147,7 +147,7 @@ class SlotLoss(nn.Module):
         self.state.assign(self.template, tensors, self.leaves)
         try:
             return self.template.local_loss(self.model, x, y, None, **inputs)
-        finally:  # no slot's (vmapped) state outlives the call
+        finally:  # no lane's (vmapped) state outlives the call
             vars(self.template).clear()
             vars(self.template).update(saved)
 
@@ -158,18 +158,18 @@ class CaptureFailed(RuntimeError):
 
 
 class BatchedClients:
-    """Trains up to `slots` (run, client) pairs at once (fewer where they would not fit:
-    `slots_that_fit`, then `self.slots`); `train` takes any number, a step's worth at a time.
+    """Trains up to `lanes` (run, client) pairs at once (fewer where they would not fit:
+    `lanes_that_fit`, then `self.lanes`); `train` takes any number, a step's worth at a time.
     `federation`: any of the runs' (the batch's shape, dtype and device)."""
 
-    def __init__(self, model: Net, federation: Federation, cfg: RunConfig, slots: int):
+    def __init__(self, model: Net, federation: Federation, cfg: RunConfig, lanes: int):
         self.model, self.cfg = model, cfg
-        slots = slots_that_fit(model, slots)
+        lanes = lanes_that_fit(model, lanes)
         self.device = federation.device
         # one stack per entry of the model's state (parameters, and buffers: BatchNorm's running
         # statistics), in a state dict's order; the dicts as the step passes them, built once
         self.stacks = {
-            f"model.{name}": t.detach().unsqueeze(0).repeat(slots, *[1] * t.dim())
+            f"model.{name}": t.detach().unsqueeze(0).repeat(lanes, *[1] * t.dim())
             for name, t in model.state_dict(keep_vars=True).items()
         }
         parameters = {f"model.{name}" for name, _ in model.named_parameters()}
@@ -183,16 +183,16 @@ class BatchedClients:
         self.params = self.optimizer.params
         sample = federation.augmenter.normalize(federation.train_x[:1])  # dtype and layout of a batch
         batch = cfg.local.batch_size
-        self.x = torch.zeros(slots, batch, *sample.shape[1:], dtype=sample.dtype, device=self.device)
-        self.y = torch.zeros(slots, batch, dtype=federation.train_y.dtype, device=self.device)
-        self.sizes = torch.zeros(slots, dtype=torch.long, device=self.device)  # this step's batch sizes
-        self.inputs: dict[str, torch.Tensor] = {}  # the method's step_inputs, (slots, batch, ...) each (arrange_inputs)
-        self.window: dict[str, torch.Tensor] = {}  # the steps' columns laid out ahead, (slots, steps, batch, ...)
+        self.x = torch.zeros(lanes, batch, *sample.shape[1:], dtype=sample.dtype, device=self.device)
+        self.y = torch.zeros(lanes, batch, dtype=federation.train_y.dtype, device=self.device)
+        self.sizes = torch.zeros(lanes, dtype=torch.long, device=self.device)  # this step's batch sizes
+        self.inputs: dict[str, torch.Tensor] = {}  # the method's step_inputs, (lanes, batch, ...) each (arrange_inputs)
+        self.window: dict[str, torch.Tensor] = {}  # the steps' columns laid out ahead, (lanes, steps, batch, ...)
         self.rows_on_device: dict[bytes, torch.Tensor] = {}  # short-batch rows (device_rows)
-        self.loss_sums = torch.zeros(slots, device=self.device)
+        self.loss_sums = torch.zeros(lanes, device=self.device)
         self.positions = torch.arange(batch, device=self.device)
-        self.state = SlotState(slots, self.device)
-        self.loss = SlotLoss(model, self.state)
+        self.state = LaneState(lanes, self.device)
+        self.loss = LaneLoss(model, self.state)
 
         def per_sample_loss(params, buffers, state_params, tensors, inputs, x, y, weight):  # buffers: none
             def call(xi, yi, row):  # one sample, with its row of each step input
@@ -202,7 +202,7 @@ class BatchedClients:
             return (vmap(call)(x, y, inputs) * weight).sum()
 
         def whole_batch_loss(params, buffers, state_params, tensors, inputs, x, y):
-            # BatchNorm updates the slot's `buffers` in place (vmap writes into their stacks)
+            # BatchNorm updates the lane's `buffers` in place (vmap writes into their stacks)
             return functional_call(self.loss, {**params, **buffers, **state_params}, (x, y, tensors, inputs))
 
         self.whole_batches = uses_batch_statistics(model)
@@ -211,15 +211,17 @@ class BatchedClients:
         self.graph, self.graph_key, self.graph_pool = None, None, None
 
     @property
-    def slots(self) -> int:
+    def lanes(self) -> int:
         return len(self.sizes)
+
+    slots = lanes  # until lane-rename.sh renames trainer.py, group_training.py and clients.py (issue 42)
 
     def autocast(self):
         # cache_enabled=False: autocast's weight cache cannot live across CUDA graph replays
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.amp, cache_enabled=False)
 
     def step(self) -> None:
-        """One SGD step of every slot with a batch in self.x / self.y / self.sizes (with batch
+        """One SGD step of every lane with a batch in self.x / self.y / self.sizes (with batch
         statistics: a full batch; `step_rows` takes the shorter ones); no host synchronisation,
         so that it can be captured in a CUDA graph."""
         if self.whole_batches:
@@ -227,14 +229,14 @@ class BatchedClients:
         else:
             weight = (self.positions < self.sizes[:, None]).to(self.params[0].dtype)
             batch = (self.x, self.y, weight / self.sizes.clamp(min=1)[:, None].to(weight.dtype))
-        buffers = {name: b.clone() for name, b in self.named_buffers.items()}  # kept below for active slots only
+        buffers = {name: b.clone() for name, b in self.named_buffers.items()}  # kept below for active lanes only
         with self.autocast():
             grads, losses = self.loss_and_grads(
                 self.named_params, buffers, self.state.parameters_by_name, self.state.tensor_stacks, self.inputs, *batch
             )
-        self.optimizer.step([grads[name] for name in self.names])  # the slots take_step selected
-        # one sample at a time, a slot without a batch has weights 0 and so a loss of 0; a whole batch
-        # at a time, an inactive slot computed a loss on its stale or short batch (step_rows counts the latter)
+        self.optimizer.step([grads[name] for name in self.names])  # the lanes take_step selected
+        # one sample at a time, a lane without a batch has weights 0 and so a loss of 0; a whole batch
+        # at a time, an inactive lane computed a loss on its stale or short batch (step_rows counts the latter)
         losses = losses.detach().float()
         if self.whole_batches:
             active = self.active(self.sizes)
@@ -244,12 +246,12 @@ class BatchedClients:
         self.loss_sums += losses
 
     def active(self, sizes: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-        """The slots `step` updates, from their batch sizes (on the host or the device): with batch
+        """The lanes `step` updates, from their batch sizes (on the host or the device): with batch
         statistics those with a full batch, else those with any."""
         return sizes == self.cfg.local.batch_size if self.whole_batches else sizes > 0
 
     def step_rows(self, host_rows: np.ndarray, size: int) -> None:
-        """One SGD step of the slots `rows` alone, on the first `size` samples of their batches:
+        """One SGD step of the lanes `rows` alone, on the first `size` samples of their batches:
         a shorter last batch of a model with batch statistics, which BatchNorm must take from
         those samples only, so it goes through at its own shape (eagerly: clients' last batches
         have about as many sizes as there are clients)."""
@@ -275,8 +277,8 @@ class BatchedClients:
         self.loss_sums[rows] += losses.detach().float()
 
     def take_step(self, sizes: np.ndarray) -> None:
-        """One step of every slot, `sizes` its batch's (0: none; self.sizes on the host). With
-        batch statistics, the slots with a full batch step together (the captured step) and
+        """One step of every lane, `sizes` its batch's (0: none; self.sizes on the host). With
+        batch statistics, the lanes with a full batch step together (the captured step) and
         those with a shorter last batch step apart, a step per size (`step_rows`)."""
         full = self.cfg.local.batch_size
         if not self.whole_batches or (sizes == full).any():
@@ -298,12 +300,12 @@ class BatchedClients:
         return self.rows_on_device[key]
 
     def capture(self) -> None:
-        """Record `step` into a CUDA graph. Warm-up steps run with every slot inactive, which
+        """Record `step` into a CUDA graph. Warm-up steps run with every lane inactive, which
         changes no weight, momentum, running statistic or loss."""
         self.graph = None
         self.sizes.zero_()
         self.optimizer.select(
-            self.active(np.zeros(self.slots, dtype=np.int64)).tobytes(), lambda: self.active(self.sizes)
+            self.active(np.zeros(self.lanes, dtype=np.int64)).tobytes(), lambda: self.active(self.sizes)
         )
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -320,34 +322,34 @@ class BatchedClients:
             raise CaptureFailed(f"the batched step could not be captured in a CUDA graph: {exc}") from exc
         self.graph = graph
 
-    def schedule(self, slots: list[Slot], taking: list[int]) -> np.ndarray:
-        """(steps, slots) batch sizes: slot c's epochs of `num_batches` each, then zeros; zeros
-        throughout for slots not in `taking` (they train in another pass)."""
+    def schedule(self, lanes: list[Lane], taking: list[int]) -> np.ndarray:
+        """(steps, lanes) batch sizes: lane c's epochs of `num_batches` each, then zeros; zeros
+        throughout for lanes not in `taking` (they train in another pass)."""
         batch = self.cfg.local.batch_size
-        per_slot = [[] for _ in slots]
+        per_lane = [[] for _ in lanes]
         for c in taking:
-            length, count = slots[c].client.epoch_length(batch), slots[c].client.num_batches(batch)
-            per_slot[c] = [min(batch, length - batch * i) for i in range(count)] * slots[c].cfg.local.epochs
-        table = np.zeros((max(map(len, per_slot), default=0), self.slots), dtype=np.int64)
-        for c, sizes in enumerate(per_slot):
+            length, count = lanes[c].client.epoch_length(batch), lanes[c].client.num_batches(batch)
+            per_lane[c] = [min(batch, length - batch * i) for i in range(count)] * lanes[c].cfg.local.epochs
+        table = np.zeros((max(map(len, per_lane), default=0), self.lanes), dtype=np.int64)
+        for c, sizes in enumerate(per_lane):
             table[: len(sizes), c] = sizes
         return table
 
-    def train(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
-        """Local training of these slots from their runs' global weights, in passes of
-        `self.slots`: for each, the update `shared.training.clients.train_client` gives up to
+    def train(self, lanes: list[Lane]) -> list[ClientUpdate | Diverged]:
+        """Local training of these lanes from their runs' global weights, in passes of
+        `self.lanes`: for each, the update `shared.training.clients.train_client` gives up to
         floating-point rounding, or Diverged where its weights became non-finite."""
         return [
             update
-            for start in range(0, len(slots), self.slots)
-            for update in self.train_pass(slots[start : start + self.slots])
+            for start in range(0, len(lanes), self.lanes)
+            for update in self.train_pass(lanes[start : start + self.lanes])
         ]
 
-    def train_pass(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
-        """`train` of up to `self.slots` slots, in one batched step."""
+    def train_pass(self, lanes: list[Lane]) -> list[ClientUpdate | Diverged]:
+        """`train` of up to `self.lanes` lanes, in one batched step."""
         self.model.train()
-        self.load_globals(slots)
-        snapshots = self.start_clients(slots)
+        self.load_globals(lanes)
+        snapshots = self.start_clients(lanes)
         self.optimizer.reset()
         self.loss_sums.zero_()
         by_path: dict[tuple, list[int]] = {}
@@ -355,35 +357,35 @@ class BatchedClients:
             by_path.setdefault(snapshot.path, []).append(c)
         for taking in by_path.values():  # one pass, nearly always
             first = snapshots[taking[0]]
-            self.loss.use(slots[taking[0]].method, first)
-            if self.arrange_inputs(slots[taking[0]]):
+            self.loss.use(lanes[taking[0]].method, first)
+            if self.arrange_inputs(lanes[taking[0]]):
                 self.graph = None
-            self.run_steps(slots, taking, (first.path, shared_floats(first, self.state.stacked_floats)))
-        return self.finish_clients(slots)
+            self.run_steps(lanes, taking, (first.path, shared_floats(first, self.state.stacked_floats)))
+        return self.finish_clients(lanes)
 
     @torch.no_grad()
-    def load_globals(self, slots: list[Slot]) -> None:
-        """Each slot's weights and buffers from its run's global model, one copy per run's slots."""
+    def load_globals(self, lanes: list[Lane]) -> None:
+        """Each lane's weights and buffers from its run's global model, one copy per run's lanes."""
         start = 0
-        for model, run_slots in groupby(slots, key=lambda s: s.global_model):
-            rows = slice(start, start + len(list(run_slots)))
+        for model, run_lanes in groupby(lanes, key=lambda s: s.global_model):
+            rows = slice(start, start + len(list(run_lanes)))
             state = model.state_dict()
             for name, stack in self.stacks.items():
                 stack[rows].copy_(state[name.removeprefix("model.")].expand_as(stack[rows]))
             start = rows.stop
 
-    def start_clients(self, slots: list[Slot]) -> list[Snapshot]:
-        """Each slot's `start_client` on a model holding its run's global weights, and the
-        method state it leaves; a run without the hook shares one snapshot among its slots."""
+    def start_clients(self, lanes: list[Lane]) -> list[Snapshot]:
+        """Each lane's `start_client` on a model holding its run's global weights, and the
+        method state it leaves; a run without the hook shares one snapshot among its lanes."""
         snapshots = []
-        for slot in slots:
-            if overrides(slot.method, "start_client"):
-                self.model.load_state_dict(slot.global_model.state_dict())
-                slot.method.start_client(slot.client, self.model)
-            elif snapshots and slots[len(snapshots) - 1].method is slot.method:
+        for lane in lanes:
+            if overrides(lane.method, "start_client"):
+                self.model.load_state_dict(lane.global_model.state_dict())
+                lane.method.start_client(lane.client, self.model)
+            elif snapshots and lanes[len(snapshots) - 1].method is lane.method:
                 snapshots.append(snapshots[-1])
                 continue
-            snapshots.append(take_snapshot(slot.method))
+            snapshots.append(take_snapshot(lane.method))
         floats = {k for k, (kind, _) in snapshots[0].leaves.items() if kind == "float"}
         differ = {k for k in floats if len({s.leaves[k][1] for s in snapshots if k in s.leaves}) > 1}
         if self.state.arrange(snapshots[0], differ):
@@ -396,24 +398,24 @@ class BatchedClients:
             start = rows.stop
         return snapshots
 
-    def run_steps(self, slots: list[Slot], taking: list[int], constants: tuple) -> None:
-        """Every step of the slots `taking`; `constants`: what a captured step holds fixed
+    def run_steps(self, lanes: list[Lane], taking: list[int], constants: tuple) -> None:
+        """Every step of the lanes `taking`; `constants`: what a captured step holds fixed
         besides the layout of its buffers (the template's code path and shared floats)."""
         if self.use_graph and (self.graph is None or self.graph_key != constants):
             self.capture()
             self.graph_key = constants
-        table = self.schedule(slots, taking)
+        table = self.schedule(lanes, taking)
         table_on_device = torch.as_tensor(table, device=self.device)
         feeds = [
-            SlotFeed(slot, self.cfg.local.batch_size, self.device) if c in taking else None
-            for c, slot in enumerate(slots)
+            LaneFeed(lane, self.cfg.local.batch_size, self.device) if c in taking else None
+            for c, lane in enumerate(lanes)
         ]
         steps_per_window = self.window_steps(len(table))
         statics = [(static, self.window[name]) for name, static in self.columns.items()]
         for first in range(0, len(table), steps_per_window):
             window = table[first : first + steps_per_window]
             self.fill_window(feeds, window)
-            for i in range(len(window)):  # one copy of all slots' batches a step, into the static buffers
+            for i in range(len(window)):  # one copy of all lanes' batches a step, into the static buffers
                 for static, laid_out in statics:
                     static.copy_(laid_out[:, i])
                 self.sizes.copy_(table_on_device[first + i])
@@ -424,14 +426,14 @@ class BatchedClients:
         """The static buffers a step reads its batches from: x, y and the method's step inputs."""
         return {"x": self.x, "y": self.y, **self.inputs}
 
-    def arrange_inputs(self, slot: Slot) -> bool:
+    def arrange_inputs(self, lane: Lane) -> bool:
         """Buffers for a pass's step inputs, shaped as the method gives them for a full batch
         (drawn here from a throwaway generator); True if their layout changed."""
-        sample = slot.method.step_inputs(slot.client, self.cfg.local.batch_size, torch.Generator(self.device))
+        sample = lane.method.step_inputs(lane.client, self.cfg.local.batch_size, torch.Generator(self.device))
         layout = {name: (value.shape, value.dtype) for name, value in sample.items()}
         if layout == {name: (value.shape[1:], value.dtype) for name, value in self.inputs.items()}:
             return False
-        self.inputs = {name: value.new_zeros(self.slots, *value.shape) for name, value in sample.items()}
+        self.inputs = {name: value.new_zeros(self.lanes, *value.shape) for name, value in sample.items()}
         return True
 
     def window_steps(self, steps: int) -> int:
@@ -444,17 +446,17 @@ class BatchedClients:
             for name, t in columns.items()
         ):
             # padding: finite, weighted 0
-            self.window = {name: t.new_zeros(self.slots, window, *t.shape[1:]) for name, t in columns.items()}
+            self.window = {name: t.new_zeros(self.lanes, window, *t.shape[1:]) for name, t in columns.items()}
         return window
 
-    def fill_window(self, feeds: list[SlotFeed | None], sizes: np.ndarray) -> None:
-        """Each slot's batches of these steps (rows of the schedule `sizes`) into its rows of
+    def fill_window(self, feeds: list[LaneFeed | None], sizes: np.ndarray) -> None:
+        """Each lane's batches of these steps (rows of the schedule `sizes`) into its rows of
         the window, a run of whole batches (one copy, short last batch and all) at a time."""
         batch = self.cfg.local.batch_size
-        # (slots, window * batch, ...): a slot's batches end to end
+        # (lanes, window * batch, ...): a lane's batches end to end
         rows = {name: self.window[name].flatten(1, 2) for name in self.columns}
         for c, feed in enumerate(feeds):
-            done, steps = 0, int(np.count_nonzero(sizes[:, c]))  # a slot's steps come first, then zeros
+            done, steps = 0, int(np.count_nonzero(sizes[:, c]))  # a lane's steps come first, then zeros
             while done < steps:
                 taken = feed.take(steps - done)
                 length = len(taken["y"])
@@ -462,25 +464,28 @@ class BatchedClients:
                     rows[name][c, done * batch : done * batch + length].copy_(column)
                 done += -(-length // batch)
 
-    def finish_clients(self, slots: list[Slot]) -> list[ClientUpdate | Diverged]:
-        steps = [slot.client.num_batches(self.cfg.local.batch_size) * slot.cfg.local.epochs for slot in slots]
+    def finish_clients(self, lanes: list[Lane]) -> list[ClientUpdate | Diverged]:
+        steps = [lane.client.num_batches(self.cfg.local.batch_size) * lane.cfg.local.epochs for lane in lanes]
         floating = [t for t in self.stacks.values() if t.is_floating_point()]
         finite = torch.stack([t.reshape(len(t), -1).isfinite().all(1) for t in floating]).all(0).tolist()
         loss_sums = self.loss_sums.tolist()
-        # one copy of each stack, then a view per slot: the stacks train the next slots
-        per_slot = zip(*[t[: len(slots)].clone().unbind() for t in self.stacks.values()])
+        # one copy of each stack, then a view per lane: the stacks train the next lanes
+        per_lane = zip(*[t[: len(lanes)].clone().unbind() for t in self.stacks.values()])
         keys = [name.removeprefix("model.") for name in self.stacks]
         results = []
-        for c, (slot, tensors) in enumerate(zip(slots, per_slot)):
+        for c, (lane, tensors) in enumerate(zip(lanes, per_lane)):
             if not finite[c]:
-                results.append(Diverged.client(slot.client.id, slot.round))
+                results.append(Diverged.client(lane.client.id, lane.round))
                 continue
             state = dict(zip(keys, tensors))
             update = ClientUpdate(
-                slot.client.id, state, slot.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1)
+                lane.client.id, state, lane.client.num_samples, steps[c], loss_sums[c] / max(steps[c], 1)
             )
-            if overrides(slot.method, "finish_client"):
+            if overrides(lane.method, "finish_client"):
                 self.model.load_state_dict(state)
-                slot.method.finish_client(slot.client, self.model, update)
+                lane.method.finish_client(lane.client, self.model, update)
             results.append(update)
         return results
+
+
+Slot = Lane  # until lane-rename.sh renames trainer.py, group_training.py and clients.py (issue 42)

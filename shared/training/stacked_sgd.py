@@ -1,5 +1,5 @@
 """torch.optim.SGD for many clients at once, on stacks of their weights (shared/training/batched.py's
-update: every slot's SGD step in a few kernels)."""
+update: every lane's SGD step in a few kernels)."""
 
 from __future__ import annotations
 

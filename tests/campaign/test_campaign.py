@@ -2,7 +2,7 @@
 
 FedCAD Table 4 at smoke scale (8 runs of a few rounds, seconds each): `train` stopped by its
 budget in the middle of a run; `train` again from the state file in a second checkout (the
-next GPU slot); `import` into the first; the table built from shipped runs, partial and then
+next GPU session); `import` into the first; the table built from shipped runs, partial and then
 whole; the workflow scheduling no run; the resumed run equal to an uninterrupted one.
 """
 
@@ -46,7 +46,7 @@ PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
 
 
 def checkout(directory: Path) -> Path:
-    """A fresh copy of the project's code (no results), as a GPU slot receives it."""
+    """A fresh copy of the project's code (no results), as a GPU session receives it."""
     directory.mkdir()
     for part in PARTS:
         if (ROOT / part).is_dir():
@@ -122,7 +122,7 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
     first, second = checkout(tmp_path / "first"), checkout(tmp_path / "second")
     state = tmp_path / "carry" / "state.tar.gz"
 
-    # slot 1: a budget (less 30 s to write the state) on that clock that ends half a tick after
+    # session 1: a budget (less 30 s to write the state) on that clock that ends half a tick after
     # 4 runs of SMOKE_ROUNDS rounds (a tick after each but the last) and 2 ticks: the 5th run
     # stops after its second round, as the third would pass the budget
     budget_s = (4 * (SMOKE_ROUNDS - 1) + 1.5) * 100 + 30
@@ -140,13 +140,13 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
     assert main(["status", TARGET, "--state", str(state), "--root", str(tmp_path / "elsewhere")]) == 0
     assert capsys.readouterr().out.startswith(f"{TARGET}: 4 finished, 1 in progress, 3 missing;")
 
-    # the laptop imports slot 1: seed 0 of every method, a partial table
+    # the laptop imports session 1: seed 0 of every method, a partial table
     assert main(["import", str(state), "--root", str(first)]) == 0
     table = first / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
     assert "partial: 4 of 4 methods, seeds [0] of [0, 1]" in (table / "table.tex").read_text()
     assert "fedcad/table4" in (first / "results" / "shipped" / "README.md").read_text()
 
-    # slot 2, a fresh checkout: continues from the state file, split into parts
+    # session 2, a fresh checkout: continues from the state file, split into parts
     assert train(second, state, 60, "--part-mib", "0.004") == 0  # a bound: it ends when the runs do
     assert not state.exists() and len(list(state.parent.glob("state.tar.gz.part-*"))) >= 2
     assert "4 finished and 1 checkpointed runs restored" in capsys.readouterr().out
@@ -269,7 +269,7 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
         == 0
     )
     assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
-    manifest = read_state(bundle / "state.tar.gz")[0]  # a first state where the slot reads it: it needs no --copy
+    manifest = read_state(bundle / "state.tar.gz")[0]  # a first state where the session reads it: it needs no --copy
     assert manifest["copy"]["sha256"] == sha and manifest["targets"] == ["papers/fedcad/table4"]
     again = [
         "bundle",
@@ -287,7 +287,7 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     write_state(tmp_path / "other.tar.gz", [], {"targets": ["papers/fedcad/table4"], "scale": "paper", "copy": None})
     newer = (bundle / "state.tar.gz").read_bytes()
     capsys.readouterr()
-    assert main([*again, "--state", str(tmp_path / "other.tar.gz")]) == 2  # would overwrite the slot's state
+    assert main([*again, "--state", str(tmp_path / "other.tar.gz")]) == 2  # would overwrite the session's state
     assert "holds another state than --state" in capsys.readouterr().err
     assert (bundle / "state.tar.gz").read_bytes() == newer and not campaign_state.part_paths(bundle / "state.tar.gz")
 
@@ -307,7 +307,7 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
 
 
 def test_sigterm_stops_training_as_the_budget_does_and_writes_the_state(tmp_path):
-    """A slot's `timeout` (or a scheduler) may still kill a round that overran: the state
+    """A session's `timeout` (or a scheduler) may still kill a round that overran: the state
     file then keeps the finished runs and the last checkpoint."""
     root, state = checkout(tmp_path / "project"), tmp_path / "state.tar.gz"
     proc = subprocess.Popen(
@@ -720,34 +720,6 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
         campaign_train.train_unit(group, runs, batched, time.time() + 60, tmp_path)
     held.close()
     assert "one after another" not in capsys.readouterr().err and trained == group
-
-
-def test_the_slot_script_keeps_trains_exit_status_and_returns_only_the_state_written(tmp_path):
-    """scripts/campaign-slot.sh with a stand-in for python that exits 3 (a run raised, or train
-    refused its input) and writes no state: the slot exits 3 and returns nothing; with parts
-    written, exactly those come back."""
-    fake = tmp_path / "python"
-    fake.write_text('#!/bin/sh\n[ "$1" = "-c" ] && exit 0\nexit 3\n')  # "-c": PyYAML is there
-    fake.chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-
-    def slot():
-        return subprocess.run(
-            ["bash", str(ROOT / "scripts" / "campaign-slot.sh"), "1", TARGET],
-            cwd=tmp_path,
-            env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out)},
-            capture_output=True,
-            text=True,
-        )
-
-    proc = slot()
-    assert proc.returncode == 3 and list(out.iterdir()) == [], proc.stderr
-    (tmp_path / ".carry").mkdir()
-    for name in ("state.tar.gz.part-00", "state.tar.gz.part-01"):
-        (tmp_path / ".carry" / name).write_bytes(b"part")
-    assert slot().returncode == 3
-    assert sorted(p.name for p in out.iterdir()) == ["state.tar.gz.part-00", "state.tar.gz.part-01"]
 
 
 def test_a_sigterm_during_a_save_is_handled_once_the_state_is_written(tmp_path):

@@ -1,4 +1,4 @@
-"""The campaign's state file: crash-safe saves in every form, and the budget of what a slot returns.
+"""The campaign's state file: crash-safe saves in every form, and the budget of what a session returns.
 
 A kill is stood in for by making every step that changes what the state's folder shows (a
 rename, a removal) raise from the k-th on, for every k: what a kill there leaves behind. The
@@ -90,7 +90,7 @@ def test_a_save_killed_at_any_step_leaves_the_old_state_or_the_new(tmp_path, mon
 
 
 def test_a_whole_file_beside_parts_of_the_same_state_reads_the_parts_and_removes_the_file(tmp_path, capsys):
-    """The last step of a save into parts cut short: both hold one state, the slot returns the parts."""
+    """The last step of a save into parts cut short: both hold one state, the session returns the parts."""
     state = tmp_path / "state.tar.gz"
     write_state(state, state_files("0123456789abcdef", np.random.default_rng(0).bytes(5000)), ABOUT, PARTS)
     (tmp_path / "state.tar.gz").write_bytes(b"".join(p.read_bytes() for p in campaign_state.part_paths(state)))
@@ -154,26 +154,26 @@ def test_the_budget_keeps_the_finished_runs_and_the_most_advanced_checkpoints(tm
 
 
 def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(tmp_path, monkeypatch, capsys):
-    """A real smoke slot stopped after the first run's second round (the round-time estimate
+    """A real smoke session stopped after the first run's second round (the round-time estimate
     said the run would finish, so it started), with a budget too small for its checkpoint:
-    named in one line, left out of the state, kept on this machine; the next slot on it, as
+    named in one line, left out of the state, kept on this machine; the next session on it, as
     short, finishes the run from there (from scratch it would stop after round 2 again)."""
     root, state = checkout(tmp_path / "project"), tmp_path / "carry" / "state.tar.gz"
     first = smoke_run_ids()[0]
 
-    def slot() -> str:
+    def session() -> str:
         with monkeypatch.context() as patch:
             clock_of_rounds(patch)  # a budget that ends half a tick after round 1's
             patch.setattr(unit_sizing, "round_seconds", lambda cfgs, measured: unit_sizing.Estimate(1.0, "test"))
             assert train(root, state, (1.5 * 100 + 30) / 60, "--part-mib", "0.05", "--max-parts", "1") == 0
         return capsys.readouterr().err
 
-    err = slot()
+    err = session()
     assert rounds_done(root / "results" / "runs" / first) == 2, err
     assert read_state(state)[1] == {}, err
     notes = [line for line in err.splitlines() if "left out" in line]
     assert len(notes) == 1 and notes[0].startswith(f"note: run {first}'s checkpoint (") and ", 2 rounds)" in notes[0]
-    slot()
+    session()
     assert f"finished/{first}/metrics.json" in read_state(state)[1]
 
 
@@ -188,7 +188,7 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
     assert counts == {"not started (could not finish, and its checkpoint cannot come back)": len(runs)}
     err = capsys.readouterr().err.splitlines()
     assert len(err) == len(runs) and err[0].startswith(f"run(s) {first} not started: {SMOKE_ROUNDS} rounds")
-    assert "could not come back: a slot returns 1 files of 0.001 MiB" in err[0]
+    assert "could not come back: a session returns 1 files of 0.001 MiB" in err[0]
     assert not runs_dir.exists()
     # started where it can finish in time, or where its checkpoint could come back
     assert campaign_train.not_worth_starting([first], runs, args, time.time() + 1000, 100.0, runs_dir, 0) is None

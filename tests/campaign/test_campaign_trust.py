@@ -518,7 +518,7 @@ def test_a_forged_or_damaged_run_is_named_in_one_line_and_the_others_are_importe
 # --- what the genuine state does -------------------------------------------------------------------
 
 
-def test_the_genuine_first_slot_state_imports_and_builds_its_partial_table(genuine, tmp_path, monkeypatch, capsys):
+def test_the_genuine_first_session_state_imports_and_builds_its_partial_table(genuine, tmp_path, monkeypatch, capsys):
     """FedAvg finished, FedProx in progress: FedCAD Table 4's inconsistency note on FedLSD (a
     row not finished) goes with the row, and the partial table is built."""
     code, root, outside = import_crafted(crafted(genuine), tmp_path, monkeypatch, build_tables=True)

@@ -1,5 +1,5 @@
 """`campaign train --first`: the cells a user names train before the rest, the state keeps the
-choice for the next piece, `status` shows those cells first, and a name that matches no cell is
+choice for the next session, `status` shows those cells first, and a name that matches no cell is
 refused in one line before anything is written."""
 
 from __future__ import annotations

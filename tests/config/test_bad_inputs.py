@@ -377,8 +377,8 @@ TINY = [
         ),
         (["partition=iid", "partition.clients=500"], r"partition.clients=500 must lie in \[1, 200\]"),
         (
-            ["model=resnet8", "dataset.synthetic.image_size=3", "dataset.augment=true"],
-            r"3x3 images cannot be padded by 4 pixels by reflection for augmentation; set dataset.augment=false",
+            ["model=resnet8", "dataset.synthetic.image_size=3", "dataset.augmentation=always"],
+            r"3x3 images cannot be padded by 4 pixels by reflection for augmentation; set dataset.augmentation=none",
         ),
     ],
     ids=["empty clients", "more clients than samples", "tiny images augmented"],

@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from shared.config.reading import parse_override
-from shared.config.schema import run_id
+from shared.config.schema import ConfigError, run_id, to_dict
 from shared.run import main
 from shared.targets.configs import load_config
 
@@ -85,12 +85,32 @@ KNOWN_RUN_IDS = {
     ("method=moon", "model.projection_dim=256", "partition.beta=0.1"): "ff19fdd09d43b7cc",
     ("dataset=synthetic", "model=resnet8", "local.epochs=2", "trainer.amp=true"): "0b8f8d24107a585c",
     ("method=fedcsd", "model=resnet8", "local.lr=0.1", "partition=classes", "partition.k=2"): "46842a8b4089fb40",
+    # computed with dataset.augment (a bool) beside dataset.augmentation, before the two became one key
+    ("dataset.augment=true",): "2b7bfa9fa49da481",
+    ("dataset.augment=false",): "6397fad1e2c2c483",
+    ("dataset.augmentation=feddf",): "b9685f6641cf4d39",
+    ("dataset.augment=true", "dataset.augmentation=moon_cifar100"): "3ea0428d3e722845",
+    ("dataset.augmentation=always",): "2b7bfa9fa49da481",
+    ("dataset.augmentation=none",): "6397fad1e2c2c483",
+    ("dataset.augmentation=always:moon_cifar100",): "3ea0428d3e722845",
 }
 
 
 @pytest.mark.parametrize("overrides", list(KNOWN_RUN_IDS))
 def test_known_run_ids_stay_the_same(overrides):
     assert run_id(load_config(None, list(overrides))) == KNOWN_RUN_IDS[overrides]
+
+
+def test_a_config_with_the_former_dataset_augment_loads_as_the_one_key_and_keeps_its_id(tmp_path):
+    """A config file written while dataset.augment (a bool) sat beside dataset.augmentation reads as
+    the one key; the two saying nothing together are refused in one line."""
+    written = tmp_path / "config.yaml"
+    written.write_text("dataset:\n  augment: true\n  augmentation: feddf\n")
+    cfg = load_config(written)
+    assert cfg.dataset.augmentation == "always:feddf" and "augment" not in to_dict(cfg)["dataset"]
+    assert run_id(cfg) == run_id(load_config(None, ["dataset.augment=true", "dataset.augmentation=feddf"]))
+    with pytest.raises(ConfigError, match="dataset.augment=false leaves dataset.augmentation='feddf' without effect"):
+        load_config(None, ["dataset.augment=false", "dataset.augmentation=feddf"])
 
 
 def test_the_cached_defaults_of_idle_keys_cannot_be_changed_by_a_caller():

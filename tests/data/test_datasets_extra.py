@@ -624,7 +624,9 @@ def test_moon_cifar100_augmentation_pads_black_and_rotates_after_the_crop(tiny_c
     in_order = moon.normalize(moon.rotate(moon.crop_and_flip(white, g).float(), g))
     assert torch.equal(moon(white, torch.Generator().manual_seed(0)), in_order)
     with pytest.raises(
-        ConfigError, match=r"dataset.augmentation='moon' is unknown; valid: \['feddf', 'moon_cifar100', 'niid_bench'\]"
+        ConfigError,
+        match=r"dataset.augmentation='moon' is unknown; valid: \['always', 'always:feddf', 'always:moon_cifar100', "
+        r"'always:niid_bench', 'feddf', 'moon_cifar100', 'niid_bench', 'none'\]",
     ):
         tiny_cfg("dataset.augmentation=moon")
 

@@ -3,8 +3,8 @@ its `local_loss` on a batch equals the mean over the batch of `local_loss` on ea
 run under `torch.func.vmap` with the weights passed through `functional_call` and client=None,
 each sample with its row of the step's `step_inputs` (FedGen's generated samples), in loss and
 in gradient; and what `local_loss` reads of the method is a tensor, a module or a float (which
-the batched step stacks per (run, client) slot) or a value that is the same for every client of
-every run of a group, never a list of tensors or another number that the slots would share wrongly.
+the batched step stacks per (run, client) lane) or a value that is the same for every client of
+every run of a group, never a list of tensors or another number that the lanes would share wrongly.
 
 The method's state is one trained round old (two of four clients trained, so that MOON's previous
 models, FedCurv's Fisher terms, SCAFFOLD's controls and the class statistics exist for some
@@ -121,10 +121,10 @@ def attributes_local_loss_reads(method, *args, **inputs) -> dict:
     return {name: value for name, value in vars(method).items() if name in names}
 
 
-def shared_by_slots(values: dict) -> dict:
-    """Those that the batched step does not stack per slot: all but tensors, modules and floats
-    (stacked where slots differ in them, shared/training/slot_state.py), and None, which says a term is
-    off for every slot. A container of tensors or modules would be shared by every slot: the
+def shared_by_lanes(values: dict) -> dict:
+    """Those that the batched step does not stack per lane: all but tensors, modules and floats
+    (stacked where lanes differ in them, shared/training/lane_state.py), and None, which says a term is
+    off for every lane. A container of tensors or modules would be shared by every lane: the
     test refuses it outright."""
     shared = {
         k: v
@@ -183,16 +183,16 @@ def test_local_loss_is_the_mean_of_its_per_sample_losses_under_vmap(tiny_cfg, fl
     )
     other_run.start_client(other_federation.clients[0], copy.deepcopy(other_global))
     other_x, other_y, other_inputs = batch_of(other_run, other_federation.clients[0], cfg)
-    other = shared_by_slots(
+    other = shared_by_lanes(
         attributes_local_loss_reads(other_run, moved_local_model(other_global), other_x, other_y, None, **other_inputs)
     )
     for client in (fresh, trained):
         method.start_client(client, copy.deepcopy(global_model))
         model = moved_local_model(global_model)
         x, y, inputs = batch_of(method, client, cfg)
-        read = shared_by_slots(attributes_local_loss_reads(method, model, x, y, None, **inputs))
-        # only what both read: a slot that reads less took a branch on a float that the step,
-        # where slots differ in it, stacks (MOON's l_con weight, 0 for a client without a previous model)
+        read = shared_by_lanes(attributes_local_loss_reads(method, model, x, y, None, **inputs))
+        # only what both read: a lane that reads less took a branch on a float that the step,
+        # where lanes differ in it, stacks (MOON's l_con weight, 0 for a client without a previous model)
         differ = sorted(k for k in read.keys() & other.keys() if read[k] != other[k])
         assert not differ, f"local_loss reads values that differ between clients or runs but are not tensors: {differ}"
 

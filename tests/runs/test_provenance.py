@@ -21,7 +21,7 @@ def test_tracked_results_leave_the_commit_clean_and_code_makes_it_dirty(tmp_path
     git(tmp_path, "commit", "-q", "-m", "start")
     assert git_state(tmp_path)["dirty"] is False
 
-    state.write_bytes(b"round 100")  # a campaign piece rewrote its state
+    state.write_bytes(b"round 100")  # a campaign session rewrote its state
     assert git_state(tmp_path)["dirty"] is False
 
     code.write_text("print(2)\n")

@@ -15,7 +15,7 @@ from shared.methods.registry import build_method
 from shared.models.registry import build_model
 from shared.training import batched as batched_module
 from shared.training import trainer
-from shared.training.batched import BatchedClients, Slot
+from shared.training.batched import BatchedClients, Lane
 from shared.training.clients import train_client, unbatchable_reason
 from shared.training.stacked_sgd import StackedSGD
 
@@ -60,8 +60,8 @@ def one_round_both_ways(cfg):
     method = method_for_round()
     sequential = [train_client(method, client, copy.deepcopy(global_model), cfg, 0) for client in clients]
     method = method_for_round()
-    batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, slots=len(clients))
-    return sequential, batched.train([Slot(method, client, cfg, 0, global_model) for client in clients])
+    batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, lanes=len(clients))
+    return sequential, batched.train([Lane(method, client, cfg, 0, global_model) for client in clients])
 
 
 def assert_same_updates(sequential, batched):
@@ -92,7 +92,7 @@ def test_batches_laid_out_a_few_steps_at_a_time_give_the_sequential_weights(
 ):
     """Windows of 1 or 3 steps (WINDOW_VALUES) and augmentation in chunks of 2 batches
     (AUGMENT_CHUNK, on both sides), so that windows, chunks and epochs end at different steps
-    and a slot's run of batches breaks at each of them; FedGen draws its step inputs from the
+    and a lane's run of batches breaks at each of them; FedGen draws its step inputs from the
     same generator between those batches."""
     cfg = tiny_cfg(*ROUND, *method)
     batch_values = cfg.local.batch_size * 3 * 16 * 16
@@ -159,8 +159,8 @@ def test_the_batched_step_has_a_batching_rule_for_every_op(tiny_cfg, recwarn):
     model = build_model("resnet8", federation.num_classes)
     method = build_method(cfg, federation)
     method.prepare_round(0, model)
-    BatchedClients(copy.deepcopy(model), federation, cfg, slots=2).train(
-        [Slot(method, c, cfg, 0, model) for c in federation.clients]
+    BatchedClients(copy.deepcopy(model), federation, cfg, lanes=2).train(
+        [Lane(method, c, cfg, 0, model) for c in federation.clients]
     )
     assert not [w for w in recwarn if "batching rule" in str(w.message)]
 
@@ -203,7 +203,7 @@ def test_client_threads_fall_back_for_methods_with_per_client_state(tiny_cfg, tm
 
 class PerClientState(FedAvg):
     """A method whose hooks leave per-client state of every kind the batched step stacks per
-    slot: a module (a frozen copy of the global model), a tensor, a float and a list of
+    lane: a module (a frozen copy of the global model), a tensor, a float and a list of
     tensors; finish_client records what each client's trained model gives."""
 
     def prepare_round(self, round, global_model):
@@ -236,8 +236,8 @@ def test_client_hooks_run_batched_with_each_clients_own_state(tiny_cfg, float64)
     sequential = [train_client(method, client, copy.deepcopy(global_model), cfg, 0) for client in federation.clients]
     finished_sequentially = method.finished
     method.prepare_round(0, global_model)
-    batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, slots=len(federation.clients))
-    updates = batched.train([Slot(method, client, cfg, 0, global_model) for client in federation.clients])
+    batched = BatchedClients(copy.deepcopy(global_model), federation, cfg, lanes=len(federation.clients))
+    updates = batched.train([Lane(method, client, cfg, 0, global_model) for client in federation.clients])
     for seq, bat in zip(sequential, updates):
         assert seq.train_loss == pytest.approx(bat.train_loss, abs=1e-9)
         assert max((seq.state[k] - bat.state[k]).abs().max().item() for k in seq.state) < 1e-9

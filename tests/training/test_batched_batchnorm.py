@@ -1,5 +1,5 @@
 """The batched step on a model with BatchNorm against the sequential trainer (float64, CPU): each
-slot normalises by its own batch's statistics and keeps its own running statistics."""
+lane normalises by its own batch's statistics and keeps its own running statistics."""
 
 import copy
 
@@ -14,7 +14,7 @@ from shared.methods.registry import build_method
 from shared.models.nets import Bottleneck
 from shared.models.registry import MODELS, ImageModel, build_model
 from shared.training import batched, trainer
-from shared.training.batched import BatchedClients, Slot, slots_that_fit
+from shared.training.batched import BatchedClients, Lane, lanes_that_fit
 from shared.training.clients import train_client, unbatchable_reason
 from shared.training.group_training import run_group
 from tests.training.test_group_training import assert_same_run
@@ -93,8 +93,8 @@ def one_round_both_ways(cfg, seed_previous: bool):
     method = method_for_round()
     sequential = [train_client(method, client, copy.deepcopy(global_model), cfg, 0) for client in clients]
     method = method_for_round()
-    together = BatchedClients(copy.deepcopy(global_model), federation, cfg, slots=len(clients))
-    return global_model, sequential, together.train([Slot(method, client, cfg, 0, global_model) for client in clients])
+    together = BatchedClients(copy.deepcopy(global_model), federation, cfg, lanes=len(clients))
+    return global_model, sequential, together.train([Lane(method, client, cfg, 0, global_model) for client in clients])
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -116,17 +116,17 @@ def test_batched_round_with_batchnorm_gives_the_sequential_weights_and_running_s
     assert not torch.equal(together[0].state[key], together[1].state[key])
 
 
-def test_slots_of_a_batchnorm_model_that_take_no_step_keep_weights_momentum_and_running_statistics(tiny_cfg):
-    """A step with one slot at a full batch, one at a short batch and one without a batch: the
+def test_lanes_of_a_batchnorm_model_that_take_no_step_keep_weights_momentum_and_running_statistics(tiny_cfg):
+    """A step with one lane at a full batch, one at a short batch and one without a batch: the
     last is left exactly as it was, whatever its (stale) batch holds."""
     cfg = tiny_cfg(*ROUND, "method=fedavg")
     federation = build_federation(cfg, torch.device("cpu"))
     model = build_model("tiny_bn", federation.num_classes, 3, 8)
-    clients = BatchedClients(model, federation, cfg, slots=3)
+    clients = BatchedClients(model, federation, cfg, lanes=3)
     method = build_method(cfg, federation)
-    slots = [Slot(method, federation.clients[0], cfg, 0, model)] * 3
-    clients.load_globals(slots)
-    clients.loss.use(method, clients.start_clients(slots)[0])
+    lanes = [Lane(method, federation.clients[0], cfg, 0, model)] * 3
+    clients.load_globals(lanes)
+    clients.loss.use(method, clients.start_clients(lanes)[0])
     clients.optimizer.reset()
     clients.x.normal_()
     clients.y.random_(federation.num_classes)
@@ -151,7 +151,7 @@ def test_batchnorm_models_train_batched(tiny_cfg):
     assert unbatchable_reason(method, build_model("tiny_bn", federation.num_classes, 3, 8), cfg) is None
     resnet50 = build_model("resnet50", federation.num_classes, 3, 8)
     assert unbatchable_reason(method, resnet50, cfg) is None
-    assert slots_that_fit(resnet50, 150) == 11  # a step's share of a group's slots (a pass each)
+    assert lanes_that_fit(resnet50, 150) == 11  # a step's share of a group's lanes (a pass each)
 
 
 GROUP = [
@@ -193,16 +193,16 @@ def test_a_group_of_batchnorm_runs_trains_each_run_as_it_trains_alone(tiny_cfg, 
     assert_group_trains_runs_as_alone(tiny_cfg, tmp_path, method)
 
 
-def test_a_group_whose_slots_do_not_fit_one_step_trains_them_in_passes(tiny_cfg, tmp_path, float64, monkeypatch):
-    """As a ResNet-50 group would on a GPU (11 slots a step): here 2 of the 9 (run, client) slots."""
+def test_a_group_whose_lanes_do_not_fit_one_step_trains_them_in_passes(tiny_cfg, tmp_path, float64, monkeypatch):
+    """As a ResNet-50 group would on a GPU (11 lanes a step): here 2 of the 9 (run, client) lanes."""
     model = build_model("tiny_bn", 10, 3, 8)
     state_bytes = sum(t.numel() * t.element_size() for t in model.double().state_dict().values())
     monkeypatch.setattr(batched, "STEP_STATE_BYTES", 4 * state_bytes * 2)
     passes, train_pass = [], BatchedClients.train_pass
 
-    def counted(self, slots):
-        passes.append(len(slots))
-        return train_pass(self, slots)
+    def counted(self, lanes):
+        passes.append(len(lanes))
+        return train_pass(self, lanes)
 
     monkeypatch.setattr(BatchedClients, "train_pass", counted)
     assert_group_trains_runs_as_alone(tiny_cfg, tmp_path, "fedavg")

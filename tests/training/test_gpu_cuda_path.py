@@ -153,7 +153,7 @@ def test_rotation_on_cuda_keeps_the_centre_and_blackens_corners():
 
 @pytest.mark.parametrize("augmentation", ["niid_bench", "feddf", "moon_cifar100"])
 def test_runs_with_each_augmentation_train_on_cuda(tmp_path, augmentation):
-    overrides = ["dataset.augment=true", f"dataset.augmentation={augmentation}", "federation.rounds=1"]
+    overrides = [f"dataset.augmentation=always:{augmentation}", "federation.rounds=1"]
     _, augmented = train(tmp_path, "augmented", *overrides)
     _, plain = train(tmp_path, "plain", "federation.rounds=1")
     assert relative_difference(plain, augmented) > 1e-4  # other samples: other weights
@@ -208,14 +208,14 @@ def test_the_batched_step_is_captured_once_and_replayed_across_calls_and_rounds(
 @pytest.mark.gate
 def test_the_batched_step_is_captured_again_when_a_shared_float_or_the_layout_changes(tmp_path):
     """MOON weights l_con by mu for a client with a previous model and by 0.0 for one without: a
-    float every slot shares is a constant of the captured step, a float the slots differ in a
+    float every lane shares is a constant of the captured step, a float the lanes differ in a
     stack of its own (another layout of the step's state)."""
     cfg = make_cfg(
         tmp_path, "method=moon", "model.projection_dim=32", "partition.clients=6", "trainer.clients_per_step=4"
     )
     setup = set_up(cfg, tmp_path / "run")
     batched = setup.clients.clients
-    assert batched.slots == 4
+    assert batched.lanes == 4
     train_batched(setup, [0, 1, 2, 3], 0)  # no client has a previous model: 0.0 everywhere
     first, layout = batched.graph, batched.state.layout
     assert isinstance(first, torch.cuda.CUDAGraph) and ("contrast_weight", 0.0) in batched.graph_key[1]

@@ -5,7 +5,7 @@ take it (benchmarks/group_step.py trains a small group of two runs of each for t
   cannot capture one; eagerly it stalls the GPU's queue), no operator that torch's
   deterministic mode (trainer.deterministic, on by default) refuses on CUDA, and at most the
   method's ceiling of non-view operators, each a kernel on a GPU (CEILINGS);
-- the group's training region (every slot's hooks, batches and steps) runs with torch's default
+- the group's training region (every lane's hooks, batches and steps) runs with torch's default
   device set to "meta", so that a tensor made without its device fails here, as it would fail
   beside CUDA tensors.
 

@@ -12,8 +12,8 @@ checked cheaply but for real:
   then every target is planned by `snakemake -n` in a copy of the project, one dry run per
   profile and --config (test_snakemake_targets_plan_as_documented);
 - `scripts/*.sh`: it exists, is executable and takes the documented arguments (setup.sh's
-  `--dry-run` parses them and stops; gpu-session.sh and campaign-slot.sh hand theirs to the
-  parsers of `shared.campaign`);
+  `--dry-run` parses them and stops; gpu-session.sh hands its own to the
+  parser of `shared.campaign.session`);
 - `pip ...`: pip's own parser takes the options; the requirement files and extras named exist;
 - the files and folders a command names exist in the checkout, or an earlier command on the page
   makes them (or the page says where they come from: PRODUCED_ELSEWHERE).
@@ -78,8 +78,6 @@ WORD_PLACEHOLDERS = {
     "D": "cpu",
     "A": "{}",  # --json A
     "B": "{}",
-    "MINUTES": "9",
-    "TARGETS": "papers/fedssd/table2",
     "KEY=VALUE": "trainer.progress=false",
     "key=value": "federation.rounds=3",
     "NAME": "cifar10",
@@ -410,19 +408,6 @@ def check_script(page: Page, script: str, args: list[str], env: dict, inline: bo
         assert proc.returncode == 0, f"{script} {shlex.join(args)}: {proc.stderr.strip()}"
     elif script == "scripts/gpu-session.sh":  # exec python -m shared.campaign.session "$@" --carry ...
         check_module(page, "shared.campaign.session", [*args, "--carry", ".carry"])
-    elif script == "scripts/campaign-slot.sh":  # MINUTES TARGETS... -> campaign train
-        minutes, *targets = args
-        train = [
-            "train",
-            *targets,
-            "--minutes",
-            minutes,
-            "--data-root",
-            ".carry/data",
-            "--state",
-            ".carry/state.tar.gz",
-        ]
-        check_module(page, "shared.campaign", train)
     else:
         raise AssertionError(f"{script}: no check of its arguments here; add one, or list it in UNCHECKED")
 

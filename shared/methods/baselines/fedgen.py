@@ -80,7 +80,7 @@ class FedGen(FedAvg):
         self.generator: Generator | None = None  # built once the feature size is known
         self.trained = False  # no generated samples before the generator's first training
         self.restored = None  # generator state from a checkpoint
-        # client -> the labels it holds; a dict, which the batched step does not stack per slot
+        # client -> the labels it holds; a dict, which the batched step does not stack per lane
         # (only step_inputs reads it, outside the loss)
         self.labels = {
             client: torch.nonzero(torch.as_tensor(row) > 0).flatten().to(federation.device)

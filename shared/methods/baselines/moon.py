@@ -7,7 +7,7 @@ from the client's own previous local model. A client that has not trained before
 previous model and trains on CE alone: `start_client` weights its l_con by 0 rather than mu. The
 weight is a float, so that clients with and without a previous model train in one vmapped step:
 where a batched step's clients differ in it, the step holds it as a tensor, one value per client
-(shared/training/slot_state.py).
+(shared/training/lane_state.py).
 """
 
 from dataclasses import dataclass

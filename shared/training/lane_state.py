@@ -1,22 +1,22 @@
-"""A method's local state, one copy per slot of a batched step.
+"""A method's local state, one copy per lane of a batched step.
 
-A slot is one (run, client) pair. What a method's `local_loss` reads besides the model is the
+A lane is one (run, client) pair. What a method's `local_loss` reads besides the model is the
 state its hooks set: `prepare_round` (a teacher, per-class weights, FedProx's global weights)
-and `start_client` (a client's previous model, control variates, class weights). Slots of
+and `start_client` (a client's previous model, control variates, class weights). Lanes of
 different runs, and of different clients, hold different values, so the batched step takes a
-snapshot of that state per slot, stacks it, and swaps each slot's slice in while vmap runs the
+snapshot of that state per lane, stacks it, and swaps each lane's slice in while vmap runs the
 method's own `local_loss` on one template instance:
 
-    Tensor                      a stack (slots, *shape)
+    Tensor                      a stack (lanes, *shape)
     nn.Module                   its parameters and buffers stacked; the template's attribute
-                                becomes one module that functional_call runs with a slot's
-    float                       as it is where every slot holds the same value, else a stack
+                                becomes one module that functional_call runs with a lane's
+    float                       as it is where every lane holds the same value, else a stack
                                 (a 0-d tensor inside the loss, which arithmetic takes alike)
     list or tuple of the above  element by element
 
 Every other attribute (hyperparameters, the config, the federation, a buffer of state dicts
-that only the server reads) is the template's, copied from the slot's method as it was right
-after that slot's hooks ran. Slots whose int, bool, str or None attributes differ (a switch
+that only the server reads) is the template's, copied from the lane's method as it was right
+after that lane's hooks ran. Lanes whose int, bool, str or None attributes differ (a switch
 that is off in a run's first round only) cannot take one code path, so they train in
 separate passes of the step (`code_path`).
 
@@ -59,7 +59,7 @@ def state_leaves(method: FedAvg) -> dict[str, tuple[str, object]]:
 
 
 def code_path(method: FedAvg) -> tuple:
-    """The method's simple attributes: slots whose values differ run different code."""
+    """The method's simple attributes: lanes whose values differ run different code."""
     return tuple(sorted((k, v) for k, v in vars(method).items() if type(v) in SIMPLE))
 
 
@@ -80,7 +80,7 @@ def layout_of(leaves: dict[str, tuple[str, object]]) -> tuple:
 
 @dataclass
 class Snapshot:
-    """One slot's state as its hooks left it."""
+    """One lane's state as its hooks left it."""
 
     leaves: dict[str, tuple[str, object]]  # a module's value: its ModuleState
     attributes: dict  # the method's vars at the time, for the template
@@ -89,7 +89,7 @@ class Snapshot:
 
 @dataclass
 class ModuleState:
-    """A module leaf as a slot's hooks left it: the module (its structure) and a copy of its
+    """A module leaf as a lane's hooks left it: the module (its structure) and a copy of its
     parameters and buffers (a hook may load the next client's weights into the same module)."""
 
     module: nn.Module
@@ -99,7 +99,7 @@ class ModuleState:
 def take_snapshot(method: FedAvg) -> Snapshot:
     """The method's state now, its tensors copied: `start_client` often loads a client's state
     into the same module or tensor for every client (MOON's previous model), and the stacks are
-    filled only once every slot's hooks have run."""
+    filled only once every lane's hooks have run."""
     leaves = {}
     for key, (kind, value) in state_leaves(method).items():
         if kind == "module":
@@ -111,18 +111,18 @@ def take_snapshot(method: FedAvg) -> Snapshot:
 
 
 def shared_floats(snapshot: Snapshot, stacked: set[str]) -> tuple:
-    """The float leaves every slot shares: they stay Python floats, so a captured step holds
+    """The float leaves every lane shares: they stay Python floats, so a captured step holds
     them as constants and is stale once they change."""
     return tuple((k, v) for k, (kind, v) in snapshot.leaves.items() if kind == "float" and k not in stacked)
 
 
-class SlotState(nn.Module):
-    """The stacked state of every slot, and the modules the template's attributes point to
+class LaneState(nn.Module):
+    """The stacked state of every lane, and the modules the template's attributes point to
     while the loss runs (`modules`, submodules of the loss module)."""
 
-    def __init__(self, slots: int, device: torch.device):
+    def __init__(self, lanes: int, device: torch.device):
         super().__init__()
-        self.slots, self.device = slots, device
+        self.lanes, self.device = lanes, device
         self.layout: tuple | None = None
         self.modules_by_key = nn.ModuleDict()
         self.stacks: dict[str, torch.Tensor] = {}  # "module key.tensor name" or tensor key -> stack
@@ -141,21 +141,21 @@ class SlotState(nn.Module):
             if kind == "module":  # a copy of its structure; the weights come from the stacks
                 self.modules_by_key[key] = copy.deepcopy(value.module)
                 for name, t in value.tensors.items():
-                    self.stacks[f"{key}.{name}"] = t.new_zeros(self.slots, *t.shape)
+                    self.stacks[f"{key}.{name}"] = t.new_zeros(self.lanes, *t.shape)
             elif kind == "tensor":
-                self.stacks[key] = value.new_zeros(self.slots, *value.shape)
+                self.stacks[key] = value.new_zeros(self.lanes, *value.shape)
             elif key in floats_differ:
-                self.stacks[key] = torch.zeros(self.slots, dtype=torch.get_default_dtype(), device=self.device)
+                self.stacks[key] = torch.zeros(self.lanes, dtype=torch.get_default_dtype(), device=self.device)
         self.split_stacks()
         return True
 
     @torch.no_grad()
     def fill(self, rows: slice, snapshot: Snapshot) -> None:
-        """Copy one snapshot into slots `rows` (one slot, or all slots of a run whose clients
+        """Copy one snapshot into lanes `rows` (one lane, or all lanes of a run whose clients
         share the state)."""
         if layout_of(snapshot.leaves) != self.layout[0]:
             raise RuntimeError(
-                "slots of one batched step hold method state of different shapes: "
+                "lanes of one batched step hold method state of different shapes: "
                 f"{[k for k, _, _ in layout_of(snapshot.leaves)]}"
             )
         for key, (kind, value) in snapshot.leaves.items():
@@ -177,7 +177,7 @@ class SlotState(nn.Module):
         self.tensor_stacks = {k: v for k, v in self.stacks.items() if not is_module[k]}
 
     def assign(self, template: FedAvg, tensors: dict[str, torch.Tensor], leaves: dict[str, tuple[str, object]]) -> None:
-        """Point the template's attributes at one slot's state (inside vmap: its slices)."""
+        """Point the template's attributes at one lane's state (inside vmap: its slices)."""
         values = {}
         for key, (kind, value) in leaves.items():
             if kind == "module":
@@ -185,7 +185,7 @@ class SlotState(nn.Module):
             elif key in tensors:
                 values[key] = tensors[key]
             else:
-                values[key] = value  # a float every slot shares
+                values[key] = value  # a float every lane shares
         for name, value in list(vars(template).items()):
             if isinstance(value, (list, tuple)) and f"{name}[0]" in values:
                 setattr(template, name, type(value)(values[f"{name}[{i}]"] for i in range(len(value))))

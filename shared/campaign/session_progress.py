@@ -1,6 +1,6 @@
-"""What one piece of a campaign advanced: for each run it trained, the rounds before and after
+"""What one session of a campaign advanced: for each run it trained, the rounds before and after
 and the seconds a round took, from the run's own per-round history (metrics.jsonl), so that a
-log of pieces shows how far each run came and at what speed on which machine."""
+log of sessions shows how far each run came and at what speed on which machine."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def rounds_now(runs_dir: Path, run_ids: list[str]) -> dict[str, int]:
 
 def advanced(before: dict[str, int], runs: dict[str, RunConfig], runs_dir: Path, names: dict[str, str]) -> list[str]:
     """One line per run that trained rounds since `before`: its name, rounds before and after,
-    and the median seconds of the rounds this piece trained."""
+    and the median seconds of the rounds this session trained."""
     lines = []
     for rid, start in before.items():
         records = history(runs_dir / rid)

@@ -1,6 +1,6 @@
-"""A campaign in pieces: its state lives in the checkout (results/campaign/state.tar.gz) between
-pieces; an import ships the finished runs and writes the state anew with the checkpoints of the
-runs in progress alone; a fresh clone's bundle carries that state to a GPU, and a piece there or
+"""A campaign across sessions: its state lives in the checkout (results/campaign/state.tar.gz) between
+sessions; an import ships the finished runs and writes the state anew with the checkpoints of the
+runs in progress alone; a fresh clone's bundle carries that state to a GPU, and a session there or
 here continues it."""
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ def runs_of(state, kind: str) -> set[str]:
     return {name.split("/")[1] for name in read_state(state)[1] if name.startswith(f"{kind}/")}
 
 
-def test_pieces_keep_one_state_of_checkpoints_in_the_checkout_and_a_fresh_clone_carries_it_on(
+def test_sessions_keep_one_state_of_checkpoints_in_the_checkout_and_a_fresh_clone_carries_it_on(
     tmp_path, monkeypatch, capsys
 ):
     home = checkout(tmp_path / "home")
     state = home / CAMPAIGN_STATE
 
-    # piece 1: two runs finish, the third stops after its second round (the clock of test_campaign)
+    # session 1: two runs finish, the third stops after its second round (the clock of test_campaign)
     budget_s = (2 * (SMOKE_ROUNDS - 1) + 1.5) * 100 + 30
     with monkeypatch.context() as patch:
         clock_of_rounds(patch)
@@ -55,12 +55,12 @@ def test_pieces_keep_one_state_of_checkpoints_in_the_checkout_and_a_fresh_clone_
     assert main(["bundle", TARGET, "-o", str(clone / ".carry"), "--no-wheels", "--root", str(clone)]) == 0
     assert (clone / ".carry" / "state.tar.gz").read_bytes() == state.read_bytes()
 
-    # piece 2 in the clone continues the run in progress and trains none of the shipped ones
+    # session 2 in the clone continues the run in progress and trains none of the shipped ones
     capsys.readouterr()
     assert train(clone, clone / CAMPAIGN_STATE, 60) == 0
     out = capsys.readouterr().out
     assert "0 finished and 1 checkpointed runs restored" in out
-    assert f"rounds 2 -> {SMOKE_ROUNDS} of {SMOKE_ROUNDS} (finished)," in out  # what the piece advanced, said
+    assert f"rounds 2 -> {SMOKE_ROUNDS} of {SMOKE_ROUNDS} (finished)," in out  # what the session advanced, said
     (resumed,) = progress
     assert (clone / "results" / "runs" / resumed / "metrics.json").is_file()
     assert not any((clone / "results" / "runs" / rid).exists() for rid in finished)
