@@ -1,12 +1,15 @@
 """Learning curves of one or more runs, finished or still going, as a PNG:
 
     python -m shared.curves RUN_DIR... [-o FILE.png]
+    python -m shared.curves --partition RUN_DIR... [-o FILE.png]   # each run's partition instead
 
 Four panels against the communication round: the global model's test accuracy, the local
 models' average test accuracy, the global model's test loss and the clients' average training
 loss. Each run is read from its metrics.jsonl, which the trainer rewrites after every round (so a
 running job can be watched), or from metrics.json's curves where there is no metrics.jsonl; its
-line is labelled by method and seed from the run's config.yaml. The files are read through
+line is labelled by method and seed from the run's config.yaml. With --partition, each run's
+partition.csv (training samples per client and class) is drawn as the tables' partition figures
+draw it, a panel per run. The files are read through
 shared/runs/files.py, as every other reader of a run's files reads them. Nothing here imports
 torch or the trainer: it draws on a login node while the runs train elsewhere."""
 
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.reporting.palette import style
-from shared.runs.files import read_history, read_run_config, read_summary
+from shared.runs.files import read_history, read_partition, read_run_config, read_summary
 
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (
@@ -155,15 +158,51 @@ def plot(runs: list[RunCurves], out: str | Path) -> Path:
     return out
 
 
+def plot_partitions(run_dirs: list[Path], out: str | Path) -> Path:
+    """Each run's partition, a panel per run titled by its directory, written to `out` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from shared.reporting.figures import partition_heatmap
+
+    fig, axes = plt.subplots(1, len(run_dirs), figsize=(3.9 * len(run_dirs), 3.6), squeeze=False)
+    for ax, run_dir in zip(axes[0], run_dirs):
+        partition_heatmap(ax, np.array(read_partition(run_dir)))
+        ax.set_title(run_dir.name, fontsize=9)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def main_partitions(run_dirs: list[str], out: str) -> int:
+    found = [Path(d) for d in run_dirs if (Path(d) / "partition.csv").is_file()]
+    for missing in sorted(set(run_dirs) - {str(d) for d in found}):
+        print(f"skipped: {missing} holds no partition.csv", file=sys.stderr)
+    if not found:
+        print("error: none of the given directories holds a run's partition.csv", file=sys.stderr)
+        return 1
+    print(f"wrote {plot_partitions(found, out)}")
+    return 0
+
+
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m shared.curves", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (results/runs/<run id>)")
-    parser.add_argument("-o", "--out", default="curves.png", help="the PNG to write (default: curves.png)")
+    parser.add_argument("-o", "--out", help="the PNG to write (default: curves.png, or partition.png with --partition)")
+    parser.add_argument("--partition", action="store_true", help="draw each run's partition instead of its curves")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = argument_parser().parse_args(argv)
+    if args.partition:
+        return main_partitions(args.runs, args.out or "partition.png")
     runs = []
     for run_dir in args.runs:
         try:
@@ -173,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print("error: none of the given directories holds a run's metrics", file=sys.stderr)
         return 1
-    out = plot(runs, args.out)
+    out = plot(runs, args.out or "curves.png")
     for run in runs:
         print(f"{run.label}: {run.rounds} rounds ({run.status})")
     print(f"wrote {out}")

@@ -322,37 +322,3 @@ def save_count_matrix(counts: np.ndarray, class_names: list[str], path: Path) ->
     frame = pd.DataFrame(counts, columns=class_names)
     frame.index.name = "client"
     frame.to_csv(path)
-
-
-def plot_count_matrix(counts: np.ndarray, path: Path, title: str = "") -> None:
-    """Client-by-class heatmap with the counts written in, as the papers draw their partitions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    clients, num_classes = counts.shape
-    fig, ax = plt.subplots(figsize=(max(4, 0.5 * num_classes + 1.5), max(3, 0.4 * clients + 1)))
-    sns.heatmap(counts, annot=num_classes <= 20 and clients <= 30, fmt="d", cmap="Blues", cbar=True,
-                ax=ax, annot_kws={"size": 7})
-    ax.set_xlabel("class")
-    ax.set_ylabel("client")
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-if __name__ == "__main__":
-    # python -m shared.data.partition results/runs/<id>/partition.csv  ->  partition.png beside it
-    import sys
-
-    import pandas as pd
-
-    for csv in sys.argv[1:]:
-        frame = pd.read_csv(csv, index_col="client")
-        target = Path(csv).with_suffix(".png")
-        plot_count_matrix(frame.to_numpy(), target, Path(csv).parent.name)
-        print(target)

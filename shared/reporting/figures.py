@@ -20,7 +20,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from shared.reporting.figure_settings import (
@@ -47,7 +46,7 @@ from shared.reporting.figure_style import (
     series_styles,
 )
 from shared.reporting.summary import cell_value
-from shared.runs.files import read_summary
+from shared.runs.files import read_partition, read_summary
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name
@@ -108,6 +107,27 @@ def plot_curves(
     return fig
 
 
+def partition_heatmap(ax, counts: np.ndarray) -> None:
+    """One partition as the papers draw it: clients on the x axis, classes on the y axis,
+    training samples as colour, the counts written in where they fit. The one drawing of a
+    partition: FedSSD Fig. 6's panels and `python -m shared.curves --partition`."""
+    import seaborn as sns
+
+    sns.heatmap(
+        counts.T,
+        ax=ax,
+        cmap="Blues",
+        cbar=True,
+        cbar_kws={"label": "training samples"},
+        annot=counts.size <= 200,
+        fmt="d",
+        annot_kws={"size": 5},
+    )
+    index_ticks(ax, rows=counts.shape[1], columns=counts.shape[0])
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+
+
 def plot_partitions(
     cells: list[Cell],
     runs_dir: Path,
@@ -117,29 +137,13 @@ def plot_partitions(
     scale: str | None = None,
     **_,
 ):
-    """FedSSD Fig. 6: clients on the x axis, classes on the y axis, training samples as colour,
-    with a colour bar on every panel."""
-    import seaborn as sns
-
+    """FedSSD Fig. 6: each setting's partition (`partition_heatmap`), a colour bar on every panel."""
     plt = pyplot()
     titles = setting_titles(cells, table)
     fig, axes = plt.subplots(1, len(cells), figsize=(3.9 * len(cells), 3.6), squeeze=False)
     for ax, c in zip(axes[0], cells):
-        counts = pd.read_csv(runs_dir / c.run_id / "partition.csv", index_col="client").to_numpy()
-        sns.heatmap(
-            counts.T,
-            ax=ax,
-            cmap="Blues",
-            cbar=True,
-            cbar_kws={"label": "training samples"},
-            annot=counts.size <= 200,
-            fmt="d",
-            annot_kws={"size": 5},
-        )
-        index_ticks(ax, rows=counts.shape[1], columns=counts.shape[0])
+        partition_heatmap(ax, np.array(read_partition(runs_dir / c.run_id)))
         ax.set_title(panel_title(f"{titles[c.column.label]}\nsamples per client and class", 3.9), fontsize=9)
-        ax.set_xlabel("client")
-        ax.set_ylabel("class")
     warning = announce(same_runs(cells), out_stem, scale)
     finish(fig, out_stem, title, warning)
     plt.close(fig)

@@ -278,6 +278,12 @@ def read_history(run_dir: Path) -> list[dict] | None:
     return records
 
 
+def read_partition(run_dir: Path) -> list[list[int]]:
+    """A run's partition.csv: training samples per client (rows) and class (columns)."""
+    rows = (run_dir / "partition.csv").read_text().splitlines()[1:]  # under a header: client, the classes
+    return [[int(count) for count in row.split(",")[1:]] for row in rows if row]
+
+
 # --- a finished run's files, as they travel ----------------------------------------------------
 
 # What a finished run keeps, in the order packed; metrics.json, whose presence makes a run

@@ -119,3 +119,17 @@ def test_imports_neither_torch_nor_the_trainer(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "d.png").read_bytes()[:8] == PNG
+
+
+def test_partition(tmp_path, capsys):
+    """--partition draws each run's partition.csv, the panel of the tables' partition figures,
+    and skips a directory without one."""
+    run = tmp_path / "a"
+    run.mkdir()
+    (run / "partition.csv").write_text("client,airplane,cat,dog\n0,5,1,0\n1,0,6,2\n")
+    out = tmp_path / "p.png"
+    assert main(["--partition", str(run), str(tmp_path / "missing"), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {out}" in captured.out and "holds no partition.csv" in captured.err
+    assert out.read_bytes()[:8] == PNG
+    assert main(["--partition", str(tmp_path / "missing")]) == 1

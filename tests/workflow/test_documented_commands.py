@@ -30,7 +30,6 @@ import io
 import os
 import pickle
 import re
-import runpy
 import shlex
 import subprocess
 import sys
@@ -293,20 +292,6 @@ def check_targets(targets: list[str]) -> None:
 def check_module(page: Page, module: str, args: list[str], inline: bool = False) -> None:
     if module == "pytest":
         return check_pytest(args)
-    if module == "shared.data.partition":  # no parser: it draws each partition.csv it is given
-        csv = page.tmp / "run" / "partition.csv"
-        csv.parent.mkdir(exist_ok=True)
-        csv.write_text("client,0,1\n0,5,1\n1,0,6\n")
-        argv = [str(csv) if a == str(page.tmp / "file") else a for a in args]
-        old = sys.argv
-        sys.argv = [module, *argv]
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                runpy.run_path(str(ROOT / "shared" / "data" / "partition.py"), run_name="__main__")
-        finally:
-            sys.argv = old
-        assert csv.with_suffix(".png").exists()
-        return
     if inline and not any(a.startswith("-") or "/" in a or "=" in a for a in args[1:]) and len(args) <= 1:
         # the text names a command (`python -m shared.campaign import`): its parser knows it
         return parse(module, [*args, "--help"])
