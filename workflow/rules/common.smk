@@ -77,7 +77,7 @@ write_if_changed(CONFIGS, json.dumps({rid: identity(cfg) for rid, cfg in sorted(
 # It is no rerun trigger (profiles/default leaves out `code`), so none of these retrains a run.
 PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
 RUN_COMMAND = (
-    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.run --scale {SCALE} --configs {CONFIGS}"
+    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.workflow_job --scale {SCALE} --configs {CONFIGS}"
     f" --runs {{output}} --attempt {{resources.run_attempt}} --attempts {config['retries'] + 1} --gpu auto"
     f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
 ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml
