@@ -35,7 +35,8 @@ from shared.config.schema import RunConfig
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import expand, get_table
 from shared.training.group_training import GroupClients
-from shared.training.trainer import Member, begin_round, train_alone
+from shared.training.timed_rounds import train_alone
+from shared.training.trainer import Member, begin_round
 
 # FedSSD's Table II setting cut to seconds on a CPU: CIFAR-shaped synthetic data, its 10
 # clients all taking part, about 5 batches of 64 per client and 2 local epochs (10 steps a round)

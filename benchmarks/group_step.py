@@ -29,7 +29,8 @@ from shared.runs.directory import RunDirectory
 from shared.targets.configs import load_config
 from shared.targets.resolve import target_cells
 from shared.training.group_training import DatasetCache, GroupClients
-from shared.training.trainer import Member, start_member, train_members
+from shared.training.timed_rounds import train_members
+from shared.training.trainer import Member, start_member
 
 # A group of two runs (two seeds) of 2 clients of 16x16 synthetic images for two rounds, each
 # client a batch or two a round: the step's operators are those of the paper's settings (the

@@ -1,29 +1,23 @@
 """Run one fully resolved config by hand.
 
     python -m shared.run [config.yaml] [key=value ...] [--out DIR]
-    python -m shared.run --json '{"method": {"name": "fedavg"}, ...}' --out DIR   (the workflow's form)
+    python -m shared.run --json '{"method": {"name": "fedavg"}, ...}' --out DIR
     python -m shared.run --json A --out DIR_A --json B --out DIR_B ...   (several runs, one process, in groups)
-    python -m shared.run --scale smoke --runs results/runs/ID ... [runtime key=value ...]   (the workflow's form)
 
 Overrides use dotted keys (`partition.beta=0.1`, `local.epochs=2`); `method=fedprox`,
 `model=resnet8` and `dataset=cifar100` set the name, and apply to every --json config. Without
 --out, a run goes to results/runs/<run id>/. `--print-config` shows the resolved config and
 exits. Several runs share the process: those that can train in one batched step train as a
-group (shared/training/group_training.py), the others one after another.
+group (shared/training/group_training.py), the others one after another. The workflow's jobs
+train their runs through shared/workflow_job.py, which names them by run id and scale.
 
-The workflow's jobs name their runs by output directory (`--runs results/runs/<run id>`) and
-scale; the config is looked up among the workflow's tables, figures and searches at that scale,
-so that nothing but the run id reaches Snakemake's rerun triggers. The key=value overrides a
-job passes are the runtime keys (device, data root, trainer.client_threads, ...), which do not
-change a run's id, and a job refuses any that would.
-
-Exit codes, so that Snakemake's retries see transient failures: 0 for a run that completed or
-diverged (a diverged run is a result: metrics.json with status `diverged: ...`); 1 when training
-raised, 2 for a config or data error, both without metrics.json, except on a job's last attempt
-(`--attempt N --attempts N`) or with `--record-failure`: then metrics.json says `failed: ...`,
-failure.json beside it holds the error, the exit code is 0, and the table marks the cell. The
-workflow retries a recorded failure on its next invocation (a `retry_run` job marks it first:
-workflow/rules/runs.smk `retry_marker`).
+Exit codes, so that retries see transient failures: 0 for a run that completed or diverged (a
+diverged run is a result: metrics.json with status `diverged: ...`); 1 when training raised, 2
+for a config or data error, both without metrics.json, except with `--record-failure` (a
+workflow job's last attempt): then metrics.json says `failed: ...`, failure.json beside it holds
+the error, the exit code is 0, and the table marks the cell. The workflow retries a recorded
+failure on its next invocation (a `retry_run` job marks it first: workflow/rules/runs.smk
+`retry_marker`).
 """
 
 from __future__ import annotations
@@ -38,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from shared.config.dotted import flatten
-from shared.config.schema import RUNTIME_KEYS, ConfigError, excerpt, run_id, to_dict
+from shared.config.schema import ConfigError, excerpt, run_id, to_dict
 from shared.data.catalog import DataError
 from shared.runs.directory import (
     DISK_FULL,
@@ -51,7 +45,6 @@ from shared.runs.directory import (
     write_json,
 )
 from shared.targets.configs import load_config
-from shared.targets.resolve import workflow_cells
 from shared.targets.run_groups import form_groups
 from shared.training.group_training import GroupRefused, run_group
 from shared.training.trainer import record_failure, resolve_device, run, select_device
@@ -79,27 +72,6 @@ def argument_parser() -> argparse.ArgumentParser:
         help="record an exception during training in metrics.json (status failed) and exit 0, "
         "so that a table shows the cell as failed instead of stopping",
     )
-    parser.add_argument(
-        "--runs",
-        nargs="+",
-        metavar="DIR",
-        help="the workflow's runs by output directory (results/runs/<run id>, or its metrics.json): "
-        "configs are looked up at --scale",
-    )
-    parser.add_argument("--scale", default="paper", help="with --runs: the scale whose runs to look up")
-    parser.add_argument(
-        "--configs",
-        metavar="FILE",
-        help="with --runs: a JSON file of run id -> config the workflow wrote (else the configs "
-        "are found by expanding every table at --scale, which takes seconds)",
-    )
-    parser.add_argument("--attempt", type=int, default=1, help="this job's attempt (Snakemake's)")
-    parser.add_argument(
-        "--attempts",
-        type=int,
-        help="the job's attempts in all: on the last, a failure is recorded (as --record-failure)",
-    )
-    parser.add_argument("--gpu", choices=["auto"], help="auto: on a host with several GPUs, take a free one")
     return parser
 
 
@@ -109,11 +81,6 @@ def resolve_configs(ns: argparse.Namespace) -> tuple[list, list[str]]:
     files = ns.args[:1] if ns.args and "=" not in ns.args[0] else []
     overrides = ns.args[len(files) :]
     jsons, outs = ns.json or [None], ns.out or []
-    if ns.runs:
-        if ns.json or outs or files:
-            raise ConfigError("--runs takes no --json, --out or config file (only runtime key=value overrides)")
-        outs = [str(Path(d).parent) if Path(d).name == "metrics.json" else d for d in ns.runs]
-        return workflow_configs([Path(d).name for d in outs], ns.scale, overrides, ns.configs), outs
     if len(outs) > 1 and len(outs) != len(jsons) or len(jsons) > 1 and outs and len(outs) != len(jsons):
         raise ConfigError(f"{len(jsons)} --json configs and {len(outs)} --out directories: give one --out per --json")
     cfgs = [
@@ -135,10 +102,6 @@ def parse_json(text: str | None, where: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ns = argument_parser().parse_args(argv)
-    if ns.runs:  # key=value after --runs DIR ... belong to the overrides
-        ns.args += [a for a in ns.runs if "=" in a]
-        ns.runs = [a for a in ns.runs if "=" not in a]
-    record_failure = ns.record_failure or ns.attempts is not None and ns.attempt >= ns.attempts
     try:
         cfgs, outs = resolve_configs(ns)
     except (ConfigError, FileNotFoundError) as exc:
@@ -149,29 +112,29 @@ def main(argv: list[str] | None = None) -> int:
             end="",
         )
         return 0
-
     outs = outs or [f"results/runs/{run_id(cfg)}" for cfg in cfgs]
-    try:  # every output directory, before any data loads
+    return check_outputs(outs) or train_on_device(cfgs, outs, ns.record_failure)
+
+
+def check_outputs(outs: list[str]) -> int:
+    """Every output directory checked before any data loads: 0, or the input error's exit code."""
+    try:
         for out in outs:
             check_output(out)
     except ConfigError as exc:
         return input_error(exc)
-    if ns.gpu:  # one GPU for the process, whatever the number of runs
-        device = claim_gpu(outs[0])
-        for cfg in cfgs:
-            cfg.trainer.device = device or cfg.trainer.device
-    if ns.runs:
-        print(
-            f"attempt {ns.attempt} of {ns.attempts or 1}: {len(cfgs)} run(s) at scale={ns.scale}: "
-            + " ".join(run_id(cfg) for cfg in cfgs),
-            flush=True,
-        )
-    try:  # a device this machine lacks fails the job, not the runs: they are not recorded as failed
+    return 0
+
+
+def train_on_device(cfgs: list, outs: list[str], record_failure: bool, restore: bool = False, attempt: int = 1) -> int:
+    """The runs trained on the first one's device (`train_all`); the highest exit code. A device
+    this machine lacks fails the command, not the runs: they are not recorded as failed."""
+    try:
         device = resolve_device(cfgs[0].trainer.device)
     except ConfigError as exc:
         return input_error(exc)
     select_device(device)  # before any CUDA context: a job given cuda:i never touches GPU 0
-    return max(train_all(cfgs, outs, record_failure, restore=bool(ns.runs), attempt=ns.attempt))
+    return max(train_all(cfgs, outs, record_failure, restore, attempt))
 
 
 def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, attempt: int) -> list[int]:
@@ -284,72 +247,9 @@ def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
     return summary
 
 
-def workflow_configs(run_ids: list[str], scale: str, overrides: list[str], configs: str | None = None) -> list:
-    """The configs of the workflow's runs `run_ids` at `scale`, with the runtime overrides;
-    from `configs` (run id -> config, written by the workflow) where it has them all."""
-
-    names = {o.split("=", 1)[0] for o in overrides}
-    if not names <= set(RUNTIME_KEYS):
-        raise ConfigError(
-            f"--runs takes only runtime overrides ({', '.join(RUNTIME_KEYS)}), got {sorted(names - set(RUNTIME_KEYS))}"
-        )
-    found = {}
-    if configs and Path(configs).exists():
-        try:
-            text = Path(configs).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--configs {configs}: cannot read it ({excerpt(str(exc))})") from None
-        written = parse_json(text, f"--configs {configs}")
-        found = {rid: written[rid] for rid in run_ids if isinstance(written.get(rid), dict)}
-    if len(found) < len(run_ids):
-        for _, _, cell in workflow_cells(scale):
-            if cell.run_id in run_ids:
-                found[cell.run_id] = to_dict(cell.config)
-    missing = [r for r in run_ids if r not in found]
-    if missing:
-        raise ConfigError(f"run(s) {missing} belong to no table, figure or search at scale={scale}")
-    cfgs = []
-    for rid in run_ids:
-        cfg = load_config(None, [*as_overrides(found[rid]), *overrides])
-        if run_id(cfg) != rid:
-            raise ConfigError(f"run {rid}: the overrides {overrides} change its id")
-        cfgs.append(cfg)
-    return cfgs
-
-
 def as_overrides(values: dict) -> list[str]:
     """{"a": {"b": 1}} -> ["a.b=1"], so a JSON config goes through the same path as overrides."""
     return [f"{key}={json.dumps(value)}" for key, value in flatten(values).items()]
-
-
-_held_locks = []
-
-
-def claim_gpu(out: str) -> str | None:
-    """On a host with several GPUs, lock the first free one for the life of this process (one
-    lock file per host and GPU), so concurrent workflow jobs each train on their own GPU."""
-    import fcntl
-    import socket
-    from pathlib import Path
-
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count <= 1:
-        return None
-    lock_dir = Path(out).resolve().parent.parent / ".gpu-locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    for index in range(count):
-        handle = open(lock_dir / f"{socket.gethostname()}-{index}.lock", "w")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        _held_locks.append(handle)
-        return f"cuda:{index}"
-    print("warning: every GPU is taken; sharing cuda:0 (set --resources gpu=N to the GPU count)", file=sys.stderr)
-    return "cuda:0"
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def train_unit(
     or model cannot share a step (dropout, another optimizer than SGD, a method without the
     capabilities) trains one run after another, as the workflow's jobs do, a run that raises
     (said in one line) not keeping the others from training. Returns the runs that raised."""
-    from shared.training import trainer
+    from shared.training import timed_rounds
     from shared.training.group_training import GroupRefused, run_group
 
     cfgs = [
@@ -139,8 +139,8 @@ def train_unit(
     raised = []
     for cfg, rid in zip(cfgs, rids):
         try:
-            trainer.run(cfg, runs_dir / rid, deadline=deadline)
-        except (trainer.OutOfTime, ConfigError, DataError):  # out of time, or this machine cannot run it
+            timed_rounds.run_timed(cfg, runs_dir / rid, deadline)
+        except (timed_rounds.OutOfTime, ConfigError, DataError):  # out of time, or this machine cannot run it
             raise
         except Exception as exc:  # one line, then the next run: a session is too short to stop at one failure
             print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -156,7 +156,7 @@ def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, fin
     back (`not_worth_starting`). finished_size: at least the bytes
     the finished runs take in the state file (`not_worth_starting` refuses a unit only where
     sure), then as each save measures them."""
-    from shared.training import trainer
+    from shared.training.timed_rounds import OutOfTime
 
     counts = Counter()
     refresh = Refresh(lambda: save(args, runs_dir), getattr(args, "timing_record", None))
@@ -179,7 +179,7 @@ def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, fin
             break
         try:
             finished_size = refresh.save().finished_size
-        except trainer.OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
+        except OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
             break
         if raised and stopped_for_retry(args, rids, raised):
@@ -193,7 +193,7 @@ def timed_unit(
 ) -> list[str] | None:
     """`train_unit`, timed (timing.json) and its progress saved as it trains (`refresh`): the runs
     that raised, or None where the deadline stopped it; what happened added to `counts`."""
-    from shared.training import trainer
+    from shared.training.timed_rounds import OutOfTime
 
     timing, cfg = getattr(args, "timing_record", None), runs[rids[0]]
     with (
@@ -205,7 +205,7 @@ def timed_unit(
             counts += Counter(finished=len(rids) - len(raised), raised=len(raised))  # += keeps no zero
             if raised and unit:
                 unit.outcome = f"raised in run(s) {' '.join(raised)}"
-        except trainer.OutOfTime as exc:
+        except OutOfTime as exc:
             counts["stopped"] += len(rids)
             print(f"run(s) {' '.join(rids)}: {exc}", file=sys.stderr)
             if unit:
@@ -396,7 +396,7 @@ def sigterm_deferred():
 def stop_on_sigterm() -> None:
     """SIGTERM (a scheduler's, or `timeout`'s, when a round overran the budget) stops the run
     in progress as the budget would: its last checkpoint goes into the state file."""
-    from shared.training.trainer import OutOfTime
+    from shared.training.timed_rounds import OutOfTime
 
     def stop(signum, frame):
         raise OutOfTime("stopped by SIGTERM; the state keeps its last round's checkpoint")

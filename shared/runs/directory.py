@@ -7,7 +7,7 @@ that survives a crash (or a corrupt file) without being trusted blindly.
     metrics.json      the summary, written last: its presence means the run is finished
     checkpoint.pt     after every round; removed once the run completes
     model.pt          the final global model
-    failure.json      the error of a run whose last attempt raised (shared/run.py)
+    failure.json      the error of a run whose last attempt raised (shared/run.py, shared/workflow_job.py)
     .metrics.json.kept  a copy of a finished run's metrics.json (shared/run.py)
     .lock             held (flock) by the process writing the run; released when it exits
 

@@ -6,7 +6,7 @@ batched step:
 A group is runs with one `shared.targets.run_groups.group_key`: one method, model, optimizer and step
 shape (a table row across its settings and seeds). Each run keeps its own federation (the
 dataset is loaded once per process and shared), partition, global model, method instance,
-random streams, evaluation, checkpoint, metrics and tensorboard files; `shared.training.trainer`'s
+random streams, evaluation, checkpoint, metrics and tensorboard files; `shared.training.timed_rounds`'
 round loop takes the group's runs a round of each at a time, and `GroupClients` trains all
 their sampled clients in `shared.training.batched.BatchedClients` (one CUDA graph for the group; a
 model with BatchNorm too, each (run, client) slot with its own batch and running statistics). A
@@ -43,7 +43,8 @@ from shared.runs.directory import RunDirectory
 from shared.targets.run_groups import group_key
 from shared.training.batched import BatchedClients, Slot
 from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
-from shared.training.trainer import Deadline, Member, resolve_device, sample_clients, start_member, train_members
+from shared.training.timed_rounds import Deadline, train_members
+from shared.training.trainer import Member, resolve_device, sample_clients, start_member
 
 
 class GroupRefused(ValueError):

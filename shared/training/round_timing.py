@@ -1,5 +1,5 @@
-"""Where a round's seconds go: the trainer's round (shared/training/trainer.py, `train_members`) times
-its named steps with wall-clock laps and reports each round to whoever observes (a campaign
+"""Where a round's seconds go: the rounds of shared/training/timed_rounds.py (`train_members`) time
+their named steps with wall-clock laps and report each round to whoever observes (a campaign
 session's timing record, shared/campaign/session_timing.py); nobody observing, a report costs nothing.
 
 The laps are taken where the round already waits for the device: the clients' training ends

@@ -1,17 +1,17 @@
-"""The federated loop, one round as named steps (`train_members`):
+"""One run's federated loop (`train_rounds`), each round as named steps:
 
     sample      the round's clients (seeded by seed and round)                    begin_round
     prepare     the method's server-side step: teachers, buffers, confusion matrices
-    train       the sampled clients' local training (shared/training/clients.py, or a group's
-                one batched step, shared/training/group_training.py)
+    train       the sampled clients' local training (shared/training/clients.py)  train_sampled
     aggregate   the method's aggregation of their updates (FedAvg: a weighted average)
     evaluate    the global model on the test set, and the round's local models' mean   evaluate_globals
     checkpoint  the round's state and record, so that a killed run resumes where it was   end_round
 
-The loop takes several runs (`Member`s) a round of each at a time, each with its own data,
-model, method, random streams and files, so that a group of runs shares it; a run alone is a
-group of one. A run is one resolved config in one output directory (shared/runs/directory.py
-lists its files).
+then its metrics.json and final model (`finish_member`). The steps take a `Member`, a run being
+trained, so that the rounds of several runs at a time share them: shared/training/timed_rounds.py
+(a group of runs in one batched step, shared/training/group_training.py; a campaign's run
+timed and stopped before a deadline). A run is one resolved config in one output directory
+(shared/runs/directory.py lists its files).
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import math
 import platform
 import sys
 import time
-from contextlib import ExitStack, closing
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -47,7 +46,7 @@ from shared.runs.provenance import environment
 from shared.runs.seeding import derive_seed
 from shared.training.clients import ClientResult, client_trainer
 from shared.training.evaluation import evaluate_many
-from shared.training.round_timing import Laps, RoundTiming, report
+from shared.training.round_timing import RoundTiming
 from shared.training.tensorboard_log import tensorboard_log
 
 
@@ -117,10 +116,13 @@ def set_up(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, tr
     return Setup(device, federation, global_model, method, clients)
 
 
-def round_record(member: "Member", sampled: list[int], results: list[ClientResult], evaluation: dict | None) -> dict:
-    """The round's record: its clients and training loss, and in evaluated rounds the global
+def round_record(
+    member: "Member", sampled: list[int], results: list[ClientResult], evaluation: dict | None, timing: RoundTiming
+) -> dict:
+    """The round's record: its clients and training loss, in evaluated rounds the global
     model's test accuracy, loss and per-class accuracy (`evaluation`) and the local models'
-    mean accuracy."""
+    mean accuracy, the method's own numbers, then the round's slots and steps (`timing`: a
+    group's, where the run trained in one) on its device."""
     record = {
         "round": member.round + 1,
         "clients": sampled,
@@ -135,35 +137,46 @@ def round_record(member: "Member", sampled: list[int], results: list[ClientResul
         local_accs = [r.local_acc for r in results if r.local_acc is not None]
         if local_accs:
             record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
-    return {**record, **member.setup.method.round_metrics()}
+    timed = {"slots": timing.slots, "steps": timing.steps, "device": device_name(member.setup.device)}
+    return {**record, **member.setup.method.round_metrics(), **timed}  # a round's time holds on its device only
 
 
 def evaluates(cfg: RunConfig, round: int) -> bool:
     return (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
 
 
-# time.time() to stop before, or what gives it as of now (a campaign's end less the time its
-# last save took, which a round may change)
-Deadline = float | Callable[[], float] | None
-
-
-class OutOfTime(Exception):
-    """The run stopped between rounds, its last round checkpointed, because the next round
-    would end past its deadline (a time-boxed GPU slot, shared/campaign/train.py); started again, it
-    continues from that checkpoint."""
-
-
-def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False, deadline: Deadline = None) -> dict:
+def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False) -> dict:
     """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
-    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim); `deadline`
-    (time.time()): stop between rounds rather than pass it (OutOfTime)."""
+    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim)."""
     out = RunDirectory(out_dir, cfg)
     out.lock()
     try:
         finished = out.claim(restore)
-        return finished if finished is not None else train_rounds(cfg, out, deadline)
+        return finished if finished is not None else train_rounds(cfg, out)
     finally:
         out.unlock()
+
+
+def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
+    """The run's rounds one after another, from where its checkpoint left it, until its last
+    round or until it diverges; returns its metrics.json."""
+    member = start_member(cfg, out)
+    setup = member.setup
+    with closing(tensorboard_log(cfg, out.path)) as live:
+        while member.training:
+            started = time.perf_counter()
+            sampled = begin_round(member)
+            try:
+                results = train_sampled(member, sampled)
+            except Diverged as exc:
+                member.status = f"diverged: {exc}"
+                break
+            setup.method.aggregate(setup.global_model, [r.update for r in results])
+            evaluation = evaluate_globals([member])[0] if evaluates(cfg, member.round) else None
+            timing = round_timing([results], getattr(setup.clients, "slots_per_step", 1))
+            record = round_record(member, sampled, results, evaluation, timing)
+            end_round(member, record, time.perf_counter() - started, live)
+    return finish_member(member)
 
 
 @dataclass
@@ -204,79 +217,13 @@ def start_member(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = No
     return Member(cfg, out, setup, history, elapsed)
 
 
-def train_rounds(cfg: RunConfig, out: RunDirectory, deadline: Deadline = None) -> dict:
-    return train_members([start_member(cfg, out)], train_alone, deadline)[0]
-
-
-def train_alone(members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
-    """Each member's sampled clients, trained the member's own way (shared/training/clients.py)."""
-    outcomes = []
-    for member, clients in zip(members, sampled):
-        setup = member.setup
-        try:
-            outcomes.append(
-                setup.clients.train(
-                    [setup.federation.clients[c] for c in clients],
-                    setup.global_model,
-                    member.round,
-                    test_local=member.test_local,
-                )
-            )
-        except Diverged as exc:
-            outcomes.append(exc)
-    return outcomes
-
-
-def train_members(members: list[Member], train_clients, deadline: Deadline = None) -> list[dict]:
-    """Rounds of every member until each is done (its last round, or diverged), a round of all
-    at a time: each samples and prepares, `train_clients(members, sampled)` trains their clients
-    (a list of ClientResult per member, or Diverged), then each aggregates, is evaluated and
-    checkpoints. Returns each member's metrics.json; OutOfTime before a round that would end
-    past `deadline` (every member's last round checkpointed)."""
-    summaries: dict[int, dict] = {}
-    with ExitStack() as stack:  # tensorboard logs closed however the loop ends
-        logs = [stack.enter_context(closing(tensorboard_log(m.cfg, m.out.path))) for m in members]
-        while active := [i for i, m in enumerate(members) if m.training]:
-            started, laps = time.perf_counter(), Laps()
-            sampled = [begin_round(members[i]) for i in active]
-            laps.lap("preparation")
-            outcomes = train_clients([members[i] for i in active], sampled)
-            laps.lap("steps")
-            timing = round_timing(outcomes, step_width(train_clients, members[active[0]]))
-            trained = []
-            for i, clients, outcome in zip(active, sampled, outcomes):
-                if isinstance(outcome, Diverged):
-                    members[i].status = f"diverged: {outcome}"
-                else:
-                    members[i].setup.method.aggregate(members[i].setup.global_model, [r.update for r in outcome])
-                    trained.append((i, clients, outcome))
-            laps.lap("aggregation")
-            evaluated = [i for i, _, _ in trained if evaluates(members[i].cfg, members[i].round)]
-            evaluations = dict(zip(evaluated, evaluate_globals([members[i] for i in evaluated])))
-            laps.lap("evaluation")
-            device = device_name(members[active[0]].setup.device)  # a round's time holds on this device only
-            for i, clients, outcome in trained:
-                record = {
-                    **round_record(members[i], clients, outcome, evaluations.get(i)),
-                    **{"slots": timing.slots, "steps": timing.steps, "device": device},
-                }
-                end_round(members[i], record, time.perf_counter() - started, logs[i])
-            laps.lap("checkpointing")
-            report(RoundTiming(len(active), timing.slot_steps, timing.slots_per_step, laps.seconds))
-            summaries.update({i: finish_member(members[i]) for i in active if not members[i].training})
-            for member in members:
-                if member.training:
-                    stop_before_deadline(
-                        deadline, member.round, member.cfg.federation.rounds, time.perf_counter() - started
-                    )
-    # a member resumed after its last round (killed while finishing) has no round left to train
-    return [summaries[i] if i in summaries else finish_member(m) for i, m in enumerate(members)]
-
-
-def step_width(train_clients, member: Member) -> int:
-    """The (run, client) slots that share one training step: a group's batched step
-    (shared/training/group_training.py), a run's own batched clients, else 1 (one after another)."""
-    return getattr(train_clients, "slots_per_step", None) or getattr(member.setup.clients, "slots_per_step", 1)
+def train_sampled(member: Member, sampled: list[int]) -> list[ClientResult]:
+    """The round's sampled clients trained the run's own way (shared/training/clients.py);
+    raises Diverged."""
+    setup = member.setup
+    return setup.clients.train(
+        [setup.federation.clients[c] for c in sampled], setup.global_model, member.round, test_local=member.test_local
+    )
 
 
 def round_timing(outcomes: list[list[ClientResult] | Diverged], width: int) -> RoundTiming:
@@ -358,15 +305,6 @@ def runtime_settings(cfg: RunConfig) -> dict:
     trainer.cuda_graphs=false, are recorded here), the data root left out (a path of one machine)."""
     flat = flatten(to_dict(cfg))
     return {key: flat[key] for key in RUNTIME_KEYS if key in flat and key != "data_root"}
-
-
-def stop_before_deadline(deadline: Deadline, done: int, rounds: int, round_seconds: float) -> None:
-    """OutOfTime if another round, as long as the last one, would end past the deadline."""
-    limit = deadline() if callable(deadline) else deadline
-    if limit is not None and done < rounds and time.time() + round_seconds > limit:
-        raise OutOfTime(
-            f"stopped after round {done} of {rounds}: another round ({round_seconds:.0f} s) would pass the deadline"
-        )
 
 
 def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:

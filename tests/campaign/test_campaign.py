@@ -37,7 +37,7 @@ from shared.targets.configs import load_config
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.figure_declarations import get_figure
 from shared.targets.table_declarations import SMOKE_ROUNDS, expand, get_table
-from shared.training import trainer
+from shared.training import timed_rounds, trainer
 from tests.campaign.carried_states import finished_files, write_genuine_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def clock_of_rounds(monkeypatch):
         ticks.append(None)
         return start + 100 * len(ticks)
 
-    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(time=tick, perf_counter=time.perf_counter))
+    monkeypatch.setattr(timed_rounds, "time", types.SimpleNamespace(time=tick, perf_counter=time.perf_counter))
     monkeypatch.setattr(campaign_train, "time", types.SimpleNamespace(time=lambda: start + 100 * len(ticks)))
 
 
@@ -704,7 +704,7 @@ def test_a_refused_group_trains_one_run_after_another_and_a_failure_skips_no_oth
         if len(trained) == 1:
             raise RuntimeError("a bug in the first run")
 
-    monkeypatch.setattr(trainer, "run", run)
+    monkeypatch.setattr(timed_rounds, "run_timed", run)
     alone = types.SimpleNamespace(device="cpu", data_root=None, clients_per_step=1)
     assert campaign_train.train_unit(group, runs, alone, time.time() + 60, tmp_path) == [group[0]]
     assert trained == group
@@ -728,7 +728,7 @@ def test_a_sigterm_during_a_save_is_handled_once_the_state_is_written(tmp_path):
 
     campaign_train.stop_on_sigterm()
     try:
-        with pytest.raises(trainer.OutOfTime, match="SIGTERM"):
+        with pytest.raises(timed_rounds.OutOfTime, match="SIGTERM"):
             with campaign_train.sigterm_deferred():
                 os.kill(os.getpid(), signal.SIGTERM)
                 tiny_state(tmp_path / "state.tar.gz", b"saved", 15)  # not cut short by the signal

@@ -211,7 +211,7 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     uninterrupted run does."""
     from shared.campaign.state import restore, state_members
     from shared.targets.table_declarations import expand, get_table
-    from shared.training import trainer
+    from shared.training import timed_rounds, trainer
 
     cell = next(
         c
@@ -221,8 +221,8 @@ def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round
     cfg, rid, first, second = cell.config, cell.run_id, tmp_path / "first", tmp_path / "second"
     with monkeypatch.context() as patch:  # the clock moves 100 s a round: the run stops before its last
         clock_of_rounds(patch)
-        with pytest.raises(trainer.OutOfTime):
-            trainer.run(cfg, first / rid, deadline=trainer.time.time() + 250)
+        with pytest.raises(timed_rounds.OutOfTime):
+            timed_rounds.run_timed(cfg, first / rid, timed_rounds.time.time() + 250)
     state = tmp_path / "state.tar.gz"
     write_state(state, state_members([rid], first), ABOUT)
     members = read_state(state)[1]

@@ -615,8 +615,9 @@ def test_a_failed_write_names_its_file(tmp_path):
 
 
 def fake_trainer(monkeypatch) -> list[str]:
-    """trainer.run as a run that finishes at once with genuine files, its id recorded."""
-    from shared.training import trainer
+    """The campaign's run (timed_rounds.run_timed) as a run that finishes at once with genuine
+    files, its id recorded."""
+    from shared.training import timed_rounds
 
     trained = []
 
@@ -626,7 +627,7 @@ def fake_trainer(monkeypatch) -> list[str]:
         for name, data in finished_files(cfg).items():
             (Path(out) / name).write_bytes(data)
 
-    monkeypatch.setattr(trainer, "run", run)
+    monkeypatch.setattr(timed_rounds, "run_timed", run)
     return trained
 
 

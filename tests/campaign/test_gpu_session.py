@@ -483,7 +483,7 @@ def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_bo
     ) in capsys.readouterr().out
 
 
-RAISE_ONCE = '''"""A test double of a unit that raises once: the first shared.training.trainer.run of any
+RAISE_ONCE = '''"""A test double of a unit that raises once: the first shared.training.timed_rounds.run_timed of any
 process that imports it after RAISE_ONCE's file is absent raises as a CUDA error would."""
 import importlib.util
 import os
@@ -492,7 +492,7 @@ import sys
 
 class RaiseOnce:
     def find_spec(self, name, path, target=None):
-        if name != "shared.training.trainer":
+        if name != "shared.training.timed_rounds":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
@@ -500,7 +500,7 @@ class RaiseOnce:
 
         def exec_module(module):
             load(module)
-            run = module.run
+            run = module.run_timed
 
             def raising_once(*args, **kwargs):
                 if not os.path.exists(os.environ["RAISE_ONCE"]):
@@ -508,7 +508,7 @@ class RaiseOnce:
                     raise RuntimeError("CUDA error: an illegal memory access was encountered")
                 return run(*args, **kwargs)
 
-            module.run = raising_once
+            module.run_timed = raising_once
 
         spec.loader.exec_module = exec_module
         return spec

@@ -31,7 +31,7 @@ def test_runs_per_job_makes_one_job_of_each_group(project):  # noqa: F811
     proc = snakemake(project, "-n", "-p", "--config", "scale=smoke", "runs_per_job=4", "--", "papers/fedssd/table2")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     runs = {c.run_id: c.config for c in expand(get_table("fedssd", "table2"), "smoke")}
-    commands = [line for line in proc.stdout.splitlines() if "-m shared.run" in line]
+    commands = [line for line in proc.stdout.splitlines() if "-m shared.workflow_job" in line]
     jobs = [re.findall(r"([0-9a-f]{16})/metrics\.json", line) for line in commands]
     assert all(1 <= len(job) <= 4 for job in jobs)
     assert sorted(rid for job in jobs for rid in job if rid in runs) == sorted(runs)

@@ -1,4 +1,4 @@
-"""python -m shared.run as the workflow's jobs call it: runs named by id and scale, exit codes
+"""python -m shared.workflow_job as the workflow's jobs call it: runs named by id and scale, exit codes
 that let Snakemake retry transient failures, a failure recorded on the last attempt only, a
 diverged run as a result, and finished runs of a group job put back after a sibling failed."""
 
@@ -22,7 +22,7 @@ def project(tmp_path_factory):
 def run(root, *args):
     env = {**os.environ, "WFCHECK_DIR": str(root / "markers")}
     return subprocess.run(
-        [sys.executable, "-m", "shared.run", "--scale", "smoke", *args, "trainer.device=cpu"],
+        [sys.executable, "-m", "shared.workflow_job", "--scale", "smoke", *args, "trainer.device=cpu"],
         cwd=root,
         env=env,
         capture_output=True,

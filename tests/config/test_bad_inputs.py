@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+from shared import workflow_job
 from shared.config.schema import ConfigError
 from shared.run import main
 from shared.targets.configs import load_config
@@ -231,8 +232,9 @@ def test_every_grid_expands_at_every_scale():
 
 
 def cli_error(capsys, argv) -> str:
-    """What `python -m shared.run ARGV` says; it must stop with exit code 2 and one line."""
-    assert main(argv) == 2
+    """What `python -m shared.run ARGV` says (`python -m shared.workflow_job` where ARGV names
+    --runs); it must stop with exit code 2 and one line."""
+    assert (workflow_job.main if "--runs" in argv else main)(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
     return err

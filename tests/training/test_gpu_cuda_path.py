@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from shared.config.schema import to_dict
+from shared.config.schema import run_id, to_dict
 from shared.training import trainer
 from tests.training.test_gpu import BASE, MODELS, history, make_cfg, relative_difference, train
 
@@ -375,25 +375,18 @@ def test_a_run_killed_and_resumed_in_new_processes_is_bit_identical_to_an_uninte
 
 
 def test_a_job_with_gpu_auto_trains_on_a_gpu(tmp_path):
-    config = json.dumps(to_dict(make_cfg(tmp_path, "federation.rounds=1", "trainer.device=auto")))
+    cfg = make_cfg(tmp_path, "federation.rounds=1", "trainer.device=auto")
+    configs = tmp_path / "configs.json"  # the workflow's run id -> config, as common.smk writes it
+    configs.write_text(json.dumps({run_id(cfg): to_dict(cfg)}))
+    out = tmp_path / "results" / "runs" / run_id(cfg)
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "shared.run",
-            "--gpu",
-            "auto",
-            "--json",
-            config,
-            "--out",
-            str(tmp_path / "results" / "runs" / "job"),
-        ],
+        [sys.executable, "-m", "shared.workflow_job", "--gpu", "auto", "--configs", str(configs), "--runs", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads((tmp_path / "results" / "runs" / "job" / "metrics.json").read_text())
+    summary = json.loads((out / "metrics.json").read_text())
     assert summary["status"] == "completed" and summary["device"].startswith("cuda")
     if torch.cuda.device_count() > 1:  # a lock per GPU, held while the job ran
         assert list((tmp_path / "results" / ".gpu-locks").glob("*-0.lock"))

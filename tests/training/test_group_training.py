@@ -9,7 +9,7 @@ import torch
 from shared.config.schema import run_id, to_dict
 from shared.methods.registry import method_class
 from shared.run import main
-from shared.training import trainer
+from shared.training import timed_rounds, trainer
 from shared.training.clients import missing_capabilities
 from shared.training.group_training import group_reason, run_group
 
@@ -98,9 +98,9 @@ def test_a_group_stopped_by_its_deadline_and_started_again_gives_the_uninterrupt
     """Members at different rounds share a step: run 0 is one round ahead when the group starts."""
     cfgs = configs(tiny_cfg, "fedssd", "trainer.clients_per_step=2")
     outs = [tmp_path / f"group{i}" for i in range(3)]
-    with pytest.raises(trainer.OutOfTime):
-        trainer.run(configs(tiny_cfg, "fedssd")[0], outs[0], deadline=time.time())
-    with pytest.raises(trainer.OutOfTime):
+    with pytest.raises(timed_rounds.OutOfTime):
+        timed_rounds.run_timed(configs(tiny_cfg, "fedssd")[0], outs[0], time.time())
+    with pytest.raises(timed_rounds.OutOfTime):
         run_group(cfgs, outs, deadline=time.time())  # run 0 finishes, runs 1 and 2 stop after round 1
     assert [len(rows(out)) for out in outs] == [2, 1, 1]
     assert (outs[0] / "metrics.json").exists() and not (outs[1] / "metrics.json").exists()

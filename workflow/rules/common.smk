@@ -61,7 +61,7 @@ EXPANSION = expansion(SCALE, RUNTIME, EXPANSION_CACHE, COPY)
 RUNS = EXPANSION.runs
 
 # The runs' configs (without the runtime keys) for the run jobs to read: a job names its runs by
-# id and finds the config here (shared.run --runs --configs) instead of expanding every table
+# id and finds the config here (shared.workflow_job --runs --configs) instead of expanding every table
 # again; where it lacks a run, the job expands (seconds). Written when the workflow starts jobs
 # (`onstart`, below), never by reading it. Not an input of any rule: a new input of the run rule
 # would retrain every finished run that Snakemake has metadata of ("Set of input files has
@@ -86,7 +86,7 @@ onstart:
 # It is no rerun trigger (profiles/default leaves out `code`), so none of these retrains a run.
 PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
 RUN_COMMAND = (
-    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.run --scale {SCALE} --configs {CONFIGS}"
+    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.workflow_job --scale {SCALE} --configs {CONFIGS}"
     f" --runs {{output}} --attempt {{resources.run_attempt}} --attempts {config['retries'] + 1} --gpu auto"
     f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
 ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml

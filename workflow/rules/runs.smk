@@ -1,5 +1,5 @@
 
-# A run job's command names its runs by output directory and scale; shared.run looks their
+# A run job's command names its runs by output directory and scale; shared.workflow_job looks their
 # configs up itself and takes the runtime keys (RUNTIME_ARGS) from --config as they are when
 # the job starts. So a job has no params, and its inputs are at most markers of a failure:
 # Snakemake's rerun triggers see the run ids and nothing else, and a finished run is never
@@ -65,7 +65,7 @@ def group_minutes(members, attempt):
 
 def summary_state(metrics, rid):
     """What a run's metrics.json says at planning time: "final", "failed", "missing", or a
-    problem (unreadable, not a summary, another run's) that shared.run deals with."""
+    problem (unreadable, not a summary, another run's) that shared.workflow_job deals with."""
     try:
         summary = json.loads(metrics.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -171,7 +171,7 @@ if RUNS_PER_JOB == 1:
 else:  # one job per group of runs that train in one batched step (shared/targets/run_groups.py), at most
     # runs_per_job of them. Groups depend on the scale's runs alone, never on what is finished, so
     # every process (the main one, a SLURM job's) defines the same rules. A group of finished and
-    # unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.run
+    # unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.workflow_job
     # restores the finished ones from their kept metrics.json and trains only the others.
     from shared.targets.run_groups import form_groups
 
