@@ -1,8 +1,8 @@
 """A campaign session's timing record, `timing.json`: for every unit `train` trained (a run, or
 a group in one batched step), what it was and where its seconds went.
 
-    units[]     runs (ids), method, model, slots (the (run, client) pairs of a round),
-                steps_per_round, useful_share (of the slot-steps paid for, those a client had a
+    units[]     runs (ids), method, model, lanes (the (run, client) pairs of a round),
+                steps_per_round, useful_share (of the lane-steps paid for, those a client had a
                 batch for), rounds timed, seconds_per_round split into preparation, steps,
                 aggregation, evaluation and checkpointing (shared/training/round_timing.py), the first
                 round's seconds apart (a CUDA graph's capture, warm-up), peak GPU memory (null
@@ -99,14 +99,14 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
             "seconds_per_round": None,
             "first_round_s": None,
         }
-    paid = sum(r.paid_slot_steps for r in rounds)
-    useful = sum(sum(r.slot_steps) for r in rounds)
+    paid = sum(r.paid_lane_steps for r in rounds)
+    useful = sum(sum(r.lane_steps) for r in rounds)
     later = rounds[1:] or rounds  # the first round pays for capture and warm-up
     per_round = {phase: round(statistics.fmean(r.seconds.get(phase, 0.0) for r in later), 3) for phase in PHASES}
     return {
         "rounds": len(rounds),
-        "slots": max(r.slots for r in rounds),
-        "slots_per_step": max(r.slots_per_step for r in rounds),
+        "slots": max(r.lanes for r in rounds),
+        "slots_per_step": max(r.lanes_per_step for r in rounds),
         "steps_per_round": round(statistics.fmean(r.steps for r in rounds), 1),
         "useful_share": round(useful / paid, 3) if paid else None,
         "seconds_per_round": {"total": round(sum(per_round.values()), 3), **per_round},

@@ -214,8 +214,6 @@ class BatchedClients:
     def lanes(self) -> int:
         return len(self.sizes)
 
-    slots = lanes  # until lane-rename.sh renames trainer.py, group_training.py and clients.py (issue 42)
-
     def autocast(self):
         # cache_enabled=False: autocast's weight cache cannot live across CUDA graph replays
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.amp, cache_enabled=False)
@@ -486,6 +484,3 @@ class BatchedClients:
                 lane.method.finish_client(lane.client, self.model, update)
             results.append(update)
         return results
-
-
-Slot = Lane  # until lane-rename.sh renames trainer.py, group_training.py and clients.py (issue 42)

@@ -26,7 +26,7 @@ from shared.data.federation import Client, Federation
 from shared.methods.fedavg import ClientUpdate, Diverged, FedAvg, snapshot
 from shared.models.nets import Net
 from shared.runs.seeding import client_generator
-from shared.training.batched import BatchedClients, Slot
+from shared.training.batched import BatchedClients, Lane
 from shared.training.evaluation import autocast, evaluate_many
 
 # What each faster way needs of a method (fields of shared.methods.fedavg.Capabilities)
@@ -206,18 +206,18 @@ class InThreads(OneAfterAnother):
 
 
 class Batched:
-    """Up to `slots` clients at a time in one vmapped step (shared/training/batched.py)."""
+    """Up to `lanes` clients at a time in one vmapped step (shared/training/batched.py)."""
 
-    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, slots: int):
+    def __init__(self, method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, lanes: int):
         self.method, self.model, self.federation, self.cfg = method, model, federation, cfg
-        self.clients = BatchedClients(model, federation, cfg, slots)
+        self.clients = BatchedClients(model, federation, cfg, lanes)
 
     @property
-    def slots_per_step(self) -> int:
-        return self.clients.slots
+    def lanes_per_step(self) -> int:
+        return self.clients.lanes
 
     def train(self, clients: list[Client], global_model: Net, round: int, test_local: bool) -> list[ClientResult]:
-        updates = self.clients.train([Slot(self.method, client, self.cfg, round, global_model) for client in clients])
+        updates = self.clients.train([Lane(self.method, client, self.cfg, round, global_model) for client in clients])
         for update in updates:
             if isinstance(update, Diverged):
                 raise update

@@ -9,11 +9,11 @@ dataset is loaded once per process and shared), partition, global model, method 
 random streams, evaluation, checkpoint, metrics and tensorboard files; `shared.training.timed_rounds`'
 round loop takes the group's runs a round of each at a time, and `GroupClients` trains all
 their sampled clients in `shared.training.batched.BatchedClients` (one CUDA graph for the group; a
-model with BatchNorm too, each (run, client) slot with its own batch and running statistics). A
+model with BatchNorm too, each (run, client) lane with its own batch and running statistics). A
 run's results equal the run trained alone up to floating-point rounding, so its run id is the
 same (tests/training/test_group_training.py checks this in float64 per method).
 
-Runs may be at different rounds (one resumed further than another): each slot carries its own
+Runs may be at different rounds (one resumed further than another): each lane carries its own
 run's round, batches and generator. A run whose rounds end, or that diverges, leaves the group;
 the others go on. A deadline stops the whole group between rounds (OutOfTime), every run's
 last round checkpointed.
@@ -41,7 +41,7 @@ from shared.data.datasets import Dataset, load_dataset
 from shared.methods.fedavg import Diverged
 from shared.runs.directory import RunDirectory
 from shared.targets.run_groups import group_key
-from shared.training.batched import BatchedClients, Slot
+from shared.training.batched import BatchedClients, Lane
 from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
 from shared.training.timed_rounds import Deadline, train_members
 from shared.training.trainer import Member, resolve_device, sample_clients, start_member
@@ -84,9 +84,9 @@ class DatasetCache:
 
 
 class GroupClients:
-    """Every sampled client of every member of a group, in batched steps of (run, client) slots:
-    as many slots as the members' clients per round, so one step a round (for models as large
-    as ResNet-50, as many as fit: shared/training/batched.py, `slots_that_fit`)."""
+    """Every sampled client of every member of a group, in batched steps of (run, client) lanes:
+    as many lanes as the members' clients per round, so one step a round (for models as large
+    as ResNet-50, as many as fit: shared/training/batched.py, `lanes_that_fit`)."""
 
     def __init__(self, members: list[Member]):
         first = members[0]
@@ -95,16 +95,16 @@ class GroupClients:
         self.clients = BatchedClients(self.model, first.setup.federation, first.cfg, wanted)
 
     @property
-    def slots_per_step(self) -> int:
-        return self.clients.slots
+    def lanes_per_step(self) -> int:
+        return self.clients.lanes
 
     def __call__(self, members: list[Member], sampled: list[list[int]]) -> list[list[ClientResult] | Diverged]:
-        slots = [
-            Slot(m.setup.method, m.setup.federation.clients[c], m.cfg, m.round, m.setup.global_model)
+        lanes = [
+            Lane(m.setup.method, m.setup.federation.clients[c], m.cfg, m.round, m.setup.global_model)
             for m, clients in zip(members, sampled)
             for c in clients
         ]
-        updates = self.clients.train(slots)
+        updates = self.clients.train(lanes)
         outcomes, start = [], 0
         for _member, clients in zip(members, sampled):
             mine, start = updates[start : start + len(clients)], start + len(clients)

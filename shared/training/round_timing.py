@@ -25,37 +25,37 @@ class RoundTiming:
     """One round of a group of runs (a run alone: a group of one)."""
 
     runs: int
-    slot_steps: tuple[int, ...]  # each (run, client) slot's local steps this round
-    slots_per_step: int  # the slots that share one training step (1: clients one after another)
+    lane_steps: tuple[int, ...]  # each (run, client) lane's local steps this round
+    lanes_per_step: int  # the lanes that share one training step (1: clients one after another)
     seconds: dict[str, float] = field(default_factory=dict)  # by PHASES
 
     @property
-    def slots(self) -> int:
-        return len(self.slot_steps)
+    def lanes(self) -> int:
+        return len(self.lane_steps)
 
     @property
     def passes(self) -> int:
-        """Batched steps of this many slots each run to the longest slot's steps."""
-        return math.ceil(self.slots / self.slots_per_step) if self.slots_per_step > 1 else 0
+        """Batched steps of this many lanes each run to the longest lane's steps."""
+        return math.ceil(self.lanes / self.lanes_per_step) if self.lanes_per_step > 1 else 0
 
     @property
     def steps(self) -> int:
-        """Training steps the round took: one after another, every slot's; batched, each pass
-        as many as its longest slot (taken as the round's longest)."""
-        if not self.slot_steps:
+        """Training steps the round took: one after another, every lane's; batched, each pass
+        as many as its longest lane (taken as the round's longest)."""
+        if not self.lane_steps:
             return 0
-        return self.passes * max(self.slot_steps) if self.passes else sum(self.slot_steps)
+        return self.passes * max(self.lane_steps) if self.passes else sum(self.lane_steps)
 
     @property
-    def paid_slot_steps(self) -> int:
-        """The slot-steps the round paid for: each batched step as wide as its slots."""
-        return self.steps * (min(self.slots_per_step, self.slots) if self.passes else 1)
+    def paid_lane_steps(self) -> int:
+        """The lane-steps the round paid for: each batched step as wide as its lanes."""
+        return self.steps * (min(self.lanes_per_step, self.lanes) if self.passes else 1)
 
     @property
     def useful_share(self) -> float | None:
-        """Of the slot-steps the round paid for, those a client had a batch for (the rest is
-        padding: a slot waiting for the longest client of its step)."""
-        return sum(self.slot_steps) / self.paid_slot_steps if self.steps else None
+        """Of the lane-steps the round paid for, those a client had a batch for (the rest is
+        padding: a lane waiting for the longest client of its step)."""
+        return sum(self.lane_steps) / self.paid_lane_steps if self.steps else None
 
 
 class Laps:

@@ -1,6 +1,6 @@
 """Rounds of several runs at a time, timed, and stopped before a deadline (`train_members`): a
 group of runs in one batched step (shared/training/group_training.py), and a campaign's run
-alone in a time-boxed slot (`run_timed`, shared/campaign/train.py).
+alone in a time-boxed session (`run_timed`, shared/campaign/train.py).
 
 Each round takes every run still training through the round's steps of
 shared/training/trainer.py, a round of all at a time, so that the math is the one a run alone
@@ -43,7 +43,7 @@ Deadline = float | Callable[[], float] | None
 
 class OutOfTime(Exception):
     """The run stopped between rounds, its last round checkpointed, because the next round
-    would end past its deadline (a time-boxed GPU slot, shared/campaign/train.py); started again, it
+    would end past its deadline (a time-boxed GPU session, shared/campaign/train.py); started again, it
     continues from that checkpoint."""
 
 
@@ -102,7 +102,7 @@ def train_members(members: list[Member], train_clients, deadline: Deadline = Non
                 record = round_record(members[i], clients, outcome, evaluations.get(i), timing)
                 end_round(members[i], record, time.perf_counter() - started, logs[i])
             laps.lap("checkpointing")
-            report(RoundTiming(len(active), timing.slot_steps, timing.slots_per_step, laps.seconds))
+            report(RoundTiming(len(active), timing.lane_steps, timing.lanes_per_step, laps.seconds))
             summaries.update({i: finish_member(members[i]) for i in active if not members[i].training})
             for member in members:
                 if member.training:
@@ -114,9 +114,9 @@ def train_members(members: list[Member], train_clients, deadline: Deadline = Non
 
 
 def step_width(train_clients, member: Member) -> int:
-    """The (run, client) slots that share one training step: a group's batched step
+    """The (run, client) lanes that share one training step: a group's batched step
     (shared/training/group_training.py), a run's own batched clients, else 1 (one after another)."""
-    return getattr(train_clients, "slots_per_step", None) or getattr(member.setup.clients, "slots_per_step", 1)
+    return getattr(train_clients, "lanes_per_step", None) or getattr(member.setup.clients, "lanes_per_step", 1)
 
 
 def stop_before_deadline(deadline: Deadline, done: int, rounds: int, round_seconds: float) -> None:

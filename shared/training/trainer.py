@@ -121,7 +121,7 @@ def round_record(
 ) -> dict:
     """The round's record: its clients and training loss, in evaluated rounds the global
     model's test accuracy, loss and per-class accuracy (`evaluation`) and the local models'
-    mean accuracy, the method's own numbers, then the round's slots and steps (`timing`: a
+    mean accuracy, the method's own numbers, then the round's lanes and steps (`timing`: a
     group's, where the run trained in one) on its device."""
     record = {
         "round": member.round + 1,
@@ -137,7 +137,7 @@ def round_record(
         local_accs = [r.local_acc for r in results if r.local_acc is not None]
         if local_accs:
             record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
-    timed = {"slots": timing.slots, "steps": timing.steps, "device": device_name(member.setup.device)}
+    timed = {"slots": timing.lanes, "steps": timing.steps, "device": device_name(member.setup.device)}
     return {**record, **member.setup.method.round_metrics(), **timed}  # a round's time holds on its device only
 
 
@@ -173,7 +173,7 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
                 break
             setup.method.aggregate(setup.global_model, [r.update for r in results])
             evaluation = evaluate_globals([member])[0] if evaluates(cfg, member.round) else None
-            timing = round_timing([results], getattr(setup.clients, "slots_per_step", 1))
+            timing = round_timing([results], getattr(setup.clients, "lanes_per_step", 1))
             record = round_record(member, sampled, results, evaluation, timing)
             end_round(member, record, time.perf_counter() - started, live)
     return finish_member(member)
@@ -227,7 +227,7 @@ def train_sampled(member: Member, sampled: list[int]) -> list[ClientResult]:
 
 
 def round_timing(outcomes: list[list[ClientResult] | Diverged], width: int) -> RoundTiming:
-    """The round's slots and their steps (a diverged run's clients left out), its phases to come."""
+    """The round's lanes and their steps (a diverged run's clients left out), its phases to come."""
     steps = tuple(r.update.num_steps for outcome in outcomes if not isinstance(outcome, Diverged) for r in outcome)
     return RoundTiming(len(outcomes), steps, width)
 

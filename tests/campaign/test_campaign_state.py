@@ -153,7 +153,7 @@ def test_the_budget_keeps_the_finished_runs_and_the_most_advanced_checkpoints(tm
     assert len(err) == 1 and err[0].startswith("warning: ") and "cannot return the whole state" in err[0]
 
 
-def test_a_checkpoint_the_slot_could_not_return_stays_out_of_the_state_and_here(tmp_path, monkeypatch, capsys):
+def test_a_checkpoint_the_session_could_not_return_stays_out_of_the_state_and_here(tmp_path, monkeypatch, capsys):
     """A real smoke session stopped after the first run's second round (the round-time estimate
     said the run would finish, so it started), with a budget too small for its checkpoint:
     named in one line, left out of the state, kept on this machine; the next session on it, as

@@ -170,8 +170,8 @@ def history(run_dir: Path, rounds: list[tuple[int, float]], steps: int = 10, dev
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").write_text(
         "".join(
-            json.dumps({"round": i + 1, "slots": slots, "steps": steps, "seconds": seconds, "device": device}) + "\n"
-            for i, (slots, seconds) in enumerate(rounds)
+            json.dumps({"round": i + 1, "slots": lanes, "steps": steps, "seconds": seconds, "device": device}) + "\n"
+            for i, (lanes, seconds) in enumerate(rounds)
         )
     )
 
@@ -196,13 +196,13 @@ def test_a_units_round_is_measured_then_scaled_by_its_steps_then_planned_on_this
     assert scaled.source.startswith("1.2 s a step") and scaled.seconds == pytest.approx(
         1.2 * unit_sizing.steps_per_round([cfg])
     )
-    # a batched unit's step time follows its steps, not its slots: two runs in one step take a
+    # a batched unit's step time follows its steps, not its lanes: two runs in one step take a
     # round as long as one run's longest client, where one after another they take every client's
     batched = [with_runtime(runs[r], "cpu", None, clients_per_step=4) for r in same[:2]]
     assert unit_sizing.steps_per_round(batched) < unit_sizing.steps_per_round([cfg, cfg])
     # rounds of another device, or of none, say nothing of this one
     assert unit_sizing.measured_rounds(runs, tmp_path, "cpu") == []
-    # the same method, model and slots: taken as measured, before any other
+    # the same method, model and lanes: taken as measured, before any other
     history(tmp_path / first, [(clients, 3.0)])
     measured = unit_sizing.measured_rounds(runs, tmp_path, DEVICE)
     assert unit_sizing.round_seconds([cfg], measured) == unit_sizing.Estimate(3.0, "measured")
@@ -256,9 +256,9 @@ def test_sized_units_skip_the_ledger_and_leave_the_runs_that_do_not_fit_for_late
 
 
 def test_the_timing_of_a_batched_round_counts_its_padding():
-    batched = RoundTiming(runs=2, slot_steps=(4, 2, 4, 2), slots_per_step=4, seconds={"steps": 2.0})
+    batched = RoundTiming(runs=2, lane_steps=(4, 2, 4, 2), lanes_per_step=4, seconds={"steps": 2.0})
     assert batched.steps == 4 and batched.useful_share == pytest.approx(12 / 16)
-    alone = RoundTiming(runs=1, slot_steps=(4, 2), slots_per_step=1, seconds={"steps": 1.0})
+    alone = RoundTiming(runs=1, lane_steps=(4, 2), lanes_per_step=1, seconds={"steps": 1.0})
     assert alone.steps == 6 and alone.useful_share == 1.0
     summary = unit_summary([batched, batched])
     assert summary["useful_share"] == 0.75 and summary["slots"] == 4 and summary["seconds_per_round"]["steps"] == 2.0
