@@ -43,6 +43,7 @@ from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_
 # (benchmarks/resume_matrix.py) take is_final and write_atomically from here
 from shared.runs.files import (
     CLIENT_STATE,
+    CLIENT_STATE_MANIFEST,
     LockHeld,
     aside_path,
     history_problem,
@@ -156,6 +157,16 @@ def prune_client_states(run_path: Path, keep: set[str]) -> None:
             file.unlink(missing_ok=True)
     if not keep:
         folder.rmdir()
+
+
+def named_client_states(method_state: dict) -> set[str]:
+    """The per-client state files a checkpoint's method state names (shared/methods/client_state.py)."""
+    return {
+        file
+        for value in method_state.values()
+        if isinstance(value, dict) and CLIENT_STATE_MANIFEST in value
+        for file in value[CLIENT_STATE_MANIFEST].values()
+    }
 
 
 class RunDirectory:
@@ -336,8 +347,11 @@ class RunDirectory:
         save_tensors({"identity": identity(self.cfg), **state}, self.checkpoint)
 
     def save_round(self, history: list[dict], state: dict) -> None:
+        """The round's checkpoint and metrics.jsonl, then only the per-client state files that
+        the checkpoint names are kept (a kill before it resumes from the files the last one names)."""
         self.save_checkpoint({"history": history, **state})
         write_history(history, self.path / "metrics.jsonl")
+        prune_client_states(self.path, named_client_states(state["method"]))
 
     def keep(self, summary: dict) -> None:
         """A copy of a finished run's metrics.json, from which `restore_kept` puts it back."""

@@ -35,7 +35,7 @@ from shared.data.catalog import DataError
 from shared.data.datasets import Dataset
 from shared.data.federation import Federation, build_federation
 from shared.data.partition import save_count_matrix
-from shared.methods.client_state import persist, prune
+from shared.methods.client_state import persist
 from shared.methods.client_state import restore as restore_client_states
 from shared.methods.fedavg import Diverged, FedAvg
 from shared.methods.registry import build_method
@@ -279,7 +279,6 @@ def end_round(member: Member, record: dict, seconds: float, live) -> None:
     out.save_round(
         member.history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": member.elapsed}
     )
-    prune(method_state, out.path)
     report_progress(member.cfg, out, record)
     live.write(record)
     if not math.isfinite(record.get("global_loss", 0.0)):
