@@ -25,29 +25,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-import traceback
-from pathlib import Path
 
 import yaml
 
 from shared.config.dotted import flatten
 from shared.config.schema import ConfigError, excerpt, run_id, to_dict
 from shared.data.catalog import DataError
-from shared.runs.directory import (
-    DISK_FULL,
-    KEPT,
-    RunDirectory,
-    RunDirectoryError,
-    check_output,
-    is_final,
-    write_error,
-    write_json,
-)
+from shared.runs.directory import RunDirectoryError, check_output, write_error
 from shared.targets.configs import load_config
 from shared.targets.run_groups import form_groups
 from shared.training.group_training import GroupRefused, run_group
-from shared.training.trainer import record_failure, resolve_device, run, select_device
+from shared.training.trainer import is_disk_full, print_error, resolve_device, run, select_device
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -148,7 +136,7 @@ def train_all(cfgs: list, outs: list[str], record_failure: bool, restore: bool, 
         members = [int(i) for i in group]
         if len(members) > 1:
             try:
-                summaries = run_group([cfgs[i] for i in members], [outs[i] for i in members], restore)
+                summaries = run_group([cfgs[i] for i in members], [outs[i] for i in members], restore, keep=True)
                 codes.update({i: report(summary, outs[i]) for i, summary in zip(members, summaries)})
                 continue
             except GroupRefused as why:
@@ -176,75 +164,34 @@ def train(cfg, out: str, record_failure: bool, restore: bool = False, attempt: i
     which enforces time limits every 30 s or so, killed the job just after the run ended), the
     workflow's retry (`restore`) puts them back instead of training the run again. Every
     change to the directory happens in `run`, holding its lock, once it is known to be this
-    run's (shared/runs/directory.py)."""
+    run's (shared/runs/directory.py), a recorded failure too."""
 
-    rid = run_id(cfg)
     try:
-        summary = run(cfg, out, restore)
+        summary = run(cfg, out, restore, record_attempt=attempt if record_failure else None, keep=True)
     except RunDirectoryError as exc:  # not this run's directory, or another writer's: nothing is written to it
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        if (
-            isinstance(exc, OSError) and exc.errno in DISK_FULL
-        ):  # one line, no failure recorded: the next attempt resumes
-            print(f"error: run {rid}: {write_error(exc)}", file=sys.stderr)
+        if is_disk_full(exc):  # one line, no failure recorded: the next attempt resumes
+            print(f"error: run in {out}: {write_error(exc)}", file=sys.stderr)
             return 1
-        if isinstance(exc, (ConfigError, DataError)):
-            print(f"error: {exc}", file=sys.stderr)
-        else:
-            traceback.print_exc()
-        if not record_failure:
-            print(f"run {rid} failed (attempt {attempt}); no metrics.json, so that the job is retried", file=sys.stderr)
-            return 2 if isinstance(exc, (ConfigError, DataError)) else 1
-        summary = record(cfg, out, exc, attempt)
-        if summary is None:
+        if record_failure:  # raised while the failure (already printed) was being recorded
+            print(f"error: the failure is not recorded: {excerpt(str(exc))}", file=sys.stderr)
             return 1
+        print_error(exc)
+        print(f"run in {out} failed (attempt {attempt}); no metrics.json, so that the job is retried", file=sys.stderr)
+        return 2 if isinstance(exc, (ConfigError, DataError)) else 1
     return report(summary, out)
 
 
 def report(summary: dict, out: str) -> int:
-    """Keep a finished run's metrics.json (`train`) and print its summary line; exit code 0."""
-    if is_final(summary["status"]) and "restored" not in summary:
-        write_json(summary, Path(out) / KEPT)
+    """Print a run's summary line; exit code 0."""
     keep = ("status", "final_acc", "best_acc", "rounds_to_target", "wall_time_s")
     line = {"out": out, **{k: summary.get(k) for k in keep}}
     if "restored" in summary:
         line["restored"] = summary["restored"]
     print(json.dumps(line), flush=True)
     return 0
-
-
-def record(cfg, out: str, exc: Exception, attempt: int) -> dict | None:
-    """Record a failure in metrics.json and failure.json, holding the run's lock (None: another
-    process took it meanwhile, and nothing is written)."""
-
-    directory = RunDirectory(out, cfg)
-    try:
-        directory.lock()
-    except RunDirectoryError as locked:
-        print(f"error: the failure is not recorded: {locked}", file=sys.stderr)
-        return None
-    try:
-        summary = record_failure(cfg, out, exc)
-        failure = {
-            "run_id": directory.run_id,
-            "status": summary["status"],
-            "attempt": attempt,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "error": traceback.format_exc(),
-        }
-        write_json(failure, directory.path / "failure.json")
-    except OSError as full:
-        print(f"error: the failure is not recorded: {write_error(full)}", file=sys.stderr)
-        return None
-    finally:
-        directory.unlock()
-    print(
-        f"run {directory.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
-        file=sys.stderr,
-    )
-    return summary
 
 
 def as_overrides(values: dict) -> list[str]:

@@ -8,7 +8,7 @@ speed, as the client starts training), not on the GPU: for 100 clients of ResNet
 How it is checkpointed: each client's tensors in a file of their own in the run directory's
 `client_state/` (shared/runs/directory.py), written only when that client's state changed (the
 round's sampled clients), and named by the round that wrote it; the round's checkpoint holds
-the names alone. A file is removed once no checkpoint names it, so a kill between writing a
+the names alone. A file is removed once no checkpoint names it (RunDirectory.save_round), so a kill between writing a
 client's new file and the checkpoint that names it resumes from the files the last checkpoint
 names, the same tensors bit for bit.
 """
@@ -20,11 +20,10 @@ from typing import Iterator, Union
 
 import torch
 
-from shared.runs.directory import client_state_path, load_tensors, prune_client_states, save_tensors
-from shared.runs.files import client_state_name
+from shared.runs.directory import client_state_path, load_tensors, save_tensors
+from shared.runs.files import CLIENT_STATE_MANIFEST, client_state_name
 
 Tensors = Union[list[torch.Tensor], dict[str, torch.Tensor]]  # one client's state
-MANIFEST = "client_state_files"  # what a checkpoint holds in place of a ClientStates: client -> file
 
 
 def each(value: Tensors, fn) -> Tensors:
@@ -72,7 +71,7 @@ class ClientStates:
                 name = client_state_name(self.name, client, round)
                 save_tensors(value, client_state_path(run_path, name))
                 self.files[client] = name
-        return {MANIFEST: {client: self.files[client] for client in self.tensors}}
+        return {CLIENT_STATE_MANIFEST: {client: self.files[client] for client in self.tensors}}
 
     @classmethod
     def from_saved(cls, name: str, saved) -> "ClientStates":
@@ -95,17 +94,11 @@ def restore(persisted: dict, run_path: Path) -> dict:
     """A checkpoint's method state with each manifest read back into a ClientStates (named by its key)."""
     restored = {}
     for key, value in persisted.items():
-        if isinstance(value, dict) and MANIFEST in value:
+        if isinstance(value, dict) and CLIENT_STATE_MANIFEST in value:
             states = ClientStates(key)
-            for client, file in value[MANIFEST].items():
+            for client, file in value[CLIENT_STATE_MANIFEST].items():
                 states.tensors[client] = each(load_tensors(client_state_path(run_path, file)), to_host)
                 states.files[client] = file
             value = states
         restored[key] = value
     return restored
-
-
-def prune(persisted: dict, run_path: Path) -> None:
-    """Remove the per-client files that the checkpoint just written no longer names."""
-    named = {file for v in persisted.values() if isinstance(v, dict) and MANIFEST in v for file in v[MANIFEST].values()}
-    prune_client_states(run_path, named)

@@ -7,8 +7,8 @@ that survives a crash (or a corrupt file) without being trusted blindly.
     metrics.json      the summary, written last: its presence means the run is finished
     checkpoint.pt     after every round; removed once the run completes
     model.pt          the final global model
-    failure.json      the error of a run whose last attempt raised (shared/run.py, shared/workflow_job.py)
-    .metrics.json.kept  a copy of a finished run's metrics.json (shared/run.py)
+    failure.json      the error of a run whose last attempt raised (shared/training/trainer.py)
+    .metrics.json.kept  a copy of a finished run's metrics.json (`keep`: shared/run.py's runs)
     .lock             held (flock) by the process writing the run; released when it exits
 
 Nothing is changed before the lock is held and the directory is known to hold this run (or
@@ -40,9 +40,10 @@ import yaml
 from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
 
 # torch-free (shared/runs/files.py: planning and shipping read runs without torch); the writers
-# (shared/run.py, benchmarks/resume_matrix.py) take is_final and write_atomically from here
+# (benchmarks/resume_matrix.py) take is_final and write_atomically from here
 from shared.runs.files import (
     CLIENT_STATE,
+    CLIENT_STATE_MANIFEST,
     LockHeld,
     aside_path,
     history_problem,
@@ -53,7 +54,7 @@ from shared.runs.files import (
     write_atomically,
 )
 
-KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/run.py `train`)
+KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (`RunDirectory.keep`)
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
 RUN_FILE = re.compile(
     r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"
@@ -158,9 +159,21 @@ def prune_client_states(run_path: Path, keep: set[str]) -> None:
         folder.rmdir()
 
 
+def named_client_states(method_state: dict) -> set[str]:
+    """The per-client state files a checkpoint's method state names (shared/methods/client_state.py)."""
+    return {
+        file
+        for value in method_state.values()
+        if isinstance(value, dict) and CLIENT_STATE_MANIFEST in value
+        for file in value[CLIENT_STATE_MANIFEST].values()
+    }
+
+
 class RunDirectory:
-    def __init__(self, path: str | Path, cfg: RunConfig):
+    def __init__(self, path: str | Path, cfg: RunConfig, keep: bool = False):
+        """`keep`: keep a copy of the finished run's metrics.json (`keep`), for a later `restore_kept`."""
         self.path = Path(path)
+        self.keeps = keep
         self.cfg, self.run_id = cfg, run_id(cfg)
         self.summary, self.checkpoint = self.path / "metrics.json", self.path / "checkpoint.pt"
         self.config = self.path / "config.yaml"
@@ -222,6 +235,7 @@ class RunDirectory:
         if done is None and restore:
             done = self.restore_kept()
         if done is not None:
+            self.keep(done)
             self.checkpoint.unlink(missing_ok=True)  # a kill between the summary and these removals
             prune_client_states(self.path, keep=set())
             return done
@@ -333,14 +347,23 @@ class RunDirectory:
         save_tensors({"identity": identity(self.cfg), **state}, self.checkpoint)
 
     def save_round(self, history: list[dict], state: dict) -> None:
+        """The round's checkpoint and metrics.jsonl, then only the per-client state files that
+        the checkpoint names are kept (a kill before it resumes from the files the last one names)."""
         self.save_checkpoint({"history": history, **state})
         write_history(history, self.path / "metrics.jsonl")
+        prune_client_states(self.path, named_client_states(state["method"]))
+
+    def keep(self, summary: dict) -> None:
+        """A copy of a finished run's metrics.json, from which `restore_kept` puts it back."""
+        if self.keeps and is_final(summary["status"]) and "restored" not in summary:
+            write_json(summary, self.path / KEPT)
 
     def finish(self, summary: dict, model_state: dict) -> None:
         """The final model, then the summary (the run counts as finished from here), then the
         checkpoint goes."""
         save_tensors(model_state, self.path / "model.pt")
         write_json(summary, self.summary)
+        self.keep(summary)
         self.checkpoint.unlink(missing_ok=True)
         prune_client_states(self.path, keep=set())
 

@@ -32,6 +32,7 @@ CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (s
 # A per-client state file's name in CLIENT_STATE: the state's name (a method attribute), the
 # client, and the round that wrote it; the campaign carries the files of this form
 CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]{1,64}-[0-9]{1,9}-r[0-9]{1,9}\.pt")  # short: a path stays far below 255
+CLIENT_STATE_MANIFEST = "client_state_files"  # what a checkpoint holds in place of a method's per-client state
 
 
 def client_state_name(state: str, client: int, round: int) -> str:

@@ -117,19 +117,20 @@ class GroupClients:
 
 
 def run_group(
-    cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False, deadline: Deadline = None
+    cfgs: list[RunConfig], outs: list[str | Path], restore: bool = False, deadline: Deadline = None, keep: bool = False
 ) -> list[dict]:
     """Train these runs as one group (each resumed from its checkpoint; a finished one is
     skipped, its metrics.json returned); raises GroupRefused with the reason where they cannot
     train in one step: `group_reason` before any run is set up, the method and model's
-    (`unbatchable_reason`) once they are, before any training."""
+    (`unbatchable_reason`) once they are, before any training. `restore` and `keep` as
+    trainer.run's, each run's holding its lock."""
     why = group_reason(cfgs)
     if why:
         raise GroupRefused(why)
     with ExitStack() as stack:
         directories, summaries = [], {}
         for i, (cfg, out) in enumerate(zip(cfgs, outs)):
-            directory = RunDirectory(out, cfg)
+            directory = RunDirectory(out, cfg, keep)
             directory.lock()
             stack.callback(directory.unlock)
             finished = directory.claim(restore)

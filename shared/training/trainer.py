@@ -21,6 +21,7 @@ import math
 import platform
 import sys
 import time
+import traceback
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +30,18 @@ import numpy as np
 import torch
 
 from shared.config.dotted import flatten
-from shared.config.schema import RUNTIME_KEYS, RunConfig, check, run_id, to_dict
+from shared.config.schema import RUNTIME_KEYS, ConfigError, RunConfig, check, run_id, to_dict
+from shared.data.catalog import DataError
 from shared.data.datasets import Dataset
 from shared.data.federation import Federation, build_federation
 from shared.data.partition import save_count_matrix
-from shared.methods.client_state import persist, prune
+from shared.methods.client_state import persist
 from shared.methods.client_state import restore as restore_client_states
 from shared.methods.fedavg import Diverged, FedAvg
 from shared.methods.registry import build_method
 from shared.models.nets import Net
 from shared.models.registry import count_parameters, model_for
-from shared.runs.directory import RunDirectory, write_json
+from shared.runs.directory import DISK_FULL, RunDirectory, RunDirectoryError, write_json
 from shared.runs.metrics import rounds_to_target
 from shared.runs.numerics import set_numerics
 from shared.runs.provenance import environment
@@ -145,14 +147,24 @@ def evaluates(cfg: RunConfig, round: int) -> bool:
     return (round + 1) % cfg.eval.every == 0 or round + 1 == cfg.federation.rounds
 
 
-def run(cfg: RunConfig, out_dir: str | Path, restore: bool = False) -> dict:
+def run(
+    cfg: RunConfig, out_dir: str | Path, restore: bool = False, record_attempt: int | None = None, keep: bool = False
+) -> dict:
     """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
-    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim)."""
-    out = RunDirectory(out_dir, cfg)
+    `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim);
+    `record_attempt`: a job's last attempt, whose failure is recorded rather than raised
+    (`record_failed_attempt`); `keep`: keep a copy of a finished run's metrics.json for a later
+    `restore` (RunDirectory.keep). All of it holding the directory's lock."""
+    out = RunDirectory(out_dir, cfg, keep)
     out.lock()
     try:
         finished = out.claim(restore)
         return finished if finished is not None else train_rounds(cfg, out)
+    except Exception as exc:
+        if record_attempt is None or isinstance(exc, RunDirectoryError) or is_disk_full(exc):
+            raise  # a full disk records no failure: the next attempt resumes from the checkpoint
+        print_error(exc)
+        return record_failed_attempt(cfg, out, exc, record_attempt)
     finally:
         out.unlock()
 
@@ -267,7 +279,6 @@ def end_round(member: Member, record: dict, seconds: float, live) -> None:
     out.save_round(
         member.history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": member.elapsed}
     )
-    prune(method_state, out.path)
     report_progress(member.cfg, out, record)
     live.write(record)
     if not math.isfinite(record.get("global_loss", 0.0)):
@@ -363,3 +374,34 @@ def record_failure(cfg: RunConfig, out_dir: str | Path, exc: BaseException) -> d
     summary = summarize([], cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {"environment": environment()})
     write_json(summary, Path(out_dir) / "metrics.json")
     return summary
+
+
+def record_failed_attempt(cfg: RunConfig, out: RunDirectory, exc: BaseException, attempt: int) -> dict:
+    """metrics.json for a run that raised on its last attempt (`record_failure`), and
+    failure.json beside it with the error."""
+    summary = record_failure(cfg, out.path, exc)
+    failure = {
+        "run_id": out.run_id,
+        "status": summary["status"],
+        "attempt": attempt,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "error": "".join(traceback.format_exception(exc)),
+    }
+    write_json(failure, out.path / "failure.json")
+    print(
+        f"run {out.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
+        file=sys.stderr,
+    )
+    return summary
+
+
+def print_error(exc: BaseException) -> None:
+    """A config or data error in one line, anything else with its traceback."""
+    if isinstance(exc, (ConfigError, DataError)):
+        print(f"error: {exc}", file=sys.stderr)
+    else:
+        traceback.print_exception(exc)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL

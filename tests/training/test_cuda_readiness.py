@@ -106,18 +106,19 @@ def test_client_state_lives_on_the_host_and_is_a_copy():
 
 
 def test_a_checkpoint_rewrites_only_the_clients_whose_state_changed(tmp_path):
-    from shared.methods.client_state import persist, prune, restore
+    from shared.methods.client_state import persist, restore
+    from shared.runs.directory import named_client_states, prune_client_states
 
     states = ClientStates("u")
     states[0], states[1] = [torch.zeros(2)], {"w": torch.ones(2)}
     first = persist({"u": states, "step": 1}, tmp_path, round=0)
-    prune(first, tmp_path)
+    prune_client_states(tmp_path, named_client_states(first))
     written = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "client_state").iterdir()}
     assert sorted(written) == ["u-0-r0.pt", "u-1-r0.pt"] and first["step"] == 1
     states[1] = {"w": torch.full((2,), 5.0)}  # only client 1 trained in round 1
     second = persist({"u": states}, tmp_path, round=1)
     assert sorted(p.name for p in (tmp_path / "client_state").iterdir()) == ["u-0-r0.pt", "u-1-r0.pt", "u-1-r1.pt"]
-    prune(second, tmp_path)  # after the checkpoint that names the new file is written
+    prune_client_states(tmp_path, named_client_states(second))  # after the checkpoint that names the new file
     now = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "client_state").iterdir()}
     assert sorted(now) == ["u-0-r0.pt", "u-1-r1.pt"] and now["u-0-r0.pt"] == written["u-0-r0.pt"]
     back = restore(second, tmp_path)["u"]
@@ -132,14 +133,14 @@ PER_CLIENT = {"moon": ["previous"], "fedcurv": ["u", "v"], "scaffold": ["c_clien
 def test_per_client_state_is_checkpointed_in_its_own_files_and_a_finished_run_keeps_none(
     method, tiny_cfg, tmp_path, kill_in_round
 ):
-    from shared.methods.client_state import MANIFEST
+    from shared.runs.files import CLIENT_STATE_MANIFEST
     from shared.training.trainer import run
 
     extra = ["model.projection_dim=8"] if method == "moon" else []
     cfg = tiny_cfg(f"method={method}", "federation.rounds=3", "federation.participation=0.5", *extra)
     kill_in_round(cfg, tmp_path / "killed", 2)
     checkpoint = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
-    named = {file for key in PER_CLIENT[method] for file in checkpoint["method"][key][MANIFEST].values()}
+    named = {file for key in PER_CLIENT[method] for file in checkpoint["method"][key][CLIENT_STATE_MANIFEST].values()}
     assert named and named == {p.name for p in (tmp_path / "killed" / "client_state").iterdir()}  # nothing else kept
     resumed = run(cfg, tmp_path / "killed")
     straight = run(cfg, tmp_path / "straight")
