@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.reporting.palette import style
-from shared.runs.files import read_history, read_partition, read_run_config, read_summary
+from shared.runs.files import RunFilesError, read_history, read_partition, read_run_config, read_summary
 
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     for run_dir in args.runs:
         try:
             runs.append(load_run(run_dir))
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, RunFilesError) as exc:
             print(f"skipped: {exc}", file=sys.stderr)
     if not runs:
         print("error: none of the given directories holds a run's metrics", file=sys.stderr)

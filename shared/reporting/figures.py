@@ -15,7 +15,6 @@ and its runs) is declared in shared/targets/figure_declarations.py."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,7 +45,7 @@ from shared.reporting.figure_style import (
     series_styles,
 )
 from shared.reporting.summary import cell_value
-from shared.runs.files import read_partition, read_summary
+from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name
@@ -227,9 +226,7 @@ def plot_round_metric(
 
     series = defaultdict(list)
     for c, _m in completed(cells, runs_dir):
-        records = [
-            json.loads(line) for line in (runs_dir / c.run_id / "metrics.jsonl").read_text().splitlines() if line
-        ]
+        records = read_history(runs_dir / c.run_id) or []
         series[label_of(c)].append(
             ([r["round"] for r in records if value in r], [r[value] for r in records if value in r])
         )

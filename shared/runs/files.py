@@ -28,7 +28,7 @@ from shared.config.schema import ConfigError, RunConfig, from_dict, run_id
 from shared.runs.strict_text import StrictTextError, strict_json, strict_yaml
 
 FINAL = ("completed", "diverged", "suspect")  # statuses that are results: neither retried nor re-trained
-CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/methods/client_state.py)
+CLIENT_STATE = "client_state"  # per-client state files that checkpoints name (shared/runs/tensor_files.py)
 # A per-client state file's name in CLIENT_STATE: the state's name (a method attribute), the
 # client, and the round that wrote it; the campaign carries the files of this form
 CLIENT_STATE_NAME = re.compile(r"[A-Za-z0-9_]{1,64}-[0-9]{1,9}-r[0-9]{1,9}\.pt")  # short: a path stays far below 255
@@ -264,18 +264,20 @@ def read_summary(run_dir: Path) -> dict:
 
 def read_history(run_dir: Path) -> list[dict] | None:
     """The records of a run's metrics.jsonl, which the trainer rewrites after every round; None
-    where there is none. A line that is not JSON is skipped: the trainer replaces the file
-    atomically, but a copy may have been taken mid-write, its last line cut short."""
-    path = run_dir / "metrics.jsonl"
+    where there is none. A last line that is not JSON is left out: the trainer replaces the file
+    atomically, but a copy may have been taken mid-write, its last line cut short. Any other line
+    that is not JSON is damage: RunFilesError, naming the line."""
+    path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return None
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
     records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise RunFilesError(f"{path}: line {number} is not JSON") from None
     return records
 
 

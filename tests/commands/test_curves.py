@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from shared.curves import PANELS, load_run, main, plot
+from shared.runs.files import RunFilesError, read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -72,6 +73,18 @@ def test_reads_running_and_finished_runs_with_method_and_seed(tmp_path):
 
     run = load_run(summary_only)  # no metrics.jsonl: metrics.json's curves (no training loss there)
     assert run.label == "moon, seed 2" and run.rounds == 4 and "train_loss" not in run.series
+
+
+def test_a_damaged_line_before_the_last_skips_the_run_in_one_line(tmp_path, capsys):
+    good = make_run(tmp_path, "a1", "fedavg", 0, [20.0, 35.0])
+    damaged = make_run(tmp_path, "b2", "fedprox", 0, [18.0, 30.0, 33.0])
+    lines = (damaged / "metrics.jsonl").read_text().splitlines()
+    (damaged / "metrics.jsonl").write_text("\n".join([lines[0], lines[1][:20], lines[2]]) + "\n")
+    with pytest.raises(RunFilesError, match="line 2 is not JSON"):
+        read_history(damaged)
+    assert main([str(good), str(damaged), "-o", str(tmp_path / "c.png")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("skipped:") == 1 and "metrics.jsonl: line 2 is not JSON" in err
 
 
 def test_draws_one_line_per_run_in_each_panel(tmp_path):
