@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from shared.config.schema import ConfigError, data_root
-from shared.data.catalog import DataError, dataset_info
+from shared.config.schema import ConfigError
+from shared.data.catalog import DataError, data_root, dataset_info
 from shared.data.datasets import load_dataset
 from shared.targets.configs import load_config
 
@@ -40,7 +40,7 @@ def files_in(root: Path) -> set[Path]:
 def measure(name: str, overrides: list[str], rebuild: bool) -> dict:
     extra = ["model=distilbert"] if dataset_info(name).text else []
     cfg = load_config(None, [f"dataset={name}", *extra, *overrides])
-    root = data_root(cfg)
+    root = data_root(cfg.data_root)
     if rebuild:
         for cache in cache_files(root, name):
             cache.unlink()

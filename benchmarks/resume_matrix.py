@@ -15,6 +15,7 @@ tests/runs/test_resume.py holds the same property for one point per method in CI
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import tempfile
@@ -26,6 +27,7 @@ import torch
 from shared.methods.registry import method_names
 from shared.runs import directory as run_directory
 from shared.runs import files as run_files
+from shared.runs import tensor_files
 from shared.targets.configs import load_config
 from shared.training import clients as client_training
 from shared.training import trainer
@@ -76,7 +78,10 @@ def killed_writing(name: str, nth: int):
         tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
         raise Killed
 
-    return mock.patch.object(run_directory, "write_atomically", write_atomically)
+    writers = contextlib.ExitStack()  # a run's directory writes its JSON files, tensor_files its tensors
+    for module in (run_directory, tensor_files):
+        writers.enter_context(mock.patch.object(module, "write_atomically", write_atomically))
+    return writers
 
 
 def record(out: Path) -> tuple[list[dict], dict]:

@@ -52,7 +52,7 @@ from shared.config.schema import RunConfig
 from shared.run import as_overrides
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import MOON_CIFAR10
-from shared.training.trainer import resolve_device, sample_clients
+from shared.training.trainer import resolve_device
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
 FEDGKD = {  # papers/fedgkd/protocol.py's PROTOCOL at Dir(0.5), with FedGKD's defaults
@@ -107,7 +107,7 @@ PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200"
 def variant_config(base: dict, overrides: list[str], variant: str) -> RunConfig:
     common = [*as_overrides(base), "trainer.progress=false", *overrides, *VARIANT_OVERRIDES.get(variant, [])]
     if variant.startswith("batched"):  # every client of a round in one step
-        clients_per_round = len(sample_clients(load_config(None, common), 0))
+        clients_per_round = load_config(None, common).clients_per_round
         common.append(f"trainer.clients_per_step={clients_per_round}")
     if variant.startswith("threads"):  # as many clients at once as torch has CPU threads
         common.append(f"trainer.client_threads={torch.get_num_threads()}")

@@ -20,7 +20,7 @@ from shared.config.schema import to_dict
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method
 from shared.models.registry import model_for
-from shared.runs.directory import load_tensors
+from shared.runs.tensor_files import load_tensors
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import Cell, Table
 from shared.training.clients import train_client

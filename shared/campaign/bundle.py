@@ -12,7 +12,8 @@ from shared.campaign.ledger import state_parts, upload_budget
 from shared.campaign.state import CAMPAIGN_STATE, RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import check_parts, save
-from shared.config.schema import RunConfig, data_root
+from shared.config.schema import RunConfig
+from shared.data.catalog import data_root
 from shared.runs.files import history_rounds, rounds_done
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
@@ -105,7 +106,7 @@ def bundle(args) -> int:
     members = state_defaults(args)
     runs, _ = campaign_runs(args.targets, args.scale, args.copy_spec)
     out, runs_dir, shipped_runs = args.output, args.root / RUNS_DIR, args.root / SHIPPED / "runs"
-    sources = data_files(runs, args.copy_spec, data_root(RunConfig(data_root=args.data_root)))
+    sources = data_files(runs, args.copy_spec, data_root(args.data_root))
     upload_budget(args.max_upload_mib, sum(source.stat().st_size for source, _ in sources))  # before any write
     unsaved = [] if given else not_here(members, runs_dir, shipped_runs)
     if unsaved:

@@ -34,7 +34,7 @@ from shared.runs.transfer import Content, member_file
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
 ACCURACIES = ("final_acc", "best_acc", "global_acc", "local_acc", "per_class_acc", "domain_acc")
-# what a summary repeats of its history (shared/training/trainer.py `summarize`), by the record's key
+# what a summary repeats of its history (shared/runs/metrics.py `summarize`), by the record's key
 REPEATED = {"eval_rounds": "round", "global_acc": "global_acc", "global_loss": "global_loss", "local_acc": "local_acc"}
 
 
@@ -155,7 +155,7 @@ def finished_problem(rid: str, files: dict[str, bytes], cfg: RunConfig) -> str |
 
 
 def summary_mismatch(summary: dict, history: list[dict], cfg: RunConfig) -> str | None:
-    """Where the summary says other than its history (as shared/training/trainer.py summarizes it)."""
+    """Where the summary says other than its history (as shared/runs/metrics.py summarizes it)."""
     evaluated = [h for h in history if "global_acc" in h]
     accs = [h["global_acc"] for h in evaluated]
     derived = {key: [h.get(field) for h in evaluated] for key, field in REPEATED.items()}
@@ -191,7 +191,7 @@ def loaded(content: Content):
     (torch.load with weights_only=True), or why it is not: (value, None) or (None, why)."""
     import pickle
 
-    from shared.runs.directory import load_tensors
+    from shared.runs.tensor_files import load_tensors
 
     try:
         with warnings.catch_warnings(), member_file(content) as file:  # torch's warning: the refusal is the line

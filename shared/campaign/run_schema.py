@@ -21,6 +21,7 @@ import math
 from shared.config.schema import RunConfig
 from shared.data.catalog import num_classes
 from shared.runs.files import is_number
+from shared.runs.metrics import judge
 
 MAX_TEXT = 1000  # a status, a device's name: a line
 RECORD_LISTS = ("per_class_acc", "local_accs", "clients")
@@ -122,9 +123,8 @@ def records_problem(history: list[dict], cfg: RunConfig) -> str | None:
 
 
 def status_problem(status: str, history: list[dict], cfg: RunConfig) -> str | None:
-    """A status only where the trainer writes it (shared/training/trainer.py: end_round, judge)."""
-    from shared.training.trainer import judge
-
+    """A status only where the trainer writes it (shared/training/trainer.py `end_round`,
+    shared/runs/metrics.py `judge`)."""
     kind, rounds, classes = status.split(":")[0], cfg.federation.rounds, num_classes(cfg)
     last_loss = history[-1].get("global_loss", 0.0) if history else 0.0
     if kind == "diverged":

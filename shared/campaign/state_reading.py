@@ -45,7 +45,7 @@ MANIFEST = "manifest.json"
 FINISHED_FILES = RUN_FILES  # a finished run's text, as an archive of runs holds it: metrics.json last
 PROGRESS_FILES = ("config.yaml", "partition.csv", "metrics.jsonl", "checkpoint.pt")
 # A checkpoint's per-client state (MOON's previous models, FedCurv's Fisher terms, SCAFFOLD's
-# controls) lies in files of its own that it names (shared/methods/client_state.py): without them a run
+# controls) lies in files of its own that it names (shared/runs/tensor_files.py): without them a run
 # resumed on another machine would set its checkpoint aside and start again from round 0
 CLIENT_STATE_FILE = re.compile(rf"{CLIENT_STATE}/{CLIENT_STATE_NAME.pattern}")
 MEMBER = re.compile(

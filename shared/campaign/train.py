@@ -36,8 +36,8 @@ from shared.campaign.state import (
 )
 from shared.campaign.state_reading import FIRST, CampaignError
 from shared.config.dotted import deep_merge
-from shared.config.schema import ConfigError, RunConfig, data_root, identity, run_id
-from shared.data.catalog import DataError, image_shape, num_classes
+from shared.config.schema import ConfigError, RunConfig, identity, run_id
+from shared.data.catalog import DataError, data_root, image_shape, num_classes
 from shared.runs.files import holds_result, rounds_done, stage_elsewhere, write_atomically
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
@@ -462,7 +462,7 @@ def train(args) -> int:
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
         from shared.data.datasets import find_copy
 
-        find_copy(data_root(RunConfig(data_root=args.data_root)), args.copy_spec.sha256)
+        find_copy(data_root(args.data_root), args.copy_spec.sha256)
     if state_exists(args.state):
         restored = restore(members, runs_dir, args.root / SHIPPED / "runs")
         here = f" ({len(restored['kept'])} as far here already)" if restored["kept"] else ""

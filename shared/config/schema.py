@@ -14,12 +14,10 @@ import functools
 import hashlib
 import json
 import math
-import os
 import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from shared.config.dotted import flatten, nested
@@ -126,6 +124,16 @@ class DatasetConfig:
     # of CIFAR-10) to train on instead, found by content under <data root>/copies/: a run on a
     # copy is not a run on the official data, so the checksum, not the path, is in its id.
     copy: str | None = None
+
+    @property
+    def augmented(self) -> bool | None:
+        """dataset.augmentation's switch: True or False forces augmentation on or off; None: the dataset's own."""
+        return augmentation_parts(self.augmentation)[0]
+
+    @property
+    def transform(self) -> str | None:
+        """dataset.augmentation's transform (shared.data.catalog.AUGMENTATIONS), if it names one."""
+        return augmentation_parts(self.augmentation)[1]
 
 
 @dataclass
@@ -235,6 +243,11 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
+    @property
+    def clients_per_round(self) -> int:
+        """The clients a round samples: the participation rate of the clients, at least one."""
+        return max(1, math.ceil(self.federation.participation * self.partition.clients - 1e-9))
+
 
 # Keys that do not change a run's result (up to floating-point nondeterminism across devices).
 # The speed switches belong here too: batched clients, compilation and CUDA graphs compute the
@@ -252,13 +265,6 @@ RUNTIME_KEYS = (
     "trainer.tensorboard",
     "trainer.gate",
 )
-
-DATA_ROOT_ENV = "FEDREPRO_DATA"
-
-
-def data_root(cfg: RunConfig) -> Path:
-    return Path(cfg.data_root or os.environ.get(DATA_ROOT_ENV) or "data").expanduser()
-
 
 # --- building a config from dicts ---------------------------------------------------------
 
@@ -402,8 +408,7 @@ def identity(cfg: RunConfig) -> dict:
     keys left unset (None): a new optional switch, off by default, keeps every finished run.
     dataset.augmentation is hashed as the two keys it replaced, so that no run id changed."""
     flat = flatten(to_dict(cfg))
-    augment, transform = augmentation_parts(flat.pop("dataset.augmentation"))
-    flat.update({"dataset.augment": augment, "dataset.augmentation": transform})
+    flat.update({"dataset.augment": cfg.dataset.augmented, "dataset.augmentation": cfg.dataset.transform})
     return nested({k: v for k, v in flat.items() if k not in RUNTIME_KEYS and v is not None})
 
 

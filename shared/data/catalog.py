@@ -6,13 +6,23 @@ imports no loader and no torch, so a config can be checked before anything heavy
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from shared.config.schema import FORCED_OFF, FORCED_ON, ConfigError, RunConfig, augmentation_parts, check
+from shared.config.schema import FORCED_OFF, FORCED_ON, ConfigError, RunConfig, check
 
 
 class DataError(RuntimeError):
     """Data that is missing, cannot be fetched, or fails verification."""
+
+
+DATA_ROOT_ENV = "FEDREPRO_DATA"
+
+
+def data_root(configured: str | None) -> Path:
+    """Where datasets are kept: the config's data_root, else $FEDREPRO_DATA, else ./data."""
+    return Path(configured or os.environ.get(DATA_ROOT_ENV) or "data").expanduser()
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def validate_dataset(cfg: RunConfig) -> None:
     check(d.copy is None or dataset_info(d.name).copyable,
           f"dataset.copy applies to {', '.join(names_where(lambda i: i.copyable))}, not dataset.name={d.name}")
     check(d.copy is None or is_sha256(d.copy), f"dataset.copy={d.copy!r} must be a SHA-256 (64 hex digits) of the copy's file")
-    transform = augmentation_parts(d.augmentation)[1]
+    transform = d.transform
     check(transform is None or transform in AUGMENTATIONS,
           f"dataset.augmentation={d.augmentation!r} is unknown; valid: "
           f"{sorted([FORCED_OFF, FORCED_ON, *AUGMENTATIONS, *(f'{FORCED_ON}:{name}' for name in AUGMENTATIONS)])}")

@@ -28,16 +28,9 @@ from typing import BinaryIO, Callable
 import numpy as np
 import torch
 
-from shared.data.catalog import AUGMENTATIONS, DataError, TextVocabulary, dataset_info
-from shared.config.schema import (
-    DATA_ROOT_ENV,
-    DatasetConfig,
-    RunConfig,
-    SyntheticConfig,
-    augmentation_parts,
-    data_root,
-)
-from shared.runs.directory import save_tensors
+from shared.data.catalog import AUGMENTATIONS, DATA_ROOT_ENV, DataError, TextVocabulary, data_root, dataset_info
+from shared.config.schema import DatasetConfig, RunConfig, SyntheticConfig
+from shared.runs.tensor_files import save_tensors
 from shared.runs.files import write_atomically
 
 
@@ -49,10 +42,6 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.y)
-
-    def subset(self, index: np.ndarray | torch.Tensor) -> "Split":
-        index = torch.as_tensor(index, dtype=torch.long)
-        return Split(self.x[index], self.y[index], None if self.group is None else self.group[index])
 
 
 @dataclass
@@ -468,12 +457,11 @@ def load_dataset(cfg: RunConfig) -> Dataset:
     module, function = info.loader.split(":")
     loader = getattr(importlib.import_module(module), function)
     tokenizer = {"tokenizer": cfg.model.pretrained} if info.text else {}
-    dataset = loader(name, cfg.dataset, data_root(cfg), **tokenizer)
-    augmented, transform = augmentation_parts(cfg.dataset.augmentation)
-    if augmented is not None:
-        dataset.augment = augmented
-    if transform is not None:
-        recipe = AUGMENTATIONS[transform]
+    dataset = loader(name, cfg.dataset, data_root(cfg.data_root), **tokenizer)
+    if cfg.dataset.augmented is not None:
+        dataset.augment = cfg.dataset.augmented
+    if cfg.dataset.transform is not None:
+        recipe = AUGMENTATIONS[cfg.dataset.transform]
         dataset.crop_pad, dataset.pad_mode, dataset.max_rotation = recipe.crop_pad, recipe.pad_mode, recipe.max_rotation
     check_loaded(dataset)
     return dataset

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shared.config.schema import ConfigError, RunConfig
+from shared.config.schema import RunConfig
 from shared.data.datasets import Dataset, Split, load_dataset
-from shared.data.partition import count_matrix, partition
+from shared.data.partition import divide
 
 
 class Augmenter:
@@ -164,65 +164,32 @@ class Federation:
         return tuple(self.train_x.shape[1:])
 
 
-def take_per_class(labels: np.ndarray, amount, rng: np.random.Generator | None) -> np.ndarray:
-    """Indices of `amount` samples of each class (an int, or a fraction of the class); the
-    first ones in order when rng is None, else a random choice."""
-    chosen = []
-    for c in np.unique(labels):
-        idx = np.flatnonzero(labels == c)
-        n = amount if isinstance(amount, int) else int(round(amount * len(idx)))
-        if n > len(idx):
-            raise ConfigError(f"asked for {n} samples of class {c}, which has only {len(idx)}")
-        chosen.append(idx[:n] if rng is None else rng.choice(idx, n, replace=False))
-    return np.sort(np.concatenate(chosen))
+def on_device(split: Split, device: torch.device, rows: np.ndarray | None = None) -> Split:
+    """The split's rows (all of them where `rows` is None) on the device."""
+    index = slice(None) if rows is None else torch.as_tensor(rows, dtype=torch.long)
+    group = None if split.group is None else split.group[index].to(device)
+    return Split(split.x[index].to(device), split.y[index].to(device), group)
 
 
 def build_federation(cfg: RunConfig, device: torch.device, dataset: Dataset | None = None) -> Federation:
     """`dataset`: cfg's dataset, already loaded (runs of a group share one load)."""
     dataset = load_dataset(cfg) if dataset is None else dataset
-    rng = np.random.default_rng([cfg.seed, 0xDA7A])
-    labels = dataset.train.y.numpy()
-    pool = np.arange(len(labels))  # training indices still available to clients
-
-    if cfg.dataset.train_subset is not None and cfg.dataset.train_subset < len(pool):
-        fraction = cfg.dataset.train_subset / len(pool)
-        pool = take_per_class(labels, fraction, rng)
-
-    def hold_out(amount) -> np.ndarray:
-        nonlocal pool
-        picked = pool[take_per_class(labels[pool], amount, rng)]
-        pool = np.setdiff1d(pool, picked)
-        return picked
-
-    val = hold_out(cfg.dataset.val_fraction) if cfg.dataset.val_fraction > 0 else None
-    aux = None
-    if cfg.aux.per_class > 0:
-        if cfg.aux.source == "holdout":
-            aux = hold_out(cfg.aux.per_class)
-        else:  # Wang et al.'s rule: the first n samples of each class, overlapping client data
-            aux = pool[take_per_class(labels[pool], cfg.aux.per_class, None)]
-
-    groups = None if dataset.train.group is None else dataset.train.group.numpy()[pool]
-    parts = partition(labels[pool], dataset.num_classes, cfg.partition, cfg.seed, groups)
-    counts = count_matrix(labels[pool], parts, dataset.num_classes)
-
-    def to_device(split: Split) -> Split:
-        return Split(split.x.to(device), split.y.to(device), None if split.group is None else split.group.to(device))
-
-    pool_t = torch.as_tensor(pool)
+    groups = None if dataset.train.group is None else dataset.train.group.numpy()
+    division = divide(dataset.train.y.numpy(), dataset.num_classes, cfg, groups)
+    pool = torch.as_tensor(division.pool)
     federation = Federation(
         dataset=dataset,
-        train_x=dataset.train.x[pool_t].to(device),
-        train_y=dataset.train.y[pool_t].to(device),
-        test=to_device(dataset.test),
+        train_x=dataset.train.x[pool].to(device),
+        train_y=dataset.train.y[pool].to(device),
+        test=on_device(dataset.test, device),
         clients=[],
-        counts=counts,
-        aux=None if aux is None else to_device(dataset.train.subset(aux)),
-        val=None if val is None else to_device(dataset.train.subset(val)),
+        counts=division.counts,
+        aux=None if division.aux is None else on_device(dataset.train, device, division.aux),
+        val=None if division.val is None else on_device(dataset.train, device, division.val),
         augmenter=TokenIds() if dataset.text else Augmenter(
             dataset.mean, dataset.std, dataset.augment, device, cfg.trainer.channels_last, dataset.crop_pad,
             dataset.max_rotation, dataset.pad_mode),
         device=device,
     )
-    federation.clients = [Client(i, torch.as_tensor(p, device=device), federation) for i, p in enumerate(parts)]
+    federation.clients = [Client(i, torch.as_tensor(p, device=device), federation) for i, p in enumerate(division.parts)]
     return federation

@@ -1,5 +1,5 @@
-"""Splitting a training set over clients: IID, Dirichlet label skew, #K=k label skew, by
-writer (FEMNIST) and by domain (Office-Caltech-10).
+"""Splitting a training set: held-out sets (`divide`), then the rest over clients: IID,
+Dirichlet label skew, #K=k label skew, by writer (FEMNIST) and by domain (Office-Caltech-10).
 
 The algorithms follow NIID-Bench (Li et al., ICDE'22), whose code several of the papers' code
 bases reuse. A partition depends only on the labels (or the samples' writers or domains), the
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -316,9 +316,51 @@ def count_matrix(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) 
     return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
 
 
-def save_count_matrix(counts: np.ndarray, class_names: list[str], path: Path) -> None:
-    import pandas as pd
+def take_per_class(labels: np.ndarray, amount, rng: np.random.Generator | None) -> np.ndarray:
+    """Indices of `amount` samples of each class (an int, or a fraction of the class); the
+    first ones in order when rng is None, else a random choice."""
+    chosen = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        n = amount if isinstance(amount, int) else int(round(amount * len(idx)))
+        if n > len(idx):
+            raise ConfigError(f"asked for {n} samples of class {c}, which has only {len(idx)}")
+        chosen.append(idx[:n] if rng is None else rng.choice(idx, n, replace=False))
+    return np.sort(np.concatenate(chosen))
 
-    frame = pd.DataFrame(counts, columns=class_names)
-    frame.index.name = "client"
-    frame.to_csv(path)
+
+@dataclass
+class Division:
+    """Where each row of a training set goes (`divide`)."""
+
+    pool: np.ndarray  # the rows the clients share out, in order
+    parts: list[np.ndarray]  # each client's samples, as positions in `pool`
+    counts: np.ndarray  # clients x classes
+    val: np.ndarray | None  # rows held out for validation (FedGKD-VOTE)
+    aux: np.ndarray | None  # rows of the server's auxiliary set (FedCAD, FedSSD)
+
+
+def divide(labels: np.ndarray, num_classes: int, cfg: RunConfig, groups: np.ndarray | None = None) -> Division:
+    """A training set's rows: those it keeps (dataset.train_subset, the same share of each
+    class), the validation and auxiliary sets held out of them, then the rest partitioned over
+    the clients. `groups`: each row's writer or domain, where the dataset records them."""
+    rng = np.random.default_rng([cfg.seed, 0xDA7A])
+    pool = np.arange(len(labels))
+    if cfg.dataset.train_subset is not None and cfg.dataset.train_subset < len(pool):
+        pool = take_per_class(labels, cfg.dataset.train_subset / len(pool), rng)
+
+    def hold_out(amount) -> np.ndarray:
+        nonlocal pool
+        picked = pool[take_per_class(labels[pool], amount, rng)]
+        pool = np.setdiff1d(pool, picked)
+        return picked
+
+    val = hold_out(cfg.dataset.val_fraction) if cfg.dataset.val_fraction > 0 else None
+    aux = None
+    if cfg.aux.per_class > 0:
+        if cfg.aux.source == "holdout":
+            aux = hold_out(cfg.aux.per_class)
+        else:  # Wang et al.'s rule: the first n samples of each class, overlapping client data
+            aux = pool[take_per_class(labels[pool], cfg.aux.per_class, None)]
+    parts = partition(labels[pool], num_classes, cfg.partition, cfg.seed, None if groups is None else groups[pool])
+    return Division(pool, parts, count_matrix(labels[pool], parts, num_classes), val, aux)

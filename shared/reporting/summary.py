@@ -57,7 +57,7 @@ def is_suspect(status: str) -> bool:
 
 # A cell whose mean accuracy is within this of chance (100 / classes %) is marked "at chance": its
 # models have not learnt (yet), so its place among the methods says nothing of them. The same
-# margin as the trainer's suspect-at-chance judgement of a long run (shared/training/trainer.py `judge`).
+# margin as the trainer's suspect-at-chance judgement of a long run (shared/runs/metrics.py `judge`).
 CHANCE_MARGIN = 0.5
 # Every method here is a term added to FedAvg's loop: an accuracy cell whose every seed equals
 # FedAvg's (the same accuracy at the same seed) is marked, since that term then left the counted

@@ -39,11 +39,9 @@ import yaml
 
 from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
 
-# torch-free (shared/runs/files.py: planning and shipping read runs without torch); the writers
-# (benchmarks/resume_matrix.py) take is_final and write_atomically from here
+# torch-free (shared/runs/files.py: planning and shipping read runs without torch); the kill
+# matrix (benchmarks/resume_matrix.py) patches write_atomically here and in tensor_files.py
 from shared.runs.files import (
-    CLIENT_STATE,
-    CLIENT_STATE_MANIFEST,
     LockHeld,
     aside_path,
     history_problem,
@@ -52,6 +50,14 @@ from shared.runs.files import (
     is_number,
     summary_problem,
     write_atomically,
+)
+from shared.runs.tensor_files import (
+    load_tensors,
+    named_client_states,
+    persist,
+    prune_client_states,
+    restore,
+    save_tensors,
 )
 
 KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (`RunDirectory.keep`)
@@ -100,73 +106,6 @@ def write_json(obj, path: Path) -> None:
 
 def write_history(history: list[dict], path: Path) -> None:
     write_atomically(path, lambda tmp: tmp.write_text("".join(json.dumps(h) + "\n" for h in history)))
-
-
-def save_tensors(obj, path: Path) -> None:
-    write_atomically(path, lambda tmp: save_to(obj, tmp))
-
-
-def save_to(obj, tmp: Path) -> None:
-    """torch.save through a Python file whose failed write is kept: torch reports it as a
-    RuntimeError, and a full disk must say so (OSError with its errno)."""
-    with open(tmp, "wb") as f:
-        writer = KeptWriteError(f)
-        try:
-            torch.save(obj, writer)
-            f.flush()
-        except RuntimeError:
-            if writer.error is not None:
-                raise writer.error from None
-            raise
-
-
-class KeptWriteError:
-    """A binary file whose first failed write is kept in `error`."""
-
-    def __init__(self, file):
-        self.file, self.error = file, None
-
-    def write(self, data) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as exc:
-            self.error = self.error or exc
-            raise
-
-    def __getattr__(self, name):
-        return getattr(self.file, name)
-
-
-def load_tensors(path: Path, device: torch.device | str = "cpu"):
-    """torch.load of tensors and plain types only; anything else is refused."""
-    return torch.load(path, map_location=device, weights_only=True)
-
-
-def client_state_path(run_path: Path, name: str) -> Path:
-    return Path(run_path) / CLIENT_STATE / name
-
-
-def prune_client_states(run_path: Path, keep: set[str]) -> None:
-    """Remove the per-client state files not in `keep` (and a kill's temporary files); with
-    nothing to keep (a finished run), the folder too."""
-    folder = Path(run_path) / CLIENT_STATE
-    if not folder.is_dir():
-        return
-    for file in folder.iterdir():
-        if file.name not in keep:
-            file.unlink(missing_ok=True)
-    if not keep:
-        folder.rmdir()
-
-
-def named_client_states(method_state: dict) -> set[str]:
-    """The per-client state files a checkpoint's method state names (shared/methods/client_state.py)."""
-    return {
-        file
-        for value in method_state.values()
-        if isinstance(value, dict) and CLIENT_STATE_MANIFEST in value
-        for file in value[CLIENT_STATE_MANIFEST].values()
-    }
 
 
 class RunDirectory:
@@ -318,21 +257,19 @@ class RunDirectory:
             return None
         return state
 
-    def resume(
-        self, model: torch.nn.Module, method, device: torch.device, method_state=lambda state: state
-    ) -> tuple[list[dict], float]:
+    def resume(self, model: torch.nn.Module, method, device: torch.device) -> tuple[list[dict], float]:
         """The history and time so far, with the model's and the method's state restored from
-        the last checkpoint; ([], 0.0) and both left as they were when there is none, or when it
-        does not fit them (a tensor of another shape, a missing key, a per-client state file
-        that is gone: set aside). `method_state` turns the checkpoint's method entry into the
-        method's state_dict (per-client state kept in files of its own, shared/methods/client_state.py)."""
+        the last checkpoint (the method's per-client state from the files it names:
+        shared/runs/tensor_files.py); ([], 0.0) and both left as they were when there is none,
+        or when it does not fit them (a tensor of another shape, a missing key, a per-client
+        state file that is gone: set aside)."""
         state = self.load_checkpoint(device)
         if state is None:
             return [], 0.0
         fresh = copy.deepcopy(model.state_dict()), copy.deepcopy(method.state_dict())
         try:
             model.load_state_dict(state["global"])
-            method.load_state_dict(method_state(state["method"]))
+            method.load_state_dict(restore(state["method"], self.path))
         except (RuntimeError, KeyError, TypeError, ValueError, IndexError, AttributeError, OSError) as exc:
             model.load_state_dict(fresh[0])  # a failed load may have copied some tensors already
             method.load_state_dict(fresh[1])
@@ -343,15 +280,26 @@ class RunDirectory:
             return [], 0.0
         return state["history"], state["elapsed"]
 
+    def save_partition(self, counts, class_names: list[str]) -> None:
+        """partition.csv: the clients' training samples (rows) of each class (columns)."""
+        import pandas as pd
+
+        frame = pd.DataFrame(counts, columns=class_names)
+        frame.index.name = "client"
+        write_atomically(self.path / "partition.csv", frame.to_csv)
+
     def save_checkpoint(self, state: dict) -> None:
         save_tensors({"identity": identity(self.cfg), **state}, self.checkpoint)
 
     def save_round(self, history: list[dict], state: dict) -> None:
-        """The round's checkpoint and metrics.jsonl, then only the per-client state files that
-        the checkpoint names are kept (a kill before it resumes from the files the last one names)."""
-        self.save_checkpoint({"history": history, **state})
+        """The round's checkpoint (`state`: the global model's, the method's and the time so far)
+        and metrics.jsonl. The method's per-client state goes to files of its own first, the
+        checkpoint naming them; then only the files it names are kept (a kill before that
+        resumes from the files the last checkpoint names)."""
+        method = persist(state["method"], self.path, len(history) - 1)
+        self.save_checkpoint({"history": history, **state, "method": method})
         write_history(history, self.path / "metrics.jsonl")
-        prune_client_states(self.path, named_client_states(state["method"]))
+        prune_client_states(self.path, named_client_states(method))
 
     def keep(self, summary: dict) -> None:
         """A copy of a finished run's metrics.json, from which `restore_kept` puts it back."""

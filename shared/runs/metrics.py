@@ -1,10 +1,53 @@
-"""What a run's curve says beyond its numbers: the round it first reaches a target accuracy,
-which the trainer writes into metrics.json (`rounds_to_target`) and the campaign derives for a
-run it carries; no torch. What a table's cell reports from a run is shared/reporting/summary.py's."""
+"""A run's metrics.json made of its rounds' records (`summarize`): its status as judged from its
+curve (`judge`), its final and best accuracy, the round it first reaches each target accuracy
+(`rounds_to_target`). The trainer writes it; the campaign checks a carried run's against its
+history. No torch. What a table's cell reports from a run is shared/reporting/summary.py's."""
 
 from __future__ import annotations
+
+import math
+
+from shared.config.schema import RunConfig, run_id
 
 
 def rounds_to_target(rounds: list[int], accs: list[float], target: float) -> int | None:
     """FedCAD's T(x%): the first evaluated round whose global accuracy reaches the target."""
     return next((r for r, a in zip(rounds, accs) if a >= target), None)
+
+
+def judge(status: str, history: list[dict], num_classes: int) -> str:
+    """A completed run whose final accuracy is chance, or whose training loss exploded far
+    above where it started, is `suspect`: a table marks it rather than print it as a number."""
+    if status != "completed" or not history:
+        return status
+    evaluated = [h for h in history if "global_acc" in h]
+    chance = 100 / num_classes
+    # a few rounds (the smoke scale's 4) may not leave chance yet; that says nothing of the run
+    if evaluated and evaluated[-1]["global_acc"] <= chance + 0.5 and len(history) >= 5:
+        return f"suspect: final accuracy {evaluated[-1]['global_acc']:.2f}% is chance ({chance:.2f}%)"
+    first, last = history[0]["train_loss"], history[-1]["train_loss"]
+    if last > 10 * max(first, math.log(num_classes)):
+        return f"suspect: training loss rose from {first:.3g} to {last:.3g}"
+    return status
+
+
+def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float, extra: dict) -> dict:
+    evaluated = [h for h in history if "global_acc" in h]
+    rounds = [h["round"] for h in evaluated]
+    accs = [h["global_acc"] for h in evaluated]
+    return {
+        "status": status,
+        "run_id": run_id(cfg),
+        "rounds_completed": len(history),
+        "final_acc": accs[-1] if accs else None,
+        "best_acc": max(accs) if accs else None,
+        "eval_rounds": rounds,
+        "global_acc": accs,
+        "global_loss": [h["global_loss"] for h in evaluated],
+        "local_acc": [h.get("local_acc") for h in evaluated],
+        "per_class_acc": evaluated[-1]["per_class_acc"] if evaluated else None,
+        "domain_acc": evaluated[-1].get("domain_acc") if evaluated else None,  # by domain name (Office-Caltech-10)
+        "rounds_to_target": {f"{t:g}": rounds_to_target(rounds, accs, t) for t in cfg.eval.target_acc},
+        "wall_time_s": wall_time,
+        **extra,
+    }

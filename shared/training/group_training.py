@@ -36,7 +36,8 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared.config.schema import RunConfig, data_root, to_dict
+from shared.config.schema import RunConfig, to_dict
+from shared.data.catalog import data_root
 from shared.data.datasets import Dataset, load_dataset
 from shared.methods.fedavg import Diverged
 from shared.runs.directory import RunDirectory
@@ -44,7 +45,7 @@ from shared.targets.run_groups import group_key
 from shared.training.batched import BatchedClients, Lane
 from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
 from shared.training.timed_rounds import Deadline, train_members
-from shared.training.trainer import Member, resolve_device, sample_clients, start_member
+from shared.training.trainer import Member, resolve_device, start_member
 
 
 class GroupRefused(ValueError):
@@ -76,7 +77,7 @@ class DatasetCache:
 
     def get(self, cfg: RunConfig) -> Dataset:
         key = json.dumps(
-            [to_dict(cfg)["dataset"], str(data_root(cfg)), cfg.model.pretrained], sort_keys=True, default=str
+            [to_dict(cfg)["dataset"], str(data_root(cfg.data_root)), cfg.model.pretrained], sort_keys=True, default=str
         )
         if key not in self.loaded:
             self.loaded[key] = load_dataset(cfg)
@@ -91,7 +92,7 @@ class GroupClients:
     def __init__(self, members: list[Member]):
         first = members[0]
         self.model = copy.deepcopy(first.setup.global_model)
-        wanted = sum(len(sample_clients(m.cfg, m.round)) for m in members)
+        wanted = sum(m.cfg.clients_per_round for m in members)
         self.clients = BatchedClients(self.model, first.setup.federation, first.cfg, wanted)
 
     @property

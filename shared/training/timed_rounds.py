@@ -21,13 +21,13 @@ from shared.config.schema import RunConfig
 from shared.methods.fedavg import Diverged
 from shared.runs.directory import RunDirectory
 from shared.training.clients import ClientResult
+from shared.training.evaluation import evaluate_many
 from shared.training.round_timing import Laps, RoundTiming, report
 from shared.training.tensorboard_log import tensorboard_log
 from shared.training.trainer import (
     Member,
     begin_round,
     end_round,
-    evaluate_globals,
     evaluates,
     finish_member,
     round_record,
@@ -45,6 +45,22 @@ class OutOfTime(Exception):
     """The run stopped between rounds, its last round checkpointed, because the next round
     would end past its deadline (a time-boxed GPU session, shared/campaign/train.py); started again, it
     continues from that checkpoint."""
+
+
+def evaluate_globals(members: list[Member]) -> list[dict]:
+    """Each member's global model on its test set, a group's all in one pass over it
+    (`evaluate_many`): its members share the dataset (so the test set), the architecture and
+    trainer.amp; eval.batch_size, which may differ, only batches the pass."""
+    if not members:
+        return []
+    first = members[0].setup
+    return evaluate_many(
+        first.global_model,
+        [m.setup.global_model.state_dict() for m in members],
+        first.federation.test,
+        first.federation,
+        members[0].cfg,
+    )
 
 
 def run_timed(cfg: RunConfig, out_dir: str | Path, deadline: Deadline = None) -> dict:

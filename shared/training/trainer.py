@@ -4,7 +4,7 @@
     prepare     the method's server-side step: teachers, buffers, confusion matrices
     train       the sampled clients' local training (shared/training/clients.py)  train_sampled
     aggregate   the method's aggregation of their updates (FedAvg: a weighted average)
-    evaluate    the global model on the test set, and the round's local models' mean   evaluate_globals
+    evaluate    the global model on the test set, and the round's local models' mean
     checkpoint  the round's state and record, so that a killed run resumes where it was   end_round
 
 then its metrics.json and final model (`finish_member`). The steps take a `Member`, a run being
@@ -30,24 +30,21 @@ import numpy as np
 import torch
 
 from shared.config.dotted import flatten
-from shared.config.schema import RUNTIME_KEYS, ConfigError, RunConfig, check, run_id, to_dict
+from shared.config.schema import RUNTIME_KEYS, ConfigError, RunConfig, check, to_dict
 from shared.data.catalog import DataError
 from shared.data.datasets import Dataset
 from shared.data.federation import Federation, build_federation
-from shared.data.partition import save_count_matrix
-from shared.methods.client_state import persist
-from shared.methods.client_state import restore as restore_client_states
 from shared.methods.fedavg import Diverged, FedAvg
 from shared.methods.registry import build_method
 from shared.models.nets import Net
 from shared.models.registry import count_parameters, model_for
 from shared.runs.directory import DISK_FULL, RunDirectory, RunDirectoryError, write_json
-from shared.runs.metrics import rounds_to_target
+from shared.runs.metrics import judge, summarize
 from shared.runs.numerics import set_numerics
 from shared.runs.provenance import environment
 from shared.runs.seeding import derive_seed
 from shared.training.clients import ClientResult, client_trainer
-from shared.training.evaluation import evaluate_many
+from shared.training.evaluation import evaluate
 from shared.training.round_timing import RoundTiming
 from shared.training.tensorboard_log import tensorboard_log
 
@@ -82,10 +79,8 @@ def select_device(device: torch.device) -> None:
 
 
 def sample_clients(cfg: RunConfig, round: int) -> list[int]:
-    n = cfg.partition.clients
-    m = max(1, math.ceil(cfg.federation.participation * n - 1e-9))
     rng = np.random.default_rng([cfg.seed, round, 0x5A3])
-    return sorted(rng.choice(n, m, replace=False).tolist())
+    return sorted(rng.choice(cfg.partition.clients, cfg.clients_per_round, replace=False).tolist())
 
 
 @dataclass
@@ -99,14 +94,13 @@ class Setup:
     clients: object  # the way clients train (shared/training/clients.py)
 
 
-def set_up(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, train_clients: bool = True) -> Setup:
+def set_up(cfg: RunConfig, dataset: Dataset | None = None, train_clients: bool = True) -> Setup:
     """`dataset`: cfg's, already loaded (a group's runs share one load); `train_clients=False`:
     no way of training clients of its own (a group trains them, shared/training/group_training.py)."""
     device = resolve_device(cfg.trainer.device)
     select_device(device)
     set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device, dataset)
-    save_count_matrix(federation.counts, federation.dataset.classes, out.path / "partition.csv")
     torch.manual_seed(cfg.seed)
     global_model = model_for(cfg, federation).to(device)
     if cfg.trainer.channels_last:
@@ -114,7 +108,7 @@ def set_up(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, tr
     method = build_method(cfg, federation)
     clients = None
     if train_clients:
-        clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg, len(sample_clients(cfg, 0)))
+        clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg, cfg.clients_per_round)
     return Setup(device, federation, global_model, method, clients)
 
 
@@ -184,7 +178,11 @@ def train_rounds(cfg: RunConfig, out: RunDirectory) -> dict:
                 member.status = f"diverged: {exc}"
                 break
             setup.method.aggregate(setup.global_model, [r.update for r in results])
-            evaluation = evaluate_globals([member])[0] if evaluates(cfg, member.round) else None
+            evaluation = (
+                evaluate(setup.global_model, setup.federation.test, setup.federation, cfg)
+                if evaluates(cfg, member.round)
+                else None
+            )
             timing = round_timing([results], getattr(setup.clients, "lanes_per_step", 1))
             record = round_record(member, sampled, results, evaluation, timing)
             end_round(member, record, time.perf_counter() - started, live)
@@ -219,13 +217,9 @@ class Member:
 def start_member(cfg: RunConfig, out: RunDirectory, dataset: Dataset | None = None, alone: bool = True) -> Member:
     """A run set up and resumed from its checkpoint (none: a fresh start); `alone`: with a way
     of training its clients of its own (else a group trains them)."""
-    setup = set_up(cfg, out, dataset, train_clients=alone)
-    history, elapsed = out.resume(
-        setup.global_model,
-        setup.method,
-        setup.device,
-        method_state=lambda persisted: restore_client_states(persisted, out.path),
-    )
+    setup = set_up(cfg, dataset, train_clients=alone)
+    out.save_partition(setup.federation.counts, setup.federation.dataset.classes)
+    history, elapsed = out.resume(setup.global_model, setup.method, setup.device)
     return Member(cfg, out, setup, history, elapsed)
 
 
@@ -252,22 +246,6 @@ def begin_round(member: Member) -> list[int]:
     return sampled
 
 
-def evaluate_globals(members: list[Member]) -> list[dict]:
-    """Each member's global model on its test set, a group's all in one pass over it
-    (`evaluate_many`): its members share the dataset (so the test set), the architecture and
-    trainer.amp; eval.batch_size, which may differ, only batches the pass."""
-    if not members:
-        return []
-    first = members[0].setup
-    return evaluate_many(
-        first.global_model,
-        [m.setup.global_model.state_dict() for m in members],
-        first.federation.test,
-        first.federation,
-        members[0].cfg,
-    )
-
-
 def end_round(member: Member, record: dict, seconds: float, live) -> None:
     """Checkpoint the round's record and state, and report it; a global loss that is not
     finite ends the run as diverged."""
@@ -275,9 +253,9 @@ def end_round(member: Member, record: dict, seconds: float, live) -> None:
     record["seconds"] = seconds
     member.elapsed += seconds
     member.history.append(record)
-    method_state = persist(setup.method.state_dict(), out.path, record["round"] - 1)
     out.save_round(
-        member.history, {"global": setup.global_model.state_dict(), "method": method_state, "elapsed": member.elapsed}
+        member.history,
+        {"global": setup.global_model.state_dict(), "method": setup.method.state_dict(), "elapsed": member.elapsed},
     )
     report_progress(member.cfg, out, record)
     live.write(record)
@@ -329,44 +307,6 @@ def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-def judge(status: str, history: list[dict], num_classes: int) -> str:
-    """A completed run whose final accuracy is chance, or whose training loss exploded far
-    above where it started, is `suspect`: a table marks it rather than print it as a number."""
-    if status != "completed" or not history:
-        return status
-    evaluated = [h for h in history if "global_acc" in h]
-    chance = 100 / num_classes
-    # a few rounds (the smoke scale's 4) may not leave chance yet; that says nothing of the run
-    if evaluated and evaluated[-1]["global_acc"] <= chance + 0.5 and len(history) >= 5:
-        return f"suspect: final accuracy {evaluated[-1]['global_acc']:.2f}% is chance ({chance:.2f}%)"
-    first, last = history[0]["train_loss"], history[-1]["train_loss"]
-    if last > 10 * max(first, math.log(num_classes)):
-        return f"suspect: training loss rose from {first:.3g} to {last:.3g}"
-    return status
-
-
-def summarize(history: list[dict], cfg: RunConfig, status: str, wall_time: float, extra: dict) -> dict:
-    evaluated = [h for h in history if "global_acc" in h]
-    rounds = [h["round"] for h in evaluated]
-    accs = [h["global_acc"] for h in evaluated]
-    return {
-        "status": status,
-        "run_id": run_id(cfg),
-        "rounds_completed": len(history),
-        "final_acc": accs[-1] if accs else None,
-        "best_acc": max(accs) if accs else None,
-        "eval_rounds": rounds,
-        "global_acc": accs,
-        "global_loss": [h["global_loss"] for h in evaluated],
-        "local_acc": [h.get("local_acc") for h in evaluated],
-        "per_class_acc": evaluated[-1]["per_class_acc"] if evaluated else None,
-        "domain_acc": evaluated[-1].get("domain_acc") if evaluated else None,  # by domain name (Office-Caltech-10)
-        "rounds_to_target": {f"{t:g}": rounds_to_target(rounds, accs, t) for t in cfg.eval.target_acc},
-        "wall_time_s": wall_time,
-        **extra,
-    }
 
 
 def record_failure(cfg: RunConfig, out_dir: str | Path, exc: BaseException) -> dict:

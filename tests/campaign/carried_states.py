@@ -1,5 +1,5 @@
 """Genuine campaign states without training: a run's files as the trainer writes them (its
-config.yaml, a history of its config's rounds, the summary `shared.training.trainer.summarize` makes of
+config.yaml, a history of its config's rounds, the summary `shared.runs.metrics.summarize` makes of
 it, a checkpoint of tensors), put into a state file by `write_state`. The trust tests mutate
 such a state along each class of damage or forgery."""
 
@@ -13,7 +13,7 @@ from shared.campaign.state import write_state
 from shared.config.schema import RunConfig, identity, run_id, to_dict
 from shared.data.catalog import num_classes
 from shared.models.registry import known_state_shapes
-from shared.training.trainer import summarize
+from shared.runs.metrics import summarize
 
 
 def history(cfg: RunConfig, rounds: int) -> list[dict]:

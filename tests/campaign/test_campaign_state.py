@@ -206,7 +206,7 @@ def test_a_unit_that_cannot_finish_and_whose_checkpoint_cannot_come_back_is_not_
 
 def test_a_run_with_per_client_state_continues_on_another_machine_from_its_round(tmp_path, monkeypatch):
     """MOON keeps each client's previous local model in files its checkpoint names
-    (shared/methods/client_state.py): the state carries them, so a run stopped between rounds
+    (shared/runs/tensor_files.py): the state carries them, so a run stopped between rounds
     continues from its round on a fresh machine, its checkpoint not set aside, and ends as an
     uninterrupted run does."""
     from shared.campaign.state import restore, state_members

@@ -31,9 +31,9 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import identity, run_id
 from shared.runs import transfer
 from shared.runs.files import sha256, write_atomically
+from shared.runs.metrics import summarize
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import expand, get_table
-from shared.training.trainer import summarize
 from tests.campaign.carried_states import (
     checkpoint,
     config_yaml,

@@ -2,7 +2,10 @@ import numpy as np
 import pytest
 
 from shared.config.schema import ConfigError, PartitionConfig
-from shared.data.partition import count_matrix, partition, save_count_matrix
+from shared.config.schema import RunConfig
+from shared.data.partition import count_matrix, partition
+from shared.runs.directory import RunDirectory
+from shared.runs.files import read_partition
 
 LABELS = np.repeat(np.arange(10), 100)  # 1,000 samples, 10 balanced classes
 rng = np.random.default_rng(0)
@@ -64,12 +67,13 @@ def test_label_skew_k_classes_exact(k):
     check_disjoint_cover(parts, int(counts.sum()))
 
 
-def test_count_matrix_csv(tmp_path):
+def test_partition_csv_is_read_back_as_written(tmp_path):
     parts = partition(LABELS, 10, PartitionConfig(clients=5), seed=0)
     counts = count_matrix(LABELS, parts, 10)
-    save_count_matrix(counts, [f"c{i}" for i in range(10)], tmp_path / "p.csv")
-    lines = (tmp_path / "p.csv").read_text().splitlines()
-    assert lines[0].startswith("client,c0") and len(lines) == 6
+    RunDirectory(tmp_path, RunConfig()).save_partition(counts, [f"c{i}" for i in range(10)])
+    lines = (tmp_path / "partition.csv").read_text().splitlines()
+    assert lines[0] == "client," + ",".join(f"c{i}" for i in range(10)) and len(lines) == 6
+    assert read_partition(tmp_path) == counts.tolist()
 
 
 @pytest.mark.parametrize(

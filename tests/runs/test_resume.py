@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from benchmarks.resume_matrix import NEEDS, killed_writing
+from shared.config.schema import run_id
 from shared.methods.registry import method_names
 from shared.runs.directory import RunDirectoryError
 from shared.training import trainer
@@ -227,7 +228,7 @@ def test_a_config_yaml_that_is_not_utf8_is_set_aside_and_the_run_goes_on(tiny_cf
     assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
     assert "config.yaml is unreadable" in capsys.readouterr().err
     assert list((tmp_path / "run").glob("config.yaml.corrupt-*"))
-    assert f"run_id: {trainer.run_id(cfg)}" in (tmp_path / "run" / "config.yaml").read_text()
+    assert f"run_id: {run_id(cfg)}" in (tmp_path / "run" / "config.yaml").read_text()
 
 
 def test_another_runs_summary_in_a_runs_directory_is_set_aside(tiny_cfg, tmp_path, capsys):

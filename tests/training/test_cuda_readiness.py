@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from benchmarks import first_run
 from shared.config.schema import RUNTIME_KEYS, run_id
 from shared.methods.class_sums import count_by_class, sum_by_class
-from shared.methods.client_state import ClientStates
 from shared.models.nets import AdaptiveAvgPool
+from shared.runs.tensor_files import ClientStates
 from shared.targets.configs import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,8 +106,7 @@ def test_client_state_lives_on_the_host_and_is_a_copy():
 
 
 def test_a_checkpoint_rewrites_only_the_clients_whose_state_changed(tmp_path):
-    from shared.methods.client_state import persist, restore
-    from shared.runs.directory import named_client_states, prune_client_states
+    from shared.runs.tensor_files import named_client_states, persist, prune_client_states, restore
 
     states = ClientStates("u")
     states[0], states[1] = [torch.zeros(2)], {"w": torch.ones(2)}

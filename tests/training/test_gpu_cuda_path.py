@@ -36,10 +36,8 @@ def weights(out: Path) -> dict:
 
 def set_up(cfg, folder: Path) -> trainer.Setup:
     """A run's setup (data, model, method, the way its clients train) without training it."""
-    from shared.runs.directory import RunDirectory
-
     folder.mkdir(parents=True)
-    return trainer.set_up(cfg, RunDirectory(folder, cfg))
+    return trainer.set_up(cfg)
 
 
 def bitwise_equal(a: dict, b: dict) -> bool:
@@ -298,7 +296,7 @@ def test_gpu_memory_does_not_grow_over_rounds(tmp_path, monkeypatch, case):
     )
     summary = trainer.run(cfg, tmp_path / case)
     # six rounds of this tiny federation may not leave chance (MOON's on the CPU does not), which
-    # marks the run suspect (trainer.judge): how well it learns is not what this test measures
+    # marks the run suspect (shared.runs.metrics.judge): how well it learns is not what this test measures
     assert summary["status"] == "completed" or summary["status"].startswith("suspect: final accuracy"), summary[
         "status"
     ]

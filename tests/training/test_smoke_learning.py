@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from benchmarks.smoke_learning import report
-from shared.config.schema import ConfigError, data_root
+from shared.config.schema import ConfigError
+from shared.data.catalog import data_root
 from shared.data.datasets import load_synthetic
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import expand, get_table
@@ -117,7 +118,7 @@ def test_synthetic_data_without_overlap_is_unchanged():
     """Runs made before `overlap` existed keep their ids, so their data must stay the same:
     unset, it draws nothing (the digest was taken before the key was added)."""
     cfg = load_config(None, ["dataset=synthetic", "dataset.synthetic.image_size=16"])
-    d = load_synthetic("synthetic", cfg.dataset, data_root(cfg))
+    d = load_synthetic("synthetic", cfg.dataset, data_root(cfg.data_root))
     digest = hashlib.sha256(d.train.x.numpy().tobytes() + d.test.x.numpy().tobytes()).hexdigest()
     assert digest == "b269f121a6d146f7b7e91ed33548f71eefbae51e03178d994bbcbf9d3ca1cb31"
 
@@ -126,8 +127,8 @@ def test_overlap_mixes_another_class_in():
     base = ["dataset=synthetic", "dataset.synthetic.image_size=16", "dataset.synthetic.noise=0"]
     plain = load_config(None, base)
     mixed = load_config(None, base + ["dataset.synthetic.overlap=0.6"])
-    x_plain = load_synthetic("synthetic", plain.dataset, data_root(plain)).train.x.float()
-    x_mixed = load_synthetic("synthetic", mixed.dataset, data_root(mixed)).train.x.float()
+    x_plain = load_synthetic("synthetic", plain.dataset, data_root(plain.data_root)).train.x.float()
+    x_mixed = load_synthetic("synthetic", mixed.dataset, data_root(mixed.data_root)).train.x.float()
     # without noise every sample of a class is its template; mixed, samples of a class differ
     assert x_plain[:200].std(0).max() == 0
     assert x_mixed[:200].std(0).max() > 10

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from shared.config.schema import Count, NonNegative
-from shared.methods.client_state import ClientStates
 from shared.methods.fedavg import Capabilities, FedAvg
+from shared.runs.tensor_files import ClientStates
 
 
 class FedCurv(FedAvg):

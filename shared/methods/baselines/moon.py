@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from shared.config.schema import NonNegative, Positive
-from shared.methods.client_state import ClientStates
 from shared.methods.fedavg import Capabilities, FedAvg, frozen_copy
+from shared.runs.tensor_files import ClientStates
 
 
 class MOON(FedAvg):

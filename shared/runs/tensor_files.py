@@ -1,16 +1,20 @@
-"""State a method keeps per client across rounds (MOON's previous local models, FedCurv's Fisher
-information, SCAFFOLD's control variates): where it lives and how it is checkpointed.
+"""A run's tensor files: checkpoint.pt, model.pt and the per-client state files, written
+atomically and read with `weights_only=True` (tensors and plain values only: a planted pickle
+cannot run code).
 
-Where: in host memory, pinned where CUDA is (a client's state then moves to the GPU at copy
-speed, as the client starts training), not on the GPU: for 100 clients of ResNet-50 it is
+Per-client state is what a method keeps per client across rounds (MOON's previous local models,
+FedCurv's Fisher information, SCAFFOLD's control variates), as a `ClientStates`.
+
+Where it lives: in host memory, pinned where CUDA is (a client's state then moves to the GPU at
+copy speed, as the client starts training), not on the GPU: for 100 clients of ResNet-50 it is
 10-20 GB, more than the training needs, and it grows with every client that has trained.
 
 How it is checkpointed: each client's tensors in a file of their own in the run directory's
-`client_state/` (shared/runs/directory.py), written only when that client's state changed (the
-round's sampled clients), and named by the round that wrote it; the round's checkpoint holds
-the names alone. A file is removed once no checkpoint names it (RunDirectory.save_round), so a kill between writing a
-client's new file and the checkpoint that names it resumes from the files the last checkpoint
-names, the same tensors bit for bit.
+`client_state/`, written only when that client's state changed (the round's sampled clients),
+and named by the round that wrote it; the round's checkpoint holds the names alone (`persist`).
+A file is removed once no checkpoint names it (RunDirectory.save_round), so a kill between
+writing a client's new file and the checkpoint that names it resumes from the files the last
+checkpoint names, the same tensors bit for bit (`restore`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,75 @@ from typing import Iterator, Union
 
 import torch
 
-from shared.runs.directory import client_state_path, load_tensors, save_tensors
-from shared.runs.files import CLIENT_STATE_MANIFEST, client_state_name
+from shared.runs.files import CLIENT_STATE, CLIENT_STATE_MANIFEST, client_state_name, write_atomically
+
+
+def save_tensors(obj, path: Path) -> None:
+    write_atomically(path, lambda tmp: save_to(obj, tmp))
+
+
+def save_to(obj, tmp: Path) -> None:
+    """torch.save through a Python file whose failed write is kept: torch reports it as a
+    RuntimeError, and a full disk must say so (OSError with its errno)."""
+    with open(tmp, "wb") as f:
+        writer = KeptWriteError(f)
+        try:
+            torch.save(obj, writer)
+            f.flush()
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+
+
+class KeptWriteError:
+    """A binary file whose first failed write is kept in `error`."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+
+def load_tensors(path: Path, device: torch.device | str = "cpu"):
+    """torch.load of tensors and plain types only; anything else is refused."""
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+def client_state_path(run_path: Path, name: str) -> Path:
+    return Path(run_path) / CLIENT_STATE / name
+
+
+def prune_client_states(run_path: Path, keep: set[str]) -> None:
+    """Remove the per-client state files not in `keep` (and a kill's temporary files); with
+    nothing to keep (a finished run), the folder too."""
+    folder = Path(run_path) / CLIENT_STATE
+    if not folder.is_dir():
+        return
+    for file in folder.iterdir():
+        if file.name not in keep:
+            file.unlink(missing_ok=True)
+    if not keep:
+        folder.rmdir()
+
+
+def named_client_states(method_state: dict) -> set[str]:
+    """The per-client state files a checkpoint's method state names (`persist`)."""
+    return {
+        file
+        for value in method_state.values()
+        if isinstance(value, dict) and CLIENT_STATE_MANIFEST in value
+        for file in value[CLIENT_STATE_MANIFEST].values()
+    }
+
 
 Tensors = Union[list[torch.Tensor], dict[str, torch.Tensor]]  # one client's state
 
