@@ -288,16 +288,13 @@ class RunDirectory:
         frame.index.name = "client"
         write_atomically(self.path / "partition.csv", frame.to_csv)
 
-    def save_checkpoint(self, state: dict) -> None:
-        save_tensors({"identity": identity(self.cfg), **state}, self.checkpoint)
-
     def save_round(self, history: list[dict], state: dict) -> None:
         """The round's checkpoint (`state`: the global model's, the method's and the time so far)
         and metrics.jsonl. The method's per-client state goes to files of its own first, the
         checkpoint naming them; then only the files it names are kept (a kill before that
         resumes from the files the last checkpoint names)."""
         method = persist(state["method"], self.path, len(history) - 1)
-        self.save_checkpoint({"history": history, **state, "method": method})
+        save_tensors({"identity": identity(self.cfg), "history": history, **state, "method": method}, self.checkpoint)
         write_history(history, self.path / "metrics.jsonl")
         prune_client_states(self.path, named_client_states(method))
 
