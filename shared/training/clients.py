@@ -241,10 +241,10 @@ def unthreadable_reason(method: FedAvg, model: Net, cfg: RunConfig) -> str | Non
     return missing_capabilities(type(method), cfg.method["name"], "trainer.client_threads")
 
 
-def client_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunConfig, sampled: int):
+def client_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunConfig):
     """The way this run trains its clients, chosen once: the faster way the config asks for
-    where the method and model allow it (a note on stderr says why not), else one after
-    another. `sampled`: clients per round. `model` is the local model the way trains on."""
+    where the method and model allow it (a note on stderr says why not), at most a round's
+    clients at a time, else one after another. `model` is the local model the way trains on."""
     t = cfg.trainer
     for key, wanted, reason, way in (
         ("clients_per_step", t.clients_per_step, unbatchable_reason, Batched),
@@ -253,7 +253,7 @@ def client_trainer(method: FedAvg, model: Net, federation: Federation, cfg: RunC
         if wanted > 1:
             why = reason(method, model, cfg)
             if why is None:
-                return way(method, model, federation, cfg, min(wanted, sampled))
+                return way(method, model, federation, cfg, min(wanted, cfg.clients_per_round))
             print(
                 f"note: trainer.{key}={wanted} does not apply: {why}; clients train one after another", file=sys.stderr
             )

@@ -108,7 +108,7 @@ def set_up(cfg: RunConfig, dataset: Dataset | None = None, train_clients: bool =
     method = build_method(cfg, federation)
     clients = None
     if train_clients:
-        clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg, cfg.clients_per_round)
+        clients = client_trainer(method, copy.deepcopy(global_model), federation, cfg)
     return Setup(device, federation, global_model, method, clients)
 
 

@@ -199,7 +199,7 @@ def test_each_way_of_training_clients_tests_every_local_model(tiny_cfg, way, kin
     method.prepare_round(0, global_model)
     clients = federation.clients[:3]
     local_model = copy.deepcopy(global_model)
-    ways = client_trainer(method, local_model, federation, cfg, len(clients))
+    ways = client_trainer(method, local_model, federation, cfg)
     assert type(ways).__name__ == kind
     results = ways.train(clients, global_model, 0, test_local=True)
     for result in results:
