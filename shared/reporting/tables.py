@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from shared.reporting.claims import data_label, verdicts, write_claims
+from shared.reporting.claims import data_label, verdicts
+from shared.reporting.claims_pages import write_claims
 from shared.reporting.comparison import comparison, comparison_figure, comparison_html, comparison_markdown
 from shared.reporting.figure_settings import announce, same_runs
 from shared.reporting.figures import draw
