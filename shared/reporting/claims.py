@@ -6,11 +6,15 @@ comparisons "this quantity is better than that one", each quantity a cell or a s
 cells (a gap between two rows). A group's verdict on our runs:
 
 - held: every comparison holds on the means over seeds, strictly (a tie is no lead); `margin`
-  is the smallest lead;
+  is the smallest lead. The seeds are those every cell of the group has (`shared_seeds`): a
+  seed fixes the partition, the initial weights and the sampling for every method, so the
+  comparison is paired; a seed some cell lacks (its run failed or diverged) is left out and
+  named (`left_out`);
 - held within noise: some comparison fails, each failing one by no more than the pooled
   standard deviation of its two sides over seeds (NOISE_TEST);
 - not held: some comparison fails by more; `shortfall` is the largest miss;
-- not yet measured: a cell it needs has no completed run (`missing` names them).
+- not yet measured: a cell it needs has no completed run, or its cells share no seed (`missing`
+  names them).
 
 Per seed, a group holds where every comparison holds on that seed's values alone
 (`seeds_held`: "k/n"). The same checks on the paper's own numbers must hold (tests): a claim
@@ -191,6 +195,9 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
     missing = [cell for cell in cells if cell not in values]
     if missing:
         return dict(verdict=NOT_MEASURED, missing="; ".join(f"{r} @ {c}" for r, c in missing))
+    values, left_out = shared_seeds(cells, values)
+    if not values[cells[0]]:
+        return dict(verdict=NOT_MEASURED, missing=f"a seed every cell has ({left_out})", left_out=left_out)
     leads, noises = [], []
     for c in comparisons:
         (better, var_b), (worse, var_w) = term_mean_var(c.better, values), term_mean_var(c.worse, values)
@@ -217,7 +224,16 @@ def group_verdict(comparisons: list[Comparison], values: Values) -> dict:
         decisive=comparisons[decisive].label,
         seeds_held=f"{held_seeds}/{len(seeds)}",
         missing="",
+        left_out=left_out,
     )
+
+
+def shared_seeds(cells: list[Cell], values: Values) -> tuple[Values, str]:
+    """The cells' values on the seeds every one of them has, and the others named ("" if none)."""
+    seeds = set.intersection(*(set(values[cell]) for cell in cells))
+    extra = {cell: sorted(set(values[cell]) - seeds) for cell in cells}
+    named = "; ".join(f"{r} @ {c}: seed {', '.join(map(str, s))}" for (r, c), s in extra.items() if s)
+    return {cell: {s: v for s, v in values[cell].items() if s in seeds} for cell in cells}, named
 
 
 def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
@@ -248,6 +264,7 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
         "decisive",
         "seeds_held",
         "missing",
+        "left_out",
     ]
     return pd.DataFrame.from_records(records, columns=columns)
 

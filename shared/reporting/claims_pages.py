@@ -22,10 +22,13 @@ def detail(r) -> str:
     if r.verdict == NOT_MEASURED:
         return f"missing: {r.missing}"
     noise = "-" if pd.isna(r.noise) else f"{r.noise:.2f}"
+    left_out = (
+        f"; left out, as not every cell has it: {r.left_out}" if isinstance(r.left_out, str) and r.left_out else ""
+    )
     if r.verdict == HELD:
-        return f"margin {r.margin:+.2f} (closest: {r.decisive}; noise {noise})"
+        return f"margin {r.margin:+.2f} (closest: {r.decisive}; noise {noise}{left_out})"
     short = "a target never reached" if math.isinf(r.shortfall) else f"{r.shortfall:.2f}"
-    return f"short by {short} (furthest behind: {r.decisive}; noise {noise})"
+    return f"short by {short} (furthest behind: {r.decisive}; noise {noise}{left_out})"
 
 
 def scale_line(scale: str, data: str) -> str:
@@ -45,7 +48,8 @@ def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
         "",
         "Verdicts on our runs, per group (a column, or a trend):",
         "",
-        "- held: every comparison holds on the means over seeds, strictly (margin: the smallest lead);",
+        "- held: every comparison holds on the means over the seeds every cell of the group has, strictly "
+        "(margin: the smallest lead);",
         f"- {NOISE_TEST};",
         "- not held: a comparison misses by more (short by: the largest miss);",
         "- not yet measured: a cell has no completed run (the missing cells are named).",

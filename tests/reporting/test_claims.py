@@ -134,6 +134,30 @@ def test_a_single_seed_has_no_spread_so_a_miss_is_never_within_noise():
     assert result.verdict.tolist() == [NOT_HELD] and math.isnan(result.noise[0])
 
 
+def test_cells_are_compared_on_the_seeds_they_share():
+    """The claimant's seed 1 failed: the rival's mean over both seeds (55) would put the
+    claimant (60 on seed 0) ahead by 5; on the seed both have the rival leads by 10, and the
+    verdict says which seed it left out."""
+    from shared.reporting.claims_pages import detail
+
+    table = grid_table()
+    runs = seeds_frame({("Ours", "clear"): [60.0], ("Rival", "clear"): [70.0, 40.0]})
+    result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",))], run_values(table, runs))
+    row = result.iloc[0]
+    assert row.verdict == NOT_HELD and row.shortfall == pytest.approx(10.0) and row.seeds_held == "0/1"
+    assert row.left_out == "Rival @ clear: seed 1"
+    assert detail(row).endswith("left out, as not every cell has it: Rival @ clear: seed 1)")
+
+
+def test_cells_that_share_no_seed_are_not_measured_yet():
+    table = grid_table()
+    runs = seeds_frame({("Ours", "clear"): [60.0], ("Rival", "clear"): [70.0, 40.0]})
+    runs = runs[~((runs.row == "Rival") & (runs.seed == 0))]  # the rival's seed 1 alone
+    result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",))], run_values(table, runs))
+    assert result.verdict.tolist() == [NOT_MEASURED]
+    assert result.missing[0] == "a seed every cell has (Ours @ clear: seed 0; Rival @ clear: seed 1)"
+
+
 def test_fewest_rounds_counts_a_target_never_reached_as_worst():
     table = grid_table(Metric("rounds_to", target=50))
     runs = seeds_frame(
