@@ -117,7 +117,7 @@ TABLES = [
             "FedSSD": [R(73.38, 0.46), R(33), R(66.19, 0.28), R(48), R(27.44, 0.19), R(10)],
         },
         curves=True,  # Fig. 7
-        notes="T: the first round whose global accuracy reaches FedAvg's final accuracy (mean over seeds) in the "
+        notes="T: the first round whose global accuracy reaches FedAvg's final accuracy at the same seed in the "
         "same setting; - where never reached. " + FEDCAD_AUX,
     ),
     Table(

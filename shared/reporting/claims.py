@@ -130,7 +130,11 @@ class Best(Claim):
             higher = table.metric_for(columns[label]).higher_is_better
             claimants = list(self.rows)
             if not self.each and all((r, label) in values for r in claimants):
-                means = {r: term_mean_var(((1, r, label),), values)[0] for r in claimants}
+                # the family's best on the seeds the verdict compares (`shared_seeds`)
+                cells = [(r, label) for r in (*claimants, *self.rivals(table)) if (r, label) in values]
+                paired = shared_seeds(cells, values)[0]
+                paired = paired if paired[cells[0]] else values
+                means = {r: term_mean_var(((1, r, label),), paired)[0] for r in claimants}
                 claimants = [max(claimants, key=lambda r: means[r] if higher else -means[r])]
             out[label] = [
                 Comparison(f"{mine} vs {rival}", ((1, mine, label),), ((1, rival, label),), higher, self.min_margin)
@@ -270,22 +274,14 @@ def evaluate(table, claims: list[Claim], values: Values) -> pd.DataFrame:
 
 
 def run_values(table, runs: pd.DataFrame) -> Values:
-    """Our completed runs' values per cell and seed (shared.reporting.summary.collect's rows). A rounds
-    count never reached is +inf (worse than any count); a count of rounds to another row's
-    accuracy whose reference row has no completed run is not measured."""
+    """Our completed runs' values per cell and seed (shared.reporting.summary.collect's rows). A
+    target never reached is +inf rounds (worse than any count); a rounds count to another row's
+    accuracy whose reference run at that seed did not complete is not measured."""
     values: Values = {}
-    columns = {c.label: c for c in table.columns}
     done = runs[runs.status == "completed"] if len(runs) else runs
     for (row, column), sel in done.groupby(["row", "column"]) if len(done) else []:
-        metric = table.metric_for(columns[column])
-        if metric.kind == "rounds_to_row" and not ((done.row == metric.reference) & (done.column == column)).any():
-            continue
-        counts_rounds = metric.kind.startswith("rounds_to")
-        per_seed = {
-            int(s): (math.inf if counts_rounds and math.isnan(v) else float(v))
-            for s, v in zip(sel.seed, sel.value)
-            if counts_rounds or not math.isnan(v)
-        }
+        per_seed = {int(s): math.inf if never else float(v) for s, v, never in zip(sel.seed, sel.value, sel.never)}
+        per_seed = {s: v for s, v in per_seed.items() if not math.isnan(v)}
         if per_seed:
             values[(row, column)] = per_seed
     return values

@@ -34,7 +34,7 @@ def kendall_tau(x, y) -> float:
     concordant = discordant = ties_x = ties_y = 0
     for i in range(len(x)):
         for j in range(i + 1, len(x)):
-            dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+            dx, dy = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])  # inf ties inf
             ties_x += dx == 0
             ties_y += dy == 0
             if dx and dy:
@@ -50,16 +50,28 @@ def ranks(values: pd.Series, higher_is_better: bool) -> pd.Series:
     return values.rank(ascending=not higher_is_better, method="min")
 
 
+def rank_values(column: pd.DataFrame, metric) -> tuple[pd.Series, pd.Series]:
+    """A column's values to rank, ours and the paper's: the means, and in a rounds column a
+    target never reached (every completed seed of ours; the paper's "_") as +inf, last; a cell
+    of ours where only some seeds reached it is not ranked (NaN)."""
+    if not metric.kind.startswith("rounds_to"):
+        return column.ours_mean, column.paper_mean
+    ours = column.ours_mean.where(column.never == 0, np.where(column.n == 0, math.inf, math.nan))
+    return ours, column.paper_mean.where(~column.paper_never.astype(bool), math.inf)
+
+
 def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
     """The paper's number beside ours for every cell. `within_spread`: the paper's mean lies
     within two standard deviations of ours over seeds (or of the paper's own, if larger);
     left empty below paper scale, where the numbers are not comparable. Per column, the rank
     agreement of the methods that have both numbers (printed precision, so printed ties are
-    ties): each one's rank in ours and in the paper's (1 = best), and Kendall's tau-b between
-    the two orders (`kendall_tau`, `rank_pairs` methods; NaN below two)."""
+    ties; in a rounds column a target never reached ranks last, `rank_values`): each one's rank
+    in ours and in the paper's (1 = best), and Kendall's tau-b between the two orders
+    (`kendall_tau`, `rank_pairs` methods; NaN below two)."""
     rows = []
     notes = {(i.row, i.column): i.note for i in table.inconsistencies}
     for row in table.rows:
+        printed = row.label in table.reported
         reported = table.reported.get(row.label, [None] * len(table.columns))
         for column, paper in zip(table.columns, reported):
             s = summary[(summary.row == row.label) & (summary.column == column.label)].iloc[0]
@@ -80,6 +92,8 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     within_spread=bool(abs(diff) <= spread)
                     if not math.isnan(spread) and not math.isnan(diff)
                     else None,
+                    never=s.get("never", 0),
+                    paper_never=printed and paper is None and table.metric_for(column).kind.startswith("rounds_to"),
                     failed=s.failed,
                     suspect=s.get("suspect", 0),
                     status=s.status,
@@ -89,19 +103,25 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     reading=row.reading,
                 )
             )
-    comp = pd.DataFrame.from_records(rows)
+    return with_rank_agreement(table, pd.DataFrame.from_records(rows))
+
+
+def with_rank_agreement(table: Table, comp: pd.DataFrame) -> pd.DataFrame:
+    """`comp` with each cell's rank in ours and in the paper's, and each column's Kendall tau."""
     comp["rank_ours"] = comp["rank_paper"] = comp["kendall_tau"] = math.nan
     comp["rank_pairs"] = 0
     for column in table.columns:
         metric = table.metric_for(column)
-        both = comp[(comp.column == column.label) & comp.ours_mean.notna() & comp.paper_mean.notna()]
-        if not len(both):
+        ours, paper = rank_values(comp[comp.column == column.label], metric)
+        both = ours.notna() & paper.notna()
+        if not both.any():
             continue
         places = decimals(metric)
-        ours = both.ours_mean.map(lambda v, places=places: shown(v, places))
-        paper = both.paper_mean.map(lambda v, places=places: shown(v, places))
-        comp.loc[both.index, "rank_ours"] = ranks(ours, metric.higher_is_better)
-        comp.loc[both.index, "rank_paper"] = ranks(paper, metric.higher_is_better)
+        both = ours.index[both]
+        ours = ours[both].map(lambda v, places=places: shown(v, places))
+        paper = paper[both].map(lambda v, places=places: shown(v, places))
+        comp.loc[both, "rank_ours"] = ranks(ours, metric.higher_is_better)
+        comp.loc[both, "rank_paper"] = ranks(paper, metric.higher_is_better)
         in_column = comp.column == column.label
         comp.loc[in_column, "kendall_tau"] = kendall_tau(ours, paper)
         comp.loc[in_column, "rank_pairs"] = len(both)
@@ -167,6 +187,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             c = comp[(comp.row == row.label) & (comp.column == column.label)].iloc[0]
             places = decimals(table.metric_for(column))
             ours = "n/i" if c.status == NOT_IMPLEMENTED else fmt(c.ours_mean, c.ours_std, c.n, places)
+            ours += f" ({c.never} never reached)" if c.never else ""
             ours += f" ({c.failed} failed)" if c.failed and c.status != NOT_IMPLEMENTED else ""
             ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
             ours += " (at chance)" if c.at_chance else ""
@@ -180,9 +201,10 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
     lines.append("| *Kendall τ* | " + " | ".join(tau_text(*agreement[c.label]) for c in table.columns) + " |")
     lines += [
         "",
-        "Each cell: ours / paper (difference). ✓: within two standard deviations; "
-        "✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or diverged, "
-        "(k suspect): k seeds flagged suspect, the mean is over the others; (at chance): the mean "
+        "Each cell: ours / paper (difference). ✓: within two standard deviations (the larger of ours over "
+        "seeds and the paper's); ✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or "
+        "diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
+        "column's target, the mean is over the others; (at chance): the mean "
         f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. "
         "Kendall τ: rank agreement (tau-b, -1 to +1) between our order of the methods and the paper's "
         "in that column, over the methods with both numbers.",
@@ -217,6 +239,7 @@ def html_cell(c, places: int) -> str:
         ours = "n/i"
     else:
         ours = fmt(c.ours_mean, c.ours_std, c.n, places)
+        ours += f" ({c.never} never reached)" if c.never else ""
         ours += f" ({c.failed} failed)" if c.failed else ""
         ours += f" ({c.suspect} suspect)" if c.suspect else ""
         ours += " (at chance)" if c.at_chance else ""
@@ -240,9 +263,10 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
     legend = (
         '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± std over seeds '
         f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
-        f'<span style="color:{GREEN}">✓</span> within two standard deviations or '
-        f'<span style="color:{RED}">✗</span> outside (paper scale only). n/i: not implemented; '
-        "(k failed) / (k suspect): seeds left out of the mean; (at chance): the mean accuracy is "
+        f'<span style="color:{GREEN}">✓</span> within two standard deviations (the larger of ours over '
+        f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only). n/i: not '
+        "implemented; (k failed) / (k suspect) / (k never reached): seeds left out of the mean; (at chance): "
+        "the mean accuracy is "
         f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. "
         "Kendall τ: rank agreement of the methods between ours and the paper's in that column "
         "(tau-b, -1 to +1).</p>"

@@ -212,24 +212,26 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
     if s.status == NOT_IMPLEMENTED:
         used.add("n/i")
         return "n/i"
-    if math.isnan(s["mean"]):
+    if math.isnan(s["mean"]) and not s.never:
         if s.failed:
             used.add("all failed")
             return r"\textit{failed}"
         if s.suspect:
             used.add("all suspect")
             return r"\textit{suspect}"
-        used.add(
-            "rounds never"
-            if table.metric_for(column).kind.startswith("rounds_to") and s.n == 0 and len(str(s.runs))
-            else "no value"
-        )
+        used.add("no value")
         return "--"
     places = decimals(table.metric_for(column))
     text = f"{s['mean']:.{places}f}"
+    if math.isnan(s["mean"]):  # a rounds column whose completed seeds never reached the target
+        used.add("rounds never")
+        text = "--"
     if s.n >= 2:
         text += rf"\,$\pm$\,{s['std']:.{places}f}"
         used.add("std")
+    if s.n and s.never:
+        text += rf"$^{{*{s.never}}}$"
+        used.add("some never")
     if s.failed:
         text += r"$^\dagger$"
         used.add("dagger")
@@ -256,6 +258,7 @@ def footnote(table: Table, used: set, scale: str) -> str:
         r"or suspect run are not ranked).",
         "n/i": "n/i: method not implemented yet.",
         "rounds never": "--: the target accuracy was not reached.",
+        "some never": r"$^{*k}$: k seeds never reached the target accuracy; the mean is over the others.",
         "no value": "--: no value.",
         "dagger": r"$^\dagger$: some seeds failed or diverged; the mean is over the others.",
         "ddagger": r"$^\ddagger$: some seeds were flagged suspect and are left out of the mean.",

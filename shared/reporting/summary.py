@@ -6,10 +6,8 @@ chance, equal to FedAvg's) and the best and second-best per column. What both th
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from shared.data.catalog import num_classes
@@ -31,8 +29,9 @@ def first_round_reaching(metrics: dict, target: float) -> float:
 
 def cell_value(metric, metrics: dict, reference_final: float | None) -> float:
     """The value of `metric` (a table's Metric, shared/targets/table_declarations.py) for one run (its
-    metrics.json as a dict); `reference_final` is the reference row's mean final accuracy in the
-    same column (FedSSD's T, `rounds_to_row`)."""
+    metrics.json as a dict); `reference_final` is the reference row's final accuracy in the same
+    column at the run's seed (FedSSD's T, `rounds_to_row`: the rounds to the accuracy FedAvg ends
+    at on the same partition and initial weights, so FedAvg's own T is at most its rounds)."""
     if metric.kind == "final_acc":
         return metrics["final_acc"]
     if metric.kind == "best_acc":
@@ -75,22 +74,24 @@ def chance_level(metric: Metric, cell: Cell) -> float:
 
 
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
-    """One row per run: row, column, seed, run id, status and the value of its column's metric."""
+    """One row per run: row, column, seed, run id, status, the value of its column's metric and
+    `never`: a completed run that never reached its rounds-to-target column's target (its value
+    is then NaN; a run whose reference run at its seed did not complete has no target)."""
     metrics = {c.run_id: read_summary(Path(runs_dir) / c.run_id) for c in cells}
 
     def ok(c):
         return metrics[c.run_id]["status"] == COMPLETED
 
-    finals = defaultdict(list)  # FedSSD's T: the reference row's final accuracy per setting
+    finals = {}  # FedSSD's T: the reference row's final accuracy per setting and seed
     for c in cells:
         metric = table.metric_for(c.column)
         if metric.kind == "rounds_to_row" and c.row.label == metric.reference and ok(c):
-            finals[c.column.label].append(metrics[c.run_id]["final_acc"])
-    reference_final = {k: float(np.mean(v)) for k, v in finals.items()}
+            finals[(c.column.label, c.seed)] = metrics[c.run_id]["final_acc"]
     records = []
     for c in cells:
-        m = metrics[c.run_id]
-        value = cell_value(table.metric_for(c.column), m, reference_final.get(c.column.label)) if ok(c) else math.nan
+        m, metric = metrics[c.run_id], table.metric_for(c.column)
+        target_known = metric.kind == "rounds_to" or (c.column.label, c.seed) in finals
+        value = cell_value(metric, m, finals.get((c.column.label, c.seed))) if ok(c) else math.nan
         records.append(
             dict(
                 row=c.row.label,
@@ -99,7 +100,8 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
                 run_id=c.run_id,
                 status=m["status"],
                 value=value,
-                chance=chance_level(table.metric_for(c.column), c),
+                never=bool(ok(c) and metric.kind.startswith("rounds_to") and target_known and math.isnan(value)),
+                chance=chance_level(metric, c),
                 wall_time_s=m.get("wall_time_s", 0.0),
                 device=m.get("device", ""),
                 device_name=m.get("device_name", ""),
@@ -128,7 +130,9 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
     """Mean, std (ddof=0, as FL papers report it over seeds), seed count and runs per cell, in
     the paper's row and column order; methods not implemented yet appear with no runs. Only
     completed runs enter the mean; `failed` counts the runs that failed or diverged, `suspect`
-    those flagged suspect. A cell's status: ok, failed, suspect, no value or not implemented;
+    those flagged suspect; `never` the completed runs that never reached a rounds-to-target
+    column's target (the mean is over the others). A cell's status: ok, failed, suspect, no
+    value or not implemented;
     `at_chance`: its mean accuracy is chance (within CHANCE_MARGIN); `equals_fedavg`: each seed's
     value is REFERENCE_ROW's (`equals_reference`)."""
     rows = []
@@ -157,6 +161,7 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
                     mean=good.mean() if len(good) else math.nan,
                     std=good.std(ddof=0) if len(good) else math.nan,
                     n=len(good),
+                    never=int(sel["never"].sum()) if len(sel) else 0,
                     failed=failed,
                     suspect=suspect,
                     status=status,
@@ -179,8 +184,9 @@ def shown(value: float, places: int) -> float:
 
 def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str]:
     """Best in bold and second best underlined within each column, as the papers do. Ties (equal
-    printed means) share their mark; only cells whose runs all completed are ranked (a cell with
-    a failed, diverged or suspect run, or none, never takes a mark), and only the paper's rows
+    printed means) share their mark; only cells whose runs all completed, and reached the target
+    of a rounds column, are ranked (a cell with a failed, diverged or suspect run, a seed that
+    never reached the target, or no run never takes a mark), and only the paper's rows
     (a reading that is not the paper's text competes for no mark the paper gives)."""
     marks = {}
     for column in table.columns:
@@ -189,6 +195,7 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
             (summary.column == column.label)
             & summary["mean"].notna()
             & (summary.status == "ok")
+            & (summary.never == 0)
             & (summary.reading == "")
         ]
         values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}

@@ -83,7 +83,8 @@ def build_search(
     search: Search, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None
 ) -> None:
     """search.csv (every grid point's mean and std per setting), best.yaml (the best point per
-    setting, the values to put in the paper's table) and provenance.yaml."""
+    setting among those whose every seed completed, the values to put in the paper's table; the
+    best of the others where none did, with its status) and provenance.yaml."""
     runs_dir, out = Path(runs_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     grid = search.as_table()
@@ -95,12 +96,16 @@ def build_search(
     best = {}
     for column in grid.columns:
         col = summary[(summary.column == column.label) & summary["mean"].notna()]
+        whole = col[(col.status == "ok") & (col.never == 0)]  # a point's lucky seeds never beat whole points
+        col = whole if len(whole) else col
         if len(col):
             top = col.sort_values("mean", ascending=not grid.metric_for(column).higher_is_better).iloc[0]
             best[column.label] = {
                 "point": dict(points[top.row]),  # a copy: no YAML alias when two settings agree
                 "mean": float(top["mean"]),
                 "std": float(top["std"]),
+                "seeds": int(top["n"]),
+                "status": top["status"],
             }
     (out / "best.yaml").write_text(
         yaml.safe_dump(

@@ -50,10 +50,11 @@ def test_a_wrongly_written_claim_fails_on_the_papers_numbers():
 
 
 def seeds_frame(values: dict) -> pd.DataFrame:
-    """Generated run results: {(row, column): [value per seed]} as shared.reporting.summary.collect's rows."""
+    """Generated run results: {(row, column): [value per seed]} as shared.reporting.summary.collect's
+    rows; NaN: a rounds target never reached."""
     return pd.DataFrame(
         [
-            dict(row=r, column=c, seed=s, status="completed", value=v, run_id=f"{r}{c}{s}")
+            dict(row=r, column=c, seed=s, status="completed", value=v, never=math.isnan(v), run_id=f"{r}{c}{s}")
             for (r, c), per_seed in values.items()
             for s, v in enumerate(per_seed)
         ]
@@ -147,6 +148,17 @@ def test_cells_are_compared_on_the_seeds_they_share():
     assert row.verdict == NOT_HELD and row.shortfall == pytest.approx(10.0) and row.seeds_held == "0/1"
     assert row.left_out == "Rival @ clear: seed 1"
     assert detail(row).endswith("left out, as not every cell has it: Rival @ clear: seed 1)")
+
+
+def test_a_familys_best_is_chosen_on_the_seeds_compared():
+    """FedGKD's seed 2 (80) would make it the family's best on its own seeds; FedAvg has no seed 2
+    (diverged), so on seeds 0 and 1 the best is the other member (72), which beats FedAvg (71)."""
+    table = grid_table()
+    runs = seeds_frame({("Ours", "clear"): [70.0, 70.0, 80.0], ("Rival", "clear"): [72.0, 72.0, 72.0]})
+    runs = pd.concat([runs, seeds_frame({("Other", "clear"): [71.0, 71.0]})])
+    family = Best("tablegen", "x", "t", rows=("Ours", "Rival"), against=("Other",), columns=("clear",))
+    result = evaluate(table, [family], run_values(table, runs)).iloc[0]
+    assert result.verdict == HELD and result.decisive == "Rival vs Other" and result.seeds_held == "2/2"
 
 
 def test_cells_that_share_no_seed_are_not_measured_yet():

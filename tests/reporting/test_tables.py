@@ -114,16 +114,46 @@ def test_table_cells_marks_and_comparison(tmp_path):
 
 
 def test_rounds_to_reference_final_accuracy(tmp_path):
-    """FedSSD's T: the first round reaching FedAvg's mean final accuracy in the same column."""
+    """FedSSD's T: the first round reaching FedAvg's final accuracy at the same seed in the same
+    column, so FedAvg's own T is at most its rounds (the paper prints FedAvg's T as its rounds)."""
     table = make_table(Metric("rounds_to_row", reference="FedAvg"))
     write_runs(table, tmp_path / "runs", CURVES)
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
-    # column a: FedAvg's final mean is 50 -> FedAvg seeds reach it at rounds 3, 3, never; FedProx at 2, 2, 2
-    assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx(3.0) and cells.loc[("FedAvg", "a"), "n"] == 2
-    assert cells.loc[("FedProx", "a"), "mean"] == pytest.approx(2.0)
+    # column a: FedAvg ends at 50, 52, 48 and reaches each at round 3; FedProx reaches them at 2, 3, 2
+    assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx(3.0) and cells.loc[("FedAvg", "a"), "n"] == 3
+    assert cells.loc[("FedProx", "a"), "mean"] == pytest.approx(7 / 3)
     tex = (tmp_path / "out" / "table.tex").read_text()
-    assert r"\textbf{\boldmath 2.0" in tex  # fewer rounds is better
+    assert r"\textbf{\boldmath 2.3" in tex  # fewer rounds is better
+
+
+def test_a_seed_that_never_reaches_the_target_is_counted_and_marked(tmp_path):
+    """Target 51: FedAvg reaches it on seed 1 alone (round 3), so its mean of 3.0 is over one seed:
+    marked, and not ranked against FedProx, which reaches it on every seed (3, 2, 2)."""
+    table = make_table(Metric("rounds_to", target=51))
+    write_runs(table, tmp_path / "runs", CURVES)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedAvg", "a"), ["mean", "n", "never"]].tolist() == [3.0, 1, 2]
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert r"FedAvg & 3.0$^{*2}$ &" in tex and "k seeds never reached the target" in tex
+    assert r"\textbf{\boldmath 2.3\,$\pm$\,0.5}" in tex  # FedProx, the only cell ranked in column a
+    assert "3.0 (2 never reached)" in (tmp_path / "out" / "comparison.md").read_text()
+
+
+def test_a_target_never_reached_ranks_last_in_the_rank_agreement(tmp_path):
+    """Target 53: no seed of FedAvg reaches it in column a ('--'), so it ranks after FedProx (3.0);
+    the paper's '_' (FedProx, column b) ranks last too, so both columns compare two methods."""
+    table = make_table(Metric("rounds_to", target=53))
+    write_runs(table, tmp_path / "runs", CURVES)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert "FedAvg & --" in tex and "--: the target accuracy was not reached." in tex
+    comparison = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index(["row", "column"])
+    # a: FedAvg never, FedProx 3.0, against the paper's 50 and 52; b: FedAvg 2.3, FedProx 2.0, the paper's 60 and "_"
+    assert comparison.loc[("FedAvg", "a"), "rank_pairs"] == 2 and comparison.loc[("FedAvg", "b"), "rank_pairs"] == 2
+    assert comparison.loc[("FedAvg", "a"), "kendall_tau"] == pytest.approx(-1.0)
+    assert comparison.loc[("FedAvg", "b"), "kendall_tau"] == pytest.approx(-1.0)
 
 
 def test_fixed_target_and_accuracy_at_round(tmp_path):
@@ -201,7 +231,12 @@ def test_search_picks_the_best_point_per_setting(tmp_path, monkeypatch):
     build_search(search, "paper", tmp_path / "runs", tmp_path / "out")
     best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())["best"]
     assert best["a"]["point"] == {"method.mu": 0.1} and best["b"]["point"] == {"method.mu": 0.001}
-    assert best["a"]["mean"] == pytest.approx(55.0)
+    assert best["a"]["mean"] == pytest.approx(55.0) and best["a"]["seeds"] == 3 and best["a"]["status"] == "ok"
+    # mu=0.001 diverges at seed 0 in b: its other seeds' 71.5 does not beat mu=0.1's whole 61.0
+    write_runs(grid, tmp_path / "runs", better_in_a, failed={("mu=0.001", "b")})
+    build_search(search, "paper", tmp_path / "runs", tmp_path / "out")
+    best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())["best"]
+    assert best["b"]["point"] == {"method.mu": 0.1} and best["b"]["mean"] == pytest.approx(61.0)
 
 
 @pytest.mark.parametrize("methods", [1, 2])  # FedCSD's Figs. 3 and 4 draw FedCSD alone
