@@ -105,12 +105,13 @@ class DatasetConfig:
     # | imagefolder | synthetic  (shared.data.datasets.DATASETS)
     name: str = "cifar10"
     path: str | None = None  # imagefolder: a directory or a .zip holding train/<class>/*
-    # How training images are augmented. None: the dataset's own (crop + flip on CIFAR and
-    # Tiny-ImageNet, nothing on FEMNIST or synthetic data); "none": nothing; "always": the crop + flip
-    # on any image dataset; a paper's code's transform (shared.data.catalog.AUGMENTATIONS: niid_bench,
-    # moon_cifar100, feddf) instead of the crop + flip, where the dataset augments; "always:NAME":
-    # that transform on any image dataset. Configs written with the former dataset.augment (a bool) read
-    # as these values (`augmentation_value`) and hash as they did (`augmentation_parts`).
+    # How training images are augmented. None: the dataset's own (crop + flip on CIFAR and image
+    # folders of at most 64x64, nothing on Tiny-ImageNet, FEMNIST or synthetic data); "none":
+    # nothing; "always": the crop + flip on any image dataset; a paper's code's transform
+    # (shared.data.catalog.AUGMENTATIONS: niid_bench, moon_cifar100, feddf) instead of the crop +
+    # flip, where the dataset augments; "always:NAME": that transform on any image dataset. Configs
+    # written with the former dataset.augment (a bool) read as these values (`augmentation_value`)
+    # and hash as they did (`augmentation_parts`).
     augmentation: str | None = None
     train_subset: Count | None = None  # keep this many training samples (stratified), for small scales
     val_fraction: Annotated[float, Range(0, 1, high_open=True)] = (
