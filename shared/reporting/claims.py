@@ -150,11 +150,7 @@ class FewestRounds(Best):
 
     def groups(self, table, values):
         columns = {c.label: c for c in table.columns}
-        counts = [
-            label
-            for label in self.column_labels(table)
-            if not table.metric_for(columns[label]).kind.startswith("rounds_to")
-        ]
+        counts = [label for label in self.column_labels(table) if not table.metric_for(columns[label]).counts_rounds]
         if counts:
             raise ValueError(f"{table.paper}/{table.name}: FewestRounds on columns that do not count rounds: {counts}")
         return super().groups(table, values)
@@ -296,7 +292,7 @@ def paper_values(table, implied: bool = True) -> Values:
     for row, reported in table.reported.items():
         for column, number in zip(table.columns, reported):
             value = readings.get((row, column.label), number.mean if number else None)
-            if value is None and table.metric_for(column).kind.startswith("rounds_to") and number is None:
+            if value is None and table.metric_for(column).counts_rounds and number is None:
                 value = math.inf
             if value is not None:
                 values[(row, column.label)] = {0: float(value)}

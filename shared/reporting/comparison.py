@@ -54,7 +54,7 @@ def rank_values(column: pd.DataFrame, metric) -> tuple[pd.Series, pd.Series]:
     """A column's values to rank, ours and the paper's: the means, and in a rounds column a
     target never reached (every completed seed of ours; the paper's "_") as +inf, last; a cell
     of ours where only some seeds reached it is not ranked (NaN)."""
-    if not metric.kind.startswith("rounds_to"):
+    if not metric.counts_rounds:
         return column.ours_mean, column.paper_mean
     ours = column.ours_mean.where(column.never == 0, np.where(column.n == 0, math.inf, math.nan))
     return ours, column.paper_mean.where(~column.paper_never.astype(bool), math.inf)
@@ -93,7 +93,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     if not math.isnan(spread) and not math.isnan(diff)
                     else None,
                     never=s.get("never", 0),
-                    paper_never=printed and paper is None and table.metric_for(column).kind.startswith("rounds_to"),
+                    paper_never=printed and paper is None and table.metric_for(column).counts_rounds,
                     failed=s.failed,
                     suspect=s.get("suspect", 0),
                     status=s.status,

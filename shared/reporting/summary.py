@@ -100,7 +100,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
                 run_id=c.run_id,
                 status=m["status"],
                 value=value,
-                never=bool(ok(c) and metric.kind.startswith("rounds_to") and target_known and math.isnan(value)),
+                never=bool(ok(c) and metric.counts_rounds and target_known and math.isnan(value)),
                 chance=chance_level(metric, c),
                 wall_time_s=m.get("wall_time_s", 0.0),
                 device=m.get("device", ""),

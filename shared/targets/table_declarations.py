@@ -109,8 +109,13 @@ class Metric:
             raise ValueError(f"metric {self.kind} needs {required[self.kind]}=")
 
     @property
+    def counts_rounds(self) -> bool:
+        """A rounds-to-target metric: fewer is better, and a target may never be reached."""
+        return self.kind.startswith("rounds_to")
+
+    @property
     def higher_is_better(self) -> bool:
-        return not self.kind.startswith("rounds_to")
+        return not self.counts_rounds
 
     @property
     def label(self) -> str:
@@ -120,7 +125,7 @@ class Metric:
     @property
     def axis_label(self) -> str:
         """The metric in words with its unit, for a figure's axis."""
-        unit = "rounds" if self.kind.startswith("rounds_to") else "%"
+        unit = "rounds" if self.counts_rounds else "%"
         return f"{METRIC_PHRASES[self.kind][1].format(**vars(self))} ({unit})"
 
 
