@@ -102,6 +102,17 @@ def main(argv=None):
     print(report(table, frame, 100 / cells[0].config.dataset.synthetic.num_classes, seconds, args))
 
 
+def pipe_table(frame: pd.DataFrame) -> str:
+    """A Markdown table of `frame`, its index as the first column (pandas' to_markdown needs
+    tabulate, which is no dependency of ours)."""
+    lines = [
+        f"| {frame.index.name or ''} | " + " | ".join(map(str, frame.columns)) + " |",
+        "|---|" + "---|" * len(frame.columns),
+    ]
+    lines += [f"| {index} | " + " | ".join(map(str, row)) + " |" for index, row in zip(frame.index, frame.to_numpy())]
+    return "\n".join(lines)
+
+
 def report(table, frame: pd.DataFrame, chance: float, seconds: float, args) -> str:
     """The matrix of mean final accuracies (° at chance, = where every seed equals FedAvg's, as
     the tables mark them), own method minus FedAvg, the single seeds at chance, and timing."""
@@ -127,7 +138,7 @@ def report(table, frame: pd.DataFrame, chance: float, seconds: float, args) -> s
     lines = [
         f"{table.paper}/{table.name} at smoke scale, {frame.seed.nunique()} seed(s), "
         f"--smoke {args.smoke} --set {args.sets}",
-        marked.to_markdown(),
+        pipe_table(marked),
     ]
     if own and REFERENCE_ROW in means.index:
         diff = (means.loc[own] - means.loc[REFERENCE_ROW]).map(lambda d: f"{d:+.2f}")

@@ -88,3 +88,29 @@ def test_the_locked_versions_are_in_the_declared_ranges():
         for name, spec in ranges.items():
             if name != "torch":
                 assert SpecifierSet(spec).contains(pins[name]), f"{group}: {name} {spec}, locked {pins[name]}"
+
+
+# pandas methods that import a package pandas does not depend on, none of which we declare
+PANDAS_OPTIONAL = {
+    "to_markdown": "tabulate",
+    "to_excel": "openpyxl",
+    "read_excel": "openpyxl",
+    "to_parquet": "pyarrow",
+    "read_parquet": "pyarrow",
+    "read_html": "lxml",
+    "to_xml": "lxml",
+}
+
+
+def test_no_code_calls_a_pandas_method_whose_package_is_not_declared():
+    """Where the workflow's Snakemake is installed, its dependencies (tabulate among them) hide a
+    missing one; a GPU node with torch, pandas and PyYAML alone would fail."""
+    named = {name for group in declared().values() for name in group}
+    calls = [
+        f"{path.relative_to(ROOT)}: .{method}() needs {package}"
+        for folder in ["shared", "papers", "benchmarks", "scripts", "workflow"]
+        for path in (ROOT / folder).rglob("*.py")
+        for method, package in PANDAS_OPTIONAL.items()
+        if package not in named and f".{method}(" in path.read_text(encoding="utf-8")
+    ]
+    assert calls == []
