@@ -39,6 +39,7 @@ from shared.targets.figure_declarations import get_figure
 from shared.targets.table_declarations import SMOKE_ROUNDS, expand, get_table
 from shared.training import timed_rounds, trainer
 from tests.campaign.carried_states import finished_files, write_genuine_state
+from tests.workflow import require_snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "papers/fedcad/table4"
@@ -101,6 +102,7 @@ def clock_of_rounds(monkeypatch):
 
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
+    require_snakemake()
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
         cwd=project,

@@ -20,6 +20,7 @@ from shared.archive import MANIFEST, main
 from shared.targets.table_declarations import expand, get_table
 from shared.training import trainer
 from tests.campaign.carried_states import finished_files
+from tests.workflow import require_snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "papers/fedcad/table4"
@@ -244,6 +245,7 @@ def project_copy(directory: Path) -> Path:
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
     """The job counts of `snakemake -n` for the target (Snakemake's "Job stats" block)."""
+    require_snakemake()
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
         cwd=project,

@@ -42,6 +42,7 @@ import yaml
 
 from shared.targets.papers import paper_names
 from shared.targets.resolve import command_targets, paper_target_names
+from tests.workflow import require_snakemake
 from tests.workflow.test_workflow import make_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -334,6 +335,7 @@ def check_pytest(args: list[str]) -> None:
 
 
 def check_snakemake(page: Page, command: Command, args: list[str], snakemake_runs: dict | None) -> None:
+    require_snakemake()
     from snakemake.cli import get_argument_parser
 
     err = io.StringIO()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from shared.targets.table_declarations import expand, get_table
+from tests.workflow import require_snakemake
 from tests.workflow.test_workflow import make_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,7 @@ def test_readme_reviewer_path_builds_then_reports(tmp_path):
     _, paper, name = target_of(build).split("/")
     run_ids = sorted({cell.run_id for cell in expand(get_table(paper, name), "smoke")})
     write_finished_runs(project, run_ids[1:])
+    require_snakemake()
     for args in (build, report):
         proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True)
         assert proc.returncode == 0, shlex.join(args) + "\n" + proc.stderr[-3000:]

@@ -21,6 +21,7 @@ import pytest
 
 from shared.targets.figure_declarations import get_figure
 from shared.targets.table_declarations import expand, get_table, paper_tables
+from tests.workflow import require_snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
@@ -90,6 +91,7 @@ def write_runs(project):
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    require_snakemake()
     project = tmp_path_factory.mktemp("report")
     for part in PARTS:
         src = ROOT / part

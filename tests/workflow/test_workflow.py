@@ -15,6 +15,7 @@ import yaml
 from shared.targets.figure_declarations import paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.table_declarations import SCALES, all_tables, expand, get_table, paper_searches
+from tests.workflow import require_snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("Snakefile", "shared", "papers", "workflow", "config", "profiles")
@@ -133,6 +134,7 @@ def skip_generated(directory, names):
 
 
 def snakemake(project, *args, env=None):
+    require_snakemake()
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True, env=env
     )
@@ -297,6 +299,7 @@ def test_paper_scale_after_a_smoke_build_schedules_the_paper_runs(project):
 def test_slurm_profile_does_not_inherit_the_workstation_gpu_cap():
     """profiles/default is loaded on top of any --profile; its GPU count must be a per-machine
     (local) resource, so that on SLURM it caps nothing, and no rule is forced to ask for a GPU."""
+    require_snakemake()
     from snakemake.cli import parse_args
     from snakemake.resources import ResourceScopes
 
