@@ -252,6 +252,7 @@ def test_smoke_table_end_to_end_then_only_missing_runs_rerun(project):
 def test_speed_switches_on_a_finished_table_retrain_nothing(project):
     """Runtime keys are no part of a run job's params, inputs or code: switching any of them on
     the finished smoke table of the test above schedules nothing (it used to retrain every run)."""
+    require_snakemake()  # before the precondition: the build above was skipped too
     target = "papers/fedcad/table2"
     base = ["--config", "scale=smoke", "device=cpu"]
     assert (project / "results" / "smoke" / "fedcad" / "table2" / "table.csv").exists(), (
@@ -279,6 +280,7 @@ def test_paper_scale_after_a_smoke_build_schedules_the_paper_runs(project):
     """A smoke table never sits where the paper-scale one belongs: after the smoke build above,
     asking for the paper-scale table schedules its runs, with Snakemake's metadata, with mtime
     triggers only, and without any metadata (a copied results tree)."""
+    require_snakemake()  # before the precondition: the build above was skipped too
     target = "papers/fedcad/table2"
     paper_runs_count = len({c.run_id for c in expand(get_table("fedcad", "table2"), "paper")})
     assert (project / "results" / "smoke" / "fedcad" / "table2").exists()
