@@ -39,7 +39,7 @@ from shared.targets.figure_declarations import get_figure
 from shared.targets.table_declarations import SMOKE_ROUNDS, expand, get_table
 from shared.training import timed_rounds, trainer
 from tests.campaign.carried_states import finished_files, write_genuine_state
-from tests.workflow import require_snakemake
+from tests.workflow.test_workflow import job_counts, snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "papers/fedcad/table4"
@@ -102,22 +102,10 @@ def clock_of_rounds(monkeypatch):
 
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
-    require_snakemake()
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
-        cwd=project,
-        capture_output=True,
-        text=True,
-    )
+    """The job counts of `snakemake -n` for the target (Snakemake's "Job stats" block)."""
+    proc = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    if "Nothing to be done" in proc.stdout + proc.stderr:
-        return {}
-    block = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {
-        row.split()[0]: int(row.split()[1])
-        for row in block.splitlines()
-        if len(row.split()) == 2 and row.split()[1].isdigit()
-    }
+    return job_counts(proc.stdout)
 
 
 def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(tmp_path, monkeypatch, capsys):

@@ -9,8 +9,6 @@ import hashlib
 import io
 import json
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from shared.archive import MANIFEST, main
 from shared.targets.table_declarations import expand, get_table
 from shared.training import trainer
 from tests.campaign.carried_states import finished_files
-from tests.workflow import require_snakemake
+from tests.workflow.test_workflow import job_counts, snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "papers/fedcad/table4"
@@ -245,20 +243,9 @@ def project_copy(directory: Path) -> Path:
 
 def dry_run_jobs(project: Path) -> dict[str, int]:
     """The job counts of `snakemake -n` for the target (Snakemake's "Job stats" block)."""
-    require_snakemake()
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET],
-        cwd=project,
-        capture_output=True,
-        text=True,
-    )
+    proc = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", TARGET)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    block = proc.stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {
-        row.split()[0]: int(row.split()[1])
-        for row in block.splitlines()
-        if len(row.split()) == 2 and row.split()[1].isdigit()
-    }
+    return job_counts(proc.stdout)
 
 
 def test_after_unpacking_the_workflow_schedules_only_the_missing_runs(tmp_path):

@@ -7,13 +7,10 @@ as finished runs write them, and the build trains the one left, then builds the 
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 from shared.targets.table_declarations import expand, get_table
-from tests.workflow import require_snakemake
-from tests.workflow.test_workflow import make_project
+from tests.workflow.test_workflow import make_project, snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,9 +70,8 @@ def test_readme_reviewer_path_builds_then_reports(tmp_path):
     _, paper, name = target_of(build).split("/")
     run_ids = sorted({cell.run_id for cell in expand(get_table(paper, name), "smoke")})
     write_finished_runs(project, run_ids[1:])
-    require_snakemake()
     for args in (build, report):
-        proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=project, capture_output=True, text=True)
+        proc = snakemake(project, *args)
         assert proc.returncode == 0, shlex.join(args) + "\n" + proc.stderr[-3000:]
     assert json.loads((project / "results" / "runs" / run_ids[0] / "metrics.json").read_text())["status"] == "completed"
     assert (project / "results" / "smoke" / paper / name / "table.csv").exists()
