@@ -87,8 +87,20 @@ def final_accuracy(run_dir: Path) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-# The runtime keys that say how a run trained, shown beside the gate's verdict they followed
+# The runtime keys that say how a run trained, shown beside the gate's verdict they followed;
+# those that act only on CUDA are left out for runs on the CPU (which record them as they were set)
 SHOWN_SETTINGS = ("trainer.device", "trainer.cuda_graphs", "trainer.clients_per_step", "trainer.deterministic")
+CUDA_ONLY_SETTINGS = ("trainer.cuda_graphs",)
+
+
+def shown_settings(runtime: dict) -> str:
+    """The SHOWN_SETTINGS a run's runtime record holds, but for CUDA's on a CPU run, each value shortened."""
+    on_cpu = runtime.get("trainer.device") == "cpu"
+    return ", ".join(
+        f"{key}={json.dumps(runtime[key])[:40]}"
+        for key in SHOWN_SETTINGS
+        if key in runtime and not (on_cpu and key in CUDA_ONLY_SETTINGS)
+    )
 
 
 def trained_with(run_dirs) -> list[str]:
@@ -102,8 +114,7 @@ def trained_with(run_dirs) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if isinstance(runtime, dict):
-            shown = ", ".join(f"{key}={json.dumps(runtime[key])[:40]}" for key in SHOWN_SETTINGS if key in runtime)
-            tally[json.dumps(runtime.get("trainer.gate", "no gate"))[:40], shown] += 1
+            tally[json.dumps(runtime.get("trainer.gate", "no gate"))[:40], shown_settings(runtime)] += 1
     return [
         f"{n} run{'s' * (n != 1)} trained with {shown or 'no runtime record'} (gate: {gate})"
         for (gate, shown), n in sorted(tally.items())

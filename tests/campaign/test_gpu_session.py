@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from shared.campaign import gate as session_gate
-from shared.campaign import refresh, session_output, unit_sizing
+from shared.campaign import refresh, session_output, ship, unit_sizing
 from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign.cli import main
@@ -477,10 +477,26 @@ def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_bo
     assert recorded["trainer.clients_per_step"] == 1
     capsys.readouterr()
     assert main(["status", TARGET, "--scale", "smoke", "--root", str(root)]) == 0
-    assert (
-        'finished: 1 run trained with trainer.device="cpu", trainer.cuda_graphs=false, trainer.clients_per_step=1, '
+    assert (  # CUDA graphs act only on CUDA: a CPU run's line leaves them out
+        'finished: 1 run trained with trainer.device="cpu", trainer.clients_per_step=1, '
         'trainer.deterministic=true (gate: "numerical")'
     ) in capsys.readouterr().out
+
+
+def test_status_shows_cuda_only_settings_for_runs_on_cuda_alone(tmp_path):
+    """trained_with: a CUDA run's line names its CUDA graphs; a CPU run's, which records the
+    key as it was set, does not; an unreadable record is left out."""
+    runtime = {"trainer.cuda_graphs": False, "trainer.clients_per_step": 1, "trainer.gate": "capture"}
+    for name, device in (("a", "cuda:1"), ("c", "cpu")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"runtime": {"trainer.device": device, **runtime}}))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "metrics.json").write_text("{not json")
+    assert sorted(ship.trained_with(sorted(tmp_path.iterdir()))) == [
+        '1 run trained with trainer.device="cpu", trainer.clients_per_step=1 (gate: "capture")',
+        '1 run trained with trainer.device="cuda:1", trainer.cuda_graphs=false, trainer.clients_per_step=1 '
+        '(gate: "capture")',
+    ]
 
 
 RAISE_ONCE = '''"""A test double of a unit that raises once: the first shared.training.timed_rounds.run_timed of any
