@@ -72,8 +72,9 @@ DATASETS: dict[str, DatasetInfo] = {
     "cifar100": DatasetInfo("shared.data.datasets:load_cifar", 100),
     "imagefolder": DatasetInfo("shared.data.datasets:load_image_folder"),
     "synthetic": DatasetInfo("shared.data.datasets:load_synthetic"),
+    # LEAF's 805,263 samples, each writer's split 90/10 (shared/data/vision.py)
     "femnist": DatasetInfo("shared.data.vision:load_femnist", 62, channels=1, side=28, writers=True,
-                           train_size=805_263, test_size=80_000),
+                           train_size=725_000, test_size=80_000),
     "femnist_digits": DatasetInfo("shared.data.vision:load_femnist", 10, channels=1, side=28, writers=True,
                                   train_size=382_705, test_size=40_000),
     "tiny_imagenet": DatasetInfo("shared.data.vision:load_tiny_imagenet", 200, side=64, train_size=100_000),
