@@ -33,7 +33,8 @@ defaults to the current directory, the project root the workflow runs in), holdi
 lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
 file goes. A run already finished there (a result: completed, diverged or suspect) is left as
 it is; a recorded failure or a damaged metrics.json there is replaced by the archive's run, the
-old file moved aside (metrics.json.replaced-<time>). Each run's metrics.json is written
+old file moved aside (metrics.json.replaced-<time>). A run the archive holds as a failure is not
+written where a checkpoint of it is: that run resumes from its checkpoint. Each run's metrics.json is written
 last, so an interrupted unpack leaves unfinished runs, which the workflow reruns, never a run
 that looks finished and is not. After unpacking, `snakemake -n TARGET` schedules only the
 runs the archive did not hold.
@@ -240,7 +241,8 @@ def verify(archive: Path, staging: Staging | None = None) -> tuple[dict, dict]:
 
 def run_problem(rid: str, files: dict[str, bytes]) -> str | None:
     """What the campaign's import checks of a finished run (shared/campaign/carried_runs.py), for a
-    result; a recorded failure (which the workflow trains again) need only be one."""
+    result; a recorded failure (which the workflow trains again) need only be one, with its history
+    and partition, where it has them, as the trainer writes them."""
     from shared.campaign.carried_runs import finished_problem, model_problem
 
     if "config.yaml" not in files or "metrics.json" not in files:
@@ -253,10 +255,31 @@ def run_problem(rid: str, files: dict[str, bytes]) -> str | None:
         return finished_problem(rid, files, cfg) or problem
     if not records_failure(files["metrics.json"]):
         return "its metrics.json is neither a result nor a failure"
-    return problem
+    return problem or failure_files_problem(files, cfg)
+
+
+def failure_files_problem(files: dict[str, bytes], cfg) -> str | None:
+    """A recorded failure's history and partition, where it has them, as the trainer writes them."""
+    from shared.campaign.carried_runs import history_of
+    from shared.campaign.run_schema import partition_problem
+
+    if "metrics.jsonl" in files:
+        problem = history_of(files, cfg)[1]
+        if problem:
+            return problem
+    if "partition.csv" in files:
+        problem = partition_problem(files["partition.csv"], cfg, None)
+        return f"its partition.csv {problem}" if problem else None
+    return None
 
 
 # --- unpack: writing ------------------------------------------------------------------------
+
+
+def failure_over_progress(members: dict, run_dir: Path) -> bool:
+    """Whether the archive holds this run as a recorded failure while a checkpoint of it is here."""
+    metrics = members.get(f"runs/{run_dir.name}/metrics.json")
+    return metrics is not None and records_failure(metrics) and (run_dir / "checkpoint.pt").is_file()
 
 
 def commit(members: dict, runs_dir: Path, runs: list[str]) -> int:
@@ -307,8 +330,11 @@ def unpack(archive: Path, into: Path) -> dict:
             candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
             check_space(runs_dir, sum(size for path, size in sizes.items() if path.split("/")[1] in candidates))
             claim_runs(runs_dir, candidates, locks)
-            written = [rid for rid in candidates if not holds_result(runs_dir / rid)]  # as the locks hold it
-            kept = sorted(set(run_ids) - set(written))
+            # a failure recorded elsewhere never replaces training here: the workflow retries the
+            # run from its checkpoint, as the trainer keeps it on failing
+            resuming = [rid for rid in candidates if failure_over_progress(members, runs_dir / rid)]
+            written = [rid for rid in candidates if not holds_result(runs_dir / rid) and rid not in resuming]
+            kept = sorted(set(run_ids) - set(written) - set(resuming))
             differing = [
                 rid
                 for rid in kept
@@ -324,6 +350,7 @@ def unpack(archive: Path, into: Path) -> dict:
         "runs_dir": runs_dir,
         "written": written,
         "kept": kept,
+        "resuming": resuming,
         "differing": differing,
         "files": files,
         "bytes": sum(size for path, size in sizes.items() if path.split("/")[1] in written),
@@ -390,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             kept = report["kept"]
             note = f"; {len(kept)} already finished there, left as they were" if kept else ""
             note += f" ({len(report['differing'])} of them differ from the archive's)" if report["differing"] else ""
+            if report["resuming"]:
+                note += f"; {len(report['resuming'])} failed there, in progress here: left to resume"
             print(
                 f"unpacked {len(report['written'])} runs ({report['files']} files, {megabytes(report['bytes'])}) of "
                 f"{' '.join(report['manifest']['targets'])} at scale={report['manifest']['scale']} "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+import zipfile
 
 from shared.campaign.run_schema import partition_problem, records_problem, status_problem
 from shared.campaign.run_schema import summary_problem as fields_problem
@@ -29,13 +30,17 @@ from shared.campaign.state_reading import MEMBER
 from shared.config.schema import RunConfig
 from shared.runs.files import RunFilesError, check_identity, history_problem, is_final, is_number, summary_problem
 from shared.runs.metrics import rounds_to_target
-from shared.runs.strict_text import strict_json, strict_yaml
+from shared.runs.strict_text import MAX_DEPTH, nesting_problem, strict_json, strict_yaml
 from shared.runs.transfer import Content, member_file
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
 ACCURACIES = ("final_acc", "best_acc", "global_acc", "local_acc", "per_class_acc", "domain_acc")
 # what a summary repeats of its history (shared/runs/metrics.py `summarize`), by the record's key
 REPEATED = {"eval_rounds": "round", "global_acc": "global_acc", "global_loss": "global_loss", "local_acc": "local_acc"}
+# A round's record: some 650 bytes at 10 classes and 10 clients, some 6 kB at 200 classes and 100
+# clients; a longer line is refused before it is parsed (parsed JSON takes up to 24 times its text)
+MAX_RECORD_BYTES = 2**16
+MAX_TORCH_RECORDS = 100_000  # a model's file: a record per tensor's storage
 
 
 def carried_runs(members: dict[str, bytes]) -> dict[tuple[str, str], dict[str, bytes]]:
@@ -93,8 +98,14 @@ def history_of(files: dict[str, bytes], cfg: RunConfig) -> tuple[list | None, st
     rounds = cfg.federation.rounds
     if "metrics.jsonl" not in files:
         return None, "it has no metrics.jsonl"
+    lines = files["metrics.jsonl"].splitlines()
+    if len(lines) > rounds or any(len(line) > MAX_RECORD_BYTES for line in lines):
+        return None, (
+            f"metrics.jsonl: it holds {len(lines)} records for the config's {rounds} rounds, or a "
+            f"record of more than {MAX_RECORD_BYTES // 1024} kB"
+        )
     try:
-        history = [strict_json(line) for line in files["metrics.jsonl"].decode("utf-8").splitlines()]
+        history = [strict_json(line) for line in lines]
     except (ValueError, RecursionError):
         return None, "its metrics.jsonl is not one JSON record a line"
     problem = history_problem(history, rounds) or accuracy_problem(history) or records_problem(history, cfg)
@@ -195,12 +206,36 @@ def loaded(content: Content):
 
     try:
         with warnings.catch_warnings(), member_file(content) as file:  # torch's warning: the refusal is the line
+            problem = torch_file_problem(file)
+            if problem:
+                return None, problem
             warnings.simplefilter("ignore")
-            return load_tensors(file), None
+            state = load_tensors(file)
     except pickle.UnpicklingError:
         return None, "holds something other than tensors and plain values (refused unread)"
     except (EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError) as exc:
         return None, f"is unreadable ({type(exc).__name__})"
+    if nesting_problem(state):  # before any checker walks it
+        return None, f"holds values nested more than {MAX_DEPTH} deep"
+    return state, None
+
+
+def torch_file_problem(file) -> str | None:
+    """Why a model's file is not as torch.save writes it (None: it is): a zip of stored records,
+    none compressed, so that loading it takes no more memory than the file's size (torch.load
+    would inflate a compressed record of a few kB into gigabytes). `file` is left at its start."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return "is not a file torch.save writes (a zip of records)"
+    finally:
+        file.seek(0)
+    if len(records) > MAX_TORCH_RECORDS or any(
+        r.compress_type != zipfile.ZIP_STORED or r.file_size != r.compress_size for r in records
+    ):
+        return "holds compressed records or too many of them (torch.save writes neither)"
+    return None
 
 
 def checkpoint_mismatch(checkpoint: Content, cfg: RunConfig, history: list[dict]) -> str | None:
@@ -213,9 +248,11 @@ def checkpoint_mismatch(checkpoint: Content, cfg: RunConfig, history: list[dict]
     problem = checkpoint_problem(state, cfg) or tensors_problem(state, cfg)
     if problem:
         return f"its checkpoint {problem}"
-    if json.dumps(state["history"], sort_keys=True) != json.dumps(history, sort_keys=True):
-        return "its metrics.jsonl is not the history its checkpoint holds"
-    return None
+    try:
+        same = json.dumps(state["history"], sort_keys=True) == json.dumps(history, sort_keys=True)
+    except (TypeError, ValueError):  # a tensor, or a key that is not a string, where a round's record has none
+        return "its checkpoint's history holds values that are not a round's record"
+    return None if same else "its metrics.jsonl is not the history its checkpoint holds"
 
 
 def tensors_problem(state: dict, cfg: RunConfig) -> str | None:
@@ -265,7 +302,7 @@ def client_states_problem(files: dict[str, bytes]) -> str | None:
     for name in sorted(file for file in files if file.startswith("client_state/")):
         state, why = loaded(files[name])
         if why:
-            return f"its {name} is not tensors and plain values (refused unread)"
+            return f"its {name} {why}"
         if not all_finite(state):
             return f"its {name} holds a tensor that is not finite"
     return None

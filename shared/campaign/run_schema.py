@@ -25,6 +25,8 @@ from shared.runs.metrics import judge
 
 MAX_TEXT = 1000  # a status, a device's name: a line
 RECORD_LISTS = ("per_class_acc", "local_accs", "clients")
+MAX_SAMPLES = 10**9 - 1  # a client's samples, or of one class (partition.csv: at most 9 digits a count)
+MAX_SETTINGS = 256  # keys of a summary's runtime and environment records, and of a mapping in them
 
 
 def is_finite(value) -> bool:
@@ -85,13 +87,38 @@ def extras_problem(summary: dict, cfg: RunConfig) -> str | None:
             return f"{key} is not a line of printable text"
     samples = summary.get("client_samples")
     if samples is not None and (
-        not isinstance(samples, list) or any(type(n) is not int or n < 0 for n in samples) or len(samples) > 10**6
+        not isinstance(samples, list)
+        or any(type(n) is not int or not 0 <= n <= MAX_SAMPLES for n in samples)
+        or len(samples) > 10**6
     ):
         return "client_samples is not a list of sample counts (whole numbers)"
     if "num_parameters" in summary and (type(summary["num_parameters"]) is not int or summary["num_parameters"] < 0):
         return "num_parameters is not a whole number"
-    if any(key in summary and not isinstance(summary[key], dict) for key in ("runtime", "environment")):
-        return "runtime or environment is not a mapping"
+    for key in ("runtime", "environment"):
+        if key in summary and settings_problem(summary[key]):
+            return f"{key} {settings_problem(summary[key])}"
+    env = summary.get("environment", {})
+    if env.get("git_commit") is not None and not is_text(env["git_commit"], 64):
+        return "environment's git_commit is not a commit"
+    return None
+
+
+def settings_problem(record) -> str | None:
+    """A runtime or environment record as the trainer writes them: a mapping of names to plain
+    values (a line of text, a number, a flag, none) or to mappings of such values (the
+    environment's packages and numerics)."""
+
+    def plain(value) -> bool:
+        return value is None or isinstance(value, (bool, int, float)) or is_text(value)
+
+    if not isinstance(record, dict) or len(record) > MAX_SETTINGS:
+        return "is not a mapping of settings"
+    for key, value in record.items():
+        nested = isinstance(value, dict) and len(value) <= MAX_SETTINGS
+        if not is_text(key, 100) or not (plain(value) or (nested and all(map(plain, value.values())))):
+            return f"holds {str(key)[:40]!r}, which is not a setting's name and plain value"
+        if nested and not all(is_text(k, 100) for k in value):
+            return f"holds {str(key)[:40]!r}, which names its values other than by short names"
     return None
 
 
@@ -151,8 +178,8 @@ def partition_problem(partition: bytes, cfg: RunConfig, samples: list | None) ->
     if not header or header[0] != "client" or (classes is not None and len(header) != classes + 1):
         return f"does not start with client and {classes or 'the'} classes"
     rows = [line.split(",") for line in lines[1:]]
-    if any(len(row) != len(header) or not all(cell.isdigit() for cell in row) for row in rows):
-        return "holds a row that is not a client's counts"
+    if any(len(row) != len(header) or not all(cell.isdigit() and len(cell) <= 9 for cell in row) for row in rows):
+        return "holds a row that is not a client's counts (whole numbers of at most 9 digits)"
     if [int(row[0]) for row in rows] != list(range(len(rows))):
         return "does not number its clients 0, 1, ..."
     if cfg.partition.kind != "domains" and len(rows) != cfg.partition.clients:

@@ -70,6 +70,7 @@ COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 # twice over, and MODEL_MARGIN); a per-client state file a client's (MOON's previous model,
 # FedCurv's two Fisher terms); model.pt the model alone
 CHECKPOINT_MODELS, CLIENT_STATE_MODELS, MODEL_MARGIN = 4, 3, 16 * 2**20
+MAX_SIZING_YAML_BYTES = 2**20  # config.yaml parsed to size checkpoints, in all, per read (`run_model`)
 
 
 class CampaignError(Exception):
@@ -155,7 +156,7 @@ def model_limit(members: dict, folder: str, copies: int, limit: int, cache: dict
     key = (folder, *(name in members for name in names))
     cache = {} if cache is None else cache
     if key not in cache:
-        cache[key] = run_model(*(members.get(name) for name in names))
+        cache[key] = run_model(*(members.get(name) for name in names), folder, cache)
     known, model = cache[key]
     if not known:  # the run is refused by its checks (carried_runs.py); its bytes read are bounded
         return min(limit, MODEL_MARGIN)
@@ -164,15 +165,22 @@ def model_limit(members: dict, folder: str, copies: int, limit: int, cache: dict
     return min(limit, copies * model + 2 * len(members[names[1]]) + MODEL_MARGIN)
 
 
-def run_model(config, history, partition) -> tuple[bool, int | None]:
+def run_model(config, history, partition, folder: str, cache: dict) -> tuple[bool, int | None]:
     """Whether a run's config.yaml holds a config (with its history there), and the bytes its
-    model takes (None: known once its data loads)."""
+    model takes (None: known once its data loads). Each run's config.yaml is parsed once, and a
+    read parses at most MAX_SIZING_YAML_BYTES of them in all (a state of hundreds of runs in
+    progress holds a few hundred kB): past that, a run counts as one whose config holds none,
+    so that a file of thousands of made-up runs costs seconds, not hours."""
     from shared.models.registry import state_bytes
 
-    cfg = run_config(config) if isinstance(config, bytes) and isinstance(history, bytes) else None
-    if cfg is None:
+    if not isinstance(config, bytes) or not isinstance(history, bytes):
         return False, None
-    return True, state_bytes(cfg, partition_classes(partition))
+    if ("config", folder) not in cache:
+        parsed = cache.get("yaml bytes", 0) + len(config)
+        cache["yaml bytes"] = parsed
+        cache["config", folder] = run_config(config) if parsed <= MAX_SIZING_YAML_BYTES else None
+    cfg = cache["config", folder]
+    return (False, None) if cfg is None else (True, state_bytes(cfg, partition_classes(partition)))
 
 
 def partition_classes(partition) -> int | None:

@@ -1,7 +1,9 @@
 """JSON and YAML from another machine, read so that what a program reads is what a person reads:
 a key twice is refused (a reader would take the last, a person sees the first), and YAML
 holds no anchors, aliases or tags (an alias bomb expands a kilobyte exponentially; a tag
-builds objects). The project's writers (json.dumps, yaml.safe_dump of plain values) write none."""
+builds objects). The project's writers (json.dumps, yaml.safe_dump of plain values) write none.
+Nor do they nest deeper than a few levels: values nested deeper than MAX_DEPTH are refused, so
+that no checker walking them recurses past Python's limit."""
 
 from __future__ import annotations
 
@@ -9,9 +11,36 @@ import json
 
 import yaml
 
+MAX_DEPTH = 32  # lists and mappings within each other: a run's files nest 4 deep, a checkpoint's state 6
+
 
 class StrictTextError(ValueError):
-    """Text refused: a duplicate key, an anchor, an alias or a tag; the message says which."""
+    """Text refused: a duplicate key, an anchor, an alias, a tag or nesting past MAX_DEPTH; the
+    message says which."""
+
+
+def nesting_problem(value, limit: int = MAX_DEPTH) -> str | None:
+    """Why `value`'s lists, tuples and mappings nest deeper than `limit` (None: they do not);
+    walked without recursion, so that any depth is measured."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, (list, tuple)):
+            continue
+        if depth > limit:
+            return f"its values nest more than {limit} deep"
+        stack.extend((child, depth + 1) for child in item)
+    return None
+
+
+def shallow(value):
+    """`value`, once it nests at most MAX_DEPTH deep; StrictTextError else."""
+    problem = nesting_problem(value)
+    if problem:
+        raise StrictTextError(problem)
+    return value
 
 
 def no_duplicates(pairs: list[tuple]) -> dict:
@@ -24,9 +53,10 @@ def no_duplicates(pairs: list[tuple]) -> dict:
 
 
 def strict_json(data: bytes | str):
-    """JSON (UTF-8) whose objects name each key once; ValueError (or RecursionError) else."""
+    """JSON (UTF-8) whose objects name each key once, nested at most MAX_DEPTH deep; ValueError
+    (or RecursionError, deeper than the parser goes) else."""
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-    return json.loads(text, object_pairs_hook=no_duplicates)
+    return shallow(json.loads(text, object_pairs_hook=no_duplicates))
 
 
 class PlainLoader(yaml.SafeLoader):
@@ -49,7 +79,7 @@ class PlainLoader(yaml.SafeLoader):
 
 
 def strict_yaml(data: bytes | str):
-    """YAML as yaml.safe_load reads it, without anchors, aliases, tags or a key twice;
-    StrictTextError, yaml.YAMLError or ValueError (not UTF-8) else."""
+    """YAML as yaml.safe_load reads it, without anchors, aliases, tags or a key twice, nested at
+    most MAX_DEPTH deep; StrictTextError, yaml.YAMLError or ValueError (not UTF-8) else."""
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-    return yaml.load(text, Loader=PlainLoader)  # noqa: S506 (PlainLoader is a SafeLoader)
+    return shallow(yaml.load(text, Loader=PlainLoader))  # noqa: S506 (PlainLoader is a SafeLoader)

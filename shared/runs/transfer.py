@@ -71,7 +71,7 @@ COMMON = {
     "fedrepro-campaign/1": ({"format", "members", "written_at"}, set()),
 }
 MANIFEST = "manifest.json"
-MAX_MANIFEST_BYTES = 64 * 2**20
+MAX_MANIFEST_BYTES = 8 * 2**20  # some 130 bytes a member: 60,000 members; parsed whole
 # What a file may expand to: checkpoints barely compress and a run's text some 5 to 20 times,
 # while gzip reaches 1000 times on a crafted stream
 EXPANSION_FLOOR = 64 * 2**20

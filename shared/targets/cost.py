@@ -116,7 +116,7 @@ def run_throughput(metrics_path: Path, device: str, benchmark_dirs) -> tuple[str
         done = run_samples(cfg, metrics)
         model = cfg.get("model", {}).get("name", "?")
         return (str(model), done, seconds) if seconds > 0 and done > 0 else None
-    except (TypeError, AttributeError):
+    except (TypeError, AttributeError, ValueError, OverflowError):  # OverflowError: a count too large for a float
         return None
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from shared.archive import main as archive_main
-from shared.runs.files import sha256
+from shared.runs.files import MAX_CONFIG_BYTES, megabytes, sha256
 from tests.campaign.carried_states import (
     checkpoint,
     finished_files,
@@ -453,11 +453,12 @@ def test_import_refuses_a_member_its_run_does_not_need_before_reading_it(tmp_pat
     assert [p.name for p in local.parent.iterdir()] == ["checkpoint.pt"] and local.read_bytes() == b"local"
 
 
-def test_unpack_refuses_a_config_over_1_mib_before_reading_it(tmp_path, capsys):
+def test_unpack_refuses_a_config_over_its_limit_before_reading_it(tmp_path, capsys):
     files = finished_files(FEDAVG[0])
-    archive = archive_of(tmp_path, {SHOT: {**files, "config.yaml": files["config.yaml"] + b"#" * 2**20}})
+    archive = archive_of(tmp_path, {SHOT: {**files, "config.yaml": files["config.yaml"] + b"#" * MAX_CONFIG_BYTES}})
     root = tmp_path / "project"
-    refused(capsys, archive_main(["unpack", str(archive), "--into", str(root)]), "over the limit of 1.0 MB", root)
+    code = archive_main(["unpack", str(archive), "--into", str(root)])
+    refused(capsys, code, f"over the limit of {megabytes(MAX_CONFIG_BYTES)}", root)
 
 
 # --- writes a kill leaves, shipped runs the reporting cannot read, text shown escaped -------------------
