@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.reporting.palette import style
-from shared.runs.files import RunFilesError, read_history, read_partition, read_run_config, read_summary
+from shared.runs.files import RunFilesError, printable, read_history, read_partition, read_run_config, read_summary
 
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (
@@ -183,11 +183,15 @@ def plot_partitions(run_dirs: list[Path], out: str | Path) -> Path:
 def main_partitions(run_dirs: list[str], out: str) -> int:
     found = [Path(d) for d in run_dirs if (Path(d) / "partition.csv").is_file()]
     for missing in sorted(set(run_dirs) - {str(d) for d in found}):
-        print(f"skipped: {missing} holds no partition.csv", file=sys.stderr)
+        print(f"skipped: {printable(missing)} holds no partition.csv", file=sys.stderr)
     if not found:
         print("error: none of the given directories holds a run's partition.csv", file=sys.stderr)
         return 1
-    print(f"wrote {plot_partitions(found, out)}")
+    try:
+        print(f"wrote {plot_partitions(found, out)}")
+    except RunFilesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runs.append(load_run(run_dir))
         except (FileNotFoundError, RunFilesError) as exc:
-            print(f"skipped: {exc}", file=sys.stderr)
+            print(f"skipped: {printable(exc)}", file=sys.stderr)
     if not runs:
         print("error: none of the given directories holds a run's metrics", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from shared.campaign.first_cells import chosen_cells
+from shared.campaign.shipped_reading import listing_entry, name_unreadable
 from shared.campaign.state import (
     RESULTS,
     RUNS_DIR,
@@ -25,10 +26,11 @@ from shared.campaign.state import (
 from shared.campaign.state_reading import FIRST, MEMBER, check_inside
 from shared.config.schema import ConfigError, RunConfig
 from shared.runs.files import (
-    RUN_FILES,
+    MAX_SMALL_BYTES,
     history_rounds,
     holds_result,
     printable,
+    read_at_most,
     remove_dead_temporaries,
     rounds_done,
     write_atomically,
@@ -36,6 +38,7 @@ from shared.runs.files import (
 )
 from shared.runs.locking import claim_runs
 from shared.runs.shipped import SHIPPED, is_finished, put_finished
+from shared.runs.strict_text import strict_json
 from shared.targets.copies import (
     Copy,
     campaign_runs,
@@ -110,8 +113,8 @@ def trained_with(run_dirs) -> list[str]:
     tally: Counter = Counter()
     for run_dir in run_dirs:
         try:
-            runtime = json.loads((run_dir / "metrics.json").read_text())["runtime"]
-        except (OSError, ValueError, KeyError, TypeError):
+            runtime = strict_json(read_at_most(run_dir / "metrics.json", MAX_SMALL_BYTES) or b"")["runtime"]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue
         if isinstance(runtime, dict):
             tally[json.dumps(runtime.get("trainer.gate", "no gate"))[:40], shown_settings(runtime)] += 1
@@ -235,8 +238,6 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
 
 def write_listing(shipped: Path) -> Path:
     """shipped/README.md: every shipped table and figure (linked) and how many runs are shipped."""
-    import yaml
-
     runs = sorted(p.parent.name for p in (shipped / "runs").glob("*/metrics.json"))
     tables = sorted(p.parent for p in (shipped / "tables").glob("*/*/*/provenance.yaml"))  # and figures
     lines = [
@@ -252,17 +253,7 @@ def write_listing(shipped: Path) -> Path:
     ]
     if not tables:
         lines.append("No table is shipped yet: no paper-scale run has finished.")
-    for path in tables:
-        rel = path.relative_to(shipped)
-        provenance = yaml.safe_load((path / "provenance.yaml").read_text())
-        partial = f" ({provenance['partial']})" if provenance.get("partial") else ""
-        if (path / "comparison.md").is_file():
-            lines.append(
-                f"- [`{rel}`]({rel}/comparison.md): "
-                f"{(path / 'comparison.md').read_text().splitlines()[0].lstrip('# ')}{partial}"
-            )
-        else:
-            lines.append(f"- [`{rel}`]({rel}/figure.png): {provenance['caption']}")
+    lines += [listing_entry(shipped, path) for path in tables]
     write_atomically(
         check_inside(shipped / "README.md", shipped.parent), lambda tmp: tmp.write_text("\n".join(lines) + "\n")
     )
@@ -290,35 +281,6 @@ def is_declared(target: str) -> bool:
     except (ConfigError, TargetError):
         return False
     return True
-
-
-def unreadable_shipped(shipped_runs: Path) -> dict[str, str]:
-    """run id -> why, for each shipped run that fails the checks `import` makes of a run
-    (shared/campaign/carried_runs.py): the reporting could not read it (shipped by hand, or by
-    an older version)."""
-    from shared.campaign.carried_runs import finished_problem
-    from shared.campaign.state_reading import run_config
-
-    bad = {}
-    for run_dir in sorted(p.parent for p in shipped_runs.glob("*/metrics.json")):
-        files = {name: (run_dir / name).read_bytes() for name in RUN_FILES if (run_dir / name).is_file()}
-        cfg = run_config(files["config.yaml"]) if "config.yaml" in files else None
-        problem = "its config.yaml is not a run's config" if cfg is None else finished_problem(run_dir.name, files, cfg)
-        if problem:
-            bad[run_dir.name] = problem
-    return bad
-
-
-def name_unreadable(shipped_runs: Path) -> dict[str, str]:
-    """`unreadable_shipped`, each named in one line with how to remove it."""
-    bad = unreadable_shipped(shipped_runs)
-    for rid, problem in bad.items():
-        print(
-            f"error: shipped run {rid} cannot be read ({printable(problem)}); it is left out: remove it with "
-            f"git rm -r {printable(shipped_runs / rid)}",
-            file=sys.stderr,
-        )
-    return bad
 
 
 def import_state(args) -> int:

@@ -278,6 +278,9 @@ def load_copy(name: str, sha256: str, spec: dict, root: Path) -> Dataset:
 # --- image folders: train/<class>/*, test/<class>/* (a directory or a .zip) ----------------
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp")
+# An image folder may come from anywhere: a file, an image and all of them decoded are bounded
+# (a zip's entry of a few kB can inflate to gigabytes; an image's header can claim any size)
+MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS, MAX_DECODED_BYTES = 64 * 2**20, 8192 * 8192, 32 * 2**30
 
 
 def _list_image_folder(names: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -298,7 +301,13 @@ def open_tree(path: Path) -> tuple[list[str], Callable[[str], BinaryIO]]:
             archive = zipfile.ZipFile(path)
         except zipfile.BadZipFile as exc:
             raise DataError(f"{path} is not a readable zip file ({exc})") from exc
-        return archive.namelist(), lambda name: io.BytesIO(archive.read(name))
+
+        def read(name: str) -> BinaryIO:  # a member's declared size, checked before it is inflated
+            if archive.getinfo(name).file_size > MAX_IMAGE_FILE_BYTES:
+                raise DataError(f"it holds more than {MAX_IMAGE_FILE_BYTES >> 20} MiB, more than an image file does")
+            return io.BytesIO(archive.read(name))
+
+        return archive.namelist(), read
     names = [str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()]
     return names, lambda name: open(path / name, "rb")
 
@@ -316,13 +325,19 @@ def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source
     for i, name in enumerate(names):
         try:
             with open_file(name) as f:
-                image = Image.open(f).convert("RGB")
+                image = Image.open(f)  # its size read, its pixels not yet decoded
+                if image.width * image.height > MAX_IMAGE_PIXELS:
+                    raise DataError(f"{image.width}x{image.height} pixels, more than {MAX_IMAGE_PIXELS:,}")
+                image = image.convert("RGB")
                 if size is not None:
                     image = image.resize((size, size), Image.BILINEAR)
                 pixels = np.asarray(image).transpose(2, 0, 1)
         except Exception as exc:
             raise DataError(f"{source}: cannot decode image {name} ({exc})") from exc
         if images is None:
+            if len(names) * pixels.size > MAX_DECODED_BYTES:
+                raise DataError(f"{source}: {len(names)} images of {pixels.shape[2]}x{pixels.shape[1]} take "
+                                f"{len(names) * pixels.size / 2**30:.0f} GiB; resize them first")
             images = np.empty((len(names), *pixels.shape), dtype=np.uint8)
         elif pixels.shape != images.shape[1:]:
             raise DataError(f"{source}: images differ in size ({name} is {pixels.shape[2]}x{pixels.shape[1]}, "
@@ -349,6 +364,8 @@ def convert_listing(listing: dict[str, list[tuple[str, str]]], open_file: Callab
         files.sort(key=lambda item: (index[item[0]], item[1]))
         arrays[f"{split}_x"] = decode_images([name for _, name in files], open_file, source)
         arrays[f"{split}_y"] = torch.tensor([index[c] for c, _ in files], dtype=torch.int64)
+    if arrays["train_x"].shape[1:] != arrays["test_x"].shape[1:]:
+        raise DataError(f"{source}: train/ and test/ images differ in size; resize them first")
     return arrays
 
 

@@ -249,17 +249,36 @@ def history_rounds(metrics_jsonl: bytes) -> int:
 # --- a run's files as its readers see them (tables, figures, shared.curves), finished or not ----
 
 
+def read_text(path: Path, limit: int, parse):
+    """`parse` of a run's file read whole, at most `limit` bytes; RunFilesError in one line where
+    it is larger, is not the text it should be, or nests deeper than text of runs does."""
+    data = read_at_most(path, limit)
+    if data is None:
+        raise RunFilesError(f"{printable(path)}: holds more than {megabytes(limit)}, more than a run writes")
+    try:
+        return parse(data)
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+        raise RunFilesError(f"{printable(path)}: is not what a run writes ({printable(str(exc)[:100])})") from None
+
+
 def read_run_config(run_dir: Path) -> dict:
     """A run's config.yaml as written; {} where there is none (not started)."""
     path = run_dir / "config.yaml"
     if not path.exists():
         return {}
-    return yaml.safe_load(path.read_text()) or {}
+    config = read_text(path, MAX_CONFIG_BYTES, strict_yaml) or {}
+    if not isinstance(config, dict):
+        raise RunFilesError(f"{printable(path)}: is not a mapping of a run's config")
+    return config
 
 
 def read_summary(run_dir: Path) -> dict:
     """A run's metrics.json (its summary, written last); FileNotFoundError where the run has none."""
-    return json.loads((run_dir / "metrics.json").read_text())
+    path = run_dir / "metrics.json"
+    summary = read_text(path, MAX_SMALL_BYTES, strict_json)
+    if not isinstance(summary, dict):
+        raise RunFilesError(f"{printable(path)}: is not a run's summary (a JSON object)")
+    return summary
 
 
 def read_history(run_dir: Path) -> list[dict] | None:
@@ -270,21 +289,29 @@ def read_history(run_dir: Path) -> list[dict] | None:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return None
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in read_text(path, MAX_MEMBER_BYTES, bytes.decode).splitlines() if line.strip()]
     records = []
     for number, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            record = strict_json(line)
+        except (ValueError, RecursionError):
             if number < len(lines):
-                raise RunFilesError(f"{path}: line {number} is not JSON") from None
+                raise RunFilesError(f"{printable(path)}: line {number} is not JSON") from None
+            continue
+        if not isinstance(record, dict):
+            raise RunFilesError(f"{printable(path)}: line {number} is not a round's record")
+        records.append(record)
     return records
 
 
 def read_partition(run_dir: Path) -> list[list[int]]:
     """A run's partition.csv: training samples per client (rows) and class (columns)."""
-    rows = (run_dir / "partition.csv").read_text().splitlines()[1:]  # under a header: client, the classes
-    return [[int(count) for count in row.split(",")[1:]] for row in rows if row]
+    path = run_dir / "partition.csv"
+    rows = read_text(path, MAX_MEMBER_BYTES, bytes.decode).splitlines()[1:]  # under a header: client, the classes
+    try:
+        return [[int(count) for count in row.split(",")[1:]] for row in rows if row]
+    except ValueError:
+        raise RunFilesError(f"{printable(path)}: holds a row that is not a client's counts") from None
 
 
 # --- a finished run's files, as they travel ----------------------------------------------------
@@ -323,17 +350,26 @@ def holds_result(run_dir: Path) -> bool:
     result (completed, diverged, suspect). A recorded failure or a damaged file is replaced by
     the archive's run, and moved aside first (shared.archive `commit`)."""
     try:
-        return records_result((run_dir / "metrics.json").read_bytes())
+        metrics = read_at_most(run_dir / "metrics.json", MAX_SMALL_BYTES)
     except OSError:
         return False
+    return metrics is not None and records_result(metrics)
+
+
+def read_at_most(path: Path, limit: int) -> bytes | None:
+    """A file's bytes, or None where it holds more than `limit` (a damaged file, or a link to an
+    endless one): never more than limit + 1 bytes read."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    return data if len(data) <= limit else None
 
 
 def records_result(metrics: bytes) -> bool:
     """Whether a metrics.json's bytes are a run's summary recording a result (the workflow
     neither retries nor retrains one: FINAL), not a failure."""
     try:
-        summary = json.loads(metrics.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError is one
+        summary = strict_json(metrics)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return False
     return summary_problem(summary) is None and is_final(summary["status"])
 
@@ -350,7 +386,7 @@ def records_failure(metrics: bytes) -> bool:
 def run_status(metrics: bytes) -> str:
     try:
         return str(json.loads(metrics).get("status", "unknown"))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return "unreadable metrics.json"
 
 

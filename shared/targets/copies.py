@@ -71,7 +71,12 @@ def copy_kind(path: Path) -> str:
     """ "JPEG" for a zip of mostly .jpg files, "PNG" for .png; "" otherwise."""
     if path.suffix != ".zip":
         return ""
-    suffixes = Counter(Path(n).suffix.lower() for n in zipfile.ZipFile(path).namelist())
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"{path} is not a readable zip file ({exc})") from None
+    suffixes = Counter(Path(n).suffix.lower() for n in names)
     common = suffixes.most_common(1)[0][0] if suffixes else ""
     return IMAGE_KINDS.get(common, "")
 

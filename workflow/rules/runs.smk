@@ -7,9 +7,10 @@
 import functools
 import math
 
+from shared.campaign.shipped_reading import shipped_run_problem
 from shared.runs.shipped import SHIPPED, restore_shipped
 from shared.targets.cost import gpu_hours
-from shared.runs.files import holds_result, is_final, summary_problem
+from shared.runs.files import holds_result, is_final, printable, summary_problem
 
 # Shipped runs (results/shipped/runs/, tracked; shared/runs/shipped.py) are finished runs: each is
 # restored into the runs folder by a job of its own (rule restore_shipped), never trained.
@@ -122,7 +123,17 @@ def mark_retry(rid, marker, log):
 
 def restore_shipped_run(rid, log):
     """Rule restore_shipped: the shipped run into the runs folder, what it did in its log (a
-    note where another process holds the run: then nothing is copied, and the job fails)."""
+    note where another process holds the run: then nothing is copied, and the job fails). A
+    shipped run that fails the checks `campaign import` makes (shared/campaign/shipped_reading.py)
+    is not restored, and the job fails saying why: the tracked tree may have been edited by hand."""
+    problem = shipped_run_problem(SHIPPED / "runs" / rid)
+    if problem:
+        message = (
+            f"shipped run {rid} cannot be read ({printable(problem)}); not restored: remove it with "
+            f"git rm -r {SHIPPED / 'runs' / rid}, and the workflow trains it"
+        )
+        Path(log).write_text(message + "\n")
+        raise ValueError(message)
     with open(log, "w") as f, contextlib.redirect_stderr(f):
         copied = restore_shipped([rid], RUNS_DIR)
         print(f"run {rid}: " + ("restored from the shipped runs" if copied else "not restored"), file=f)
