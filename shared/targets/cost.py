@@ -22,6 +22,7 @@ from pathlib import Path
 
 from shared.config.schema import RunConfig
 from shared.data.catalog import DATASETS, DatasetInfo
+from shared.runs.files import RunFilesError, read_run_config, read_summary
 from shared.targets.table_declarations import Cell
 
 THROUGHPUT = {
@@ -93,12 +94,10 @@ def run_samples(cfg: dict, metrics: dict) -> float:
 def run_throughput(metrics_path: Path, device: str, benchmark_dirs) -> tuple[str, float, float] | None:
     """(model name, samples, seconds) of a run completed on `device`; None for any other run,
     or a damaged one (fields of the wrong type: `status` names it)."""
-    import yaml
-
-    try:
-        metrics = json.loads(metrics_path.read_text())
-        cfg = yaml.safe_load((metrics_path.parent / "config.yaml").read_text())
-    except (OSError, ValueError, RecursionError, yaml.YAMLError):
+    try:  # within a run's limits, as plain text: a shipped run may have been edited by hand
+        metrics = read_summary(metrics_path.parent)
+        cfg = read_run_config(metrics_path.parent)
+    except (OSError, RunFilesError):
         return None
     if not isinstance(metrics, dict) or not isinstance(cfg, dict):
         return None
