@@ -132,7 +132,7 @@ def restore_shipped_run(rid, log):
             f"shipped run {rid} cannot be read ({printable(problem)}); not restored: remove it with "
             f"git rm -r {SHIPPED / 'runs' / rid}, and the workflow trains it"
         )
-        Path(log).write_text(message + "\n")
+        Path(log).write_text(f"{message}\n")
         raise ValueError(message)
     with open(log, "w") as f, contextlib.redirect_stderr(f):
         copied = restore_shipped([rid], RUNS_DIR)
