@@ -3,6 +3,8 @@ beside packages by concern, the packages form floors (a module imports only its 
 below it, so no cycle can form), and no module or function grows past a screenful or two."""
 
 import ast
+import os
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,3 +82,16 @@ def test_docs_layout_names_every_module():
     listing = (ROOT / "docs" / "layout.md").read_text()
     unnamed = [str(p.relative_to(ROOT)) for p in modules() if p.name != "__init__.py" and p.name not in listing]
     assert not unnamed, f"docs/layout.md does not name {unnamed}"
+
+
+def test_every_tracked_link_stays_inside_the_checkout():
+    """A symbolic link to a path of one machine dangles in every other clone (and a tracked
+    `data` link to one broke the default data root there)."""
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    links = [line.split("\t", 1)[1] for line in listed.splitlines() if line.startswith("120000 ")]
+    outside = [
+        link
+        for link in links
+        if Path(os.readlink(ROOT / link)).is_absolute() or ROOT not in (ROOT / link).resolve().parents
+    ]
+    assert not outside, f"tracked links that leave the checkout: {outside}"
