@@ -189,8 +189,8 @@ def main_partitions(run_dirs: list[str], out: str) -> int:
         return 1
     try:
         print(f"wrote {plot_partitions(found, out)}")
-    except RunFilesError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (RunFilesError, ValueError) as exc:  # ValueError: rows of other lengths
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return 1
     return 0
 
@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(load_run(run_dir))
         except (FileNotFoundError, RunFilesError) as exc:
             print(f"skipped: {printable(exc)}", file=sys.stderr)
+        except (ValueError, TypeError, KeyError) as exc:  # a record's field of another type
+            print(f"skipped: {printable(run_dir)}: holds what a run does not write ({printable(exc)})", file=sys.stderr)
     if not runs:
         print("error: none of the given directories holds a run's metrics", file=sys.stderr)
         return 1

@@ -99,11 +99,10 @@ def history_of(files: dict[str, bytes], cfg: RunConfig) -> tuple[list | None, st
     if "metrics.jsonl" not in files:
         return None, "it has no metrics.jsonl"
     lines = files["metrics.jsonl"].splitlines()
-    if len(lines) > rounds or any(len(line) > MAX_RECORD_BYTES for line in lines):
-        return None, (
-            f"metrics.jsonl: it holds {len(lines)} records for the config's {rounds} rounds, or a "
-            f"record of more than {MAX_RECORD_BYTES // 1024} kB"
-        )
+    if len(lines) > rounds:
+        return None, f"metrics.jsonl: it holds {len(lines)} records for the config's {rounds} rounds"
+    if any(len(line) > MAX_RECORD_BYTES for line in lines):
+        return None, f"metrics.jsonl: it holds a record of more than {MAX_RECORD_BYTES // 1024} kB"
     try:
         history = [strict_json(line) for line in lines]
     except (ValueError, RecursionError):
@@ -222,9 +221,13 @@ def loaded(content: Content):
 
 def torch_file_problem(file) -> str | None:
     """Why a model's file is not as torch.save writes it (None: it is): a zip of stored records,
-    none compressed, so that loading it takes no more memory than the file's size (torch.load
-    would inflate a compressed record of a few kB into gigabytes). `file` is left at its start."""
+    none compressed and none read twice (their sizes add up to at most the file's), so that
+    loading it takes no more memory than the file's size (torch.load would inflate a compressed
+    record of a few kB into gigabytes, and read a record that many entries name once for each).
+    `file` is left at its start."""
     try:
+        size = file.seek(0, 2)
+        file.seek(0)
         with zipfile.ZipFile(file) as archive:
             records = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError):
@@ -235,6 +238,8 @@ def torch_file_problem(file) -> str | None:
         r.compress_type != zipfile.ZIP_STORED or r.file_size != r.compress_size for r in records
     ):
         return "holds compressed records or too many of them (torch.save writes neither)"
+    if sum(r.file_size for r in records) > size:
+        return "names more bytes in its records than it holds (records read more than once)"
     return None
 
 

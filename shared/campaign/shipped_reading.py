@@ -33,7 +33,7 @@ def regular_bytes(path: Path, limit: int) -> bytes:
         raise ValueError(f"its {path.name} is not a regular file (a link, a folder or a device)")
     if info.st_size > limit:
         raise ValueError(f"its {path.name} holds {megabytes(info.st_size)}, over the limit of {megabytes(limit)}")
-    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
+    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"its {path.name} grew past the limit of {megabytes(limit)} as it was read")

@@ -70,7 +70,8 @@ COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 # twice over, and MODEL_MARGIN); a per-client state file a client's (MOON's previous model,
 # FedCurv's two Fisher terms); model.pt the model alone
 CHECKPOINT_MODELS, CLIENT_STATE_MODELS, MODEL_MARGIN = 4, 3, 16 * 2**20
-MAX_SIZING_YAML_BYTES = 2**20  # config.yaml parsed to size checkpoints, in all, per read (`run_model`)
+# config.yaml parsed to size model files, per read (`run_model`): 1 MiB over 2 kB a run
+MAX_SIZING_YAML_BYTES, SIZING_YAML_PER_RUN = 2**20, 2**11
 
 
 class CampaignError(Exception):
@@ -168,17 +169,19 @@ def model_limit(members: dict, folder: str, copies: int, limit: int, cache: dict
 def run_model(config, history, partition, folder: str, cache: dict) -> tuple[bool, int | None]:
     """Whether a run's config.yaml holds a config (with its history there), and the bytes its
     model takes (None: known once its data loads). Each run's config.yaml is parsed once, and a
-    read parses at most MAX_SIZING_YAML_BYTES of them in all (a state of hundreds of runs in
-    progress holds a few hundred kB): past that, a run counts as one whose config holds none,
-    so that a file of thousands of made-up runs costs seconds, not hours."""
+    read parses at most SIZING_YAML_PER_RUN a run, over MAX_SIZING_YAML_BYTES in all (a real
+    config takes some 1.2 kB, so an archive of thousands of runs parses each): past that, a run
+    counts as one whose config holds none, so that made-up runs with large configs cost
+    seconds, not hours."""
     from shared.models.registry import state_bytes
 
     if not isinstance(config, bytes) or not isinstance(history, bytes):
         return False, None
     if ("config", folder) not in cache:
-        parsed = cache.get("yaml bytes", 0) + len(config)
-        cache["yaml bytes"] = parsed
-        cache["config", folder] = run_config(config) if parsed <= MAX_SIZING_YAML_BYTES else None
+        runs, parsed = cache.get("runs", 0) + 1, cache.get("yaml bytes", 0) + len(config)
+        cache["runs"], cache["yaml bytes"] = runs, parsed
+        allowed = parsed <= MAX_SIZING_YAML_BYTES + runs * SIZING_YAML_PER_RUN
+        cache["config", folder] = run_config(config) if allowed else None
     cfg = cache["config", folder]
     return (False, None) if cfg is None else (True, state_bytes(cfg, partition_classes(partition)))
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 import time
 from pathlib import Path
@@ -357,9 +358,12 @@ def holds_result(run_dir: Path) -> bool:
 
 
 def read_at_most(path: Path, limit: int) -> bytes | None:
-    """A file's bytes, or None where it holds more than `limit` (a damaged file, or a link to an
-    endless one): never more than limit + 1 bytes read."""
-    with open(path, "rb") as f:
+    """A regular file's bytes, or None where it holds more than `limit` or is no regular file (a
+    link to a device or a pipe, which could be endless or never answer): never more than
+    limit + 1 bytes read, and opened without waiting on a pipe."""
+    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
         data = f.read(limit + 1)
     return data if len(data) <= limit else None
 

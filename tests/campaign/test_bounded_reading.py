@@ -17,6 +17,7 @@ Each run's case asserts that run alone is left out in one line and the others ar
 
 import io
 import json
+import struct
 import sys
 import zipfile
 
@@ -25,7 +26,7 @@ import torch
 
 from shared.archive import main as archive_main
 from shared.campaign import state_reading
-from shared.campaign.carried_runs import MAX_RECORD_BYTES
+from shared.campaign.carried_runs import MAX_RECORD_BYTES, torch_file_problem
 from shared.runs.strict_text import MAX_DEPTH, StrictTextError, strict_json, strict_yaml
 from tests.campaign.carried_states import checkpoint, finished_files, history, jsonl, progress_files
 from tests.campaign.test_campaign_trust import (
@@ -162,22 +163,32 @@ def test_a_record_at_the_limit_is_read(genuine, tmp_path, monkeypatch, capsys):
     assert (root / "results" / "shipped" / "runs" / SHOT / "metrics.json").is_file()
 
 
-def test_sizing_checkpoints_parses_each_config_once_and_a_bounded_amount_in_all(monkeypatch):
-    """A state's checkpoint headers are sized by their run's config (`model_limit`); a file of
-    many made-up runs in progress would have each config.yaml parsed, slowly, before any run is
-    checked. Each is parsed once, and at most MAX_SIZING_YAML_BYTES of them in all."""
+def sized_configs(monkeypatch, config: bytes, runs: int) -> list[int]:
+    """The sizes of the config.yaml files parsed to size the model files of `runs` runs in
+    progress, each holding `config`, their headers read as a state's are."""
     parsed = []
     monkeypatch.setattr(state_reading, "run_config", lambda config: parsed.append(len(config)))
-    config = b"a: 1\n" * 2000  # 10 kB
     members, cache = {}, {}
-    for i in range(300):
+    for i in range(runs):
         folder = f"progress/{i:016x}"
         members.update({f"{folder}/config.yaml": config, f"{folder}/metrics.jsonl": b"{}\n"})
         for file in ("checkpoint.pt", "client_state/m-0-r1.pt"):
             state_reading.header_limit(f"{folder}/{file}", members, cache)
         members[f"{folder}/partition.csv"] = b"client,0\n0,1\n"
         state_reading.header_limit(f"{folder}/client_state/m-1-r1.pt", members, cache)
-    assert parsed == [len(config)] * (state_reading.MAX_SIZING_YAML_BYTES // len(config))
+    return parsed
+
+
+def test_sizing_model_files_parses_each_config_once_and_a_bounded_amount_in_all(monkeypatch):
+    """A state's model files are sized by their run's config (`model_limit`); a file of many
+    made-up runs would have each config.yaml parsed, slowly, before any run is checked. Each is
+    parsed once, at most SIZING_YAML_PER_RUN a run over MAX_SIZING_YAML_BYTES in all, so that
+    thousands of real configs (some 1.2 kB) are each parsed, and large made-up ones soon are not."""
+    large = b"a: 1\n" * 2000  # 10 kB
+    over = len(large) - state_reading.SIZING_YAML_PER_RUN
+    assert sized_configs(monkeypatch, large, 300) == [len(large)] * (state_reading.MAX_SIZING_YAML_BYTES // over)
+    real = b"a: 1\n" * 250  # 1.25 kB
+    assert sized_configs(monkeypatch, real, 3000) == [len(real)] * 3000
 
 
 def test_unpack_leaves_a_run_in_progress_here_for_its_failure_elsewhere(tmp_path, capsys):
@@ -212,3 +223,19 @@ def test_unpack_refuses_a_failure_whose_history_is_not_a_runs(tmp_path, capsys):
     err = err_lines(capsys)
     assert len(err) == 1 and "metrics.jsonl is not one JSON record a line" in err[0], err
     assert not (tmp_path / "project" / "results").exists()
+
+
+def test_a_model_file_whose_entries_share_one_record_is_refused():
+    """Two central-directory entries naming the same stored bytes: each under its limit, yet
+    torch.load would read the bytes once per entry (a review's 1 MB file loaded 50 MB)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zipped:
+        zipped.writestr("rec0", bytes(1000))
+    data = buffer.getvalue()
+    central, end = data.index(b"PK\x01\x02"), data.index(b"PK\x05\x06")
+    entry = data[central:end]
+    signature, disk, disk_cd, count, total, size, offset, comment = struct.unpack("<4s4H2LH", data[end : end + 22])
+    eocd = struct.pack("<4s4H2LH", signature, disk, disk_cd, count + 1, total + 1, size + len(entry), offset, comment)
+    twice = data[:end] + entry.replace(b"rec0", b"rec1") + eocd
+    assert torch_file_problem(io.BytesIO(data)) is None
+    assert "records read more than once" in torch_file_problem(io.BytesIO(twice))
