@@ -227,8 +227,7 @@ def torch_file_problem(file) -> str | None:
     `file` is left at its start."""
     try:
         size = file.seek(0, 2)
-        file.seek(0)
-        with zipfile.ZipFile(file) as archive:
+        with zipfile.ZipFile(file) as archive:  # it reads the central directory from the end
             records = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError):
         return "is not a file torch.save writes (a zip of records)"

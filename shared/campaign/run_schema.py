@@ -95,8 +95,8 @@ def extras_problem(summary: dict, cfg: RunConfig) -> str | None:
     if "num_parameters" in summary and (type(summary["num_parameters"]) is not int or summary["num_parameters"] < 0):
         return "num_parameters is not a whole number"
     for key in ("runtime", "environment"):
-        if key in summary and settings_problem(summary[key]):
-            return f"{key} {settings_problem(summary[key])}"
+        if key in summary and (problem := settings_problem(summary[key])):
+            return f"{key} {problem}"
     env = summary.get("environment", {})
     if env.get("git_commit") is not None and not is_text(env["git_commit"], 64):
         return "environment's git_commit is not a commit"

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from shared.campaign.state_reading import member_limit
-from shared.runs.files import MAX_SMALL_BYTES, RUN_FILES, megabytes, printable
+from shared.runs.files import MAX_SMALL_BYTES, RUN_FILES, megabytes, printable, read_at_most
 from shared.runs.strict_text import strict_yaml
 
 
@@ -33,10 +33,9 @@ def regular_bytes(path: Path, limit: int) -> bytes:
         raise ValueError(f"its {path.name} is not a regular file (a link, a folder or a device)")
     if info.st_size > limit:
         raise ValueError(f"its {path.name} holds {megabytes(info.st_size)}, over the limit of {megabytes(limit)}")
-    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"its {path.name} grew past the limit of {megabytes(limit)} as it was read")
+    data = read_at_most(path, limit, follow_links=False)
+    if data is None:
+        raise ValueError(f"its {path.name} changed as it was read (past the limit of {megabytes(limit)}, or no file)")
     return data
 
 

@@ -357,11 +357,13 @@ def holds_result(run_dir: Path) -> bool:
     return metrics is not None and records_result(metrics)
 
 
-def read_at_most(path: Path, limit: int) -> bytes | None:
+def read_at_most(path: Path, limit: int, follow_links: bool = True) -> bytes | None:
     """A regular file's bytes, or None where it holds more than `limit` or is no regular file (a
     link to a device or a pipe, which could be endless or never answer): never more than
-    limit + 1 bytes read, and opened without waiting on a pipe."""
-    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+    limit + 1 bytes read, and opened without waiting on a pipe; `follow_links=False`: a link
+    itself is refused (OSError)."""
+    flags = os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
+    with open(path, "rb", opener=lambda p, mode: os.open(p, mode | flags)) as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
         data = f.read(limit + 1)
