@@ -7,7 +7,7 @@ that survives a crash (or a corrupt file) without being trusted blindly.
     metrics.json      the summary, written last: its presence means the run is finished
     checkpoint.pt     after every round; removed once the run completes
     model.pt          the final global model
-    failure.json      the error of a run whose last attempt raised (shared/training/trainer.py)
+    failure.json      the error of a run whose last attempt raised (`RunDirectory.record_failure`)
     .metrics.json.kept  a copy of a finished run's metrics.json (`keep`: shared/run.py's runs)
     .lock             held (flock) by the process writing the run; released when it exits
 
@@ -32,6 +32,8 @@ import os
 import pickle
 import re
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -51,6 +53,8 @@ from shared.runs.files import (
     summary_problem,
     write_atomically,
 )
+from shared.runs.metrics import summarize
+from shared.runs.provenance import environment
 from shared.runs.tensor_files import (
     load_tensors,
     named_client_states,
@@ -87,6 +91,10 @@ def check_output(path: str | Path) -> None:
         raise RunDirectoryError(f"--out {path}: {existing} is a file, so no directory can be made below it")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise RunDirectoryError(f"--out {path}: {existing} is not writable; choose another --out")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
 def write_error(exc: OSError) -> str:
@@ -311,6 +319,27 @@ class RunDirectory:
         self.keep(summary)
         self.checkpoint.unlink(missing_ok=True)
         prune_client_states(self.path, keep=set())
+
+    def record_failure(self, exc: BaseException, attempt: int | None = None) -> dict:
+        """metrics.json for a run that raised, status `failed: ...`: the table marks its cell
+        instead of stopping. For a job's last `attempt`, failure.json beside it holds the error."""
+        summary = summarize([], self.cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {"environment": environment()})
+        write_json(summary, self.summary)
+        if attempt is None:
+            return summary
+        failure = {
+            "run_id": self.run_id,
+            "status": summary["status"],
+            "attempt": attempt,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "error": "".join(traceback.format_exception(exc)),
+        }
+        write_json(failure, self.path / "failure.json")
+        print(
+            f"run {self.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
+            file=sys.stderr,
+        )
+        return summary
 
 
 def checkpoint_problem(state, cfg: RunConfig) -> str | None:

@@ -38,7 +38,7 @@ from shared.methods.fedavg import Diverged, FedAvg
 from shared.methods.registry import build_method
 from shared.models.nets import Net
 from shared.models.registry import count_parameters, model_for
-from shared.runs.directory import DISK_FULL, RunDirectory, RunDirectoryError, write_json
+from shared.runs.directory import RunDirectory, RunDirectoryError, is_disk_full
 from shared.runs.metrics import judge, summarize
 from shared.runs.numerics import set_numerics
 from shared.runs.provenance import environment
@@ -147,7 +147,7 @@ def run(
     """Run one config to completion (or continue it from its checkpoint); returns metrics.json.
     `restore`: put a finished run's deleted metrics.json back (RunDirectory.claim);
     `record_attempt`: a job's last attempt, whose failure is recorded rather than raised
-    (`record_failed_attempt`); `keep`: keep a copy of a finished run's metrics.json for a later
+    (RunDirectory.record_failure); `keep`: keep a copy of a finished run's metrics.json for a later
     `restore` (RunDirectory.keep). All of it holding the directory's lock."""
     out = RunDirectory(out_dir, cfg, keep)
     out.lock()
@@ -158,7 +158,7 @@ def run(
         if record_attempt is None or isinstance(exc, RunDirectoryError) or is_disk_full(exc):
             raise  # a full disk records no failure: the next attempt resumes from the checkpoint
         print_error(exc)
-        return record_failed_attempt(cfg, out, exc, record_attempt)
+        return out.record_failure(exc, record_attempt)
     finally:
         out.unlock()
 
@@ -309,39 +309,9 @@ def report_progress(cfg: RunConfig, out: RunDirectory, record: dict) -> None:
     )
 
 
-def record_failure(cfg: RunConfig, out_dir: str | Path, exc: BaseException) -> dict:
-    """metrics.json for a run that raised: the table marks its cell instead of stopping."""
-    summary = summarize([], cfg, f"failed: {type(exc).__name__}: {exc}", 0.0, {"environment": environment()})
-    write_json(summary, Path(out_dir) / "metrics.json")
-    return summary
-
-
-def record_failed_attempt(cfg: RunConfig, out: RunDirectory, exc: BaseException, attempt: int) -> dict:
-    """metrics.json for a run that raised on its last attempt (`record_failure`), and
-    failure.json beside it with the error."""
-    summary = record_failure(cfg, out.path, exc)
-    failure = {
-        "run_id": out.run_id,
-        "status": summary["status"],
-        "attempt": attempt,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "error": "".join(traceback.format_exception(exc)),
-    }
-    write_json(failure, out.path / "failure.json")
-    print(
-        f"run {out.run_id} failed on its last attempt ({attempt}); recorded in metrics.json and failure.json",
-        file=sys.stderr,
-    )
-    return summary
-
-
 def print_error(exc: BaseException) -> None:
     """A config or data error in one line, anything else with its traceback."""
     if isinstance(exc, (ConfigError, DataError)):
         print(f"error: {exc}", file=sys.stderr)
     else:
         traceback.print_exception(exc)
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL

@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 
+from shared.runs.directory import RunDirectory
 from shared.training import clients as client_training
 from shared.training import trainer
 
@@ -113,6 +114,6 @@ def test_bf16_autocast_and_channels_last_switches_run(tiny_cfg, tmp_path):
 
 
 def test_an_exception_is_recorded_for_the_table(tiny_cfg, tmp_path):
-    summary = trainer.record_failure(tiny_cfg(), tmp_path, RuntimeError("CUDA out of memory"))
+    summary = RunDirectory(tmp_path, tiny_cfg()).record_failure(RuntimeError("CUDA out of memory"))
     assert summary["status"] == "failed: RuntimeError: CUDA out of memory"
     assert json.loads((tmp_path / "metrics.json").read_text())["final_acc"] is None

@@ -11,7 +11,7 @@ import torch
 from benchmarks.resume_matrix import NEEDS, killed_writing
 from shared.config.schema import run_id
 from shared.methods.registry import method_names
-from shared.runs.directory import RunDirectoryError
+from shared.runs.directory import RunDirectory, RunDirectoryError
 from shared.training import trainer
 from tests.methods.test_fedavg import history
 
@@ -241,11 +241,9 @@ def test_another_runs_summary_in_a_runs_directory_is_set_aside(tiny_cfg, tmp_pat
 
 def test_a_recorded_failure_is_moved_aside_not_deleted_when_tried_again(tiny_cfg, tmp_path, capsys):
     cfg = tiny_cfg()
-    from shared.training.trainer import record_failure
-
     out = tmp_path / "run"
     out.mkdir()
-    record_failure(cfg, out, RuntimeError("a bug"))
+    RunDirectory(out, cfg).record_failure(RuntimeError("a bug"))
     recorded = (out / "metrics.json").read_text()
     assert trainer.run(cfg, out)["status"] == "completed"
     (aside,) = out.glob("metrics.json.failed-*")
