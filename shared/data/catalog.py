@@ -75,8 +75,9 @@ DATASETS: dict[str, DatasetInfo] = {
     # LEAF's 805,263 samples, each writer's split 90/10 (shared/data/vision.py)
     "femnist": DatasetInfo("shared.data.vision:load_femnist", 62, channels=1, side=28, writers=True,
                            train_size=725_000, test_size=80_000),
+    # NIID-Bench's training.pt and test.pt: the 10 digits, split as TFF's EMNIST only_digits
     "femnist_digits": DatasetInfo("shared.data.vision:load_femnist", 10, channels=1, side=28, writers=True,
-                                  train_size=382_705, test_size=40_000),
+                                  train_size=341_873, test_size=40_832),
     "tiny_imagenet": DatasetInfo("shared.data.vision:load_tiny_imagenet", 200, side=64, train_size=100_000),
     "office_caltech10": DatasetInfo("shared.data.vision:load_office_caltech10", 10, side=256,
                                     domains=("amazon", "caltech", "dslr", "webcam"), train_size=2_025, test_size=508),
