@@ -147,8 +147,11 @@ def test_text_nested_past_the_limit_is_refused_at_any_depth():
     for text in (json.dumps(nested(MAX_DEPTH + 1)), json.dumps({"a": nested(900)})):
         with pytest.raises(StrictTextError, match="nest more than"):
             strict_json(text)
-    with pytest.raises(StrictTextError, match="nest more than"):
-        strict_yaml("a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+    assert strict_yaml("[" * MAX_DEPTH + "]" * MAX_DEPTH) == nested(MAX_DEPTH)
+    # refused from the parser's events, before a node is built: no recursion at any depth
+    for text in ("a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "- " * 100_000 + "x"):
+        with pytest.raises(StrictTextError, match="nest more than"):
+            strict_yaml(text)
 
 
 def test_a_record_at_the_limit_is_read(genuine, tmp_path, monkeypatch, capsys):
