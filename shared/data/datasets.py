@@ -313,9 +313,10 @@ def open_tree(path: Path) -> tuple[list[str], Callable[[str], BinaryIO]]:
 
 
 def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source: Path,
-                  size: int | None = None) -> torch.Tensor:
+                  size: int | None = None, decoded: int | None = None) -> torch.Tensor:
     """Image files -> uint8 (N, 3, H, W), converted to RGB and, given `size`, resized to
-    size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image)."""
+    size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image).
+    `decoded`: the images held against MAX_DECODED_BYTES, every split's (default: these)."""
     try:
         from PIL import Image
     except ImportError as exc:  # pragma: no cover - pillow ships with the environment
@@ -335,9 +336,10 @@ def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source
         except Exception as exc:
             raise DataError(f"{source}: cannot decode image {name} ({exc})") from exc
         if images is None:
-            if len(names) * pixels.size > MAX_DECODED_BYTES:
-                raise DataError(f"{source}: {len(names)} images of {pixels.shape[2]}x{pixels.shape[1]} take "
-                                f"{len(names) * pixels.size / 2**30:.0f} GiB; resize them first")
+            count = decoded or len(names)
+            if count * pixels.size > MAX_DECODED_BYTES:
+                raise DataError(f"{source}: {count} images of {pixels.shape[2]}x{pixels.shape[1]} take "
+                                f"{count * pixels.size / 2**30:.0f} GiB; resize them first")
             images = np.empty((len(names), *pixels.shape), dtype=np.uint8)
         elif pixels.shape != images.shape[1:]:
             raise DataError(f"{source}: images differ in size ({name} is {pixels.shape[2]}x{pixels.shape[1]}, "
@@ -359,10 +361,10 @@ def convert_listing(listing: dict[str, list[tuple[str, str]]], open_file: Callab
         raise DataError(f"{source}: test classes {unknown} do not occur in train/")
     index = {c: i for i, c in enumerate(classes)}
 
-    arrays = {"classes": classes}
+    arrays, decoded = {"classes": classes}, sum(len(files) for files in listing.values())
     for split, files in listing.items():
         files.sort(key=lambda item: (index[item[0]], item[1]))
-        arrays[f"{split}_x"] = decode_images([name for _, name in files], open_file, source)
+        arrays[f"{split}_x"] = decode_images([name for _, name in files], open_file, source, decoded=decoded)
         arrays[f"{split}_y"] = torch.tensor([index[c] for c, _ in files], dtype=torch.int64)
     if arrays["train_x"].shape[1:] != arrays["test_x"].shape[1:]:
         raise DataError(f"{source}: train/ and test/ images differ in size; resize them first")

@@ -119,6 +119,14 @@ def test_an_image_folder_is_read_within_bounds(tmp_path):
     assert MAX_IMAGE_PIXELS == 8192 * 8192
 
 
+def test_an_image_folders_splits_are_bounded_together(tmp_path, monkeypatch):
+    small = png(32, 32)  # 3,072 bytes decoded; the bound holds three, each split holds two
+    monkeypatch.setattr("shared.data.datasets.MAX_DECODED_BYTES", 3 * 32 * 32 * 3)
+    images = {f"{split}/a/{i}.png": small for split in ("train", "test") for i in range(2)}
+    with pytest.raises(DataError, match="4 images of 32x32"):
+        convert_image_folder(image_zip(tmp_path / "splits.zip", images))
+
+
 def test_curves_name_a_damaged_run_in_one_line_and_escape_what_they_print(tmp_path, capsys):
     run = tmp_path / "x\x1b[2K\x1b[1A\rall good"
     run.mkdir()
