@@ -110,8 +110,8 @@ class DatasetConfig:
     # nothing; "always": the crop + flip on any image dataset; a paper's code's transform
     # (shared.data.catalog.AUGMENTATIONS: niid_bench, moon_cifar100, feddf) instead of the crop +
     # flip, where the dataset augments; "always:NAME": that transform on any image dataset. Configs
-    # written with the former dataset.augment (a bool) read as these values (`augmentation_value`)
-    # and hash as they did (`augmentation_parts`).
+    # written with the former dataset.augment (a bool) read as these values (`augmentation_value`;
+    # augment=false beside a transform as "none:NAME") and hash as they did (`augmentation_parts`).
     augmentation: str | None = None
     train_subset: Count | None = None  # keep this many training samples (stratified), for small scales
     val_fraction: Annotated[float, Range(0, 1, high_open=True)] = (
@@ -373,23 +373,19 @@ def augmentation_parts(value: str | None) -> tuple[bool | None, str | None]:
     transform or None): the two keys it replaced, which run ids still hash."""
     if value == FORCED_ON or value == FORCED_OFF:
         return value == FORCED_ON, None
-    if isinstance(value, str) and value.startswith(f"{FORCED_ON}:"):
-        return True, value.removeprefix(f"{FORCED_ON}:")
+    for forced in (FORCED_ON, FORCED_OFF):
+        if isinstance(value, str) and value.startswith(f"{forced}:"):
+            return forced == FORCED_ON, value.removeprefix(f"{forced}:")
     return None, value
 
 
 def augmentation_value(augment: bool | None, transform: str | None) -> str | None:
-    """The dataset.augmentation that says what dataset.augment and a transform said together."""
+    """The dataset.augmentation that says what dataset.augment and a transform said together:
+    `none:NAME` (augment=false beside a transform) augments nothing, as it did, and keeps its id."""
     if augment is None:
         return transform
-    check(
-        augment or transform is None,
-        f"dataset.augment=false leaves dataset.augmentation={excerpt(transform)} without effect; "
-        f"set dataset.augmentation={FORCED_OFF} alone",
-    )
-    if not augment:
-        return FORCED_OFF
-    return FORCED_ON if transform is None else f"{FORCED_ON}:{transform}"
+    forced = FORCED_ON if augment else FORCED_OFF
+    return forced if transform is None else f"{forced}:{transform}"
 
 
 def without_augment_key(values: dict, where: str) -> dict:
