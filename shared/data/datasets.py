@@ -238,9 +238,10 @@ def load_cifar(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
 COPIES = "copies"  # under the data root
 
 
-def find_copy(root: Path, sha256: str) -> Path:
+def find_copy(root: Path, sha256: str, remember: bool = True) -> Path:
     """The file under <root>/copies/ whose SHA-256 is `sha256`. Digests are remembered per
-    (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once."""
+    (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once; `remember=False`
+    reads that memo and writes nothing (the workflow, locating a copy while Snakemake reads it)."""
     folder, memo_path = root / COPIES, root / "cache" / "copies.json"
     try:
         remembered = json.loads(memo_path.read_text()) if memo_path.exists() else {}
@@ -257,7 +258,7 @@ def find_copy(root: Path, sha256: str) -> Path:
         if memo[key] == sha256:
             found = path
             break
-    if memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
+    if remember and memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
         write_atomically(memo_path, lambda tmp: tmp.write_text(json.dumps(memo, indent=1)))
     if found is None:
         raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "

@@ -63,7 +63,7 @@ def located_copy(text: str | None, data_root: str | Path) -> Copy | None:
         return copy
     from shared.data.datasets import find_copy
 
-    path = find_copy(Path(data_root), copy.sha256)
+    path = find_copy(Path(data_root), copy.sha256, remember=False)
     return dataclasses.replace(copy, kind=copy_kind(path), path=path)
 
 

@@ -56,3 +56,19 @@ def test_a_dry_run_writes_nothing_in_a_fresh_checkout(tmp_path):
     assert git(checkout, "status", "--porcelain", "--ignored") == "!! .snakemake/\n"
     after = files_and_times(checkout)
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
+
+
+def test_a_dry_run_on_a_copy_of_the_data_writes_nothing_in_the_data_root(tmp_path):
+    """A copy named by its SHA-256 is found by hashing the files under <data root>/copies/; the
+    digests it remembers are written by the runs that load the copy, not by reading the workflow."""
+    from shared.data.datasets import CIFAR, file_digest
+    from tests.campaign.test_campaign import write_copy
+
+    checkout, data = fresh_checkout(tmp_path / "checkout"), tmp_path / "data"
+    (data / "copies").mkdir(parents=True)
+    copy = write_copy(data / "copies" / "cifar10-jpeg.zip", CIFAR["cifar10"]["classes"])
+    before = files_and_times(data)
+    config = ["scale=paper", "device=cpu", f"data_root={data}", f"copy=cifar10={file_digest(copy, 'sha256')}"]
+    dry = snakemake(checkout, "-n", "--config", *config, "--", "papers/fedssd/table2", env=PYTHON_AS_USERS_RUN_IT)
+    assert dry.returncode == 0 and job_counts(dry.stdout).get("run"), dry.stderr[-3000:]
+    assert files_and_times(data) == before and git(checkout, "status", "--porcelain", "--ignored") == "!! .snakemake/\n"
