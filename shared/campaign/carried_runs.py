@@ -28,9 +28,17 @@ from shared.campaign.run_schema import partition_problem, records_problem, statu
 from shared.campaign.run_schema import summary_problem as fields_problem
 from shared.campaign.state_reading import MEMBER
 from shared.config.schema import RunConfig
-from shared.runs.files import RunFilesError, check_identity, history_problem, is_final, is_number, summary_problem
+from shared.runs.files import (
+    RunFilesError,
+    check_identity,
+    history_problem,
+    is_final,
+    is_number,
+    named_run_id,
+    summary_problem,
+)
 from shared.runs.metrics import rounds_to_target
-from shared.runs.strict_text import MAX_DEPTH, nesting_problem, strict_json, strict_yaml
+from shared.runs.strict_text import MAX_DEPTH, nesting_problem, strict_json
 from shared.runs.transfer import Content, member_file
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
@@ -79,18 +87,8 @@ def identity_problem(rid: str, files: dict[str, bytes]) -> str | None:
         check_identity(rid, small)
     except RunFilesError as exc:
         return str(exc).removeprefix(f"run {rid}: ")
-    named = config_run_id(files["config.yaml"])
+    named = named_run_id(files["config.yaml"])
     return None if named == rid else "its config.yaml names no run id"
-
-
-def config_run_id(config: bytes):
-    import yaml
-
-    try:
-        values = strict_yaml(config)
-    except (yaml.YAMLError, ValueError, RecursionError):
-        return None
-    return values.get("run_id") if isinstance(values, dict) else None
 
 
 def history_of(files: dict[str, bytes], cfg: RunConfig) -> tuple[list | None, str | None]:

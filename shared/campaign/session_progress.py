@@ -4,26 +4,19 @@ log of sessions shows how far each run came and at what speed on which machine."
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 from shared.config.schema import RunConfig
+from shared.runs.files import RunFilesError, read_history
 
 
 def history(run_dir: Path) -> list[dict]:
-    """The run's per-round records (this machine's own files; a torn last line is left out)."""
+    """The run's per-round records (a torn last line left out); none where they cannot be read."""
     try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except OSError:
+        return read_history(run_dir) or []
+    except (OSError, RunFilesError):
         return []
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            break
-    return records
 
 
 def rounds_now(runs_dir: Path, run_ids: list[str]) -> dict[str, int]:

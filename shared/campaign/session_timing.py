@@ -93,7 +93,7 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
     if not rounds:
         return {
             "rounds": 0,
-            "slots": None,
+            "lanes": None,
             "steps_per_round": None,
             "useful_share": None,
             "seconds_per_round": None,
@@ -105,8 +105,8 @@ def unit_summary(rounds: list[RoundTiming]) -> dict:
     per_round = {phase: round(statistics.fmean(r.seconds.get(phase, 0.0) for r in later), 3) for phase in PHASES}
     return {
         "rounds": len(rounds),
-        "slots": max(r.lanes for r in rounds),
-        "slots_per_step": max(r.lanes_per_step for r in rounds),
+        "lanes": max(r.lanes for r in rounds),
+        "lanes_per_step": max(r.lanes_per_step for r in rounds),
         "steps_per_round": round(statistics.fmean(r.steps for r in rounds), 1),
         "useful_share": round(useful / paid, 3) if paid else None,
         "seconds_per_round": {"total": round(sum(per_round.values()), 3), **per_round},

@@ -26,11 +26,11 @@ from shared.campaign.state import (
 from shared.campaign.state_reading import FIRST, MEMBER, check_inside
 from shared.config.schema import ConfigError, RunConfig
 from shared.runs.files import (
-    MAX_SMALL_BYTES,
+    RunFilesError,
     history_rounds,
     holds_result,
     printable,
-    read_at_most,
+    read_summary,
     remove_dead_temporaries,
     rounds_done,
     write_atomically,
@@ -38,7 +38,6 @@ from shared.runs.files import (
 )
 from shared.runs.locking import claim_runs
 from shared.runs.shipped import SHIPPED, is_finished, put_finished
-from shared.runs.strict_text import strict_json
 from shared.targets.copies import (
     Copy,
     campaign_runs,
@@ -84,8 +83,8 @@ def cell_progress(cell, state: dict[str, bytes], finished_in_state: set[str], ar
 def final_accuracy(run_dir: Path) -> float | None:
     """The last round's global accuracy a finished run's metrics.json records; None if unreadable."""
     try:
-        value = json.loads((run_dir / "metrics.json").read_text())["final_acc"]
-    except (OSError, ValueError, KeyError, TypeError):
+        value = read_summary(run_dir)["final_acc"]
+    except (OSError, RunFilesError, KeyError):
         return None
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
@@ -113,8 +112,8 @@ def trained_with(run_dirs) -> list[str]:
     tally: Counter = Counter()
     for run_dir in run_dirs:
         try:
-            runtime = strict_json(read_at_most(run_dir / "metrics.json", MAX_SMALL_BYTES) or b"")["runtime"]
-        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            runtime = read_summary(run_dir)["runtime"]
+        except (OSError, RunFilesError, KeyError):
             continue
         if isinstance(runtime, dict):
             tally[json.dumps(runtime.get("trainer.gate", "no gate"))[:40], shown_settings(runtime)] += 1

@@ -23,13 +23,13 @@ and is carried on in its checkpoints.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config.schema import RunConfig
+from shared.runs.files import RunFilesError, read_history
 from shared.targets.cost import gpu_hours, samples
 
 
@@ -82,15 +82,15 @@ def measured_rounds(runs: dict[str, RunConfig], runs_dir: Path, device: str) -> 
     group records the group's round."""
     found = []
     for rid, cfg in runs.items():
-        path = Path(runs_dir) / rid / "metrics.jsonl"
-        if not path.is_file():
+        try:
+            records = read_history(Path(runs_dir) / rid) or []
+        except (OSError, RunFilesError):
             continue
         by_lanes: dict[int, list[tuple[float, float]]] = {}
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
+        for record in records:
+            try:  # "slots": a round's lanes (shared/training/trainer.py `round_record`)
                 lanes, steps, seconds = int(record["slots"]), float(record["steps"]), float(record["seconds"])
-            except (ValueError, KeyError, TypeError, AttributeError):  # recorded before steps were, or torn
+            except (ValueError, KeyError, TypeError):  # recorded before steps were
                 continue
             if record.get("device") == device and lanes > 0 and steps > 0 and seconds > 0:
                 by_lanes.setdefault(lanes, []).append((steps, seconds))

@@ -88,8 +88,13 @@ def history_problem(history, rounds: int) -> str | None:
 
 def recorded_run_id(config: Path) -> str | None:
     """The run id a run's config.yaml names (None: it cannot be read, or names none)."""
+    return named_run_id(config.read_bytes())
+
+
+def named_run_id(config: bytes) -> str | None:
+    """The run id the text of a run's config.yaml names (None: it is not YAML, or names none)."""
     try:
-        recorded = strict_yaml(config.read_bytes())
+        recorded = strict_yaml(config)
     except (yaml.YAMLError, ValueError):  # ValueError: not UTF-8
         return None
     return recorded.get("run_id") if isinstance(recorded, dict) else None

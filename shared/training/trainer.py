@@ -133,6 +133,7 @@ def round_record(
         local_accs = [r.local_acc for r in results if r.local_acc is not None]
         if local_accs:
             record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
+    # "slots": the key under which runs have recorded the round's lanes from the first (shipped runs hold it)
     timed = {"slots": timing.lanes, "steps": timing.steps, "device": device_name(member.setup.device)}
     return {**record, **member.setup.method.round_metrics(), **timed}  # a round's time holds on its device only
 

@@ -88,7 +88,7 @@ def test_a_session_rehearsed_on_a_cpu_returns_its_files_within_the_limits_and_a_
     assert timing["device"] == "cpu" and timing["gpu"] is None and timing["units"]
     unit = next(u for u in timing["units"] if u["rounds"])
     assert unit["peak_gpu_memory_mib"] is None and unit["gpu_utilisation"] is None
-    assert unit["slots"] > 0 and unit["steps_per_round"] > 0 and unit["useful_share"] == 1.0  # one after another
+    assert unit["lanes"] > 0 and unit["steps_per_round"] > 0 and unit["useful_share"] == 1.0  # one after another
     assert set(unit["seconds_per_round"]) == {
         "total",
         "preparation",
@@ -261,7 +261,7 @@ def test_the_timing_of_a_batched_round_counts_its_padding():
     alone = RoundTiming(runs=1, lane_steps=(4, 2), lanes_per_step=1, seconds={"steps": 1.0})
     assert alone.steps == 6 and alone.useful_share == 1.0
     summary = unit_summary([batched, batched])
-    assert summary["useful_share"] == 0.75 and summary["slots"] == 4 and summary["seconds_per_round"]["steps"] == 2.0
+    assert summary["useful_share"] == 0.75 and summary["lanes"] == 4 and summary["seconds_per_round"]["steps"] == 2.0
 
 
 # --- the ledger ----------------------------------------------------------------------------------

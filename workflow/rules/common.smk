@@ -15,7 +15,7 @@ from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
 from shared.targets.expansion_cache import expansion, save_expansion
-from shared.runs.files import write_atomically
+from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
 SCALE = config["scale"]
@@ -174,9 +174,9 @@ def run_status(run_id):
     path = Path(RUNS_DIR, run_id, "metrics.json")
     if path.exists():
         try:  # a damaged file (its run is scheduled again: runs.smk) must not fail the table's job
-            metrics = json.loads(path.read_text())
+            metrics = read_summary(path.parent)
             return str(metrics.get("status", "unknown")), metrics.get("final_acc")
-        except (ValueError, AttributeError):
+        except (RunFilesError, OSError):
             return "unreadable metrics.json", None
     if Path(RUNS_DIR, run_id, "checkpoint.pt").exists():
         return "incomplete", None

@@ -10,7 +10,7 @@ import math
 from shared.campaign.shipped_reading import shipped_run_problem
 from shared.runs.shipped import SHIPPED, restore_shipped
 from shared.targets.cost import gpu_hours
-from shared.runs.files import holds_result, is_final, printable, summary_problem
+from shared.runs.files import RunFilesError, holds_result, is_final, printable, read_summary, summary_problem
 
 # Shipped runs (results/shipped/runs/, tracked; shared/runs/shipped.py) are finished runs: each is
 # restored into the runs folder by a job of its own (rule restore_shipped), never trained.
@@ -68,10 +68,12 @@ def summary_state(metrics, rid):
     """What a run's metrics.json says at planning time: "final", "failed", "missing", or a
     problem (unreadable, not a summary, another run's) that shared.workflow_job deals with."""
     try:
-        summary = json.loads(metrics.read_text(encoding="utf-8"))
+        summary = read_summary(metrics.parent)
     except FileNotFoundError:
         return "missing"
-    except (OSError, ValueError) as exc:
+    except RunFilesError as exc:  # its message: the path, then what is wrong
+        return str(exc).removeprefix(f"{printable(metrics)}: ")
+    except OSError as exc:
         return f"is unreadable ({type(exc).__name__})"
     if problem := summary_problem(summary):
         return f"is not a run's summary ({problem})"
