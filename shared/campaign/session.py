@@ -16,7 +16,7 @@ deadline still returns what it did:
                         (DIR/state.tar.gz, `bundle`) and data (DIR/data) until M minutes less
                         END_SECONDS, with the gate's settings, the state (or its parts) rewritten
                         at least once a minute of training (shared/campaign/refresh.py)
-    timing.json         per unit: runs, slots (its lanes), steps, useful share, seconds per round by phase,
+    timing.json         per unit: runs, lanes, steps, useful share, seconds per round by phase,
                         peak GPU memory, GPU utilisation every 10 s (shared/campaign/session_timing.py)
     session.log         every step's output, within its share of the limits (its first and last lines
                         kept, shared/campaign/session_output.py)
@@ -45,6 +45,7 @@ from pathlib import Path
 from shared.campaign.gate import SAFEST, SETTINGS, gate
 from shared.campaign.session_checks import CarryError, check_carry
 from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
+from shared.campaign.session_timing import TIMING_FORMAT
 from shared.campaign.state import expected_runs
 from shared.campaign.train import UNIT_FAILED
 from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
@@ -251,7 +252,7 @@ def finish(session: Session) -> bool:
     args, timing = session.args, session.out / "timing.json"
     if not timing.is_file():
         record = {
-            "format": "fedrepro-session-timing/1",
+            "format": TIMING_FORMAT,
             "device": args.device,
             "units": [],
             "gpu": None,

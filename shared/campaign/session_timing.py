@@ -30,7 +30,7 @@ from typing import Iterator
 from shared.runs.files import write_atomically
 from shared.training.round_timing import PHASES, RoundTiming, observing
 
-TIMING_FORMAT = "fedrepro-session-timing/1"
+TIMING_FORMAT = "fedrepro-session-timing/2"  # 2: a unit's lanes and lanes_per_step (were slots)
 SAMPLE_SECONDS = 10
 QUERY = [
     "nvidia-smi",

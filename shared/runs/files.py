@@ -260,7 +260,7 @@ def read_text(path: Path, limit: int, parse):
     it is larger, is not the text it should be, or nests deeper than text of runs does."""
     data = read_at_most(path, limit)
     if data is None:
-        raise RunFilesError(f"{printable(path)}: holds more than {megabytes(limit)}, more than a run writes")
+        raise RunFilesError(f"{printable(path)}: is not a regular file of at most {megabytes(limit)}, as a run writes")
     try:
         return parse(data)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:
@@ -300,6 +300,8 @@ def read_history(run_dir: Path) -> list[dict] | None:
     for number, line in enumerate(lines, 1):
         try:
             record = strict_json(line)
+        except StrictTextError as exc:  # whole, but not as the trainer writes it: a key twice, nested deep
+            raise RunFilesError(f"{printable(path)}: line {number}: {exc}") from None
         except (ValueError, RecursionError):
             if number < len(lines):
                 raise RunFilesError(f"{printable(path)}: line {number} is not JSON") from None
@@ -334,7 +336,7 @@ MAX_MEMBER_BYTES = 32 * 1024**2
 SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
 # metrics.json: some 9 kB for 100 rounds; JSON is parsed whole, and takes up to 24 times its text
 MAX_SMALL_BYTES = 4 * 1024**2
-MAX_CONFIG_BYTES = 2**16  # a run's config.yaml: some 2 kB; YAML is parsed in pure Python, some 10 s a MB
+MAX_CONFIG_BYTES = 2**16  # a run's config.yaml: some 2 kB; YAML parses at about 1 MB a second
 RUN_ID = re.compile(r"[0-9a-f]{16}")  # a run directory's name (shared.config.schema.run_id)
 
 

@@ -63,8 +63,12 @@ def strict_json(data: bytes | str):
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+MAX_NUMBER_CHARS = 64  # a float's repr takes at most 24; a sexagesimal 1:59:59:... costs time squared
+
+
 class PlainLoader(SafeLoader):
-    """yaml.safe_load's loader, refusing a key twice (`plain_events` refuses the rest first)."""
+    """yaml.safe_load's loader, refusing a key twice and a number longer than MAX_NUMBER_CHARS
+    (`plain_events` refuses the rest first)."""
 
     def construct_mapping(self, node, deep=False):
         keys = [self.construct_object(key, deep=True) for key, _ in node.value]
@@ -72,6 +76,23 @@ class PlainLoader(SafeLoader):
             raise StrictTextError("a YAML key is not a plain value")
         no_duplicates([(key, None) for key in keys])
         return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        return super().construct_yaml_int(short_number(node))
+
+    def construct_yaml_float(self, node):
+        return super().construct_yaml_float(short_number(node))
+
+
+def short_number(node):
+    if len(node.value) > MAX_NUMBER_CHARS:
+        raise StrictTextError(f"it holds a number of more than {MAX_NUMBER_CHARS} characters")
+    return node
+
+
+# the safe loader's table names its own constructors of numbers: these take their place
+PlainLoader.add_constructor("tag:yaml.org,2002:int", PlainLoader.construct_yaml_int)
+PlainLoader.add_constructor("tag:yaml.org,2002:float", PlainLoader.construct_yaml_float)
 
 
 def plain_events(text: str) -> None:

@@ -18,8 +18,10 @@ Each run's case asserts that run alone is left out in one line and the others ar
 import io
 import json
 import struct
+import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ import torch
 from shared.archive import main as archive_main
 from shared.campaign import state_reading
 from shared.campaign.carried_runs import MAX_RECORD_BYTES, torch_file_problem
+from shared.runs.files import RunFilesError, read_history
 from shared.runs.strict_text import MAX_DEPTH, StrictTextError, strict_json, strict_yaml
 from tests.campaign.carried_states import checkpoint, finished_files, history, jsonl, progress_files
 from tests.campaign.test_campaign_trust import (
@@ -43,6 +46,8 @@ from tests.campaign.test_campaign_trust import (
     with_history,
 )
 from tests.campaign.test_one_door import archive_of
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.usefixtures("small_floor")
 
@@ -152,6 +157,49 @@ def test_text_nested_past_the_limit_is_refused_at_any_depth():
     for text in ("a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "- " * 100_000 + "x"):
         with pytest.raises(StrictTextError, match="nest more than"):
             strict_yaml(text)
+
+
+YAML_CASES = [
+    "run_id: abc\nlocal: {lr: 0.01, epochs: 10}\nseeds: [0, 1.5e-3, .inf, 0x1f, 1:30, '1:59']\n",
+    "a: &x 1\nb: *x\n",
+    "a: !!binary aGk=\n",
+    "a: 1\n1.0: 2\na: 3\n",
+    "? [1]\n: 2\n",
+    "a: " + "[" * (MAX_DEPTH + 1),
+    "a: 1" + ":59" * 40,
+    "a: [1, 2",
+]
+
+
+def test_yaml_numbers_are_short_and_a_history_line_refused_whole_is_named(tmp_path):
+    with pytest.raises(StrictTextError, match="a number of more than 64 characters"):
+        strict_yaml("a: 1" + ":59" * 300_000)  # sexagesimal: time squared in its length (minutes at 4 MiB)
+    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n{"round": 2, "round": 2}\n')
+    with pytest.raises(RunFilesError, match="line 2: the key 'round' appears twice"):
+        read_history(tmp_path)  # complete, so not cut short by a copy: damage, not left out
+
+
+def outcomes(read) -> list[str]:
+    found = []
+    for text in YAML_CASES:
+        try:
+            found.append(repr(read(text)))
+        except Exception as exc:
+            found.append(f"{type(exc).__name__}: {exc}" if isinstance(exc, StrictTextError) else type(exc).__name__)
+    return found
+
+
+def test_yaml_reads_alike_where_pyyaml_has_no_libyaml():
+    script = (
+        "import json, sys, yaml\n"
+        "del yaml.CSafeLoader\n"
+        "from tests.campaign.test_bounded_reading import outcomes\n"
+        "from shared.runs.strict_text import SafeLoader, strict_yaml\n"
+        "assert SafeLoader is yaml.SafeLoader\n"
+        "print(json.dumps(outcomes(strict_yaml)))\n"
+    )
+    pure = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert json.loads(pure.stdout) == outcomes(strict_yaml)
 
 
 def test_a_record_at_the_limit_is_read(genuine, tmp_path, monkeypatch, capsys):
