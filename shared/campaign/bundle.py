@@ -27,7 +27,8 @@ OFFLINE_WHEELS = ("pyyaml>=6",)
 def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -> list[tuple[Path, Path]]:
     """(source, place under the bundle's data root) of the files the runs read: the copy, or
     the official archives found in the local data root."""
-    from shared.data.datasets import CIFAR, COPIES
+    from shared.data.catalog import COPIES
+    from shared.data.datasets import CIFAR
 
     if copy is not None:
         if copy.path is None:

@@ -90,7 +90,8 @@ def carried_manifest(state: Path, targets: list[str], scale: str | None) -> dict
 def check_data(root: Path, targets: list[str], scale: str, copy: Copy | None) -> None:
     """Each official archive the targets' runs read under `root`, with its published checksum;
     or the copy the state names. Synthetic data needs nothing."""
-    from shared.data.datasets import CIFAR, file_digest, find_copy  # loads torch
+    from shared.data.catalog import file_digest, find_copy
+    from shared.data.datasets import CIFAR  # loads torch
 
     if copy is not None:
         try:

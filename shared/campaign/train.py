@@ -460,7 +460,7 @@ def train(args) -> int:
     runs = chosen_runs(runs, args)
     args.chosen = chosen_cells(args.first, args.state_targets, args.scale, args.copy_spec)
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
-        from shared.data.datasets import find_copy
+        from shared.data.catalog import find_copy
 
         find_copy(data_root(args.data_root), args.copy_spec.sha256)
     if state_exists(args.state):

@@ -6,11 +6,14 @@ imports no loader and no torch, so a config can be checked before anything heavy
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.config.schema import FORCED_OFF, FORCED_ON, ConfigError, RunConfig, check
+from shared.runs.files import write_atomically
 
 
 class DataError(RuntimeError):
@@ -23,6 +26,45 @@ DATA_ROOT_ENV = "FEDREPRO_DATA"
 def data_root(configured: str | None) -> Path:
     """Where datasets are kept: the config's data_root, else $FEDREPRO_DATA, else ./data."""
     return Path(configured or os.environ.get(DATA_ROOT_ENV) or "data").expanduser()
+
+
+def file_digest(path: Path, algorithm: str = "md5") -> str:
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+COPIES = "copies"  # under the data root
+
+
+def find_copy(root: Path, sha256: str, remember: bool = True) -> Path:
+    """The file under <root>/copies/ whose SHA-256 is `sha256`. Digests are remembered per
+    (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once; `remember=False`
+    reads that memo and writes nothing (the workflow, locating a copy while Snakemake reads it)."""
+    folder, memo_path = root / COPIES, root / "cache" / "copies.json"
+    try:
+        remembered = json.loads(memo_path.read_text()) if memo_path.exists() else {}
+    except ValueError:  # a torn memo is only a cache: hash again
+        remembered = {}
+    memo = dict(remembered)
+    found = None
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        key = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
+        memo[key] = memo.get(key) or file_digest(path, "sha256")
+        if memo[key] == sha256:
+            found = path
+            break
+    if remember and memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
+        write_atomically(memo_path, lambda tmp: tmp.write_text(json.dumps(memo, indent=1)))
+    if found is None:
+        raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
+                        f"put the copy (e.g. cifar10-jpeg.zip) there")
+    return found
 
 
 @dataclass(frozen=True)

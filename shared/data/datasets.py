@@ -28,7 +28,16 @@ from typing import BinaryIO, Callable
 import numpy as np
 import torch
 
-from shared.data.catalog import AUGMENTATIONS, DATA_ROOT_ENV, DataError, TextVocabulary, data_root, dataset_info
+from shared.data.catalog import (
+    AUGMENTATIONS,
+    DATA_ROOT_ENV,
+    DataError,
+    TextVocabulary,
+    data_root,
+    dataset_info,
+    file_digest,
+    find_copy,
+)
 from shared.config.schema import DatasetConfig, RunConfig, SyntheticConfig
 from shared.runs.tensor_files import save_tensors
 from shared.runs.files import write_atomically
@@ -163,14 +172,6 @@ CIFAR = {
 }
 
 
-def file_digest(path: Path, algorithm: str = "md5") -> str:
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_archive(archive: Archive, root: Path) -> Path:
     """Return the verified archive under `root`, downloading it if it is not there."""
     path = root / archive.filename
@@ -233,37 +234,7 @@ def load_cifar(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     return dataset_from_arrays(name, arrays, spec["mean"], spec["std"], augment=True)
 
 
-# --- a copy of the official data (dataset.copy): found by its SHA-256 ----------------------
-
-COPIES = "copies"  # under the data root
-
-
-def find_copy(root: Path, sha256: str, remember: bool = True) -> Path:
-    """The file under <root>/copies/ whose SHA-256 is `sha256`. Digests are remembered per
-    (name, size, mtime) in <root>/cache/copies.json, so each file is hashed once; `remember=False`
-    reads that memo and writes nothing (the workflow, locating a copy while Snakemake reads it)."""
-    folder, memo_path = root / COPIES, root / "cache" / "copies.json"
-    try:
-        remembered = json.loads(memo_path.read_text()) if memo_path.exists() else {}
-    except ValueError:  # a torn memo is only a cache: hash again
-        remembered = {}
-    memo = dict(remembered)
-    found = None
-    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if not path.is_file():
-            continue
-        stat = path.stat()
-        key = f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}"
-        memo[key] = memo.get(key) or file_digest(path, "sha256")
-        if memo[key] == sha256:
-            found = path
-            break
-    if remember and memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
-        write_atomically(memo_path, lambda tmp: tmp.write_text(json.dumps(memo, indent=1)))
-    if found is None:
-        raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
-                        f"put the copy (e.g. cifar10-jpeg.zip) there")
-    return found
+# --- a copy of the official data (dataset.copy): found by its SHA-256 (catalog.find_copy) ----------
 
 
 def load_copy(name: str, sha256: str, spec: dict, root: Path) -> Dataset:

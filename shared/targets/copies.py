@@ -11,7 +11,7 @@ from pathlib import Path
 
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, RunConfig, identity, run_id
-from shared.data.catalog import DataError, copy_label, is_sha256
+from shared.data.catalog import DataError, copy_label, file_digest, find_copy, is_sha256
 from shared.runs.files import holds_result, write_atomically
 from shared.targets.resolve import target_cells
 from shared.targets.table_declarations import expand, keep_rows, scale_seeds
@@ -49,7 +49,6 @@ def parse_copy(text: str | None) -> Copy | None:
     path = Path(value).expanduser()
     if not path.is_file():
         raise DataError(f"--copy {text!r}: {path} is not a file")
-    from shared.data.datasets import file_digest
 
     return Copy(name, file_digest(path, "sha256"), copy_kind(path), path)
 
@@ -61,8 +60,6 @@ def located_copy(text: str | None, data_root: str | Path) -> Copy | None:
     copy = parse_copy(text)
     if copy is None or copy.path is not None:
         return copy
-    from shared.data.datasets import find_copy
-
     path = find_copy(Path(data_root), copy.sha256, remember=False)
     return dataclasses.replace(copy, kind=copy_kind(path), path=path)
 

@@ -31,8 +31,8 @@ from shared.campaign.ship import build_shipped_figure, build_shipped_table, writ
 from shared.campaign.state import read_state, write_state
 from shared.config.dotted import deep_merge
 from shared.config.schema import ConfigError, run_id
-from shared.data.catalog import DataError
-from shared.data.datasets import CIFAR, file_digest, load_dataset
+from shared.data.catalog import DataError, file_digest
+from shared.data.datasets import CIFAR, load_dataset
 from shared.targets.configs import load_config
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.figure_declarations import get_figure
@@ -448,7 +448,7 @@ def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_l
 
 
 def test_the_memo_of_copies_digests_is_written_only_when_it_changes(tmp_path):
-    from shared.data.datasets import find_copy
+    from shared.data.catalog import find_copy
     from shared.targets.copies import located_copy
 
     copies = tmp_path / "copies"

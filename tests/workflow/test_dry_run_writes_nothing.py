@@ -61,7 +61,8 @@ def test_a_dry_run_writes_nothing_in_a_fresh_checkout(tmp_path):
 def test_a_dry_run_on_a_copy_of_the_data_writes_nothing_in_the_data_root(tmp_path):
     """A copy named by its SHA-256 is found by hashing the files under <data root>/copies/; the
     digests it remembers are written by the runs that load the copy, not by reading the workflow."""
-    from shared.data.datasets import CIFAR, file_digest
+    from shared.data.catalog import file_digest
+    from shared.data.datasets import CIFAR
     from tests.campaign.test_campaign import write_copy
 
     checkout, data = fresh_checkout(tmp_path / "checkout"), tmp_path / "data"

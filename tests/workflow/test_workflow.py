@@ -499,7 +499,8 @@ def test_a_copy_of_the_data_gets_its_own_runs_folder_and_labels(tmp_path):
     """`--config copy=cifar10=<sha256>`: the table's part on CIFAR-10 trained on the copy (the
     campaign's run ids), built into the folder the campaign names, labelled; the official
     paper-scale table untouched. Runs stood in for by a metrics.json (all a table reads)."""
-    from shared.data.datasets import CIFAR, file_digest
+    from shared.data.catalog import file_digest
+    from shared.data.datasets import CIFAR
     from shared.targets.copies import Copy, campaign_runs
     from tests.campaign.test_campaign import finish_for_table, write_copy
 
