@@ -100,7 +100,7 @@ def is_disk_full(exc: BaseException) -> bool:
 def write_error(exc: OSError) -> str:
     """One line for a failed write: a full disk says what to do."""
     where = f"{exc.filename}: " if exc.filename else ""
-    if exc.errno in DISK_FULL:
+    if is_disk_full(exc):
         return (
             f"{where}no space left ({exc.strerror}); free space and run the same command again: "
             f"it resumes from its last checkpoint"

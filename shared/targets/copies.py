@@ -49,7 +49,6 @@ def parse_copy(text: str | None) -> Copy | None:
     path = Path(value).expanduser()
     if not path.is_file():
         raise DataError(f"--copy {text!r}: {path} is not a file")
-
     return Copy(name, file_digest(path, "sha256"), copy_kind(path), path)
 
 
