@@ -45,11 +45,14 @@ from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_
 # matrix (benchmarks/resume_matrix.py) patches write_atomically here and in tensor_files.py
 from shared.runs.files import (
     LockHeld,
+    RunFilesError,
     aside_path,
     history_problem,
     hold_lock,
     is_final,
     is_number,
+    read_run_config,
+    read_summary,
     summary_problem,
     write_atomically,
 )
@@ -198,10 +201,9 @@ class RunDirectory:
         if not self.config.exists():
             return
         try:
-            recorded = yaml.safe_load(self.config.read_text(encoding="utf-8"))
-            other = recorded.get("run_id") if isinstance(recorded, dict) else None
-        except (yaml.YAMLError, ValueError) as exc:  # ValueError: not UTF-8
-            self.set_aside(self.config, f"is unreadable ({type(exc).__name__}); it is written again")
+            other = read_run_config(self.path).get("run_id")
+        except RunFilesError as exc:
+            self.set_aside(self.config, f"{exc.reason}; it is written again")
             return
         if not isinstance(other, str):
             self.set_aside(self.config, "names no run id; it is written again")
@@ -213,16 +215,16 @@ class RunDirectory:
         else:
             self.identified = True
 
-    def read_summary(self, path: Path | None = None) -> dict | None:
-        """metrics.json (or its kept copy) if it is a summary of this run; one that cannot be
-        read is set aside, one of another run refused."""
-        path = path or self.summary
+    def read_summary(self, name: str = "metrics.json") -> dict | None:
+        """metrics.json (or its kept copy, `name`) if it is a summary of this run; one that
+        cannot be read is set aside, one of another run refused."""
+        path = self.path / name
         if not path.exists():
             return None
         try:
-            done = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:  # also not UTF-8
-            self.set_aside(path, f"is unreadable ({excerpt(str(exc))})")
+            done = read_summary(self.path, name)
+        except RunFilesError as exc:
+            self.set_aside(path, exc.reason)
             return None
         if problem := summary_problem(done):
             self.set_aside(path, f"is not a run's summary ({problem})")
@@ -239,7 +241,7 @@ class RunDirectory:
     def restore_kept(self) -> dict | None:
         """The kept copy of the finished run's metrics.json, put back (Snakemake deleted it
         after a job was killed or a sibling failed although the run had finished)."""
-        kept = self.read_summary(self.path / KEPT)
+        kept = self.read_summary(KEPT)
         if kept is None or not is_final(kept["status"]):
             return None
         write_json(kept, self.summary)

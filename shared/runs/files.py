@@ -41,7 +41,16 @@ def client_state_name(state: str, client: int, round: int) -> str:
 
 
 class RunFilesError(Exception):
-    """A run's files, or where they go, that a writer other than the trainer refuses; one line."""
+    """A run's files, or where they go, that a writer other than the trainer refuses; one line.
+    `reason`: the line without the file's name (a run's own directory names the file itself)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def refused(path: Path, reason: str) -> RunFilesError:
+    return RunFilesError(f"{printable(path)}: {reason}", reason)
 
 
 class LockHeld(Exception):
@@ -260,11 +269,11 @@ def read_text(path: Path, limit: int, parse):
     it is larger, is not the text it should be, or nests deeper than text of runs does."""
     data = read_at_most(path, limit)
     if data is None:
-        raise RunFilesError(f"{printable(path)}: is not a regular file of at most {megabytes(limit)}, as a run writes")
+        raise refused(path, f"is not a regular file of at most {megabytes(limit)}, as a run writes")
     try:
         return parse(data)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:
-        raise RunFilesError(f"{printable(path)}: is not what a run writes ({printable(str(exc)[:100])})") from None
+        raise refused(path, f"is not what a run writes ({printable(str(exc)[:100])})") from None
 
 
 def read_run_config(run_dir: Path) -> dict:
@@ -274,16 +283,17 @@ def read_run_config(run_dir: Path) -> dict:
         return {}
     config = read_text(path, MAX_CONFIG_BYTES, strict_yaml) or {}
     if not isinstance(config, dict):
-        raise RunFilesError(f"{printable(path)}: is not a mapping of a run's config")
+        raise refused(path, "is not a mapping of a run's config")
     return config
 
 
-def read_summary(run_dir: Path) -> dict:
-    """A run's metrics.json (its summary, written last); FileNotFoundError where the run has none."""
-    path = run_dir / "metrics.json"
+def read_summary(run_dir: Path, name: str = "metrics.json") -> dict:
+    """A run's metrics.json (its summary, written last), or the copy of it named `name`;
+    FileNotFoundError where the run has none."""
+    path = run_dir / name
     summary = read_text(path, MAX_SMALL_BYTES, strict_json)
     if not isinstance(summary, dict):
-        raise RunFilesError(f"{printable(path)}: is not a run's summary (a JSON object)")
+        raise refused(path, "is not a run's summary (a JSON object)")
     return summary
 
 

@@ -100,6 +100,6 @@ def test_a_truncated_result_is_set_aside_and_put_back_from_its_kept_copy(project
     metrics.write_text(before[:40])
     proc = run(root, *job, "--attempt", "2", "--attempts", "3")
     assert proc.returncode == 0 and '"restored"' in proc.stdout, proc.stdout + proc.stderr[-2000:]
-    assert "is unreadable" in proc.stderr and metrics.read_text() == before
+    assert "is not what a run writes" in proc.stderr and metrics.read_text() == before
     (aside,) = metrics.parent.glob("metrics.json.corrupt-*")
     assert aside.read_text() == before[:40]

@@ -226,7 +226,7 @@ def test_a_config_yaml_that_is_not_utf8_is_set_aside_and_the_run_goes_on(tiny_cf
     cfg = interrupted(tiny_cfg, tmp_path, kill_in_round)
     (tmp_path / "run" / "config.yaml").write_bytes(b"run_id: \xff\xfe\n")
     assert trainer.run(cfg, tmp_path / "run")["status"] == "completed"
-    assert "config.yaml is unreadable" in capsys.readouterr().err
+    assert "config.yaml is not what a run writes" in capsys.readouterr().err
     assert list((tmp_path / "run").glob("config.yaml.corrupt-*"))
     assert f"run_id: {run_id(cfg)}" in (tmp_path / "run" / "config.yaml").read_text()
 
@@ -317,3 +317,18 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_pat
     freed = subprocess.run(command, capture_output=True, text=True)
     assert freed.returncode == 0, freed.stderr
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_a_run_reads_its_own_files_within_the_bounds_of_every_reader(tiny_cfg, tmp_path, kill_in_round, capsys):
+    """config.yaml and metrics.json go through the one reader of run files (shared/runs/files.py):
+    a config larger than a run writes is set aside unparsed, a summary nested past what a run
+    writes is set aside (json alone raises RecursionError), and the run goes on."""
+    cfg = interrupted(tiny_cfg, tmp_path, kill_in_round)
+    run_dir = tmp_path / "run"
+    (run_dir / "config.yaml").write_text(f"run_id: {run_id(cfg)}\n" + "# padding\n" * 10_000)
+    (run_dir / "metrics.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert trainer.run(cfg, run_dir)["status"] == "completed"
+    err = capsys.readouterr().err
+    assert "config.yaml is not a regular file of at most" in err
+    assert "metrics.json is not what a run writes" in err
+    assert len(list(run_dir.glob("config.yaml.corrupt-*"))) == len(list(run_dir.glob("metrics.json.corrupt-*"))) == 1
