@@ -1,7 +1,7 @@
 """What a GPU machine can tell us beyond a campaign session (scripts/gpu-session.sh): the gpu
 tests, the speed benchmark's variants and a profile of the campaign's group step, in one folder.
 
-    python3 -m benchmarks.first_run --out DIR [--data cifar10-jpeg.zip] --minutes M   (from the checkout)
+    python3 -m benchmarks.first_run --out DIR [--data cifar10-folder] --minutes M   (from the checkout)
 
 Steps, each in a child process bounded by what is left of the budget, each writing into DIR as
 it goes (a step that fails or runs out of time is recorded and the next one starts); DIR holds
@@ -19,9 +19,10 @@ these files:
     summary.md          a table of what passed and how fast, also printed at the end
     summary.json        the same, for a program
 
-Data: `--data` takes CIFAR-10 as a JPEG zip (`dataset=imagefolder`, benchmarks/README.md); without
-it the benchmark and the profile train on synthetic CIFAR-shaped data. Without CUDA (a rehearsal
-on a laptop or CI) the gpu tests skip and the benchmark and profile shrink to a tiny federation.
+Data: `--data` takes CIFAR-10 as an image folder, a directory or a .zip (`dataset=imagefolder`,
+benchmarks/README.md); without it the benchmark and the profile train on synthetic CIFAR-shaped
+data. Without CUDA (a rehearsal on a laptop or CI) the gpu tests skip and the benchmark and
+profile shrink to a tiny federation.
 Needs only torch, numpy, pandas, matplotlib, seaborn and pytest (docs/install.md: A GPU
 machine without network).
 """
@@ -289,7 +290,7 @@ def argument_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.first_run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", required=True, help="the folder everything goes into (created)")
-    parser.add_argument("--data", help="CIFAR-10 as a JPEG zip (dataset=imagefolder); default: synthetic data")
+    parser.add_argument("--data", help="CIFAR-10 as an image folder, a directory or a .zip (dataset=imagefolder); default: synthetic data")
     parser.add_argument("--minutes", type=float, required=True, help="the time budget for all steps, in minutes")
     parser.add_argument("--profile-into", type=Path, help=argparse.SUPPRESS)  # the child that runs the profile
     return parser

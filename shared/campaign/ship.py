@@ -107,8 +107,9 @@ def shown_settings(runtime: dict) -> str:
 
 def trained_with(run_dirs) -> list[str]:
     """One line per way the finished runs in `run_dirs` trained: the GPU session gate's verdict
-    (shared/campaign/gate.py) and the settings that followed it, from each metrics.json's runtime
-    record (read as untrusted: values shortened, a record that does not read left out)."""
+    (shared/campaign/gate.py; none outside a session) and the settings that followed it, from
+    each metrics.json's runtime record (read as untrusted: values shortened, a record that does
+    not read left out)."""
     tally: Counter = Counter()
     for run_dir in run_dirs:
         try:
@@ -116,7 +117,8 @@ def trained_with(run_dirs) -> list[str]:
         except (OSError, RunFilesError, KeyError):
             continue
         if isinstance(runtime, dict):
-            tally[json.dumps(runtime.get("trainer.gate", "no gate"))[:40], shown_settings(runtime)] += 1
+            gate = runtime.get("trainer.gate")  # None: trained by `campaign train`, outside a session
+            tally[json.dumps(gate)[:40] if gate is not None else "none", shown_settings(runtime)] += 1
     return [
         f"{n} run{'s' * (n != 1)} trained with {shown or 'no runtime record'} (gate: {gate})"
         for (gate, shown), n in sorted(tally.items())

@@ -163,7 +163,7 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     cut = dataclasses.replace(cut, seeds=tuple(kept))
     partial = len(rows) < len(implemented) or len(columns) < len(table.columns) or len(kept) < len(seeds)
     settings = f", settings {', '.join(k.label for k in columns)}" if len(columns) < len(table.columns) else ""
-    note = f"partial: {len(rows)} of {len(implemented)} methods{settings}, seeds {kept} of {list(seeds)}"
+    note = f"partial: {len(rows)} of {len(implemented)} rows{settings}, seeds {kept} of {list(seeds)}"
     return cut, note if partial else ""
 
 

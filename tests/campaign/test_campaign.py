@@ -133,7 +133,7 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
     # the laptop imports session 1: seed 0 of every method, a partial table
     assert main(["import", str(state), "--root", str(first)]) == 0
     table = first / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
-    assert "partial: 4 of 4 methods, seeds [0] of [0, 1]" in (table / "table.tex").read_text()
+    assert "partial: 4 of 4 rows, seeds [0] of [0, 1]" in (table / "table.tex").read_text()
     assert "fedcad/table4" in (first / "results" / "shipped" / "README.md").read_text()
 
     # session 2, a fresh checkout: continues from the state file, split into parts
@@ -366,7 +366,7 @@ def test_a_shipped_table_on_a_copy_is_its_part_on_the_copy_labelled_and_partial(
             finish_for_table(shipped / "runs", cell.run_id, 60.0)
     out = build_shipped_table(TARGET, "paper", copy, shipped)
     assert out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedcad" / "table4"
-    label, partial = "CIFAR-10, JPEG copy sha256 dfaab4e", "partial: 3 of 4 methods, seeds [0] of [0, 1, 2]"
+    label, partial = "CIFAR-10, JPEG copy sha256 dfaab4e", "partial: 3 of 4 rows, seeds [0] of [0, 1, 2]"
     for name in ("table.tex", "comparison.md", "comparison.html"):
         text = (out / name).read_text()
         assert label in text and partial in text, name
@@ -618,10 +618,10 @@ def test_a_partial_table_leaves_out_the_claims_on_methods_not_finished(tmp_path)
         if cell.seed == 0 and cell.row.label == "FedAvg":
             finish_for_table(shipped / "runs", cell.run_id, 60.0)
     out = build_shipped_table("papers/fedssd/table2", "paper", None, shipped)
-    assert "partial: 1 of 8 methods, seeds [0] of [0, 1, 2]" in (out / "table.tex").read_text()
+    assert "partial: 1 of 8 rows, seeds [0] of [0, 1, 2]" in (out / "table.tex").read_text()
     assert set(pd.read_csv(out / "table.csv").row) >= {"FedAvg"} and (out / "claims.md").is_file()
     write_listing(shipped)
-    assert "(partial: 1 of 8 methods" in (shipped / "README.md").read_text()
+    assert "(partial: 1 of 8 rows" in (shipped / "README.md").read_text()
 
 
 def test_a_group_stops_between_rounds_carries_every_members_checkpoint_and_ships(tmp_path, monkeypatch, capsys):

@@ -93,7 +93,7 @@ def test_a_shipped_table_of_a_few_cells_is_the_largest_finished_block_with_the_p
     out = build_shipped_table("papers/fedssd/table2", "paper", copy, shipped)
     table = pd.read_csv(out / "table.csv")
     assert set(table.row) == {"FedAvg", "FedSSD", "FedSSD (weight M)"} and set(table.column) == {"δ=0.5"}
-    partial = "partial: 3 of 8 methods, settings δ=0.5, seeds [0] of [0, 1, 2]"
+    partial = "partial: 3 of 8 rows, settings δ=0.5, seeds [0] of [0, 1, 2]"
     assert partial in (out / "comparison.md").read_text()
     assert r"settings $\delta$=0.5" in (out / "table.tex").read_text()
     paper = pd.read_csv(out / "comparison.csv").set_index("row").paper_mean

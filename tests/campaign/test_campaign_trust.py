@@ -524,7 +524,7 @@ def test_the_genuine_first_session_state_imports_and_builds_its_partial_table(ge
     code, root, outside = import_crafted(crafted(genuine), tmp_path, monkeypatch, build_tables=True)
     assert code == 0, capsys.readouterr().err
     table = root / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
-    assert "partial: 1 of 4 methods, seeds [0, 1] of [0, 1]" in (table / "table.tex").read_text()
+    assert "partial: 1 of 4 rows, seeds [0, 1] of [0, 1]" in (table / "table.tex").read_text()
     assert (root / "results" / "runs" / PROX / "checkpoint.pt").is_file()
     assert not list(table.parent.glob(".*"))  # no build folder left
 

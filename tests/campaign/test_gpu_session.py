@@ -609,3 +609,14 @@ def test_the_limits_hold_in_total_and_a_cut_log_keeps_its_first_and_last_lines(t
     cut = next(i for i, line in enumerate(lines) if "lines left out" in line)
     assert lines[cut - 1] == f"line {cut - 1:03d}" and lines[cut + 1] == f"line {300 - len(lines) + cut + 1:03d}"
     assert f"... {300 - len(lines) + 1} lines left out" in lines[cut]
+
+
+def test_runs_trained_outside_a_session_are_listed_with_no_gate(tmp_path):
+    """`campaign train` on its own records `trainer.gate: null`: listed as `gate: none`, not as
+    JSON's null, which no verdict of docs/gpu-sessions.md is."""
+    (tmp_path / "a").mkdir()
+    runtime = {"trainer.device": "cpu", "trainer.clients_per_step": 1, "trainer.gate": None}
+    (tmp_path / "a" / "metrics.json").write_text(json.dumps({"runtime": runtime}))
+    assert ship.trained_with([tmp_path / "a"]) == [
+        '1 run trained with trainer.device="cpu", trainer.clients_per_step=1 (gate: none)'
+    ]
