@@ -290,7 +290,9 @@ def argument_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.first_run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", required=True, help="the folder everything goes into (created)")
-    parser.add_argument("--data", help="CIFAR-10 as an image folder, a directory or a .zip (dataset=imagefolder); default: synthetic data")
+    parser.add_argument(
+        "--data", help="CIFAR-10 as an image folder or its .zip (dataset=imagefolder); default: synthetic data"
+    )
     parser.add_argument("--minutes", type=float, required=True, help="the time budget for all steps, in minutes")
     parser.add_argument("--profile-into", type=Path, help=argparse.SUPPRESS)  # the child that runs the profile
     return parser
