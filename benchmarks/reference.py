@@ -32,7 +32,8 @@ from shared.data.federation import build_federation
 from shared.methods.fedavg import ClientUpdate
 from shared.methods.registry import build_method
 from shared.models.registry import model_for
-from shared.training.trainer import resolve_device, sample_clients
+from shared.runs.numerics import resolve_device
+from shared.training.trainer import sample_clients
 
 
 def to_tensor(image) -> torch.Tensor:

@@ -50,9 +50,9 @@ from benchmarks.reference import run_reference
 from shared.config.dotted import deep_merge
 from shared.config.schema import RunConfig
 from shared.run import as_overrides
+from shared.runs.numerics import resolve_device
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import MOON_CIFAR10
-from shared.training.trainer import resolve_device
 
 FEDSSD = deep_merge(MOON_CIFAR10, {"method": {"name": "fedssd", "m_max": 0.01}, "aux": {"per_class": 64}})
 FEDGKD = {  # papers/fedgkd/protocol.py's PROTOCOL at Dir(0.5), with FedGKD's defaults

@@ -32,10 +32,11 @@ from shared.config.dotted import flatten
 from shared.config.schema import ConfigError, excerpt, run_id, to_dict
 from shared.data.catalog import DataError
 from shared.runs.directory import RunDirectoryError, check_output, is_disk_full, write_error
+from shared.runs.numerics import resolve_device, select_device
 from shared.targets.configs import load_config
 from shared.targets.run_groups import form_groups
 from shared.training.group_training import GroupRefused, run_group
-from shared.training.trainer import print_error, resolve_device, run, select_device
+from shared.training.trainer import print_error, run
 
 
 def argument_parser() -> argparse.ArgumentParser:

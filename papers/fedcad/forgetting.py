@@ -20,12 +20,12 @@ from shared.config.schema import to_dict
 from shared.data.federation import build_federation
 from shared.methods.registry import build_method
 from shared.models.registry import model_for
+from shared.runs.numerics import resolve_device
 from shared.runs.tensor_files import load_tensors
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import Cell, Table
 from shared.training.clients import train_client
 from shared.training.evaluation import evaluate
-from shared.training.trainer import resolve_device
 
 # Student abstract, Fig. 2: per-class share of the client's data and per-class accuracy.
 REPORTED = pd.DataFrame(

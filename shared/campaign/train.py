@@ -269,7 +269,7 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
 @functools.lru_cache(maxsize=4)
 def this_device(device: str) -> str:
     """The name of the device --device trains on here, as its rounds record it."""
-    from shared.training.trainer import device_name, resolve_device
+    from shared.runs.numerics import device_name, resolve_device
 
     return device_name(resolve_device(device))
 

@@ -41,11 +41,12 @@ from shared.data.catalog import data_root
 from shared.data.datasets import Dataset, load_dataset
 from shared.methods.fedavg import Diverged
 from shared.runs.directory import RunDirectory
+from shared.runs.numerics import resolve_device
 from shared.targets.run_groups import group_key
 from shared.training.batched import BatchedClients, Lane
 from shared.training.clients import ClientResult, unbatchable_reason, with_local_accuracy
 from shared.training.timed_rounds import Deadline, train_members
-from shared.training.trainer import Member, resolve_device, start_member
+from shared.training.trainer import Member, start_member
 
 
 class GroupRefused(ValueError):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import math
-import platform
 import sys
 import time
 import traceback
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 
 from shared.config.dotted import flatten
-from shared.config.schema import RUNTIME_KEYS, ConfigError, RunConfig, check, to_dict
+from shared.config.schema import RUNTIME_KEYS, ConfigError, RunConfig, to_dict
 from shared.data.catalog import DataError
 from shared.data.datasets import Dataset
 from shared.data.federation import Federation, build_federation
@@ -40,42 +39,13 @@ from shared.models.nets import Net
 from shared.models.registry import count_parameters, model_for
 from shared.runs.directory import RunDirectory, RunDirectoryError, is_disk_full
 from shared.runs.metrics import judge, summarize
-from shared.runs.numerics import set_numerics
+from shared.runs.numerics import device_name, resolve_device, select_device, set_numerics
 from shared.runs.provenance import environment
 from shared.runs.seeding import derive_seed
 from shared.training.clients import ClientResult, client_trainer
 from shared.training.evaluation import evaluate
 from shared.training.round_timing import RoundTiming
 from shared.training.tensorboard_log import tensorboard_log
-
-
-def resolve_device(name: str) -> torch.device:
-    """trainer.device on this machine: `auto` takes the GPU where there is one; a device this
-    machine lacks is a ConfigError here, before any data is loaded (the config itself is
-    checked where it is written, often a machine without the GPU that will run it)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        check(
-            count > (device.index or 0),
-            f"trainer.device={name}: this machine has "
-            f"{f'{count} CUDA device(s)' if count else 'no CUDA device'}; use trainer.device=auto or cpu",
-        )
-    if device.type == "mps":
-        check(
-            torch.backends.mps.is_available(), f"trainer.device={name}: this machine has no MPS device; use auto or cpu"
-        )
-    return device
-
-
-def select_device(device: torch.device) -> None:
-    """Make `cuda:i` the process's current CUDA device before anything opens a CUDA context:
-    otherwise a context opens on GPU 0, and whatever takes the current device (a new stream, a
-    graph's memory pool, synchronize, memory statistics) works on GPU 0."""
-    if device.type == "cuda" and device.index is not None:
-        torch.cuda.set_device(device)
 
 
 def sample_clients(cfg: RunConfig, round: int) -> list[int]:
@@ -283,11 +253,6 @@ def finish_member(member: Member) -> dict:
     )
     member.out.finish(summary, setup.global_model.state_dict())
     return summary
-
-
-def device_name(device: torch.device) -> str:
-    """The device's name as each round and metrics.json record it: the GPU's model, else the CPU's."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 
 
 def runtime_settings(cfg: RunConfig) -> dict:

@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from shared.config.schema import run_id, to_dict
+from shared.runs.numerics import resolve_device
 from shared.targets.configs import load_config
 from shared.training import trainer
 
@@ -155,10 +156,7 @@ def train(tmp_path, name, *overrides):
     summary = trainer.run(make_cfg(tmp_path, *overrides), out)
     assert summary["status"] == "completed", summary["status"]
     assert summary["global_acc"] and all(math.isfinite(a) for a in summary["global_acc"])
-    assert (
-        summary["device"] == str(trainer.resolve_device("cuda"))
-        and summary["environment"]["cuda"] == torch.version.cuda
-    )
+    assert summary["device"] == str(resolve_device("cuda")) and summary["environment"]["cuda"] == torch.version.cuda
     return summary, torch.load(out / "model.pt", map_location="cpu")
 
 
