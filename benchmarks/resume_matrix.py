@@ -78,8 +78,8 @@ def killed_writing(name: str, nth: int):
         tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
         raise Killed
 
-    writers = contextlib.ExitStack()  # a run's directory writes its JSON files, tensor_files its tensors
-    for module in (run_directory, tensor_files):
+    writers = contextlib.ExitStack()  # the directory's config.yaml, files' JSON files, tensor_files' tensors
+    for module in (run_directory, run_files, tensor_files):
         writers.enter_context(mock.patch.object(module, "write_atomically", write_atomically))
     return writers
 

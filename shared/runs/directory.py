@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import errno
-import json
 import math
 import os
 import pickle
@@ -55,15 +54,16 @@ from shared.runs.files import (
     read_summary,
     summary_problem,
     write_atomically,
+    write_history,
+    write_json,
 )
 from shared.runs.metrics import summarize
 from shared.runs.provenance import environment
 from shared.runs.tensor_files import (
     load_tensors,
-    named_client_states,
-    persist,
     prune_client_states,
     restore,
+    save_checkpoint,
     save_tensors,
 )
 
@@ -109,14 +109,6 @@ def write_error(exc: OSError) -> str:
             f"it resumes from its last checkpoint"
         )
     return f"{where}{exc.strerror or exc}"
-
-
-def write_json(obj, path: Path) -> None:
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
-
-
-def write_history(history: list[dict], path: Path) -> None:
-    write_atomically(path, lambda tmp: tmp.write_text("".join(json.dumps(h) + "\n" for h in history)))
 
 
 class RunDirectory:
@@ -299,14 +291,12 @@ class RunDirectory:
         write_atomically(self.path / "partition.csv", frame.to_csv)
 
     def save_round(self, history: list[dict], state: dict) -> None:
-        """The round's checkpoint (`state`: the global model's, the method's and the time so far)
-        and metrics.jsonl. The method's per-client state goes to files of its own first, the
-        checkpoint naming them; then only the files it names are kept (a kill before that
-        resumes from the files the last checkpoint names)."""
-        method = persist(state["method"], self.path, len(history) - 1)
-        save_tensors({"identity": identity(self.cfg), "history": history, **state, "method": method}, self.checkpoint)
+        """The round's checkpoint (`state`: the global model's, the method's and the time so far;
+        the method's per-client state in files of its own, `save_checkpoint`), then metrics.jsonl."""
+        save_checkpoint(
+            {"identity": identity(self.cfg), "history": history, **state}, self.checkpoint, len(history) - 1
+        )
         write_history(history, self.path / "metrics.jsonl")
-        prune_client_states(self.path, named_client_states(method))
 
     def keep(self, summary: dict) -> None:
         """A copy of a finished run's metrics.json, from which `restore_kept` puts it back."""

@@ -178,6 +178,15 @@ def write_atomically(path: Path, write) -> None:
         raise
 
 
+def write_json(obj, path: Path) -> None:
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
+
+
+def write_history(history: list[dict], path: Path) -> None:
+    """metrics.jsonl: one JSON record per round (`read_history` reads it)."""
+    write_atomically(path, lambda tmp: tmp.write_text("".join(json.dumps(h) + "\n" for h in history)))
+
+
 def write_folder_atomically(out: Path, write) -> None:
     """`write(tmp)` fills a hidden folder beside `out`, which then takes its place: a build that
     fails (a full disk, a bug) leaves the old folder or none, never a half-written one."""

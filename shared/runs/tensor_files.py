@@ -12,7 +12,7 @@ copy speed, as the client starts training), not on the GPU: for 100 clients of R
 How it is checkpointed: each client's tensors in a file of their own in the run directory's
 `client_state/`, written only when that client's state changed (the round's sampled clients),
 and named by the round that wrote it; the round's checkpoint holds the names alone (`persist`).
-A file is removed once no checkpoint names it (RunDirectory.save_round), so a kill between
+A file is removed once no checkpoint names it (`save_checkpoint`), so a kill between
 writing a client's new file and the checkpoint that names it resumes from the files the last
 checkpoint names, the same tensors bit for bit (`restore`).
 """
@@ -159,6 +159,16 @@ def persist(method_state: dict, run_path: Path, round: int) -> dict:
     """A method's state_dict for a checkpoint: each ClientStates in it as its manifest, after
     writing the clients whose state changed."""
     return {k: v.save(run_path, round) if isinstance(v, ClientStates) else v for k, v in method_state.items()}
+
+
+def save_checkpoint(state: dict, path: Path, round: int) -> None:
+    """The round's checkpoint (`state`, its method state among it) at `path`: the clients whose
+    state changed first, to files of their own that the checkpoint names (`persist`), then the
+    checkpoint, then only the files it names are kept (a kill before that resumes from the
+    files the last checkpoint names)."""
+    method = persist(state["method"], path.parent, round)
+    save_tensors({**state, "method": method}, path)
+    prune_client_states(path.parent, named_client_states(method))
 
 
 def restore(persisted: dict, run_path: Path) -> dict:
