@@ -417,7 +417,7 @@ def check_parts(args) -> None:
 
 def on_cuda(device: str) -> bool:
     """Whether trainer.device names CUDA (auto: where this machine has it), read by name: the
-    device is checked where a run starts (shared/training/trainer.py resolve_device)."""
+    device is checked where a run starts (shared/runs/numerics.py resolve_device)."""
     import torch
 
     return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())

@@ -41,7 +41,7 @@ import yaml
 from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_id, to_dict
 
 # torch-free (shared/runs/files.py: planning and shipping read runs without torch); the kill
-# matrix (benchmarks/resume_matrix.py) patches write_atomically here and in tensor_files.py
+# matrix (benchmarks/resume_matrix.py) patches write_atomically here, in files.py and in tensor_files.py
 from shared.runs.files import (
     LockHeld,
     RunFilesError,
@@ -280,6 +280,9 @@ class RunDirectory:
                 self.checkpoint, f"does not fit this run's model or method ({type(exc).__name__}: {excerpt(detail)})"
             )
             return [], 0.0
+        # metrics.jsonl follows the checkpoint it was written after: a kill between the two leaves
+        # it a round short, and a last round's checkpoint goes straight to `finish`
+        write_history(state["history"], self.path / "metrics.jsonl")
         return state["history"], state["elapsed"]
 
     def save_partition(self, counts, class_names: list[str]) -> None:

@@ -282,7 +282,7 @@ def read_text(path: Path, limit: int, parse):
     try:
         return parse(data)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:
-        raise refused(path, f"is not what a run writes ({printable(str(exc)[:100])})") from None
+        raise refused(path, f"is not what a run writes ({printable(' '.join(str(exc).split())[:100])})") from None
 
 
 def read_run_config(run_dir: Path) -> dict:

@@ -96,7 +96,7 @@ def test_a_second_writer_is_refused(tiny_cfg, tmp_path):
 
 # (file, which of its writes is killed halfway): each checkpoint, each metrics.jsonl, the final
 # model and the summary; the run goes on from the last good state and ends as an uninterrupted one
-WRITES = [("checkpoint.pt", 2), ("metrics.jsonl", 1), ("model.pt", 1), ("metrics.json", 1)]
+WRITES = [("checkpoint.pt", 2), ("metrics.jsonl", 1), ("metrics.jsonl", 3), ("model.pt", 1), ("metrics.json", 1)]
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedgen"])
