@@ -71,8 +71,8 @@ def summary_state(metrics, rid):
         summary = read_summary(metrics.parent)
     except FileNotFoundError:
         return "missing"
-    except RunFilesError as exc:  # its message: the path, then what is wrong
-        return str(exc).removeprefix(f"{printable(metrics)}: ")
+    except RunFilesError as exc:
+        return exc.reason
     except OSError as exc:
         return f"is unreadable ({type(exc).__name__})"
     if problem := summary_problem(summary):
