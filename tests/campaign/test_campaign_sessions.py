@@ -103,6 +103,26 @@ def test_a_shipped_table_of_a_few_cells_is_the_largest_finished_block_with_the_p
     assert "**held in 1 of 1 group**" in claims
 
 
+def test_a_reading_short_of_a_seed_leaves_the_shipped_table_and_costs_the_papers_rows_none(tmp_path):
+    """FedAvg and FedSSD finished at δ=0.5 on seeds 0-2, the weight-M reading on seeds 0 and 1:
+    the table keeps all three seeds of the paper's rows and leaves the reading out until it has
+    them (a reading is not the paper's and never decides which seeds its rows are judged on)."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    finished = {("FedAvg", s): 67.0 + s for s in (0, 1, 2)}
+    finished |= {("FedSSD", s): 66.0 + 2 * s for s in (0, 1, 2)}
+    finished |= {("FedSSD (weight M)", s): 70.0 for s in (0, 1)}
+    for cell in expand(get_table("fedssd", "table2"), "paper", {"dataset": {"copy": copy.sha256}}):
+        value = finished.get((cell.row.label, cell.seed)) if cell.column.label == "δ=0.5" else None
+        if value is not None:
+            finish_for_table(shipped / "runs", cell.run_id, value)
+    out = build_shipped_table("papers/fedssd/table2", "paper", copy, shipped)
+    table = pd.read_csv(out / "table.csv").set_index("row")
+    assert list(table.index) == ["FedAvg", "FedSSD"] and set(table.n) == {3}
+    assert table["mean"].to_dict() == {"FedAvg": 68.0, "FedSSD": 68.0}
+    assert "partial: 2 of 8 rows, settings δ=0.5, seeds [0, 1, 2] of [0, 1, 2]" in (out / "comparison.md").read_text()
+
+
 def test_each_device_trains_a_rounds_clients_its_fastest_way_unless_told_otherwise():
     """On CUDA a round's clients in one batched step; on a CPU one after another, in threads of
     one core each; --clients-per-step and --set win; no run id moves."""
