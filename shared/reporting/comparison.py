@@ -93,6 +93,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     if not math.isnan(spread) and not math.isnan(diff)
                     else None,
                     never=s.get("never", 0),
+                    no_target=s.get("no_target", 0),
                     paper_never=printed and paper is None and table.metric_for(column).counts_rounds,
                     failed=s.failed,
                     suspect=s.get("suspect", 0),
@@ -176,7 +177,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "",
         f"Scale: **{scale}**"
         + ("" if scale == "paper" else " (not comparable with the paper's numbers; a check that the pipeline runs)"),
-        f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {list(scale_seeds(table, scale))}.",
+        f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {list(scale_seeds(table, scale))} "
+        "(population std, ddof=0).",
         "",
         "| Method | " + " | ".join(c.label for c in table.columns) + " |",
         "|---|" + "---|" * len(table.columns),
@@ -188,6 +190,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
             places = decimals(table.metric_for(column))
             ours = "n/i" if c.status == NOT_IMPLEMENTED else fmt(c.ours_mean, c.ours_std, c.n, places)
             ours += f" ({c.never} never reached)" if c.never else ""
+            ours += f" ({c.no_target} without a target)" if c.no_target else ""
             ours += f" ({c.failed} failed)" if c.failed and c.status != NOT_IMPLEMENTED else ""
             ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
             ours += " (at chance)" if c.at_chance else ""
@@ -240,6 +243,7 @@ def html_cell(c, places: int) -> str:
     else:
         ours = fmt(c.ours_mean, c.ours_std, c.n, places)
         ours += f" ({c.never} never reached)" if c.never else ""
+        ours += f" ({c.no_target} without a target)" if c.no_target else ""
         ours += f" ({c.failed} failed)" if c.failed else ""
         ours += f" ({c.suspect} suspect)" if c.suspect else ""
         ours += " (at chance)" if c.at_chance else ""
@@ -261,7 +265,7 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
     contradictions, our readings and the table's notes."""
     e = html.escape
     legend = (
-        '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± std over seeds '
+        '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± population std, ddof=0, over seeds '
         f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
         f'<span style="color:{GREEN}">✓</span> within two standard deviations (the larger of ours over '
         f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only). n/i: not '

@@ -213,7 +213,7 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
         used.add("n/i")
         return "n/i"
     if math.isnan(s["mean"]) and not s.never:
-        if s.failed:
+        if s.failed or s.no_target:
             used.add("all failed")
             return r"\textit{failed}"
         if s.suspect:
@@ -232,7 +232,7 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
     if s.n and s.never:
         text += rf"$^{{*{s.never}}}$"
         used.add("some never")
-    if s.failed:
+    if s.failed or s.no_target:
         text += r"$^\dagger$"
         used.add("dagger")
     if s.suspect:
@@ -253,16 +253,18 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
 def footnote(table: Table, used: set, scale: str) -> str:
     seeds = len(scale_seeds(table, scale))
     notes = {
-        "std": rf"Mean $\pm$ standard deviation over {seeds} seeds.",
+        "std": rf"Mean $\pm$ standard deviation over {seeds} seeds (population, ddof = 0).",
         "marks": r"Bold: best; underlined: second best (ties share the mark; cells with a failed, diverged "
         r"or suspect run are not ranked).",
         "n/i": "n/i: method not implemented yet.",
         "rounds never": "--: the target accuracy was not reached.",
         "some never": r"$^{*k}$: k seeds never reached the target accuracy; the mean is over the others.",
         "no value": "--: no value.",
-        "dagger": r"$^\dagger$: some seeds failed or diverged; the mean is over the others.",
+        "dagger": r"$^\dagger$: some seeds failed or diverged (in a column of rounds to another row's accuracy, "
+        r"or that row's run at the seed did: no target); the mean is over the others.",
         "ddagger": r"$^\ddagger$: some seeds were flagged suspect and are left out of the mean.",
-        "all failed": r"\textit{failed}: no seed completed (each failed, diverged or was flagged suspect).",
+        "all failed": r"\textit{failed}: no seed completed (each failed, diverged or was flagged suspect), or "
+        r"none had a target.",
         "all suspect": r"\textit{suspect}: every seed was flagged suspect.",
         "chance": r"$^\circ$: at chance (100/classes \%): these models have not learnt (yet).",
         "equals": rf"$^{{=}}$: each seed's value is {REFERENCE_ROW}'s at that seed: the method's own term "

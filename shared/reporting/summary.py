@@ -76,7 +76,9 @@ def chance_level(metric: Metric, cell: Cell) -> float:
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
     """One row per run: row, column, seed, run id, status, the value of its column's metric and
     `never`: a completed run that never reached its rounds-to-target column's target (its value
-    is then NaN; a run whose reference run at its seed did not complete has no target)."""
+    is then NaN); `no_target`: a completed run in a column that counts rounds to another row's
+    final accuracy (FedSSD's T) whose run of that row at its seed did not complete, so that it
+    has no target (its value is NaN too, and it is left out of the mean like a failed seed)."""
     metrics = {c.run_id: read_summary(Path(runs_dir) / c.run_id) for c in cells}
 
     def ok(c):
@@ -101,6 +103,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
                 status=m["status"],
                 value=value,
                 never=bool(ok(c) and metric.counts_rounds and target_known and math.isnan(value)),
+                no_target=bool(ok(c) and metric.kind == "rounds_to_row" and not target_known),
                 chance=chance_level(metric, c),
                 wall_time_s=m.get("wall_time_s", 0.0),
                 device=m.get("device", ""),
@@ -127,11 +130,12 @@ def equals_reference(runs: pd.DataFrame, row: str, column: str) -> bool:
 
 
 def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean, std (ddof=0, as FL papers report it over seeds), seed count and runs per cell, in
+    """Mean, std (ddof=0, numpy's default; the papers do not say which they print), seed count and runs per cell, in
     the paper's row and column order; methods not implemented yet appear with no runs. Only
     completed runs enter the mean; `failed` counts the runs that failed or diverged, `suspect`
     those flagged suspect; `never` the completed runs that never reached a rounds-to-target
-    column's target (the mean is over the others). A cell's status: ok, failed, suspect, no
+    column's target (the mean is over the others), `no_target` those with no target there
+    (`collect`). A cell's status: ok, failed, suspect, no
     value or not implemented;
     `at_chance`: its mean accuracy is chance (within CHANCE_MARGIN); `equals_fedavg`: each seed's
     value is REFERENCE_ROW's (`equals_reference`)."""
@@ -162,6 +166,7 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
                     std=good.std(ddof=0) if len(good) else math.nan,
                     n=len(good),
                     never=int(sel["never"].sum()) if len(sel) else 0,
+                    no_target=int(sel["no_target"].sum()) if len(sel) else 0,
                     failed=failed,
                     suspect=suspect,
                     status=status,
@@ -186,7 +191,7 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
     """Best in bold and second best underlined within each column, as the papers do. Ties (equal
     printed means) share their mark; only cells whose runs all completed, and reached the target
     of a rounds column, are ranked (a cell with a failed, diverged or suspect run, a seed that
-    never reached the target, or no run never takes a mark), and only the paper's rows
+    never reached the target or had none, or no run never takes a mark), and only the paper's rows
     (a reading that is not the paper's text competes for no mark the paper gives)."""
     marks = {}
     for column in table.columns:
@@ -196,6 +201,7 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
             & summary["mean"].notna()
             & (summary.status == "ok")
             & (summary.never == 0)
+            & (summary.no_target == 0)
             & (summary.reading == "")
         ]
         values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}

@@ -127,6 +127,20 @@ def test_rounds_to_reference_final_accuracy(tmp_path):
     assert r"\textbf{\boldmath 2.3" in tex  # fewer rounds is better
 
 
+def test_a_seed_whose_reference_run_failed_has_no_target_and_is_counted_and_marked(tmp_path):
+    """FedSSD's T with FedAvg diverged at seed 0 in column a: FedProx's seed 0 has no target. Its
+    mean (3, 2 at seeds 1 and 2) is over two seeds, marked, counted and not ranked."""
+    table = make_table(Metric("rounds_to_row", reference="FedAvg"))
+    write_runs(table, tmp_path / "runs", CURVES, failed={("FedAvg", "a")})
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    cells = pd.read_csv(tmp_path / "out" / "table.csv").set_index(["row", "column"])
+    assert cells.loc[("FedProx", "a"), ["mean", "n", "no_target", "never", "failed"]].tolist() == [2.5, 2, 1, 0, 0]
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert r"FedProx & 2.5\,$\pm$\,0.5$^\dagger$ &" in tex  # marked, and not ranked in column a
+    assert "or that row's run at the seed did: no target" in tex
+    assert "2.5 ± 0.5 (1 without a target)" in (tmp_path / "out" / "comparison.md").read_text()
+
+
 def test_a_seed_that_never_reaches_the_target_is_counted_and_marked(tmp_path):
     """Target 51: FedAvg reaches it on seed 1 alone (round 3), so its mean of 3.0 is over one seed:
     marked, and not ranked against FedProx, which reaches it on every seed (3, 2, 2)."""
