@@ -12,7 +12,9 @@ R = Reported
 # "Hyper-parameters": SGD lr 0.01, momentum 0.9, E=10, B=64, C=1, 10 clients, Dir(0.5); 100 rounds
 # on CIFAR-10/100, 50 on FEMNIST; FedAvg-CNN on CIFAR-10, ResNet-50 on CIFAR-100 and FEMNIST.
 # The server holds 32 auxiliary samples per class.
-CIFAR100 = {"dataset": {"name": "cifar100"}, "model": {"name": "resnet50"}}
+# CIFAR-100 augmented as MOON's code does it, as FedSSD (the same authors' journal version, which
+# designs its experiments "like" MOON) takes it: papers/fedssd/tables.py.
+CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": {"name": "resnet50"}}
 # About 2,000 writers assigned at random to 10 clients (NIID-Bench's "real" partition; our
 # generator: partition.rng=niid_bench draws only the label partitions).
 FEMNIST = {
