@@ -105,7 +105,7 @@ AUGMENTATIONS: dict[str, Augmentation] = {
     "niid_bench": Augmentation(4, "reflect", 0.0, "NIID-Bench's CIFAR-10 transform (our CIFAR default)"),
     "feddf": Augmentation(4, "constant", 0.0, "FedDF's and FedGKD's CIFAR and Tiny-ImageNet transform: "
                                               "RandomHorizontalFlip, RandomCrop(side, padding=4)"),
-    "moon_cifar100": Augmentation(4, "constant", 15.0, "MOON's and FedCSD's CIFAR-100 transform: RandomCrop(32, "
+    "moon_cifar100": Augmentation(4, "constant", 15.0, "MOON's CIFAR-100 transform (FedCSD, FedSSD, FedCAD): RandomCrop(32, "
                                                        "padding=4), RandomHorizontalFlip, RandomRotation(15)"),
 }
 
