@@ -6,7 +6,8 @@ client minimises (Eq. 3)
     CE(z, y) + gamma / 2 * KL( h(w_bar, x) || h(w, x) ).
 
 FedGKD-VOTE distils from each buffered model separately, weighted by how well it does on the
-server's validation split (10% of the training data, `dataset.val_fraction=0.1`):
+server's validation split (images: 10% of the training data, `dataset.val_fraction=0.1`; text:
+data the clients do not train on, `dataset.val_source`):
 
     CE(z, y) + sum_m gamma_m / 2 * KL( h(w_m, x) || h(w, x) ),  gamma_m / 2 = lambda * softmax_m(-L_m / beta),
 
@@ -66,8 +67,9 @@ class FedGKD(FedAvg):
     @classmethod
     def check_config(cls, params, cfg):
         check(
-            not params.vote or cfg.dataset.val_fraction > 0,
-            "FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1)",
+            not params.vote or cfg.dataset.has_validation,
+            "FedGKD-VOTE weighs its buffer by validation loss: set dataset.val_fraction (0.1) or "
+            "dataset.val_source=dev",
         )
 
     def __init__(self, params, cfg, federation):

@@ -117,6 +117,11 @@ class DatasetConfig:
     val_fraction: Annotated[float, Range(0, 1, high_open=True)] = (
         0.0  # held out per class before partitioning (FedGKD keeps 10%)
     )
+    # Where the validation split (FedGKD-VOTE's) comes from. None: val_fraction of the training
+    # rows, held out before partitioning; "unused": val_fraction x train_subset rows, per class,
+    # from the training rows that train_subset leaves out, so that the clients keep all of
+    # train_subset (FedGKD's AG News); "dev": the dataset's development split, whole (SST-5's).
+    val_source: Literal["unused", "dev"] | None = None
     # Text: tokens per sequence (truncated or padded). FedGKD does not state it; 128 is what the
     # DistilBERT scripts of FedDF, whose code FedGKD's builds on, use.
     max_length: Annotated[int, Range(2)] = 128  # a sequence holds [CLS] and [SEP]
@@ -130,6 +135,10 @@ class DatasetConfig:
     def augmented(self) -> bool | None:
         """dataset.augmentation's switch: True or False forces augmentation on or off; None: the dataset's own."""
         return augmentation_parts(self.augmentation)[0]
+
+    @property
+    def has_validation(self) -> bool:
+        return self.val_fraction > 0 or self.val_source == "dev"
 
     @property
     def transform(self) -> str | None:

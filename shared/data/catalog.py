@@ -89,6 +89,7 @@ class DatasetInfo:
     test_size: int = 10_000
     display: str = ""  # its name in captions ("CIFAR-10"); empty: dataset.name
     copyable: bool = False  # dataset.copy can stand in for the official files (their classes are known)
+    dev: bool = False  # a development split besides train and test (dataset.val_source=dev)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ DATASETS: dict[str, DatasetInfo] = {
     "office_caltech10": DatasetInfo("shared.data.vision:load_office_caltech10", 10, side=256,
                                     domains=("amazon", "caltech", "dslr", "webcam"), train_size=2_025, test_size=508),
     "ag_news": DatasetInfo("shared.data.text:load_text_dataset", 4, text=True, train_size=120_000, test_size=7_600),
-    "sst5": DatasetInfo("shared.data.text:load_text_dataset", 5, text=True, train_size=8_544, test_size=2_210),
+    "sst5": DatasetInfo("shared.data.text:load_text_dataset", 5, text=True, train_size=8_544, test_size=2_210, dev=True),
 }
 
 

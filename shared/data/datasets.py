@@ -70,6 +70,7 @@ class Dataset:
     group_kind: str | None = None
     groups: list[str] = field(default_factory=list)
     text: TextVocabulary | None = None  # set for token-id datasets
+    dev: Split | None = None  # a development split, where the dataset has one (catalog's `dev`)
 
     @property
     def num_classes(self) -> int:
@@ -78,13 +79,13 @@ class Dataset:
 
 # --- caching ------------------------------------------------------------------------------
 
-def cached(cache: Path, build: Callable[[], dict]) -> dict:
+def cached(cache: Path, build: Callable[[], dict], splits: tuple[str, ...] = ("train", "test")) -> dict:
     """The arrays of `cache`, built (and saved) first where it is absent, unreadable or does not
-    hold a dataset's arrays; a cache is derived data, so a bad one is rebuilt, never trusted."""
+    hold a dataset's arrays of `splits`; a cache is derived data, so a bad one is rebuilt, never trusted."""
     if cache.exists():
         try:
             arrays = torch.load(cache, weights_only=True)
-            problem = cache_problem(arrays)
+            problem = cache_problem(arrays, splits)
         except Exception as exc:
             problem = f"unreadable ({type(exc).__name__})"
         if problem is None:
@@ -98,16 +99,16 @@ def cached(cache: Path, build: Callable[[], dict]) -> dict:
     return arrays
 
 
-def cache_problem(arrays) -> str | None:
-    """Why a loaded cache is not a dataset's arrays (None: it is): the keys, each split's
-    samples and labels of one length, int64 labels that index `classes`, one sample shape."""
-    keys = ("train_x", "train_y", "test_x", "test_y", "classes")
+def cache_problem(arrays, splits: tuple[str, ...] = ("train", "test")) -> str | None:
+    """Why a loaded cache is not a dataset's arrays of `splits` (None: it is): the keys, each
+    split's samples and labels of one length, int64 labels that index `classes`, one sample shape."""
+    keys = (*(f"{split}_{part}" for split in splits for part in "xy"), "classes")
     if not isinstance(arrays, dict) or not all(k in arrays for k in keys):
         return f"lacks some of the keys {', '.join(keys)}"
     classes = arrays["classes"]
     if not isinstance(classes, (list, tuple)) or not all(isinstance(c, str) for c in classes):
         return "holds no list of class names"
-    for split in ("train", "test"):
+    for split in splits:
         x, y, group = arrays[f"{split}_x"], arrays[f"{split}_y"], arrays.get(f"{split}_group")
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or y.dtype != torch.int64 or y.dim() != 1:
             return f"holds no {split} tensors (int64 labels)"
@@ -115,17 +116,19 @@ def cache_problem(arrays) -> str | None:
             return f"holds {split} samples, labels or groups of different lengths"
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
             return f"holds {split} labels outside the {len(classes)} classes"
-    if arrays["train_x"].shape[1:] != arrays["test_x"].shape[1:]:
-        return "holds train and test samples of different shapes"
+    if any(arrays[f"{split}_x"].shape[1:] != arrays["train_x"].shape[1:] for split in splits):
+        return "holds splits of samples of different shapes"
     return None
 
 
 def dataset_from_arrays(name: str, arrays: dict, mean, std, augment: bool, **options) -> Dataset:
-    """A Dataset from a cache's arrays; `train_group`/`test_group` and `groups` where present."""
+    """A Dataset from a cache's arrays; `train_group`/`test_group`, `groups` and the dev split
+    where present."""
     return Dataset(
         name=name,
         train=Split(arrays["train_x"], arrays["train_y"], arrays.get("train_group")),
         test=Split(arrays["test_x"], arrays["test_y"], arrays.get("test_group")),
+        dev=Split(arrays["dev_x"], arrays["dev_y"]) if "dev_x" in arrays else None,
         classes=list(arrays["classes"]),
         mean=tuple(mean),
         std=tuple(std),

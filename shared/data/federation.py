@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from shared.config.schema import RunConfig
 from shared.data.datasets import Dataset, Split, load_dataset
-from shared.data.partition import divide
+from shared.data.partition import Division, divide
 
 
 class Augmenter:
@@ -171,6 +171,13 @@ def on_device(split: Split, device: torch.device, rows: np.ndarray | None = None
     return Split(split.x[index].to(device), split.y[index].to(device), group)
 
 
+def validation_split(dataset: Dataset, division: Division, cfg: RunConfig, device: torch.device) -> Split | None:
+    """The rows held out for validation, or the dataset's dev split (dataset.val_source=dev)."""
+    if cfg.dataset.val_source == "dev":
+        return on_device(dataset.dev, device)
+    return None if division.val is None else on_device(dataset.train, device, division.val)
+
+
 def build_federation(cfg: RunConfig, device: torch.device, dataset: Dataset | None = None) -> Federation:
     """`dataset`: cfg's dataset, already loaded (runs of a group share one load)."""
     dataset = load_dataset(cfg) if dataset is None else dataset
@@ -185,7 +192,7 @@ def build_federation(cfg: RunConfig, device: torch.device, dataset: Dataset | No
         clients=[],
         counts=division.counts,
         aux=None if division.aux is None else on_device(dataset.train, device, division.aux),
-        val=None if division.val is None else on_device(dataset.train, device, division.val),
+        val=validation_split(dataset, division, cfg, device),
         augmenter=TokenIds() if dataset.text else Augmenter(
             dataset.mean, dataset.std, dataset.augment, device, cfg.trainer.channels_last, dataset.crop_pad,
             dataset.max_rotation, dataset.pad_mode),

@@ -266,6 +266,14 @@ def validate_partition(cfg: RunConfig) -> None:
         check(p.clients == count, f"partition.kind=domains makes one client of each of the {count} domains of "
                                    f"{d.name}: partition.clients must be {count}, not {p.clients}")
     check(p.domain_share is None or p.kind == "domains", "partition.domain_share goes only with partition.kind=domains")
+    if d.val_source == "unused":
+        check(d.train_subset is not None and d.val_fraction > 0, "dataset.val_source=unused holds dataset.val_fraction "
+              "x dataset.train_subset rows out of the training rows that train_subset leaves: set both")
+    if d.val_source == "dev":
+        check(catalog.dataset_info(d.name).dev, f"dataset.val_source=dev needs a development split, which "
+              f"dataset.name={d.name} has not; use {' or '.join(catalog.names_where(lambda i: i.dev))}")
+        check(d.val_fraction == 0, "dataset.val_source=dev validates on the development split, whole: "
+              "leave dataset.val_fraction at 0")
 
 
 def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int,
@@ -329,6 +337,17 @@ def take_per_class(labels: np.ndarray, amount, rng: np.random.Generator | None) 
     return np.sort(np.concatenate(chosen))
 
 
+def out_of_unused(labels: np.ndarray, kept: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """fraction x len(kept) rows, the same share of each class, of the training rows that are
+    not `kept` (dataset.val_source=unused: a validation set apart from train_subset's rows)."""
+    unused = np.setdiff1d(np.arange(len(labels)), kept)
+    share = fraction * len(kept) / max(len(unused), 1)
+    if not len(unused) or share > 1:
+        raise ConfigError(f"dataset.val_source=unused: dataset.train_subset leaves {len(unused)} training rows, "
+                          f"fewer than dataset.val_fraction x train_subset ({fraction * len(kept):.0f})")
+    return unused[take_per_class(labels[unused], share, rng)]
+
+
 @dataclass
 class Division:
     """Where each row of a training set goes (`divide`)."""
@@ -336,14 +355,15 @@ class Division:
     pool: np.ndarray  # the rows the clients share out, in order
     parts: list[np.ndarray]  # each client's samples, as positions in `pool`
     counts: np.ndarray  # clients x classes
-    val: np.ndarray | None  # rows held out for validation (FedGKD-VOTE)
+    val: np.ndarray | None  # rows held out for validation (FedGKD-VOTE; dataset.val_source=dev: none)
     aux: np.ndarray | None  # rows of the server's auxiliary set (FedCAD, FedSSD)
 
 
 def divide(labels: np.ndarray, num_classes: int, cfg: RunConfig, groups: np.ndarray | None = None) -> Division:
     """A training set's rows: those it keeps (dataset.train_subset, the same share of each
-    class), the validation and auxiliary sets held out of them, then the rest partitioned over
-    the clients. `groups`: each row's writer or domain, where the dataset records them."""
+    class), the validation and auxiliary sets held out of them (dataset.val_source=unused: the
+    validation set out of the rows it does not keep), then the rest partitioned over the
+    clients. `groups`: each row's writer or domain, where the dataset records them."""
     rng = np.random.default_rng([cfg.seed, 0xDA7A])
     pool = np.arange(len(labels))
     if cfg.dataset.train_subset is not None and cfg.dataset.train_subset < len(pool):
@@ -355,7 +375,10 @@ def divide(labels: np.ndarray, num_classes: int, cfg: RunConfig, groups: np.ndar
         pool = np.setdiff1d(pool, picked)
         return picked
 
-    val = hold_out(cfg.dataset.val_fraction) if cfg.dataset.val_fraction > 0 else None
+    if cfg.dataset.val_source == "unused":
+        val = out_of_unused(labels, pool, cfg.dataset.val_fraction, rng)
+    else:
+        val = hold_out(cfg.dataset.val_fraction) if cfg.dataset.val_fraction > 0 else None
     aux = None
     if cfg.aux.per_class > 0:
         if cfg.aux.source == "holdout":
@@ -364,3 +387,4 @@ def divide(labels: np.ndarray, num_classes: int, cfg: RunConfig, groups: np.ndar
             aux = pool[take_per_class(labels[pool], cfg.aux.per_class, None)]
     parts = partition(labels[pool], num_classes, cfg.partition, cfg.seed, None if groups is None else groups[pool])
     return Division(pool, parts, count_matrix(labels[pool], parts, num_classes), val, aux)
+

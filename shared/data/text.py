@@ -6,7 +6,8 @@
   FedGKD trains on half of the training set (60,000): `dataset.train_subset=60000`.
 - SST-5 (Socher et al. 2013; 5 classes, 8,544 train / 2,210 test sentences): the Stanford
   Sentiment Treebank's trainDevTestTrees_PTB.zip, SHA-256-checked; a sentence's label is its
-  tree's root label and its text the tree's leaves. The dev split is not used.
+  tree's root label and its text the tree's leaves. Its dev split (1,101 sentences) is the
+  validation split of `dataset.val_source=dev` (FedGKD-VOTE's on SST-5).
 
 Token ids come from the tokenizer of `model.pretrained` (a hub id, or a local directory saved
 with save_pretrained), truncated and padded to `dataset.max_length`, and are cached as
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from shared.config.schema import DatasetConfig
+from shared.data.catalog import dataset_info
 from shared.data.datasets import Archive, DataError, Dataset, TextVocabulary, cached, dataset_from_arrays, fetch_archive
 
 AG_NEWS = {
@@ -87,11 +89,11 @@ def read_sst5(archive: Path, split: str) -> tuple[list[str], list[int]]:
 
 
 def read_raw(name: str, root: Path) -> dict[str, tuple[list[str], list[int]]]:
-    """{"train"/"test": (texts, labels)}, downloading and verifying the files first."""
+    """{"train"/"test"(/"dev"): (texts, labels)}, downloading and verifying the files first."""
     if name == "ag_news":
         return {split: read_ag_news(fetch_archive(archive, root)) for split, archive in AG_NEWS.items()}
     archive = fetch_archive(SST, root)
-    return {"train": read_sst5(archive, "train"), "test": read_sst5(archive, "test")}
+    return {split: read_sst5(archive, split) for split in ("train", "test", "dev")}
 
 
 def from_pretrained(auto_class: str, pretrained: str, what: str):
@@ -136,6 +138,7 @@ def convert_text(name: str, root: Path, tokenizer, max_length: int) -> dict:
 def load_text_dataset(name: str, cfg: DatasetConfig, root: Path, tokenizer: str) -> Dataset:
     loaded = load_tokenizer(tokenizer)
     cache = root / "cache" / f"{name}-{tokenizer_fingerprint(loaded)}-len{cfg.max_length}.pt"
-    arrays = cached(cache, lambda: convert_text(name, root, loaded, cfg.max_length))
+    splits = ("train", "test", "dev") if dataset_info(name).dev else ("train", "test")
+    arrays = cached(cache, lambda: convert_text(name, root, loaded, cfg.max_length), splits)
     return dataset_from_arrays(name, arrays, mean=(), std=(), augment=False,
                         text=TextVocabulary(int(arrays["vocab_size"]), int(arrays["pad_id"])))

@@ -265,6 +265,10 @@ SMOKE_ROUNDS, SMOKE_LOCAL_EPOCHS, SMOKE_BATCH_SIZE = 4, 10, 6
 # for 100 clients, met by every draw): the 10-client runs keep the paper's 10 and their ids.
 # Giving 100 clients 60 samples each instead would meet 10 in 19 draws of 20, for 3x the training.
 SMOKE_GUARANTEED_SAMPLES = 100
+# A stand-in has no rows apart from its clients' (no development split, none that train_subset
+# leaves out): where the dataset's validation split lies apart (dataset.val_source), the stand-in
+# holds a tenth of its training rows out instead.
+SMOKE_VAL_FRACTION = 0.1
 
 
 def smoke_synthetic(dataset: dict, clients: int) -> dict:
@@ -299,17 +303,21 @@ def smoke_scale(values: dict) -> dict:
     ResNet-50 and AlexNet-BN replaced by ResNet-8 (whose GroupNorm keeps FedCSD's lr 0.1 stable,
     as AlexNet's BatchNorm does) and DistilBERT by a small embedding model. Everything else
     (partition, method, clients, learning rate) is kept, so every code path of the paper setting
-    runs, except a Dirichlet draw's min_size over many clients (`smoke_min_size`)."""
+    runs, except a Dirichlet draw's min_size over many clients (`smoke_min_size`) and a
+    validation split apart from the clients' data (SMOKE_VAL_FRACTION)."""
     model = values.get("model", {}).get("name", "fedavg_cnn")
     clients = values.get("partition", {}).get("clients", 10)
     synthetic = smoke_synthetic(values.get("dataset", {}), clients)
     aux = values.get("aux", {}).get("per_class", 0)
+    dataset = {"name": "synthetic", "synthetic": synthetic}
+    if values.get("dataset", {}).get("val_source"):
+        dataset |= {"val_source": None, "val_fraction": SMOKE_VAL_FRACTION}
     return deep_merge(
         values,
         {
             "partition": smoke_min_size(values.get("partition", {})),
             "aux": {"per_class": min(aux, synthetic["train_per_class"] // 2)},
-            "dataset": {"name": "synthetic", "synthetic": synthetic},
+            "dataset": dataset,
             "model": {"name": "resnet8" if model.startswith("resnet50") else SMOKE_MODELS.get(model, model)},
             "federation": {"rounds": SMOKE_ROUNDS},
             "local": {"epochs": SMOKE_LOCAL_EPOCHS, "batch_size": SMOKE_BATCH_SIZE},

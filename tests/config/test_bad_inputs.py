@@ -49,6 +49,19 @@ BAD_CONFIGS = [
     (["dataset=mnist"], r"^dataset.name='mnist' is unknown; valid: \["),
     (["dataset=imagefolder"], r"^dataset.path is required for dataset.name=imagefolder$"),
     (["dataset.val_fraction=1"], r"^dataset.val_fraction=1.0 must lie in \[0, 1\)$"),
+    (["dataset.val_source=test"], r"^dataset.val_source='test' is unknown; valid: \['dev', 'unused'\]$"),
+    (
+        ["dataset.val_source=unused", "dataset.val_fraction=0.1"],
+        r"^dataset.val_source=unused holds dataset.val_fraction",
+    ),
+    (
+        ["dataset.val_source=dev"],
+        r"^dataset.val_source=dev needs a development split, which dataset.name=cifar10 has not; use sst5$",
+    ),
+    (
+        ["dataset=sst5", "model=distilbert", "dataset.val_source=dev", "dataset.val_fraction=0.1"],
+        r"^dataset.val_source=dev validates on the development split, whole",
+    ),
     (["dataset=synthetic", "dataset.synthetic.num_classes=1"], r"^dataset.synthetic.num_classes=1 must be >= 2$"),
     (["partition.beta=0"], r"^partition.beta=0.0 must be > 0$"),
     (["partition.k=0"], r"^partition.k=0 must be >= 1$"),

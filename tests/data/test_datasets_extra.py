@@ -527,7 +527,7 @@ def test_ag_news_and_sst5_download_verify_and_parse(text_server, tmp_path):
     assert ag["train"][0][1] == 'Space, the final frontier A "quoted", comma-laden description.'
     sst = text_datasets.read_raw("sst5", root)
     assert sst["train"] == (["It works .", "( dull ) film", "Superb .", "Not good", "A film"], [3, 0, 4, 1, 2])
-    assert sst["test"] == (["So so", "Great"], [2, 4])
+    assert sst["test"] == (["So so", "Great"], [2, 4]) and sst["dev"] == (["Dev line"], [2])
     (root / "trainDevTestTrees_PTB.zip").write_bytes(b"tampered")
     with pytest.raises(DataError, match="fails verification: sha256"):
         text_datasets.read_raw("sst5", root)
@@ -644,3 +644,28 @@ def test_each_papers_tables_augment_as_its_code_does():
     assert seen[("fedgkd", "cifar10")] == seen[("fedgkd", "cifar100")] == seen[("fedgkd", "tiny_imagenet")] == {"feddf"}
     assert seen[("fedgkd", "ag_news")] == seen[("fedgkd", "sst5")] == {None}
     assert seen[("fedssd", "cifar10")] == seen[("fedcad", "cifar10")] == {None}
+
+
+def test_sst5_validates_on_its_dev_split_and_a_cache_without_it_is_rebuilt(text_server, tiny_distilbert, tmp_path):
+    """dataset.val_source=dev: FedGKD-VOTE's validation split is SST-5's development split,
+    whole, and the clients keep every training sentence; a tokenised cache written before the
+    dev split was kept is rebuilt, not trusted."""
+    run_cfg = cfg(
+        tmp_path / "root",
+        "dataset=sst5",
+        "model=distilbert",
+        f"model.pretrained={tiny_distilbert}",
+        "dataset.max_length=16",
+        "dataset.val_source=dev",
+        "partition=iid",
+        "partition.clients=2",
+        "method=fedgkd",
+        "method.vote=true",
+    )
+    federation = build_federation(run_cfg, torch.device("cpu"))
+    assert federation.val.y.tolist() == [2] and federation.counts.sum() == 5
+    (cache,) = (tmp_path / "root" / "cache").glob("sst5-*-len16.pt")
+    arrays = torch.load(cache, weights_only=True)
+    torch.save({k: v for k, v in arrays.items() if not k.startswith("dev_")}, cache)
+    assert load_dataset(run_cfg).dev.y.tolist() == [2]
+    assert "dev_x" in torch.load(cache, weights_only=True)

@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 
+from shared.config.schema import ConfigError
 from shared.runs.directory import RunDirectory
 from shared.training import clients as client_training
 from shared.training import trainer
@@ -87,6 +88,16 @@ def test_auxiliary_data_rules(tiny_cfg):
     assert held.counts.sum() == 550  # held out: removed from the clients' pool
     val = build_federation(tiny_cfg("dataset.val_fraction=0.1"), device)
     assert len(val.val) == 60 and val.counts.sum() == 540
+    # dataset.val_source=unused: the clients keep all of train_subset, the validation rows lie beside it
+    kept = tiny_cfg("dataset.train_subset=300", "dataset.val_fraction=0.1", "dataset.val_source=unused")
+    apart = build_federation(kept, device)
+    assert apart.counts.sum() == 300 and len(apart.val) == 30 and apart.val.y.bincount().tolist() == [3] * 10
+    pool = {tuple(row.flatten().tolist()) for row in apart.train_x}
+    assert not pool & {tuple(row.flatten().tolist()) for row in apart.val.x}
+    with pytest.raises(ConfigError, match="leaves 0 training rows"):
+        build_federation(
+            tiny_cfg("dataset.train_subset=600", "dataset.val_fraction=0.1", "dataset.val_source=unused"), device
+        )
 
 
 def test_augmentation_crops_and_flips_on_device():
