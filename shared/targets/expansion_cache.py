@@ -66,6 +66,20 @@ class Expansion:
             raise ConfigError(f"{paper}/{name} is not known to the workflow")
         return runs
 
+    def used_by(self) -> dict[str, frozenset[str]]:
+        """Each run's targets, as "paper/name" (those listing it, and the grids that use it)."""
+        users: dict[str, set[str]] = {}
+        listed = [
+            (paper, name, ids)
+            for paper, kinds in self.targets.items()
+            for names in kinds.values()
+            for name, ids in names.items()
+        ]
+        for paper, name, ids in [*listed, *((g.paper, g.target, [g.run_id]) for g in self.grid_runs)]:
+            for rid in ids:
+                users.setdefault(rid, set()).add(f"{paper}/{name}")
+        return {rid: frozenset(names) for rid, names in users.items()}
+
 
 def source_digest() -> str:
     """A hash of every Python file under shared/ and papers/ (names and contents)."""

@@ -26,6 +26,7 @@ MAY_DIFFER = (
     "local.epochs",
     "dataset.train_subset",
     "dataset.val_fraction",
+    "dataset.val_source",
 )
 # Runtime keys (not in the id) that still decide how the group's step runs
 STEP_RUNTIME = ("device", "deterministic", "cuda_graphs", "compile")
@@ -44,14 +45,18 @@ def group_key(cfg: RunConfig) -> str:
     return json.dumps(flat, sort_keys=True, default=str)
 
 
-def form_groups(runs: dict[str, RunConfig], largest: int) -> list[list[str]]:
+def form_groups(
+    runs: dict[str, RunConfig], largest: int, used_by: dict[str, frozenset] | None = None
+) -> list[list[str]]:
     """Run ids in groups of at most `largest` runs with one `group_key`, each group's runs in
-    (seed, run id) order, groups in the order their first run appears in `runs`. The groups
-    depend on `runs` alone, never on what is finished, so every process that forms them (the
+    (seed, run id) order, groups in the order their first run appears in `runs`. `used_by`: the
+    targets that use each run; runs group only with runs of the same targets, so that a job
+    trains no run that the targets asked for do not need. The groups depend on `runs` (and
+    `used_by`) alone, never on what is finished, so every process that forms them (the
     workflow's main process, a SLURM job's, the campaign) forms the same."""
-    by_key: dict[str, list[str]] = {}
+    by_key: dict[tuple, list[str]] = {}
     for rid, cfg in runs.items():
-        by_key.setdefault(group_key(cfg), []).append(rid)
+        by_key.setdefault((group_key(cfg), (used_by or {}).get(rid)), []).append(rid)
     groups = []
     for members in by_key.values():
         members.sort(key=lambda rid: (runs[rid].seed, rid))

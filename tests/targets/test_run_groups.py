@@ -29,6 +29,24 @@ def test_largest_splits_a_row_and_groups_never_mix_methods_or_models():
     assert len(keys) == len({(cfg.method["name"], cfg.model.name) for cfg in runs.values()})
 
 
+def test_runs_group_only_with_runs_of_the_same_targets():
+    """A workflow job of a group trains every run of it: with each run's targets (`used_by`),
+    a group holds only runs that the same targets use, so asking for FedSSD's Table II trains
+    its 120 runs and none of another target's (Fig. 9's other local epochs, say)."""
+    from shared.targets.expansion_cache import expand_all
+
+    expansion = expand_all("paper", {})
+    used_by = expansion.used_by()
+    table2 = set(expansion.target_runs("fedssd", "table", "table2"))
+    assert all("fedssd/table2" in used_by[rid] for rid in table2)
+    groups = form_groups(expansion.runs, 4, used_by)
+    assert sorted(rid for g in groups for rid in g) == sorted(expansion.runs)
+    assert all(len({used_by[rid] for rid in g}) == 1 for g in groups)
+    assert {rid for g in groups if set(g) & table2 for rid in g} == table2
+    mixed = form_groups(expansion.runs, 4)  # without: other targets' runs join Table II's groups
+    assert {rid for g in mixed if set(g) & table2 for rid in g} > table2
+
+
 def test_the_campaign_trains_every_groups_first_seed_before_further_seeds():
     from types import SimpleNamespace
 

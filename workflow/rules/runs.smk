@@ -182,13 +182,15 @@ if RUNS_PER_JOB == 1:
     define_run_rule("run", f"{RUNS_DIR}/{{run_id}}/metrics.json", "results/logs/runs/{run_id}.log",
                     "results/benchmarks/runs/{run_id}.tsv", known_run, {"run_id": TRAINED})
 else:  # one job per group of runs that train in one batched step (shared/targets/run_groups.py), at most
-    # runs_per_job of them. Groups depend on the scale's runs alone, never on what is finished, so
-    # every process (the main one, a SLURM job's) defines the same rules. A group of finished and
+    # runs_per_job of them, each of runs that the same targets use (so that a job trains no run a
+    # target asked for does not need). Groups depend on the scale's runs alone, never on what is
+    # finished, so every process (the main one, a SLURM job's) defines the same rules. A group of finished and
     # unfinished runs runs again as a whole (Snakemake deletes its outputs first); shared.workflow_job
     # restores the finished ones from their kept metrics.json and trains only the others.
     from shared.targets.run_groups import form_groups
 
-    for _group in form_groups({rid: cfg for rid, cfg in RUNS.items() if rid not in SHIPPED_RUNS.split("|")}, RUNS_PER_JOB):
+    _trained = {rid: cfg for rid, cfg in RUNS.items() if rid not in SHIPPED_RUNS.split("|")}
+    for _group in form_groups(_trained, RUNS_PER_JOB, EXPANSION.used_by()):
         define_run_rule(f"runs_{_group[0]}", [f"{RUNS_DIR}/{rid}/metrics.json" for rid in _group],
                         f"results/logs/runs/{_group[0]}-group.log", f"results/benchmarks/runs/{_group[0]}-group.tsv",
                         lambda wildcards, group=_group: group)
