@@ -289,6 +289,19 @@ def test_runs_in_groups_train_the_targets_runs_and_no_others(project):
     assert trained == {c.run_id for c in expand(get_table("fedssd", "table2"), "paper")}
 
 
+def test_a_run_jobs_time_limit_stays_within_max_runtime_minutes(project):
+    """FedCAD's ResNet-50 runs ask SLURM for 8,392 minutes, their retries for twice and four
+    times that; --config max_runtime_minutes caps every attempt (a partition's MaxTime)."""
+    require_snakemake()
+    limits = {}
+    for cap in (None, 2880):
+        extra = ["--config", f"max_runtime_minutes={cap}"] if cap else []
+        dry = snakemake(project, "-n", *extra, "--", "papers/fedcad/table1")
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        limits[cap] = max(map(int, re.findall(r"runtime=(\d+)", dry.stdout)))
+    assert limits[None] > 2880 and limits[2880] == 2880, limits
+
+
 def test_paper_scale_after_a_smoke_build_schedules_the_paper_runs(project):
     """A smoke table never sits where the paper-scale one belongs: after the smoke build above,
     asking for the paper-scale table schedules its runs, with Snakemake's metadata, with mtime
@@ -336,7 +349,10 @@ def test_slurm_profile_does_not_inherit_the_workstation_gpu_cap():
 def test_default_target_lists_the_targets_and_builds_nothing(project):
     proc = snakemake(project, "--cores", "1", "--config", "scale=smoke")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "Nothing is built without a target" in proc.stdout and "papers/fedssd/table2" in proc.stdout
+    assert "Nothing is built without a target" in proc.stdout and "papers/fedssd/table2 (80)" in proc.stdout
+    # a figure drawn from a table's runs counts them; a paper's claims and shared_runs are targets too
+    assert "papers/fedssd/fig7 (48)" in proc.stdout and "papers/fedssd/claims (" in proc.stdout
+    assert "  shared_runs " in proc.stdout
     assert job_counts(proc.stdout) == {} or set(job_counts(proc.stdout)) == {"all"}
 
 

@@ -159,9 +159,10 @@ def list_targets(log):
     lines = [f"Nothing is built without a target. Targets at scale={SCALE} (runs), landing in {OUT}/<paper>/<target>/:"]
     for paper in EXPANSION.papers():
         lines.append(f"  {paper} (every table and figure), {paper}_searches, or one of:")
-        for name in EXPANSION.names(paper):
-            count = len({g.run_id for g in EXPANSION.grid_runs if g.paper == paper and g.target == name})
+        for name in [*EXPANSION.names(paper), *PAPER_SUMMARIES]:
+            count = len(requested_runs(paper, [name]))  # a figure's own runs and those it draws from tables
             lines.append(f"    papers/{paper}/{name}" + (f" ({count})" if count else ""))
+    lines.append("  shared_runs (the runs tables of several papers share, from those finished)")
     lines.append("e.g. snakemake --cores 2 --config scale=smoke device=cpu -- papers/fedssd/table2")
     print("\n".join(lines))
     Path(log).write_text("\n".join(lines) + "\n")  # a log, not a result: no atomic write

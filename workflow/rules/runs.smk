@@ -20,6 +20,7 @@ RETRY_MARKERS = "results/.retries"  # of runs to train again (`retry_marker`)
 RUNS_PER_JOB = config.get("runs_per_job", 1)
 RETRIES = config["retries"]  # attempts after the first, for every run job (see below)
 RUNTIME_MINUTES = config.get("runtime_minutes")  # first attempt's SLURM time limit, if set
+MAX_RUNTIME_MINUTES = config.get("max_runtime_minutes")  # no attempt asks for more (a partition's MaxTime)
 
 
 def run_threads():
@@ -41,9 +42,16 @@ def run_threads():
 def minutes(cfg, attempt):
     """Requested wall time of a run: twice the planner's estimate (shared/targets/cost.py, the one cost
     model) plus 10 minutes of start-up, doubled on each retry (SLURM kills a job at its limit;
-    the retry continues from the run's last checkpoint)."""
+    the retry continues from the run's last checkpoint), at most max_runtime_minutes (`capped`)."""
     first = RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * gpu_hours(cfg))
-    return int(first * 2 ** (attempt - 1))
+    return capped(int(first * 2 ** (attempt - 1)))
+
+
+def capped(limit):
+    """A time limit within --config max_runtime_minutes: SLURM leaves a job that asks for more than
+    its partition's MaxTime pending for good, where one at the cap trains until it and its retry
+    continues from its checkpoint."""
+    return min(limit, MAX_RUNTIME_MINUTES) if MAX_RUNTIME_MINUTES else limit
 
 
 def run_memory(cfg):
@@ -61,7 +69,7 @@ def group_minutes(members, attempt):
     the sum where its runs share a batched step on a GPU, but the plan has no measured group
     factor yet, and an overestimate only waits longer in SLURM's queue, where an underestimate
     gets the job killed (its retry then continues from the runs' checkpoints)."""
-    return sum(minutes(RUNS[rid], attempt) for rid in members)
+    return capped(sum(minutes(RUNS[rid], attempt) for rid in members))
 
 
 def summary_state(metrics, rid):
