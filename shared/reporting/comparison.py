@@ -53,10 +53,11 @@ def ranks(values: pd.Series, higher_is_better: bool) -> pd.Series:
 def rank_values(column: pd.DataFrame, metric) -> tuple[pd.Series, pd.Series]:
     """A column's values to rank, ours and the paper's: the means, and in a rounds column a
     target never reached (every completed seed of ours; the paper's "_") as +inf, last; a cell
-    of ours where only some seeds reached it is not ranked (NaN)."""
+    of ours where only some seeds reached it, or some had no target, is not ranked (NaN)."""
     if not metric.counts_rounds:
         return column.ours_mean, column.paper_mean
     ours = column.ours_mean.where(column.never == 0, np.where(column.n == 0, math.inf, math.nan))
+    ours = ours.where(column.no_target == 0, math.nan)
     return ours, column.paper_mean.where(~column.paper_never.astype(bool), math.inf)
 
 
@@ -207,7 +208,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "Each cell: ours / paper (difference). ✓: within two standard deviations (the larger of ours over "
         "seeds and the paper's); ✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or "
         "diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
-        "column's target, the mean is over the others; (at chance): the mean "
+        "column's target, (k without a target): k seeds whose run of the row a rounds column counts to "
+        "failed, the mean is over the others; (at chance): the mean "
         f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. "
         "Kendall τ: rank agreement (tau-b, -1 to +1) between our order of the methods and the paper's "
         "in that column, over the methods with both numbers.",
@@ -269,7 +271,8 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
         f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
         f'<span style="color:{GREEN}">✓</span> within two standard deviations (the larger of ours over '
         f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only). n/i: not '
-        "implemented; (k failed) / (k suspect) / (k never reached): seeds left out of the mean; (at chance): "
+        "implemented; (k failed) / (k suspect) / (k never reached) / (k without a target): seeds left out of the "
+        "mean; (at chance): "
         "the mean accuracy is "
         f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. "
         "Kendall τ: rank agreement of the methods between ours and the paper's in that column "

@@ -41,7 +41,8 @@ def samples(cfg: RunConfig) -> tuple[float, float]:
     train = info.train_size
     if cfg.dataset.train_subset:
         train = min(train, cfg.dataset.train_subset)
-    train *= 1 - cfg.dataset.val_fraction
+    if cfg.dataset.val_source is None:  # else the validation rows lie apart from the clients' data
+        train *= 1 - cfg.dataset.val_fraction
     share = math.ceil(cfg.federation.participation * cfg.partition.clients - 1e-9) / cfg.partition.clients
     trained = cfg.federation.rounds * share * train * cfg.local.epochs
     evaluations = math.ceil(cfg.federation.rounds / cfg.eval.every)

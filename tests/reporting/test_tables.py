@@ -138,7 +138,10 @@ def test_a_seed_whose_reference_run_failed_has_no_target_and_is_counted_and_mark
     tex = (tmp_path / "out" / "table.tex").read_text()
     assert r"FedProx & 2.5\,$\pm$\,0.5$^\dagger$ &" in tex  # marked, and not ranked in column a
     assert "or that row's run at the seed did: no target" in tex
-    assert "2.5 ± 0.5 (1 without a target)" in (tmp_path / "out" / "comparison.md").read_text()
+    comparison = (tmp_path / "out" / "comparison.md").read_text()
+    assert "2.5 ± 0.5 (1 without a target)" in comparison and "(k without a target): k seeds" in comparison
+    ranks = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index(["row", "column"])
+    assert math.isnan(ranks.loc[("FedProx", "a"), "rank_ours"])  # nor ranked against the paper's order
 
 
 def test_a_seed_that_never_reaches_the_target_is_counted_and_marked(tmp_path):
