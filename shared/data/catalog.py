@@ -89,6 +89,7 @@ class DatasetInfo:
     test_size: int = 10_000
     display: str = ""  # its name in captions ("CIFAR-10"); empty: dataset.name
     copyable: bool = False  # dataset.copy can stand in for the official files (their classes are known)
+    writer_count: int | None = None  # writers of the training split (cost estimates of partition.writers)
     dev: bool = False  # a development split besides train and test (dataset.val_source=dev)
 
 
@@ -117,7 +118,7 @@ DATASETS: dict[str, DatasetInfo] = {
     "synthetic": DatasetInfo("shared.data.datasets:load_synthetic"),
     # LEAF's 805,263 samples, each writer's split 90/10 (shared/data/vision.py)
     "femnist": DatasetInfo("shared.data.vision:load_femnist", 62, channels=1, side=28, writers=True,
-                           train_size=725_000, test_size=80_000),
+                           train_size=725_000, test_size=80_000, writer_count=3_550),  # LEAF's users
     # NIID-Bench's training.pt and test.pt: the 10 digits, split as TFF's EMNIST only_digits
     "femnist_digits": DatasetInfo("shared.data.vision:load_femnist", 10, channels=1, side=28, writers=True,
                                   train_size=341_873, test_size=40_832),

@@ -41,6 +41,8 @@ def samples(cfg: RunConfig) -> tuple[float, float]:
     train = info.train_size
     if cfg.dataset.train_subset:
         train = min(train, cfg.dataset.train_subset)
+    if cfg.partition.kind == "writers" and cfg.partition.writers and info.writer_count:
+        train *= min(1.0, cfg.partition.writers / info.writer_count)  # writers of about equal size
     if cfg.dataset.val_source is None:  # else the validation rows lie apart from the clients' data
         train *= 1 - cfg.dataset.val_fraction
     share = math.ceil(cfg.federation.participation * cfg.partition.clients - 1e-9) / cfg.partition.clients

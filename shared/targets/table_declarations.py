@@ -312,10 +312,13 @@ def smoke_scale(values: dict) -> dict:
     dataset = {"name": "synthetic", "synthetic": synthetic}
     if values.get("dataset", {}).get("val_source"):
         dataset |= {"val_source": None, "val_fraction": SMOKE_VAL_FRACTION}
+    partition = smoke_min_size(values.get("partition", {}))
+    if values.get("partition", {}).get("writers"):  # a choice of a real dataset's writers: the stand-in's all
+        partition["writers"] = None
     return deep_merge(
         values,
         {
-            "partition": smoke_min_size(values.get("partition", {})),
+            "partition": partition,
             "aux": {"per_class": min(aux, synthetic["train_per_class"] // 2)},
             "dataset": dataset,
             "model": {"name": "resnet8" if model.startswith("resnet50") else SMOKE_MODELS.get(model, model)},

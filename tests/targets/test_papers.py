@@ -1,14 +1,17 @@
 """Papers register themselves: a folder dropped into papers/ brings its methods, tables and
 Snakemake targets, with nothing edited outside it."""
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from shared.targets.papers import paper_methods, paper_names
+from shared.targets.table_declarations import expand, get_table
 from tests.workflow.test_workflow import project, snakemake  # noqa: F401  (the fixture: a copy of the project)
 
 NEW_PAPER = {
@@ -136,7 +139,19 @@ def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
 
 
 def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the_default():
+    """partition.writers: a seeded choice of that many writers; without it every writer.
+    FedCAD's Table 1 takes the paper's 2,000 at paper and small scale, and the smoke stand-in
+    (50 writers) all of its own; its plan counts 2,000 of LEAF's writers' samples."""
     import numpy as np
+
+    from shared.targets.cost import samples
+
+    femnist = [c.config for c in expand(get_table("fedcad", "table1"), "paper") if c.config.dataset.name == "femnist"]
+    assert {cfg.partition.writers for cfg in femnist} == {2000}
+    smoke = [c.config for c in expand(get_table("fedcad", "table1"), "smoke") if c.config.partition.kind == "writers"]
+    assert smoke and {cfg.partition.writers for cfg in smoke} == {None}
+    every = dataclasses.replace(femnist[0], partition=dataclasses.replace(femnist[0].partition, writers=None))
+    assert samples(femnist[0])[0] / samples(every)[0] == pytest.approx(2000 / 3550)
 
     from shared.config.schema import ConfigError, PartitionConfig
     from shared.data.partition import writers
