@@ -265,9 +265,8 @@ SMOKE_ROUNDS, SMOKE_LOCAL_EPOCHS, SMOKE_BATCH_SIZE = 4, 10, 6
 # for 100 clients, met by every draw): the 10-client runs keep the paper's 10 and their ids.
 # Giving 100 clients 60 samples each instead would meet 10 in 19 draws of 20, for 3x the training.
 SMOKE_GUARANTEED_SAMPLES = 100
-# A stand-in has no rows apart from its clients' (no development split, none that train_subset
-# leaves out): where the dataset's validation split lies apart (dataset.val_source), the stand-in
-# holds a tenth of its training rows out instead.
+# A stand-in has no rows apart from its clients' (no dev split, none that train_subset leaves out):
+# where a dataset's validation split lies apart (dataset.val_source), it holds a tenth of its own out.
 SMOKE_VAL_FRACTION = 0.1
 
 
