@@ -79,7 +79,10 @@ class Dataset:
 
 # --- caching ------------------------------------------------------------------------------
 
-def cached(cache: Path, build: Callable[[], dict], splits: tuple[str, ...] = ("train", "test")) -> dict:
+SPLITS = ("train", "test")  # every cached dataset's; a dev split besides where the catalog says so
+
+
+def cached(cache: Path, build: Callable[[], dict], splits: tuple[str, ...] = SPLITS) -> dict:
     """The arrays of `cache`, built (and saved) first where it is absent, unreadable or does not
     hold a dataset's arrays of `splits`; a cache is derived data, so a bad one is rebuilt, never trusted."""
     if cache.exists():
@@ -99,7 +102,7 @@ def cached(cache: Path, build: Callable[[], dict], splits: tuple[str, ...] = ("t
     return arrays
 
 
-def cache_problem(arrays, splits: tuple[str, ...] = ("train", "test")) -> str | None:
+def cache_problem(arrays, splits: tuple[str, ...] = SPLITS) -> str | None:
     """Why a loaded cache is not a dataset's arrays of `splits` (None: it is): the keys, each
     split's samples and labels of one length, int64 labels that index `classes`, one sample shape."""
     keys = (*(f"{split}_{part}" for split in splits for part in "xy"), "classes")

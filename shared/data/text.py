@@ -27,7 +27,8 @@ import torch
 
 from shared.config.schema import DatasetConfig
 from shared.data.catalog import dataset_info
-from shared.data.datasets import Archive, DataError, Dataset, TextVocabulary, cached, dataset_from_arrays, fetch_archive
+from shared.data.datasets import (SPLITS, Archive, DataError, Dataset, TextVocabulary, cached, dataset_from_arrays,
+                                   fetch_archive)
 
 AG_NEWS = {
     "train": Archive("https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/train.csv",
@@ -138,7 +139,7 @@ def convert_text(name: str, root: Path, tokenizer, max_length: int) -> dict:
 def load_text_dataset(name: str, cfg: DatasetConfig, root: Path, tokenizer: str) -> Dataset:
     loaded = load_tokenizer(tokenizer)
     cache = root / "cache" / f"{name}-{tokenizer_fingerprint(loaded)}-len{cfg.max_length}.pt"
-    splits = ("train", "test", "dev") if dataset_info(name).dev else ("train", "test")
+    splits = (*SPLITS, "dev") if dataset_info(name).dev else SPLITS
     arrays = cached(cache, lambda: convert_text(name, root, loaded, cfg.max_length), splits)
     return dataset_from_arrays(name, arrays, mean=(), std=(), augment=False,
                         text=TextVocabulary(int(arrays["vocab_size"]), int(arrays["pad_id"])))
