@@ -18,7 +18,9 @@ each client refines by its OWN prototypes P_k, taken at the start of its local t
 one epoch of its augmented batches (the last, partial one dropped), zero for a class it lacks;
 the teacher is never put in eval mode (BatchNorm normalises by each batch); the mask is taken on
 the refined logits and delta is not detached.
-The share of samples the mask removes is logged each round as `mask_filter_rate` (Fig. 5).
+Each round logs the share of the wrong soft labels (the teacher's argmax not the true class) the
+mask removes, `wrong_label_filter_rate`, Fig. 5's "filter rate for wrong soft labels", and the
+share of all samples it removes, `mask_filter_rate`.
 """
 
 from dataclasses import dataclass
@@ -104,8 +106,8 @@ class FedCSD(FedAvg):
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
         self.teacher_state: dict[str, torch.Tensor] | None = None
-        self.masked = torch.zeros((), device=federation.device)
-        self.seen = torch.zeros((), device=federation.device)
+        # the round's samples, those masked, the wrong soft labels and those of them masked
+        self.counts = torch.zeros(4, device=federation.device)
 
     def prepare_round(self, round, global_model):
         global_state = global_model.state_dict()
@@ -147,18 +149,24 @@ class FedCSD(FedAvg):
         target = z_teacher
         if p.similarity:
             target = similarity_refined(z if p.released_code else z.detach(), z_teacher, self.prototypes)
-        mask = MASKS[p.mask](target.detach() if p.released_code else z_teacher, y)
-        self.masked += (1 - mask).sum()
-        self.seen += len(y)
+        masked_on = target.detach() if p.released_code else z_teacher
+        mask = MASKS[p.mask](masked_on, y)
+        self.count(mask, (masked_on.argmax(1) != y).float())
         csd = (mask * p.tau**2 * kl_per_sample(target, z, p.tau)).mean()
         ce = F.cross_entropy(z, y)
         return ((1 - p.mu) if p.released_code else 1.0) * ce + p.mu * csd
 
+    def count(self, mask: torch.Tensor, wrong: torch.Tensor) -> None:
+        removed = 1 - mask
+        self.counts += torch.stack([torch.ones_like(mask).sum(), removed.sum(), wrong.sum(), (removed * wrong).sum()])
+
     def round_metrics(self):
-        rate = (self.masked / self.seen.clamp(min=1)).item()
-        self.masked.zero_()
-        self.seen.zero_()
-        return {"mask_filter_rate": rate}
+        seen, masked, wrong, wrong_masked = self.counts.tolist()
+        self.counts.zero_()
+        return {
+            "mask_filter_rate": masked / max(seen, 1),
+            "wrong_label_filter_rate": wrong_masked / max(wrong, 1),  # none wrong: none to filter
+        }
 
     def state_dict(self):
         return {"teacher": self.teacher_state}

@@ -240,7 +240,10 @@ TMA_MOMENTUM = Table(
     columns=[Column(f"α={a:g}", {}) for a in (0.0, 0.8, 0.9, 0.99)],
     reported={},
 )
-# Fig. 6: FedAvg, Base and FedCSD over the rounds (the paper's panels: CIFAR-100, FEMNIST, Office).
+# Fig. 6: FedAvg, Base and FedCSD over the rounds: three label-skew panels (a-c) of CIFAR-100 and
+# FEMNIST, whose β the paper does not give, and Office (d). (c) is where FedCSD converges "more
+# stably ... compared with Base and FedAvg": FEMNIST β = 0.01, where Table I has FedAvg at 86.36
+# and FedCSD at 94.83.
 OFFICE_HYPERPARAMETERS = {"Office-Caltech-10": {"method": {"mu": 0.5, "tau": 4.0}}}
 CONVERGENCE = Table(
     paper="fedcsd",
@@ -252,7 +255,7 @@ CONVERGENCE = Table(
         replace(ABLATION[1], per_column=OFFICE_HYPERPARAMETERS),
         replace(FEDCSD, per_column=OFFICE_HYPERPARAMETERS),
     ],
-    columns=[LABEL_SKEW[1], LABEL_SKEW[4], Column("Office-Caltech-10", OFFICE)],
+    columns=[LABEL_SKEW[1], LABEL_SKEW[4], LABEL_SKEW[3], Column("Office-Caltech-10", OFFICE)],
     reported={},
 )
 
@@ -278,7 +281,7 @@ FIGURES = [
         kind="round_metric",
         table="table1",
         rows=["FedCSD"],
-        value="mask_filter_rate",
+        value="wrong_label_filter_rate",
     ),
     Figure(
         "fedcsd",
@@ -290,7 +293,8 @@ FIGURES = [
 ]
 
 # "We fine-tune the mu from {0.001, 0.01, 0.1, 1} and report the best result for all methods";
-# FedCSD's own mu and tau grids are Fig. 3's.
+# FedCSD's own mu and tau were tuned one at a time on CIFAR-100 β = 0.5 ("the τ and μ are set to
+# 10 and 0.001 as default ... only a single variable"): Fig. 3's grids, not a search of their own.
 MU_GRID = [0.001, 0.01, 0.1, 1.0]
 SEARCHES = [
     Search("fedcsd", "search_fedprox", "table1", "FedProx", {"method.mu": MU_GRID}, description="FedProx mu"),
@@ -304,12 +308,4 @@ SEARCHES = [
         description="FedGKD gamma = 2 mu",
     ),
     Search("fedcsd", "search_fedproto", "table1", "FedProto", {"method.lam": MU_GRID}, description="FedProto lambda"),
-    Search(
-        "fedcsd",
-        "search_fedcsd",
-        "table1",
-        "FedCSD",
-        {"method.mu": MU_GRID, "method.tau": [1.0, 4.0, 10.0, 20.0]},
-        description="FedCSD mu and tau",
-    ),
 ]

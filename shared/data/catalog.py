@@ -121,7 +121,7 @@ DATASETS: dict[str, DatasetInfo] = {
                            train_size=725_000, test_size=80_000, writer_count=3_550),  # LEAF's users
     # NIID-Bench's training.pt and test.pt: the 10 digits, split as TFF's EMNIST only_digits
     "femnist_digits": DatasetInfo("shared.data.vision:load_femnist", 10, channels=1, side=28, writers=True,
-                                  train_size=341_873, test_size=40_832),
+                                  train_size=341_873, test_size=40_832, writer_count=3_383),  # TFF's only_digits
     "tiny_imagenet": DatasetInfo("shared.data.vision:load_tiny_imagenet", 200, side=64, train_size=100_000),
     "office_caltech10": DatasetInfo("shared.data.vision:load_office_caltech10", 10, side=256,
                                     domains=("amazon", "caltech", "dslr", "webcam"), train_size=2_025, test_size=508),

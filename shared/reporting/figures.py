@@ -60,7 +60,10 @@ def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
 # --- the kinds of figure ---------------------------------------------------------------------
 
 CURVE_METRICS = (("global_acc", "global test accuracy (%)"), ("local_acc", "local average accuracy (%)"))
-ROUND_VALUES = {"mask_filter_rate": "mask filter rate (fraction of samples)"}
+ROUND_VALUES = {
+    "mask_filter_rate": "mask filter rate (fraction of samples)",
+    "wrong_label_filter_rate": "filter rate (fraction of wrong soft labels)",
+}
 
 
 def plot_curves(

@@ -244,6 +244,19 @@ def test_fedcsd_loss_by_hand():
     assert method.round_metrics()["mask_filter_rate"] == pytest.approx(0.5)  # 1 of the 2 samples seen
 
 
+def test_fedcsd_logs_the_share_of_wrong_soft_labels_its_mask_removes():
+    """Fig. 5's "filter rate for wrong soft labels": of the samples whose teacher predicts another
+    class, the share the mask removes; mask_filter_rate is the share of all samples."""
+    method = make("fedcsd", similarity=False)
+    method.teacher = linear_net(W).eval()  # z_xi = [x1, x2, 0]
+    x = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 1.1], [0.0, 1.0]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 0, 1])
+    # right and kept; wrong and masked (p_y 0.11); wrong and kept (p_y 0.40 > 1/3); right and kept
+    method.local_loss(linear_net(W), x, y, CLIENT)
+    assert method.round_metrics() == pytest.approx({"mask_filter_rate": 0.25, "wrong_label_filter_rate": 0.5})
+    assert method.round_metrics() == {"mask_filter_rate": 0.0, "wrong_label_filter_rate": 0.0}  # a new round
+
+
 def test_fedcsd_teacher_is_a_moving_average():
     method = make("fedcsd", tma=0.9, similarity=False)
     method.prepare_round(0, linear_net([[1.0] * 2] * 3))
@@ -291,12 +304,13 @@ def test_fedcsd_released_code_refines_by_each_clients_own_prototypes():
     assert not paper.teacher.training
 
 
-def test_fedcsd_logs_mask_filter_rate_each_round(tiny_cfg, tmp_path):
+def test_fedcsd_logs_its_filter_rates_each_round(tiny_cfg, tmp_path):
     trainer.run(tiny_cfg("method=fedcsd", "federation.rounds=4"), tmp_path / "r")
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     rates = [r["mask_filter_rate"] for r in rows]
     assert len(rates) == 4 and all(0 < r < 1 for r in rates)
     assert rates[-1] < rates[0]  # the mask filters less as the teacher improves (Fig. 5)
+    assert all(r["mask_filter_rate"] <= r["wrong_label_filter_rate"] <= 1 for r in rows)
 
 
 def test_the_readings_benchmark_trains_fedavg_both_fedssd_readings_and_the_constant_mse(tmp_path, monkeypatch):

@@ -140,18 +140,19 @@ def test_the_papers_inconsistencies_are_marked_and_the_printed_number_kept():
 
 def test_fedcads_about_2000_writers_are_a_seeded_choice_and_all_writers_stay_the_default():
     """partition.writers: a seeded choice of that many writers; without it every writer.
-    FedCAD's Table 1 takes the paper's 2,000 at paper and small scale, and the smoke stand-in
-    (50 writers) all of its own; its plan counts 2,000 of LEAF's writers' samples."""
+    FedCAD's Table 1 takes the paper's 2,000 of the 10-digit FEMNIST's at paper and small scale, and
+    the smoke stand-in (50 writers) all of its own; its plan counts 2,000 of the 3,383 writers' samples."""
     import numpy as np
 
     from shared.targets.cost import samples
 
-    femnist = [c.config for c in expand(get_table("fedcad", "table1"), "paper") if c.config.dataset.name == "femnist"]
+    table1 = expand(get_table("fedcad", "table1"), "paper")
+    femnist = [c.config for c in table1 if c.config.dataset.name == "femnist_digits"]
     assert {cfg.partition.writers for cfg in femnist} == {2000}
     smoke = [c.config for c in expand(get_table("fedcad", "table1"), "smoke") if c.config.partition.kind == "writers"]
     assert smoke and {cfg.partition.writers for cfg in smoke} == {None}
     every = dataclasses.replace(femnist[0], partition=dataclasses.replace(femnist[0].partition, writers=None))
-    assert samples(femnist[0])[0] / samples(every)[0] == pytest.approx(2000 / 3550)
+    assert samples(femnist[0])[0] / samples(every)[0] == pytest.approx(2000 / 3383)
 
     from shared.config.schema import ConfigError, PartitionConfig
     from shared.data.partition import writers
