@@ -14,7 +14,9 @@ R = Reported
 # The server holds 32 auxiliary samples per class.
 # CIFAR-100 augmented as MOON's code does it, as FedSSD (the same authors' journal version, which
 # designs its experiments "like" MOON) takes it: papers/fedssd/tables.py.
-CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": {"name": "resnet50"}}
+# ResNet-50 initialised as in MOON's code (resnetcifar.py: kaiming_normal_, fan_out)
+RESNET50 = {"name": "resnet50", "init": "kaiming_fan_out"}
+CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": RESNET50}
 # "We randomly divide and assign approximately 2000 writers into 10 clients": a seeded choice of
 # 2,000 writers, grouped at random into 10 clients (NIID-Bench's "real" partition; our generator:
 # partition.rng=niid_bench draws only the label partitions). The writers are the 10-digit FEMNIST
@@ -23,7 +25,7 @@ CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "m
 # (dataset.name=femnist).
 FEMNIST = {
     "dataset": {"name": "femnist_digits"},
-    "model": {"name": "resnet50"},
+    "model": RESNET50,
     "partition": {"kind": "writers", "rng": None, "writers": 2000},
     "federation": {"rounds": 50},
 }

@@ -14,7 +14,7 @@ from shared.targets.table_declarations import Column, Row
 PROTOCOL = {
     # images augmented as the released code (FedDF's) does: a crop of the image padded with black, a flip
     "dataset": {"name": "cifar10", "val_fraction": 0.1, "augmentation": "feddf"},
-    "model": {"name": "resnet8"},
+    "model": {"name": "resnet8", "init": "kaiming_fan_out"},  # FedDF's ResNets' initial weights
     "partition": {"kind": "dirichlet_balanced", "clients": 20},  # the released code's (FedDF's) Dir(alpha)
     "federation": {"rounds": 100, "participation": 0.2},
     "local": {"epochs": 20, "batch_size": 64, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5},
@@ -35,7 +35,7 @@ TINY = {
 # 6,000 of the 60,000 AG News rows left unused, and SST-5's development split.
 NLP = {
     "dataset": {"augmentation": None},
-    "model": {"name": "distilbert"},
+    "model": {"name": "distilbert", "init": None},  # pretrained
     "federation": {"rounds": 10},
     "local": {"optimizer": "adam", "lr": 1e-5, "weight_decay": 0.0},
 }

@@ -64,8 +64,10 @@ HETEROGENEITY = [
 # "We design the experiment like [9]" (MOON): CIFAR-100 augmented as MOON's code does it (a crop
 # of the image padded with black, a flip, a rotation of up to 15 degrees); CIFAR-10 as NIID-Bench's
 # and MOON's code (reflection padding), Tiny-ImageNet not augmented, as in MOON's code.
-CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": {"name": "resnet50"}}
-TINY = {"dataset": {"name": "tiny_imagenet"}, "model": {"name": "resnet50"}, "federation": {"rounds": 30}}
+# ResNet-50 initialised as in MOON's code (resnetcifar.py: kaiming_normal_, fan_out)
+RESNET50 = {"name": "resnet50", "init": "kaiming_fan_out"}
+CIFAR100 = {"dataset": {"name": "cifar100", "augmentation": "moon_cifar100"}, "model": RESNET50}
+TINY = {"dataset": {"name": "tiny_imagenet"}, "model": RESNET50, "federation": {"rounds": 30}}
 PER_DATASET = {  # row -> (CIFAR-100, Tiny-ImageNet) method overrides
     "FedProx": ({"mu": 0.001}, {"mu": 0.001}),
     "FedCurv": ({"lam": 1e-4}, {"lam": 1e-5}),

@@ -197,6 +197,9 @@ class LocalConfig:
 class ModelConfig:
     name: str = "fedavg_cnn"  # fedavg_cnn | resnet8 | resnet50 | alexnet_bn | distilbert | text_bow
     projection_dim: Count | None = None  # MOON / FedGKD+ projection head output size (256)
+    # the convolutions' initial weights: None, PyTorch's defaults; kaiming_fan_out, N(0, 2 / (k^2
+    # out_channels)) as the papers' ResNets are initialised in their code (MOON's, FedDF's)
+    init: Literal["kaiming_fan_out"] | None = None
     # distilbert's weights and the text datasets' tokenizer: a Hugging Face hub id or a local
     # directory holding both (save_pretrained)
     pretrained: str = "distilbert-base-uncased"

@@ -72,6 +72,15 @@ class FedAvgCNN(nn.Module):
         return F.relu(self.fc2(x))
 
 
+def kaiming_fan_out(model: nn.Module) -> None:
+    """Every convolution's weights from N(0, 2 / (k * k * out_channels)), as MOON's and FedCSD's
+    ResNets (kaiming_normal_, fan_out) and FedDF's, which FedGKD's code takes, are initialised;
+    norm layers keep PyTorch's weight 1 and bias 0, linear layers PyTorch's default."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+
 def group_norm(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(channels // 16, channels)  # FedGKD: 16 channels per group
 

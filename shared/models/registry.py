@@ -18,6 +18,7 @@ from shared.models.nets import (
     ResNet8,
     ResNet50,
     group_norm,
+    kaiming_fan_out,
 )
 
 
@@ -95,8 +96,9 @@ def validate_model(cfg: RunConfig) -> None:
 
 def model_for(cfg: RunConfig, federation) -> Net:
     """The run's model, sized for its federation's data: classes, input shape and, for text,
-    the vocabulary and the pretrained weights (`federation`: shared.data.federation.Federation)."""
-    return build_model(
+    the vocabulary and the pretrained weights (`federation`: shared.data.federation.Federation),
+    initialised as model.init says."""
+    model = build_model(
         cfg.model.name,
         federation.num_classes,
         federation.input_shape[0],
@@ -105,6 +107,9 @@ def model_for(cfg: RunConfig, federation) -> Net:
         text=federation.dataset.text,
         pretrained=cfg.model.pretrained,
     )
+    if cfg.model.init == "kaiming_fan_out":
+        kaiming_fan_out(model)
+    return model
 
 
 def known_state_shapes(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:

@@ -111,3 +111,24 @@ def test_each_image_models_smallest_side_is_what_its_layers_take(name):
 
     side = MODELS[name].min_side
     assert fits(side) and (side == 1 or not fits(side - 1))
+
+
+def test_model_init_kaiming_fan_out_draws_each_convolution_as_the_papers_code():
+    """model.init=kaiming_fan_out: each convolution's weights N(0, 2 / (k^2 out_channels)), as
+    MOON's, FedCSD's and FedDF's ResNets; unset, PyTorch's default (most of them narrower)."""
+    from types import SimpleNamespace
+
+    from shared.models.registry import model_for
+    from shared.targets.configs import load_config
+
+    federation = SimpleNamespace(num_classes=10, input_shape=(3, 32, 32), dataset=SimpleNamespace(text=None))
+
+    def spreads(*overrides):
+        torch.manual_seed(0)
+        model = model_for(load_config(None, ["model.name=resnet50", *overrides]), federation)
+        convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+        return [(m.weight.std() / (2 / (m.kernel_size[0] ** 2 * m.out_channels)) ** 0.5).item() for m in convs]
+
+    kaiming, default = spreads("model.init=kaiming_fan_out"), spreads()
+    assert len(kaiming) == 53 and all(0.9 < r < 1.1 for r in kaiming)
+    assert sorted(default)[len(default) // 2] < 0.6

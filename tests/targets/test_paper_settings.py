@@ -66,3 +66,20 @@ def test_fedcsd_fig6_has_three_label_skew_panels_and_office():
         "Office-Caltech-10",
     ]
     assert "FedCSD" not in {search.row for search in SEARCHES}
+
+
+def test_every_resnet_of_the_papers_starts_from_their_codes_initial_weights():
+    """MOON's and FedCSD's ResNets (kaiming_normal_, fan_out) and FedDF's, which FedGKD's code
+    takes (N(0, 2 / (k^2 out_channels))): model.init=kaiming_fan_out; other models PyTorch's own."""
+    from shared.targets.table_declarations import all_tables, expand
+
+    inits = {}
+    for table in all_tables():
+        for cell in expand(table, "paper"):
+            inits.setdefault(cell.config.model.name, set()).add(cell.config.model.init)
+    assert {name: init for name, init in inits.items() if name.startswith("resnet")} == {
+        "resnet8": {"kaiming_fan_out"},
+        "resnet50": {"kaiming_fan_out"},
+        "resnet50_gn": {"kaiming_fan_out"},
+    }
+    assert all(init == {None} for name, init in inits.items() if not name.startswith("resnet"))
