@@ -1,6 +1,7 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables, figures and searches as data, with the numbers the paper reports."""
 
+from papers.fedssd.forgetting import draw_forgetting
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best, FewestRounds
 from shared.targets.figure_declarations import Figure
@@ -229,6 +230,16 @@ LOCAL_EPOCHS = Table(
 )
 
 FIGURES = [
+    Figure(
+        "fedssd",
+        "fig2",
+        "The catastrophic forgetting issue on non-IID CIFAR10: Acc_G and Acc_L, the global test accuracy "
+        "and the average local test accuracy.",
+        kind="custom",
+        table="table2",
+        rows=["FedAvg"],
+        draw_with=draw_forgetting,
+    ),
     Figure(
         "fedssd",
         "fig6",

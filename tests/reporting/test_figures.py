@@ -5,6 +5,7 @@ that say what they show, and the warning where a reduced scale makes a sweep's p
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -413,3 +414,33 @@ def test_every_declarable_figure_kind_is_drawn():
     """A figure is declared (shared/targets/figure_declarations.py) apart from its drawing; the
     kinds a declaration accepts are the kinds shared/reporting/figures.py draws."""
     assert set(DRAW) == FIGURE_KINDS
+
+
+def test_fedssd_fig2_pairs_the_model_a_round_starts_from_with_its_local_models(tmp_path):
+    """Acc_G^t is the accuracy of w^t, the model round t's clients start from: the record of
+    round t-1; Acc_L^t is round t's local models'. (a) every such round, (b) Acc_G - Acc_L per
+    setting, over FedAvg's runs of Table II."""
+    from papers.fedssd.forgetting import forgetting_points
+
+    history = [
+        {"round": 1, "global_acc": 30.0, "local_acc": 12.0},
+        {"round": 2, "global_acc": 40.0, "local_acc": 25.0},
+        {"round": 3, "local_acc": 33.0},  # an unevaluated round's global model: no point at round 4
+        {"round": 4, "global_acc": 50.0, "local_acc": 38.0},
+    ]
+    assert forgetting_points(history) == [(2, 30.0, 25.0), (3, 40.0, 33.0)]
+
+    figure = paper_figures("fedssd")["fig2"]
+    cells = figure.cells("smoke")
+    assert {c.row.label for c in cells} == {"FedAvg"} and len({c.column.label for c in cells}) == 5
+    for cell in cells:
+        out = tmp_path / "runs" / cell.run_id
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(json.dumps({"status": "completed", "run_id": cell.run_id}))
+        gap = 5.0 * (1 + cell.seed)
+        records = [{"round": r, "global_acc": 10.0 * r, "local_acc": 10.0 * (r - 1) - gap} for r in (1, 2, 3)]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    build_figure(figure, "smoke", tmp_path / "runs", tmp_path / "out")
+    points = pd.read_csv(tmp_path / "out" / "figure.csv")
+    assert len(points) == 2 * len(cells) and (points.acc_g - points.acc_l).isin([5.0, 10.0]).all()
+    assert (tmp_path / "out" / "figure.png").stat().st_size > 0
