@@ -79,7 +79,7 @@ class FedCSD(FedAvg):
     capabilities = Capabilities(
         per_sample_loss=False,
         independent_clients=False,
-        why_not="its loss counts the samples its mask removes (mask_filter_rate, Fig. 5) into the method's own "
+        why_not="its loss counts the samples its mask removes (its filter rates, Fig. 5) into the method's own "
         "counters, an in-place side effect that vmap cannot carry; and with released_code its teacher, "
         "in train mode, normalises BatchNorm by the whole batch",
     )

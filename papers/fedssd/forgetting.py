@@ -1,4 +1,4 @@
-"""FedSSD Fig. 2: local training forgets the global model's knowledge (Section 3.2), drawn from
+"""FedSSD Fig. 2: local training forgets the global model's knowledge (Section 3.1), drawn from
 Table II's FedAvg runs, one setting per level of heterogeneity.
 
 "In each round t, we record the performance of the global model on the uniform test dataset

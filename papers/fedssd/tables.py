@@ -124,7 +124,7 @@ TABLES = [
         },
         curves=True,  # Fig. 7
         notes="T: the first round whose global accuracy reaches FedAvg's final accuracy at the same seed in the "
-        "same setting; - where never reached. " + FEDCAD_AUX,
+        "same setting; - where never reached; FedAvg's own is its rounds, by definition. " + FEDCAD_AUX,
     ),
     Table(
         paper="fedssd",

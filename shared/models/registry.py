@@ -84,6 +84,10 @@ def validate_model(cfg: RunConfig) -> None:
         )
     if not cfg.model.pretrained:
         raise ConfigError("model.pretrained must name a hub id or a directory")
+    check(
+        cfg.model.init is None or name in MODELS,
+        f"model.init={cfg.model.init} initialises convolutions, which model.name={name} has not",
+    )
     if (shape := image_shape(cfg)) is not None:
         channels, side = shape
         smallest = MODELS[name].min_side

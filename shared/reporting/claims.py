@@ -146,7 +146,13 @@ class Best(Claim):
 
 @dataclass(frozen=True)
 class FewestRounds(Best):
-    """Best on columns that count rounds to a target: the fewest rounds (never reached is worst)."""
+    """Best on columns that count rounds to a target: the fewest rounds (never reached is worst).
+    The row whose final accuracy is the target (FedSSD's FedAvg) is no rival: its count is its
+    rounds by definition, which any row reaching that accuracy earlier beats."""
+
+    def rivals(self, table) -> list[str]:
+        references = {table.metric_for(c).reference for c in table.columns if c.label in self.column_labels(table)}
+        return [r for r in super().rivals(table) if r not in references]
 
     def groups(self, table, values):
         columns = {c.label: c for c in table.columns}

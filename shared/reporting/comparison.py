@@ -13,6 +13,7 @@ import pandas as pd
 
 from shared.reporting.figure_style import pyplot
 from shared.reporting.summary import (
+    BY_DEFINITION_NOTE,
     EQUALS_NOTE,
     FAILED,
     NOT_IMPLEMENTED,
@@ -53,11 +54,12 @@ def ranks(values: pd.Series, higher_is_better: bool) -> pd.Series:
 def rank_values(column: pd.DataFrame, metric) -> tuple[pd.Series, pd.Series]:
     """A column's values to rank, ours and the paper's: the means, and in a rounds column a
     target never reached (every completed seed of ours; the paper's "_") as +inf, last; a cell
-    of ours where only some seeds reached it, or some had no target, is not ranked (NaN)."""
+    of ours where only some seeds reached it, or some had no target, is not ranked (NaN), nor the
+    reference row's own count, which is its rounds by definition (`by_definition`)."""
     if not metric.counts_rounds:
         return column.ours_mean, column.paper_mean
     ours = column.ours_mean.where(column.never == 0, np.where(column.n == 0, math.inf, math.nan))
-    ours = ours.where(column.no_target == 0, math.nan)
+    ours = ours.where((column.no_target == 0) & ~column.by_definition.astype(bool), math.nan)
     return ours, column.paper_mean.where(~column.paper_never.astype(bool), math.inf)
 
 
@@ -91,10 +93,11 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     paper_std=paper_std,
                     diff=diff,
                     within_spread=bool(abs(diff) <= spread)
-                    if not math.isnan(spread) and not math.isnan(diff)
+                    if not math.isnan(spread) and not math.isnan(diff) and not s.by_definition
                     else None,
                     never=s.get("never", 0),
                     no_target=s.get("no_target", 0),
+                    by_definition=bool(s.by_definition),
                     paper_never=printed and paper is None and table.metric_for(column).counts_rounds,
                     failed=s.failed,
                     suspect=s.get("suspect", 0),
@@ -189,13 +192,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         for column in table.columns:
             c = comp[(comp.row == row.label) & (comp.column == column.label)].iloc[0]
             places = decimals(table.metric_for(column))
-            ours = "n/i" if c.status == NOT_IMPLEMENTED else fmt(c.ours_mean, c.ours_std, c.n, places)
-            ours += f" ({c.never} never reached)" if c.never else ""
-            ours += f" ({c.no_target} without a target)" if c.no_target else ""
-            ours += f" ({c.failed} failed)" if c.failed and c.status != NOT_IMPLEMENTED else ""
-            ours += f" ({c.suspect} suspect)" if c.suspect and c.status != NOT_IMPLEMENTED else ""
-            ours += " (at chance)" if c.at_chance else ""
-            ours += EQUALS_NOTE if c.equals_fedavg else ""
+            ours = "n/i" if c.status == NOT_IMPLEMENTED else fmt(c.ours_mean, c.ours_std, c.n, places) + notes(c)
             paper = paper_text(c, places)
             flag = {True: " ✓", False: " ✗"}.get(c.within_spread, "")
             diff = "" if math.isnan(c["diff"]) else f" ({c['diff']:+.{places}f})"
@@ -210,7 +207,9 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
         "column's target, (k without a target): k seeds whose run of the row a rounds column counts to "
         "failed, the mean is over the others; (at chance): the mean "
-        f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s. "
+        f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s;"
+        f"{BY_DEFINITION_NOTE}: the rounds of the row whose final accuracy is the target, neither "
+        "compared nor ranked. "
         "Kendall τ: rank agreement (tau-b, -1 to +1) between our order of the methods and the paper's "
         "in that column, over the methods with both numbers.",
     ]
@@ -236,20 +235,27 @@ HEAD_STYLE = "border:1px solid #d0d7de;padding:4px 8px;background:#f6f8fa;text-a
 ROW_HEAD_STYLE = "border:1px solid #d0d7de;padding:4px 8px;background:#f6f8fa;text-align:left;white-space:nowrap"
 
 
+def notes(c) -> str:
+    """What follows our number in a cell of the comparison (comparison row `c`; its legend says
+    what each means)."""
+    return "".join(
+        [
+            f" ({c.never} never reached)" if c.never else "",
+            f" ({c.no_target} without a target)" if c.no_target else "",
+            f" ({c.failed} failed)" if c.failed else "",
+            f" ({c.suspect} suspect)" if c.suspect else "",
+            " (at chance)" if c.at_chance else "",
+            EQUALS_NOTE if c.equals_fedavg else "",
+            BY_DEFINITION_NOTE if c.by_definition else "",
+        ]
+    )
+
+
 def html_cell(c, places: int) -> str:
     """One cell of the HTML comparison (comparison row `c`): ours, the paper's number, ours minus
     the paper's and ✓ (green) or ✗ (red)."""
     e = html.escape
-    if c.status == NOT_IMPLEMENTED:
-        ours = "n/i"
-    else:
-        ours = fmt(c.ours_mean, c.ours_std, c.n, places)
-        ours += f" ({c.never} never reached)" if c.never else ""
-        ours += f" ({c.no_target} without a target)" if c.no_target else ""
-        ours += f" ({c.failed} failed)" if c.failed else ""
-        ours += f" ({c.suspect} suspect)" if c.suspect else ""
-        ours += " (at chance)" if c.at_chance else ""
-        ours += EQUALS_NOTE if c.equals_fedavg else ""
+    ours = "n/i" if c.status == NOT_IMPLEMENTED else fmt(c.ours_mean, c.ours_std, c.n, places) + notes(c)
     diff = "" if math.isnan(c["diff"]) else f"{c['diff']:+.{places}f}"
     flag = {
         True: f'<span style="color:{GREEN};font-weight:bold" title="within two standard deviations">✓</span>',
@@ -274,7 +280,9 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
         "implemented; (k failed) / (k suspect) / (k never reached) / (k without a target): seeds left out of the "
         "mean; (at chance): "
         "the mean accuracy is "
-        f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s. "
+        f"chance, 100/classes %;{e(EQUALS_NOTE)}: each seed's value is {REFERENCE_ROW}'s;"
+        f"{e(BY_DEFINITION_NOTE)}: the rounds of the row whose final accuracy is the target, neither compared "
+        "nor ranked. "
         "Kendall τ: rank agreement of the methods between ours and the paper's in that column "
         "(tau-b, -1 to +1).</p>"
     )

@@ -65,6 +65,9 @@ CHANCE_MARGIN = 0.5
 # beside FedAvg says nothing. Rounds-to-target columns are not marked: equal counts are common there.
 REFERENCE_ROW = "FedAvg"
 EQUALS_NOTE = f" (= {REFERENCE_ROW})"  # the comparison's mark of such a cell
+# In a column counting rounds to another row's final accuracy (FedSSD's T), that row's own count
+# is its rounds by definition (`collect`): shown as the paper prints it, never compared or ranked
+BY_DEFINITION_NOTE = " (by definition)"
 ACCURACY_KINDS = ("final_acc", "best_acc", "acc_at", "domain_acc", "domain_avg")
 
 
@@ -72,6 +75,11 @@ def chance_level(metric: Metric, cell: Cell) -> float:
     """The value guessing scores on the cell's metric; NaN where that has no meaning (rounds)."""
     classes = num_classes(cell.config)
     return 100 / classes if metric.kind in ACCURACY_KINDS and classes else math.nan
+
+
+def is_reference_count(metric: Metric, row: str) -> bool:
+    """`row` is the one whose final accuracy the column counts rounds to (FedSSD's FedAvg)."""
+    return metric.kind == "rounds_to_row" and row == metric.reference
 
 
 def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
@@ -95,7 +103,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
         m, metric = metrics[c.run_id], table.metric_for(c.column)
         target_known = metric.kind == "rounds_to" or (c.column.label, c.seed) in finals
         value = cell_value(metric, m, finals.get((c.column.label, c.seed))) if ok(c) else math.nan
-        if ok(c) and metric.kind == "rounds_to_row" and c.row.label == metric.reference:
+        if ok(c) and is_reference_count(metric, c.row.label):
             # "rounds to reach the same accuracy as running FedAvg for 100 rounds": FedAvg's own
             # is its rounds by definition (the paper prints 100 and 30), though its curve may
             # touch its final accuracy earlier
@@ -144,7 +152,8 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
     (`collect`). A cell's status: ok, failed, suspect, no
     value or not implemented;
     `at_chance`: its mean accuracy is chance (within CHANCE_MARGIN); `equals_fedavg`: each seed's
-    value is REFERENCE_ROW's (`equals_reference`)."""
+    value is REFERENCE_ROW's (`equals_reference`); `by_definition`: the count of the row whose
+    final accuracy a rounds column counts to (BY_DEFINITION_NOTE)."""
     rows = []
     for row in table.rows:
         for column in table.columns:
@@ -168,6 +177,7 @@ def summarize_cells(table: Table, runs: pd.DataFrame) -> pd.DataFrame:
                     at_chance=bool(len(good) and good.mean() <= chance + CHANCE_MARGIN),
                     equals_fedavg=table.metric_for(column).kind in ACCURACY_KINDS
                     and equals_reference(runs, row.label, column.label),
+                    by_definition=is_reference_count(table.metric_for(column), row.label),
                     mean=good.mean() if len(good) else math.nan,
                     std=good.std(ddof=0) if len(good) else math.nan,
                     n=len(good),
@@ -198,7 +208,8 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
     printed means) share their mark; only cells whose runs all completed, and reached the target
     of a rounds column, are ranked (a cell with a failed, diverged or suspect run, a seed that
     never reached the target or had none, or no run never takes a mark), and only the paper's rows
-    (a reading that is not the paper's text competes for no mark the paper gives)."""
+    (a reading that is not the paper's text competes for no mark the paper gives); a count that is
+    the reference row's rounds by definition takes none."""
     marks = {}
     for column in table.columns:
         metric = table.metric_for(column)
@@ -208,6 +219,7 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
             & (summary.status == "ok")
             & (summary.never == 0)
             & (summary.no_target == 0)
+            & ~summary.by_definition
             & (summary.reading == "")
         ]
         values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}

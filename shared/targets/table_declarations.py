@@ -89,7 +89,7 @@ class Metric:
     final_acc / best_acc: global test accuracy (%) at the last round / at its best round.
     rounds_to: the first round reaching `target` % (FedCAD's T(x%)).
     rounds_to_row: the first round reaching the final accuracy of row `reference` in the
-        same column at the same seed (FedSSD's T).
+        same column at the same seed (FedSSD's T); `reference`'s own is its rounds.
     acc_at: global accuracy at round `round` (FedGKD Table 6).
     domain_acc / domain_avg: the final global model's accuracy on one domain's test split /
         the mean over domains (FedCSD Table II, Office-Caltech-10).

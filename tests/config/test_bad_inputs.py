@@ -71,6 +71,10 @@ BAD_CONFIGS = [
     (["model=vgg"], r"^model.name='vgg' is unknown; valid: \["),
     (["model=distilbert"], r"^model.name=distilbert does not fit dataset.name=cifar10: text datasets"),
     (
+        ["dataset=ag_news", "model=distilbert", "model.init=kaiming_fan_out"],
+        r"^model.init=kaiming_fan_out initialises convolutions, which model.name=distilbert has not$",
+    ),
+    (
         ["dataset=synthetic", "dataset.synthetic.image_size=4"],
         r"^model.name=fedavg_cnn cannot take dataset.name=synthetic's 3x4x4 images: "
         r"it needs a side of at least 16 pixels$",

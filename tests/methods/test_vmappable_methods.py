@@ -27,7 +27,7 @@ from shared.training.clients import missing_capabilities, train_client
 # Methods whose loss is not a batch mean of per-sample terms, and why (each class's
 # `capabilities` says so too): a change that makes one batchable, or one unbatchable, fails here.
 NOT_PER_SAMPLE = {
-    "fedcsd": "its loss counts the samples its mask removes (mask_filter_rate), a side effect vmap cannot carry",
+    "fedcsd": "its loss counts the samples its mask removes (its filter rates), a side effect vmap cannot carry",
 }
 
 # Overrides each method needs to run at all, then the variants of its loss worth covering.

@@ -3,6 +3,7 @@ run results (held, held within noise, not held, not yet measured; per seed; roun
 reached), written beside a built table and summed up per paper."""
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -186,6 +187,20 @@ def test_fewest_rounds_counts_a_target_never_reached_as_worst():
     assert by.loc["close", "verdict"] == NOT_HELD  # neither reaches it: the claimant is not the fastest
     with pytest.raises(ValueError, match="do not count rounds"):
         FewestRounds("tablegen", "x", "t", rows=("Ours",)).groups(grid_table(), {})
+
+
+def test_fewest_rounds_to_a_rows_final_accuracy_has_that_row_as_no_rival():
+    """FedSSD's T: FedAvg's own count is its rounds by definition, so a method that merely
+    matches FedAvg would beat it; the claim is judged against the other rows."""
+    table = grid_table(Metric("rounds_to_row", reference="Rival"))
+    claim = FewestRounds("tablegen", "fewest", "t", rows=("Ours",), columns=("clear",))
+    assert claim.rivals(table) == [] and claim.groups(table, {}) == {"clear": []}
+    three = replace(
+        table,
+        rows=[*table.rows, Row("Other", {"name": "fedprox"})],
+        reported={**table.reported, "Other": [Reported(40.0)] * 4},
+    )
+    assert claim.rivals(three) == ["Other"]
 
 
 def test_trend_of_a_gap_and_ablations_and_a_family():

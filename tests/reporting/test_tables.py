@@ -125,6 +125,11 @@ def test_rounds_to_reference_final_accuracy(tmp_path):
     # column a: FedAvg ends at 50, 52, 48; FedProx reaches them at rounds 2, 3, 2
     assert cells.loc[("FedAvg", "a"), "mean"] == pytest.approx(3.0) and cells.loc[("FedAvg", "a"), "n"] == 3
     assert cells.loc[("FedAvg", "b"), ["mean", "std", "n"]].tolist() == [3.0, 0.0, 3]
+    # shown as the paper prints it, but neither compared with the paper's number nor ranked
+    comp = pd.read_csv(tmp_path / "out" / "comparison.csv").set_index(["row", "column"])
+    assert comp.loc[("FedAvg", "b"), "by_definition"] and pd.isna(comp.loc[("FedAvg", "b"), "within_spread"])
+    assert math.isnan(comp.loc[("FedAvg", "a"), "rank_ours"]) and comp.loc[("FedProx", "a"), "rank_ours"] == 1
+    assert "3.0 ± 0.0 (by definition)" in (tmp_path / "out" / "comparison.md").read_text()
     assert cells.loc[("FedProx", "a"), "mean"] == pytest.approx(7 / 3)
     tex = (tmp_path / "out" / "table.tex").read_text()
     assert r"\textbf{\boldmath 2.3" in tex  # fewer rounds is better
