@@ -141,28 +141,25 @@ def keep_columns(table, columns: list):
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     """The table cut to what is finished: the largest block of the paper's methods x settings
-    finished at seed 0 (most cells; of those, most methods, then the table's first settings), as
-    many further seeds as all of its cells have, and each reading of a kept row that has all of
-    those (a reading, no row of the paper's, never costs the paper's rows a seed); (None, "") when
-    no cell is finished. Returns (table, the note that marks it partial, empty when it is whole)."""
+    finished at seed 0 with as many further seeds as all of its cells have (most runs; of those,
+    most cells, most methods, then the table's first settings), and each reading of a kept row
+    that has all of those seeds (a reading, no row of the paper's, never costs the paper's rows a
+    seed); (None, "") when no cell is finished. Returns (table, the note that marks it partial,
+    empty when it is whole)."""
 
     cells = expand(table, scale, runtime)
     missing = {(c.row.label, c.column.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
     implemented = [r for r in table.rows if r.implemented]
     seeds = scale_seeds(table, scale)
     printed = [r for r in implemented if r.reading_of is None]
-    rows, columns = largest_finished_block(printed, table.columns, {m[:2] for m in missing if m[2] == seeds[0]})
+    rows, columns = largest_finished_block(printed, table.columns, missing, seeds)
     if not rows:
         return None, ""
 
     def finished(row, kept) -> bool:
         return not any((row.label, k.label, seed) in missing for k in columns for seed in kept)
 
-    kept = [seeds[0]]
-    for seed in seeds[1:]:  # another seed never costs a cell of the paper's rows
-        if not all(finished(r, [seed]) for r in rows):
-            break
-        kept.append(seed)
+    kept = seeds_of(rows, columns, missing, seeds)
     labels = {r.label for r in rows}
     rows += [r for r in implemented if r.reading_of in labels and finished(r, kept)]
     labels = {r.label for r in rows}
@@ -175,15 +172,27 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     return cut, note if partial else ""
 
 
-def largest_finished_block(rows: list, columns: list, missing: set) -> tuple[list, list]:
-    """(rows, columns) of the most cells none of which is `missing` (row label, column label):
-    over every subset of the columns (a table has a handful), the rows finished in all of them."""
-    best, best_key = ([], []), (0, 0, ())
+def seeds_of(rows: list, columns: list, missing: set, seeds: tuple) -> list:
+    """The first seed and each further one, in order, that every cell of the block has."""
+    kept = [seeds[0]]
+    for seed in seeds[1:]:  # another seed never costs a cell of the paper's rows
+        if any((r.label, k.label, seed) in missing for r in rows for k in columns):
+            break
+        kept.append(seed)
+    return kept
+
+
+def largest_finished_block(rows: list, columns: list, missing: set, seeds: tuple) -> tuple[list, list]:
+    """(rows, columns) of the most runs (cells x the seeds all of them have, `seeds_of`) none of
+    which is `missing` (row label, column label, seed): over every subset of the columns (a table
+    has a handful), the rows finished in all of them at the first seed."""
+    best, best_key = ([], []), (0, 0, 0, ())
     for mask in range(1, 2 ** len(columns)):
         chosen = [k for i, k in enumerate(columns) if mask >> i & 1]
-        done = [r for r in rows if not any((r.label, k.label) in missing for k in chosen)]
+        done = [r for r in rows if not any((r.label, k.label, seeds[0]) in missing for k in chosen)]
         first_settings = tuple(-i for i, k in enumerate(columns) if mask >> i & 1)  # ties: the table's first
-        key = (len(done) * len(chosen), len(done), first_settings)
+        cells = len(done) * len(chosen)
+        key = (cells * len(seeds_of(done, chosen, missing, seeds)), cells, len(done), first_settings)
         if done and key > best_key:
             best, best_key = (done, chosen), key
     return best

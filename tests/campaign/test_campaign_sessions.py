@@ -103,6 +103,21 @@ def test_a_shipped_table_of_a_few_cells_is_the_largest_finished_block_with_the_p
     assert "**held in 1 of 1 group**" in claims
 
 
+def test_a_block_with_more_seeds_outweighs_more_settings_at_one_seed(tmp_path):
+    """FedAvg and FedSSD at δ=0.5 on seeds 0-2 (6 runs), FedAvg alone at the four other settings
+    on seed 0: the table is the two rows at δ=0.5 over three seeds, not FedAvg's five settings
+    on one (5 cells, 5 runs), which would hold no claim to judge."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    for cell in expand(get_table("fedssd", "table2"), "paper", {"dataset": {"copy": copy.sha256}}):
+        at_half = cell.column.label == "δ=0.5" and cell.row.label in ("FedAvg", "FedSSD")
+        if at_half or (cell.row.label == "FedAvg" and cell.seed == 0):
+            finish_for_table(shipped / "runs", cell.run_id, 60.0 + cell.seed)
+    out = build_shipped_table("papers/fedssd/table2", "paper", copy, shipped)
+    table = pd.read_csv(out / "table.csv").set_index("row")
+    assert list(table.index) == ["FedAvg", "FedSSD"] and set(table.column) == {"δ=0.5"} and set(table.n) == {3}
+
+
 def test_a_reading_short_of_a_seed_leaves_the_shipped_table_and_costs_the_papers_rows_none(tmp_path):
     """FedAvg and FedSSD finished at δ=0.5 on seeds 0-2, the weight-M reading on seeds 0 and 1:
     the table keeps all three seeds of the paper's rows and leaves the reading out until it has
