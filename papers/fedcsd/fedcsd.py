@@ -106,8 +106,10 @@ class FedCSD(FedAvg):
     def __init__(self, params, cfg, federation):
         super().__init__(params, cfg, federation)
         self.teacher_state: dict[str, torch.Tensor] | None = None
-        # the round's samples, those masked, the wrong soft labels and those of them masked
-        self.counts = torch.zeros(4, device=federation.device)
+        # the round's samples masked, wrong soft labels and wrong ones masked (on the device: no
+        # sync per batch), and samples seen (a count the host knows)
+        self.counts = torch.zeros(3, device=federation.device)
+        self.seen = 0
 
     def prepare_round(self, round, global_model):
         global_state = global_model.state_dict()
@@ -158,10 +160,12 @@ class FedCSD(FedAvg):
 
     def count(self, mask: torch.Tensor, wrong: torch.Tensor) -> None:
         removed = 1 - mask
-        self.counts += torch.stack([torch.ones_like(mask).sum(), removed.sum(), wrong.sum(), (removed * wrong).sum()])
+        self.counts += torch.stack([removed, wrong, removed * wrong]).sum(1)
+        self.seen += len(mask)
 
     def round_metrics(self):
-        seen, masked, wrong, wrong_masked = self.counts.tolist()
+        masked, wrong, wrong_masked = self.counts.tolist()
+        seen, self.seen = self.seen, 0
         self.counts.zero_()
         return {
             "mask_filter_rate": masked / max(seen, 1),
