@@ -1,6 +1,9 @@
 """FedSSD (He et al., "Learning Critically: Selective Self Distillation in Federated Learning
 on Non-IID Data"): its tables, figures and searches as data, with the numbers the paper reports."""
 
+from functools import partial
+
+from papers.fedssd.class_wise import draw_class_wise, draw_confusions
 from papers.fedssd.forgetting import draw_forgetting
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best, FewestRounds
@@ -229,6 +232,20 @@ LOCAL_EPOCHS = Table(
     reported={},
 )
 
+# Figs. 3-4: FedAvg with the Table II protocol at Dir(0.5) and IID, one seed, recording each
+# local model's per-class accuracy. Every row's config holds the 64 auxiliary samples per class
+# that Fig. 4's FedSSD probe needs (FedAvg trains without them).
+CLASS_WISE = Table(
+    paper="fedssd",
+    name="fig3_grid",
+    caption="Class-wise accuracy of the global model and the local models",
+    base=deep_merge(MOON_CIFAR10, {"eval": {"local": "per_class"}, "aux": {"per_class": 64}}),
+    rows=[CIFAR10_METHODS[0]],
+    columns=[Column("δ=0.5", {}), Column("IID", {"partition": {"kind": "iid"}})],
+    reported={},
+    seeds=(0,),
+)
+
 FIGURES = [
     Figure(
         "fedssd",
@@ -239,6 +256,27 @@ FIGURES = [
         table="table2",
         rows=["FedAvg"],
         draw_with=draw_forgetting,
+    ),
+    Figure(
+        "fedssd",
+        "fig3",
+        "The class-wise test accuracy of the global model and the local model (client 0) on CIFAR10: "
+        "(a) Dir(0.5), (b) IID.",
+        kind="custom",
+        table=CLASS_WISE,
+        draw_with=draw_class_wise,
+    ),
+    Figure(
+        "fedssd",
+        "fig4",
+        "Examples of confusion matrices for training on local biased data on CIFAR10 (client 8, Dir(0.5)): "
+        "the data distribution, the global model, the FedAvg and the FedSSD local model.",
+        kind="custom",
+        table=CLASS_WISE,
+        columns=["δ=0.5"],
+        draw_with=partial(
+            draw_confusions, rows=[CIFAR10_METHODS[0], CIFAR10_METHODS[-1], weight_m(CIFAR10_METHODS[-1])]
+        ),
     ),
     Figure(
         "fedssd",

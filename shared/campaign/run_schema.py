@@ -7,7 +7,8 @@ so, and the invariants between the files the trainer keeps:
   loss finite and `judge` finding nothing; `suspect` exactly as `judge` words it of that
   history; `diverged` after fewer rounds, or with its last round's loss not finite;
 - each round's per-class accuracies one per class, its accuracy within theirs (a weighted mean
-  of them); the summary's client samples one per client, as partition.csv counts them;
+  of them), and so of each local model where the round records theirs (eval.local=per_class);
+  the summary's client samples one per client, as partition.csv counts them;
 - partition.csv a client-by-class table of counts, one row per client.
 
 shared/campaign/carried_runs.py checks the identity, the summary against its history and the
@@ -146,6 +147,22 @@ def records_problem(history: list[dict], cfg: RunConfig) -> str | None:
             return f"round {number}'s global_acc lies outside its per-class accuracies"
         if any(type(c) is not int or not 0 <= c < 10**6 for c in record.get("clients", [])):
             return f"round {number}'s clients are not client numbers"
+        if "local_per_class_acc" in record and (problem := local_per_class_problem(record, classes)):
+            return f"round {number}'s {problem}"
+    return None
+
+
+def local_per_class_problem(record: dict, classes: int | None) -> str | None:
+    """eval.local=per_class: one list of per-class accuracies for each local accuracy, each
+    local accuracy within its model's per-class ones."""
+    lists, accs = record["local_per_class_acc"], record.get("local_accs")
+    if not isinstance(lists, list) or not isinstance(accs, list) or len(lists) != len(accs):
+        return "local_per_class_acc is not a list for each of its local_accs"
+    for per_class, acc in zip(lists, accs):
+        if numbers_problem(per_class, "local_per_class_acc", classes) or not per_class:
+            return f"local_per_class_acc is not a list of {classes} numbers for each local model"
+        if is_number(acc) and not min(per_class) - 1e-6 <= acc <= max(per_class) + 1e-6:
+            return "local_accs lie outside their per-class accuracies"
     return None
 
 

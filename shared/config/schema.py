@@ -208,7 +208,9 @@ class ModelConfig:
 @dataclass
 class EvalConfig:
     every: Count = 1  # evaluate every k rounds (and always at the last round)
-    local: bool = True  # also test each round's local models (the "local average accuracy")
+    # also test each round's local models (the "local average accuracy"); per_class: and record
+    # each one's per-class accuracy too (local_per_class_acc)
+    local: bool | Literal["per_class"] = True
     batch_size: Count = 1000
     target_acc: list[Annotated[float, Range(0, 100, low_open=True)]] = field(
         default_factory=list
@@ -303,10 +305,7 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
             raise ConfigError(f"{where}={excerpt(value)} is unknown; valid: {sorted(args)}")
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return coerce(value, inner, where)
+        return coerce_union(value, args, where)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             value = [value]
@@ -338,6 +337,34 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected a string, got {excerpt(value)}")
     return value
+
+
+def coerce_union(value: Any, args: tuple, where: str) -> Any:
+    """The value as the first of the union's types that takes it (None where the union has it)."""
+    if value is None and type(None) in args:
+        return None
+    kinds = [a for a in args if a is not type(None)]
+    for kind in kinds:
+        try:
+            return coerce(value, kind, where)
+        except ConfigError as exc:
+            refused = exc
+    words = choices(kinds) if len(kinds) > 1 else None
+    raise ConfigError(f"{where}: expected {words}, got {excerpt(value)}") if words else refused
+
+
+def choices(kinds: list) -> str | None:
+    """The values a union of true/false and named choices takes, in words ("true, false or
+    per_class"); None for a union of other types."""
+    words = []
+    for kind in kinds:
+        if kind is bool:
+            words += ["true", "false"]
+        elif typing.get_origin(kind) is typing.Literal:
+            words += [str(a) for a in typing.get_args(kind)]
+        else:
+            return None
+    return ", ".join(words[:-1]) + " or " + words[-1]
 
 
 def coerce_int(value: Any, where: str) -> int:

@@ -54,6 +54,7 @@ def draws_in_forward(model: Net) -> bool:
 class ClientResult:
     update: ClientUpdate
     local_acc: float | None  # the local model's test accuracy (%), in rounds that test local models
+    local_per_class_acc: list[float] | None = None  # and per class (%), with eval.local=per_class
 
 
 def with_local_accuracy(
@@ -71,13 +72,17 @@ def with_local_accuracy(
         i for i, (outcome, tests) in enumerate(zip(outcomes, test_local)) if tests and not isinstance(outcome, Diverged)
     ]
     states = [update.state for i in testing for update in outcomes[i]]
-    accs = iter(result["acc"] for result in evaluate_many(model, states, federation.test, federation, cfg))
+    tests = iter(evaluate_many(model, states, federation.test, federation, cfg))
     return [
         outcome
         if isinstance(outcome, Diverged)
-        else [ClientResult(update, next(accs) if i in testing else None) for update in outcome]
+        else [tested(update, next(tests)) if i in testing else ClientResult(update, None) for update in outcome]
         for i, outcome in enumerate(outcomes)
     ]
+
+
+def tested(update: ClientUpdate, test: dict) -> ClientResult:
+    return ClientResult(update, test["acc"], test["per_class_acc"])
 
 
 def local_optimizer(model: Net, loc) -> torch.optim.Optimizer:

@@ -87,7 +87,8 @@ def round_record(
 ) -> dict:
     """The round's record: its clients and training loss, in evaluated rounds the global
     model's test accuracy, loss and per-class accuracy (`evaluation`) and the local models'
-    mean accuracy, the method's own numbers, then the round's lanes and steps (`timing`: a
+    accuracies and their mean (with eval.local=per_class each one's per class, in the order of
+    `clients`), the method's own numbers, then the round's lanes and steps (`timing`: a
     group's, where the run trained in one) on its device."""
     record = {
         "round": member.round + 1,
@@ -100,9 +101,12 @@ def round_record(
         )
         if "domain_acc" in evaluation:
             record["domain_acc"] = evaluation["domain_acc"]
-        local_accs = [r.local_acc for r in results if r.local_acc is not None]
-        if local_accs:
+        tested = [r for r in results if r.local_acc is not None]
+        if tested:
+            local_accs = [r.local_acc for r in tested]
             record.update(local_acc=float(np.mean(local_accs)), local_accs=local_accs)
+        if tested and member.cfg.eval.local == "per_class":
+            record["local_per_class_acc"] = [r.local_per_class_acc for r in tested]
     # "slots": the key under which runs have recorded the round's lanes from the first (shipped runs hold it)
     timed = {"slots": timing.lanes, "steps": timing.steps, "device": device_name(member.setup.device)}
     return {**record, **member.setup.method.round_metrics(), **timed}  # a round's time holds on its device only

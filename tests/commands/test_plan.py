@@ -151,8 +151,8 @@ def test_a_paper_alone_lists_every_target_of_it_in_either_form(capsys, tmp_path,
 @pytest.mark.parametrize(
     "words, valid",
     [
-        (["papers/fedssd/table9"], "valid for fedssd: table1, table2, table3, fig2, fig6"),
-        (["fedssd", "table9"], "valid for fedssd: table1, table2, table3, fig2, fig6"),
+        (["papers/fedssd/table9"], "valid for fedssd: table1, table2, table3, fig2, fig3, fig4, fig6"),
+        (["fedssd", "table9"], "valid for fedssd: table1, table2, table3, fig2, fig3, fig4, fig6"),
         (["papers/fedfoo/table2"], "valid papers: fedcad, fedcsd, fedgkd, fedssd"),
     ],
 )

@@ -153,7 +153,7 @@ BAD_CONFIGS = [
     (["dataset.path=[a, b]"], r"^dataset.path: expected a string, got \['a', 'b'\]$"),
     (["dataset.synthetic.domains=3"], r"^dataset.synthetic.domains\[0\]: expected a string, got 3$"),
     (["eval.target_acc={a: 1}"], r"^eval.target_acc\[0\]: expected a number, got \{'a': 1\}$"),
-    (["eval.local=yes please"], r"^eval.local: expected true or false, got 'yes please'$"),
+    (["eval.local=yes please"], r"^eval.local: expected true, false or per_class, got 'yes please'$"),
     (
         ["federation.weighting=[samples]"],
         r"^federation.weighting=\['samples'\] is unknown; valid: \['samples', 'uniform'\]$",

@@ -444,3 +444,58 @@ def test_fedssd_fig2_pairs_the_model_a_round_starts_from_with_its_local_models(t
     points = pd.read_csv(tmp_path / "out" / "figure.csv")
     assert len(points) == 2 * len(cells) and (points.acc_g - points.acc_l).isin([5.0, 10.0]).all()
     assert (tmp_path / "out" / "figure.png").stat().st_size > 0
+
+
+def test_fedssd_fig3_pairs_each_class_of_the_starting_model_with_client_0s_local_model(tmp_path):
+    """Acc_G^t(k) is the per-class accuracy of the model round t starts from (round t-1's
+    record), Acc_0^t(k) client 0's local model's in round t, found by its place in `clients`."""
+    from papers.fedssd.class_wise import class_wise_points
+
+    history = [
+        {"round": 1, "clients": [0, 1], "per_class_acc": [10.0, 20.0], "local_per_class_acc": [[1, 2], [3, 4]]},
+        {"round": 2, "clients": [1, 0], "per_class_acc": [30.0, 40.0], "local_per_class_acc": [[5, 6], [7, 8]]},
+        {"round": 3, "clients": [1], "per_class_acc": [50.0, 60.0], "local_per_class_acc": [[9, 9]]},
+        {"round": 4, "clients": [0], "local_per_class_acc": [[11, 12]]},
+    ]
+    assert class_wise_points(history, 0) == [(2, 0, 10.0, 7), (2, 1, 20.0, 8), (4, 0, 50.0, 11), (4, 1, 60.0, 12)]
+
+    figure = paper_figures("fedssd")["fig3"]
+    cells = figure.cells("smoke")
+    assert [c.column.label for c in cells] == ["δ=0.5", "IID"] and {c.config.eval.local for c in cells} == {"per_class"}
+    for cell in cells:
+        out = tmp_path / "runs" / cell.run_id
+        out.mkdir(parents=True)
+        (out / "metrics.json").write_text(json.dumps({"status": "completed", "run_id": cell.run_id}))
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+        (out / "partition.csv").write_text("client,0,1\n0,3,1\n1,2,2\n")
+    build_figure(figure, "smoke", tmp_path / "runs", tmp_path / "out")
+    points = pd.read_csv(tmp_path / "out" / "figure.csv")
+    assert len(points) == 8 and list(points.acc_local[:2]) == [7, 8]
+    assert (tmp_path / "out" / "figure.png").stat().st_size > 0
+
+
+def test_fedssd_fig4_trains_client_8_from_the_fedavg_runs_global_model(tmp_path):
+    """The global model's confusion matrix agrees with its run's final accuracy; each method's
+    local model is trained on client 8 from it; the data panel is client 8's row of the partition."""
+    from shared.runs.files import read_partition, read_summary
+    from shared.training.trainer import run
+
+    figure = paper_figures("fedssd")["fig4"]
+    (cell,) = figure.cells("smoke")
+    runs = tmp_path / "runs"
+    run(cell.config, runs / cell.run_id)
+    build_figure(figure, "smoke", runs, tmp_path / "out")
+    counts = pd.read_csv(tmp_path / "out" / "figure.csv")
+    panels = {
+        name: part.pivot(index="true", columns="predicted", values="count")
+        for name, part in counts.groupby("panel")
+        if name != "data"
+    }
+    methods = ("FedAvg", "FedSSD", "FedSSD (weight M)")
+    assert set(panels) == {"global model", *(f"{m} local model" for m in methods)}
+    assert list(counts[counts.panel == "data"]["count"]) == read_partition(runs / cell.run_id)[8]
+    tested = panels["global model"].to_numpy()
+    final_acc = read_summary(runs / cell.run_id)["final_acc"]
+    assert 100 * np.trace(tested) / tested.sum() == pytest.approx(final_acc, abs=1e-3)
+    for name in ("FedAvg local model", "FedSSD local model"):
+        assert panels[name].to_numpy().sum() == tested.sum() and not np.array_equal(panels[name].to_numpy(), tested)

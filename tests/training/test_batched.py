@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from shared.campaign.run_schema import records_problem
 from shared.config.schema import LocalConfig, run_id
 from shared.data import federation as federation_module
 from shared.data.federation import build_federation
@@ -136,6 +137,31 @@ def test_a_batched_run_matches_a_sequential_run_and_keeps_its_id(tiny_cfg, tmp_p
     assert batched["global_acc"] == pytest.approx(sequential["global_acc"], abs=2.0)  # float32 rounding
     rows = [json.loads(line) for line in (tmp_path / "batched" / "metrics.jsonl").read_text().splitlines()]
     assert all(len(r["local_accs"]) == 3 for r in rows)  # 3 clients a round, in groups of 2 and 1
+
+
+@pytest.mark.parametrize("step", [[], ["trainer.clients_per_step=2"]])
+def test_eval_local_per_class_records_each_local_models_accuracy_per_class(tiny_cfg, tmp_path, step):
+    """eval.local=per_class: each tested local model's per-class accuracy, in the order of the
+    round's clients, its accuracy their mean weighted by the test set's classes; a new run id,
+    the same training; the schema that imported runs pass holds it."""
+    small = ["dataset.synthetic.image_size=16", "federation.participation=0.75", *step]
+    plain, per_class = tiny_cfg(*small), tiny_cfg(*small, "eval.local=per_class")
+    assert run_id(tiny_cfg(*small, "eval.local=true")) == run_id(plain) != run_id(per_class)
+    trainer.run(plain, tmp_path / "plain")
+    trainer.run(per_class, tmp_path / "per_class")
+    read = {
+        name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        for name in ("plain", "per_class")
+    }
+    test_counts = torch.bincount(build_federation(plain, torch.device("cpu")).test.y).double()
+    for before, record in zip(read["plain"], read["per_class"]):
+        assert "local_per_class_acc" not in before
+        assert record["local_accs"] == before["local_accs"] and record["clients"] == before["clients"]
+        assert len(record["local_per_class_acc"]) == len(record["clients"])
+        for acc, per_class_acc in zip(record["local_accs"], record["local_per_class_acc"]):
+            weighted = torch.tensor(per_class_acc, dtype=torch.float64) @ test_counts / test_counts.sum()
+            assert float(weighted) == pytest.approx(acc, abs=1e-4)
+    assert records_problem(read["per_class"], per_class) is None
 
 
 def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(tiny_cfg, tmp_path, capsys):
