@@ -14,8 +14,8 @@ one format runs travel in, a campaign's state file being its other kind; a tar, 
 when FILE ends in .gz or .tgz, with manifest.json last) holding, for each run that has
 finished (its metrics.json exists, whatever its status), metrics.json, metrics.jsonl,
 config.yaml, partition.csv and, with --models, model.pt. Runs not finished are listed in the
-manifest as missing; their checkpoints are never packed. FedCAD's fig1 reads a run's model.pt:
-pack it with --models.
+manifest as missing; their checkpoints are never packed. A figure that starts from a run's final
+model reads its model.pt: pack it with --models.
 
 `pack` never replaces a file: an existing FILE is refused unless --force is given, and FILE
 may not lie in a run directory.

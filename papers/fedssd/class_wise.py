@@ -28,12 +28,13 @@ from shared.data.federation import build_federation
 from shared.methods.fedavg import predict
 from shared.methods.registry import build_method
 from shared.models.registry import model_for
-from shared.runs.files import read_history, read_partition
-from shared.runs.numerics import resolve_device
+from shared.runs.files import read_history, read_partition, read_summary
+from shared.runs.numerics import resolve_device, select_device, set_numerics
 from shared.runs.tensor_files import load_tensors
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import Cell, Row
 from shared.training.clients import train_client
+from shared.training.evaluation import autocast
 
 FIG3_CLIENT, FIG4_CLIENT = 0, 8  # the paper's clients
 
@@ -51,6 +52,14 @@ def class_wise_points(history: list[dict], client: int) -> list[tuple[int, int, 
     ]
 
 
+def class_wise_frame(cell: Cell, runs_dir: Path) -> pd.DataFrame:
+    """setting, round, class, acc_global, acc_local of a completed run (else no rows)."""
+    completed = read_summary(runs_dir / cell.run_id)["status"] == "completed"
+    points = class_wise_points(read_history(runs_dir / cell.run_id) or [], FIG3_CLIENT) if completed else []
+    frame = pd.DataFrame(points, columns=["round", "class", "acc_global", "acc_local"])
+    return frame.assign(setting=cell.column.label)[["setting", "round", "class", "acc_global", "acc_local"]]
+
+
 def draw_class_wise(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, **_) -> None:
     """Per setting, heatmaps of class x round: the global model, client 0's local model, and
     their difference; `figure.csv` holds every point."""
@@ -60,28 +69,26 @@ def draw_class_wise(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
 
     plt = pyplot()
     runs_dir = Path(runs_dir)
-    frames = {
-        cell.column.label: pd.DataFrame(
-            class_wise_points(read_history(runs_dir / cell.run_id) or [], FIG3_CLIENT),
-            columns=["round", "class", "acc_global", "acc_local"],
-        ).assign(setting=cell.column.label)
-        for cell in cells
-    }
-    pd.concat(frames.values()).to_csv(f"{out_stem}.csv", index=False)
+    cells = [c for c in cells if c.seed == cells[0].seed]  # one run a setting, as the paper draws it
+    frames = [class_wise_frame(cell, runs_dir) for cell in cells]
+    pd.concat(frames).to_csv(f"{out_stem}.csv", index=False)
     fig, axes = plt.subplots(len(frames), 3, figsize=(15, 3.6 * len(frames)), squeeze=False)
-    for row, (cell, (setting, frame)) in zip(axes, zip(cells, frames.items())):
+    panels = (
+        ("acc_global", "Acc_G(k): global model", "Blues", (0, 100)),
+        ("acc_local", f"Acc_{FIG3_CLIENT}(k): client {FIG3_CLIENT}'s local model", "Blues", (0, 100)),
+        ("difference", f"Acc_{FIG3_CLIENT}(k) - Acc_G(k)", "RdBu", (-100, 100)),
+    )
+    for row, cell, frame in zip(axes, cells, frames):
         counts = np.array(read_partition(runs_dir / cell.run_id)[FIG3_CLIENT])
         labels = [f"{k} ({share:.0%})" for k, share in enumerate(counts / max(counts.sum(), 1))]
         frame = frame.assign(difference=frame.acc_local - frame.acc_global)
-        panels = (
-            ("acc_global", "Acc_G(k): global model", "Blues", (0, 100)),
-            ("acc_local", f"Acc_{FIG3_CLIENT}(k): client {FIG3_CLIENT}'s local model", "Blues", (0, 100)),
-            ("difference", f"Acc_{FIG3_CLIENT}(k) - Acc_G(k)", "RdBu", (-100, 100)),
-        )
         for ax, (value, name, colours, (low, high)) in zip(row, panels):
+            ax.set(title=f"{cell.column.label}: {name}", xlabel="round t", ylabel="class (client's share of its data)")
+            if frame.empty:  # a run that did not complete: its rounds are not the figure's
+                ax.text(0.5, 0.5, "no completed run", ha="center", va="center", transform=ax.transAxes)
+                continue
             grid = frame.pivot(index="class", columns="round", values=value)
             sns.heatmap(grid, ax=ax, cmap=colours, vmin=low, vmax=high, yticklabels=labels, cbar_kws={"label": "%"})
-            ax.set(title=f"{setting}: {name}", xlabel="round t", ylabel="class (client's share of its data)")
     finish(fig, out_stem, title)
     plt.close(fig)
 
@@ -90,7 +97,8 @@ def confusion(model, federation, cfg) -> np.ndarray:
     """Counts of (true class, predicted class) of `model` on the test split."""
     test, k = federation.test, federation.num_classes
     model.eval()
-    predicted = predict(model, test.x, federation.augmenter, cfg.eval.batch_size).argmax(1)
+    with autocast(cfg, federation.device):  # as the run's own evaluation
+        predicted = predict(model, test.x, federation.augmenter, cfg.eval.batch_size).argmax(1)
     return torch.bincount(test.y * k + predicted, minlength=k * k).view(k, k).cpu().numpy()
 
 
@@ -100,6 +108,8 @@ def probe_confusions(fedavg: Cell, rows: list[Row], runs_dir: Path, client: int 
     client from it (`local.epochs` epochs)."""
     cfg = fedavg.config
     device = resolve_device(cfg.trainer.device)
+    select_device(device)
+    set_numerics(device, cfg.trainer.deterministic)
     federation = build_federation(cfg, device)
     global_model = model_for(cfg, federation).to(device)
     global_model.load_state_dict(load_tensors(runs_dir / fedavg.run_id / "model.pt", device))

@@ -147,17 +147,20 @@ def records_problem(history: list[dict], cfg: RunConfig) -> str | None:
             return f"round {number}'s global_acc lies outside its per-class accuracies"
         if any(type(c) is not int or not 0 <= c < 10**6 for c in record.get("clients", [])):
             return f"round {number}'s clients are not client numbers"
-        if "local_per_class_acc" in record and (problem := local_per_class_problem(record, classes)):
+        if (problem := local_per_class_problem(record, cfg, classes or len(per_class or []))) is not None:
             return f"round {number}'s {problem}"
     return None
 
 
-def local_per_class_problem(record: dict, classes: int | None) -> str | None:
-    """eval.local=per_class: one list of per-class accuracies for each local accuracy, each
-    local accuracy within its model's per-class ones."""
-    lists, accs = record["local_per_class_acc"], record.get("local_accs")
-    if not isinstance(lists, list) or not isinstance(accs, list) or len(lists) != len(accs):
-        return "local_per_class_acc is not a list for each of its local_accs"
+def local_per_class_problem(record: dict, cfg: RunConfig, classes: int) -> str | None:
+    """eval.local=per_class, in a round that tests its local models: a list of per-class
+    accuracies for each of its clients, each local accuracy within its model's per-class ones;
+    without it, none."""
+    if cfg.eval.local != "per_class" or "local_accs" not in record:
+        return None if "local_per_class_acc" not in record else "local_per_class_acc is not recorded by this run"
+    lists, accs, clients = record.get("local_per_class_acc"), record["local_accs"], record.get("clients")
+    if not all(isinstance(v, list) for v in (lists, accs, clients)) or not len(lists) == len(accs) == len(clients):
+        return "local_per_class_acc is not a list for each of its clients and local_accs"
     for per_class, acc in zip(lists, accs):
         if numbers_problem(per_class, "local_per_class_acc", classes) or not per_class:
             return f"local_per_class_acc is not a list of {classes} numbers for each local model"

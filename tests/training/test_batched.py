@@ -162,6 +162,16 @@ def test_eval_local_per_class_records_each_local_models_accuracy_per_class(tiny_
             weighted = torch.tensor(per_class_acc, dtype=torch.float64) @ test_counts / test_counts.sum()
             assert float(weighted) == pytest.approx(acc, abs=1e-4)
     assert records_problem(read["per_class"], per_class) is None
+    *before, last = read["per_class"]
+    lists, accs = last["local_per_class_acc"], last["local_accs"]
+    forged = {
+        "short of its clients": {**last, "local_per_class_acc": lists[:-1], "local_accs": accs[:-1]},
+        "of the wrong length": {**last, "local_per_class_acc": [[*per_class, 50.0] for per_class in lists]},
+        "outside its per-class": {**last, "local_accs": [max(per_class) + 1 for per_class in lists]},
+        "not recorded": {key: value for key, value in last.items() if key != "local_per_class_acc"},
+    }
+    for why, record in forged.items():
+        assert records_problem([*before, record], per_class), why
 
 
 def test_methods_and_models_the_batched_step_cannot_take_fall_back_with_a_note(tiny_cfg, tmp_path, capsys):
