@@ -83,3 +83,31 @@ def test_every_resnet_of_the_papers_starts_from_their_codes_initial_weights():
         "resnet50_gn": {"kaiming_fan_out"},
     }
     assert all(init == {None} for name, init in inits.items() if not name.startswith("resnet"))
+
+
+def test_fedssd_figs_3_and_4_train_fedavg_with_table_2s_protocol():
+    """Figs. 3-4: FedAvg, Section 5.1's CIFAR-10 protocol (10 clients, all of them each round,
+    100 rounds, E = 10, B = 64, lr 0.01), Dir(0.5) as Table II's δ=0.5 and IID, each local model
+    tested per class; Fig. 4 probes the Dir(0.5) run with FedAvg and FedSSD's rows of Table II."""
+    from papers.fedssd.tables import FIGURES
+
+    figures = {f.name: f for f in FIGURES}
+    fig3 = {c.column.label: c.config for c in figures["fig3"].cells("paper")}
+    table2 = cells("fedssd", "table2")[("FedAvg", "δ=0.5", 0)].config
+    assert set(fig3) == {"δ=0.5", "IID"} and fig3["IID"].partition.kind == "iid"
+    for cfg in fig3.values():
+        assert (cfg.method["name"], cfg.dataset.name, cfg.model.name, cfg.seed) == (
+            "fedavg",
+            "cifar10",
+            "fedavg_cnn",
+            0,
+        )
+        assert (cfg.partition.clients, cfg.federation.participation, cfg.federation.rounds) == (10, 1.0, 100)
+        assert (cfg.local.epochs, cfg.local.batch_size, cfg.local.lr, cfg.eval.local) == (10, 64, 0.01, "per_class")
+    assert fig3["δ=0.5"].partition == table2.partition and fig3["δ=0.5"].local == table2.local
+    (probed,) = figures["fig4"].cells("paper")
+    assert probed.config == fig3["δ=0.5"]
+    rows = figures["fig4"].draw_with.keywords["rows"]
+    table2_rows = {c.row.label: c.row for c in cells("fedssd", "table2").values()}
+    assert [r.label for r in rows] == ["FedAvg", "FedSSD", "FedSSD (weight M)"]
+    assert all(r.method == table2_rows[r.label].method and r.config == table2_rows[r.label].config for r in rows)
