@@ -52,7 +52,9 @@ from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
 
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
-ENVIRONMENT_SECONDS = 20  # torch's import and nvidia-smi: the carry's checks follow, all within 30 s of the start
+# torch's import and nvidia-smi, the carry's checks after it: on a fresh GPU machine a first import
+# of torch with its CUDA libraries and CUDA's start take tens of seconds, in a rehearsal seconds
+ENVIRONMENT_SECONDS = 60
 END_SECONDS = 5  # kept free after training: the last lines, the listing of OUTDIR (a second)
 STOP_SECONDS = 20  # what a SIGTERM'd step gets to write its files before it is killed
 STATE = "state.tar.gz"
@@ -364,12 +366,15 @@ def run_session(session: Session) -> int:
     )
     session.publish("environment.json")
     env = json.loads((session.out / "environment.json").read_text()) if code == 0 else {}
+    if code != 0:  # the gate then asks torch itself: a GPU is never left untested for want of this record
+        why = f"stopped after {ENVIRONMENT_SECONDS} s" if code is None else f"exit {code}"
+        session.log.line(f"environment: no record ({why}); the gate runs where --device is not cpu")
     try:  # before anything costly: a bundle that cannot serve the session is said now, in one line
         args.scale = check_carry(args.carry, args.targets, args.scale)
     except CarryError as exc:
         session.log.line(f"error: {exc}", stream=sys.stderr)
         return 2
-    verdict = gate(session, bool(env.get("cuda_available")) and args.device != "cpu", args.targets)
+    verdict = gate(session, bool(env.get("cuda_available", code != 0)) and args.device != "cpu", args.targets)
     carried_state(session)
     # the verdict's settings have the last word, and every run records the verdict beside them
     trained = train_with_retries(session, [*args.set, *SETTINGS[verdict], f"trainer.gate={verdict}"])

@@ -18,6 +18,7 @@ outside still leaves what it timed. Without torch: `shared.campaign` imports it.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import statistics
 import subprocess
@@ -29,6 +30,8 @@ from typing import Iterator
 
 from shared.runs.files import write_atomically
 from shared.training.round_timing import PHASES, RoundTiming, observing
+
+OVERRUN_SECONDS = 5  # past train's deadline: its stacks (`stacks_if_overrun`)
 
 TIMING_FORMAT = "fedrepro-session-timing/2"  # 2: a unit's lanes and lanes_per_step (were slots)
 SAMPLE_SECONDS = 10
@@ -217,3 +220,21 @@ def session_timing(path: Path | None, device: str) -> Iterator[SessionTiming | N
         yield record
     finally:
         record.close()
+
+
+@contextlib.contextmanager
+def stacks_if_overrun(end: float) -> Iterator[None]:
+    """Every thread's stack on stderr should training still run OVERRUN_SECONDS past `end` (its
+    deadline, time.time()): a round that overran, a kernel or a sync that hangs, where no Python
+    signal handler runs. faulthandler's own thread writes it, so that the log of a session
+    stopped from outside says where it was."""
+    try:
+        faulthandler.dump_traceback_later(max(end - time.time(), 0) + OVERRUN_SECONDS, exit=False, file=sys.stderr)
+        armed = True
+    except (OSError, ValueError, AttributeError):  # a stderr without a file descriptor (a test capturing it)
+        armed = False
+    try:
+        yield
+    finally:
+        if armed:
+            faulthandler.cancel_dump_traceback_later()

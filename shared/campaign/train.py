@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Callable
@@ -19,7 +20,7 @@ from shared.campaign import session_progress, unit_sizing
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.refresh import Refresh
-from shared.campaign.session_timing import session_timing
+from shared.campaign.session_timing import session_timing, stacks_if_overrun
 from shared.campaign.state import (
     MAX_PARTS,
     RUNS_DIR,
@@ -90,7 +91,7 @@ def units_of(runs: dict[str, RunConfig], args) -> list[list[str]]:
     shared/targets/run_groups.py, each split into its first seed's runs and the further seeds', every
     group's first seed before any further seed (a table has one seed of every cell soonest).
     A group that cannot share a batched step on this device (`group_reason`: on a CPU, where
-    one after another is faster) is units of one run."""
+    one after another is faster) or must not (`clients_alone`) is units of one run."""
     from shared.training.group_training import group_reason
 
     groups = form_groups(runs, GROUP_LIMIT)
@@ -98,22 +99,25 @@ def units_of(runs: dict[str, RunConfig], args) -> list[list[str]]:
     ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [
         [r for r in g if runs[r].seed != first] for g in groups
     ]
-    units = []
+    units, settings = [], getattr(args, "settings", None)
     for unit in filter(None, ordered):
         together = (
             len(unit) > 1
+            and not clients_alone(args)
             and group_reason(
-                [
-                    with_runtime(
-                        runs[r], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None)
-                    )
-                    for r in unit
-                ]
+                [with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, settings) for r in unit]
             )
             is None
         )
         units += [unit] if together else [[r] for r in unit]
     return units
+
+
+def clients_alone(args) -> bool:
+    """--clients-per-step 1 or --set trainer.clients_per_step=1 (a GPU session's safest settings):
+    no client shares a batched step, nor a run, which a group on CUDA does at any clients_per_step."""
+    trainer = (getattr(args, "settings", None) or {}).get("trainer", {})
+    return trainer.get("clients_per_step", args.clients_per_step) == 1
 
 
 def train_unit(
@@ -142,8 +146,9 @@ def train_unit(
             timed_rounds.run_timed(cfg, runs_dir / rid, deadline)
         except (timed_rounds.OutOfTime, ConfigError, DataError):  # out of time, or this machine cannot run it
             raise
-        except Exception as exc:  # one line, then the next run: a session is too short to stop at one failure
+        except Exception as exc:  # said with its traceback, then the next run: a session is too short to stop
             print(f"run {rid} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+            traceback.print_exc()
             raised.append(rid)
     return raised
 
@@ -213,10 +218,11 @@ def timed_unit(
             return None
         except (ConfigError, DataError):  # this machine cannot run it (no CUDA, no data): nor the others
             raise
-        except Exception as exc:  # one line, then the next run: a session is too short to stop at one failure
+        except Exception as exc:  # said with its traceback, then the next run: a session is too short to stop
             counts["raised"] += len(rids)
             raised = rids
             print(f"run(s) {' '.join(rids)} raised {type(exc).__name__}: {exc}", file=sys.stderr)
+            traceback.print_exc()
             if unit:
                 unit.outcome = f"raised {type(exc).__name__}: {exc}"
     return raised
@@ -446,13 +452,13 @@ def chosen_runs(runs: dict[str, RunConfig], args) -> dict[str, RunConfig]:
 def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
+    started = time.time()  # before torch's import (cpu_defaults): a session's deadline counts from its launch
     check_parts(args)
     if getattr(args, "staging", None) is not None:  # the state and timing.json: their folder never holds a temporary
         for written_beside in {args.state.parent, *([args.timing.parent] if args.timing else [])}:
             stage_elsewhere(written_beside, args.staging)
     args.settings = cpu_defaults(args.device, args.clients_per_step, parse_settings(args.set))
     stop_on_sigterm()
-    started = time.time()
     end = started + 60 * args.minutes
     members = state_defaults(args, owner=True)  # the state this command writes: it sets an older form aside
     runs_dir = args.root / RUNS_DIR
@@ -473,7 +479,7 @@ def train(args) -> int:
     carried = carried_finished_size(args.state, members) if state_exists(args.state) else 0
 
     before = session_progress.rounds_now(runs_dir, list(runs))
-    with session_timing(args.timing, args.device) as args.timing_record:
+    with session_timing(args.timing, args.device) as args.timing_record, stacks_if_overrun(end):
         counts = train_runs(runs, args, end, runs_dir, carried)
     for line in session_progress.advanced(before, runs, runs_dir, {c.run_id: c.name for c in args.chosen}):
         print(line)

@@ -107,3 +107,23 @@ def test_a_state_whose_choice_is_not_text_is_refused_in_one_line(tmp_path, capsy
     assert main(["status", TARGET, "--state", str(state), "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "its manifest first holds a value that is not printable text" in err and err.count("\n") == 1
+
+
+def test_the_safest_settings_train_no_group_in_a_batched_step(monkeypatch):
+    """On CUDA a group's runs share a batched step at any trainer.clients_per_step; a GPU session's
+    safest settings (its gate failed: clients one after another) must train none that way."""
+    import torch
+
+    from shared.campaign.gate import SAFEST
+    from shared.targets.runtime_settings import parse_settings
+    from shared.training import group_training
+
+    monkeypatch.setattr(group_training, "resolve_device", lambda name: torch.device("cuda"))  # as on a GPU machine
+    runs, _ = campaign_runs(["papers/fedcad/table2"], "smoke", None)  # a group: one row's settings
+    args = argparse.Namespace(device="cuda", data_root=None, clients_per_step=None, settings={}, chosen=[])
+    assert max(map(len, campaign_train.training_units(runs, args))) > 1  # CUDA's default: groups
+    args.settings = parse_settings(list(SAFEST))
+    units = campaign_train.training_units(runs, args)
+    assert {len(unit) for unit in units} == {1} and sorted(r for u in units for r in u) == sorted(runs)
+    args.settings, args.clients_per_step = {}, 1
+    assert {len(unit) for unit in campaign_train.training_units(runs, args)} == {1}

@@ -620,3 +620,20 @@ def test_runs_trained_outside_a_session_are_listed_with_no_gate(tmp_path):
     assert ship.trained_with([tmp_path / "a"]) == [
         '1 run trained with trainer.device="cpu", trainer.clients_per_step=1 (gate: none)'
     ]
+
+
+def test_training_past_its_deadline_leaves_every_threads_stack_in_the_log():
+    """A round that hangs (a kernel, a sync: no Python handler runs) is stopped from outside; its
+    stacks, written by faulthandler's own thread just past the deadline, say where it was. A
+    piece that ends in time writes none."""
+    script = (
+        "import sys, time; from shared.campaign import session_timing as t; t.OVERRUN_SECONDS = 0.2\n"
+        "with t.stacks_if_overrun(time.time() + float(sys.argv[1])):\n"
+        "    time.sleep(float(sys.argv[2]))\n"
+        "time.sleep(1.0)\n"
+    )
+    for ends_in, sleeps, dumped in ((0.0, 1.0, True), (0.5, 0.1, False)):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(ends_in), str(sleeps)], cwd=ROOT, capture_output=True, text=True
+        )
+        assert proc.returncode == 0 and ("most recent call first" in proc.stderr) == dumped, proc.stderr
