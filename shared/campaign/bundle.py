@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from shared.campaign.ledger import state_parts, upload_budget
@@ -15,6 +16,7 @@ from shared.campaign.train import check_parts, save
 from shared.config.schema import RunConfig
 from shared.data.catalog import data_root
 from shared.runs.files import history_rounds, rounds_done
+from shared.runs.locking import RunBusy, claim_runs
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 
@@ -107,6 +109,7 @@ def bundle(args) -> int:
     members = state_defaults(args)
     runs, _ = campaign_runs(args.targets, args.scale, args.copy_spec)
     out, runs_dir, shipped_runs = args.output, args.root / RUNS_DIR, args.root / SHIPPED / "runs"
+    check_none_training(runs_dir, runs)
     sources = data_files(runs, args.copy_spec, data_root(args.data_root))
     upload_budget(args.max_upload_mib, sum(source.stat().st_size for source, _ in sources))  # before any write
     unsaved = [] if given else not_here(members, runs_dir, shipped_runs)
@@ -133,6 +136,17 @@ def bundle(args) -> int:
         f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}"
     )
     return 0
+
+
+def check_none_training(runs_dir: Path, runs: dict[str, RunConfig]) -> None:
+    """No run of the bundle is being trained here: a piece training on would go on from the
+    state the bundle carries elsewhere, two states of one campaign, and the import of what comes
+    back would find the run locked."""
+    with ExitStack() as held:
+        try:
+            claim_runs(runs_dir, [rid for rid in runs if (runs_dir / rid).is_dir()], held)
+        except RunBusy as busy:
+            raise CampaignError(f"{busy}: stop that training first (SIGTERM saves its state), then bundle") from None
 
 
 def not_here(members: dict[str, bytes], runs_dir: Path, shipped_runs: Path) -> list[str]:

@@ -25,6 +25,7 @@ from shared.campaign.session_timing import SessionTiming, unit_summary
 from shared.campaign.state import read_state
 from shared.campaign.train import with_runtime
 from shared.config.schema import ConfigError, run_id
+from shared.runs.files import hold_lock
 from shared.targets.copies import campaign_runs
 from shared.targets.runtime_settings import parse_settings
 from shared.training.round_timing import RoundTiming
@@ -297,6 +298,13 @@ def test_bundle_carries_a_ledger_and_the_checkpoints_that_fit_never_finished_run
     err = capsys.readouterr().err
     assert err.startswith("error: --max-upload-mib 0.0001: ") and err.count("\n") == 1
     assert not (tmp_path / "tiny").exists()  # refused before anything is written
+
+    # a piece training a run here (its lock held) would go on from the state the bundle takes away
+    with hold_lock(runs_dir / ids[3] / ".lock"):
+        assert main([*bundle, "-o", str(tmp_path / "busy")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: run {ids[3]} is being trained" in err and "stop that training first" in err
+    assert err.count("\n") == 1 and not (tmp_path / "busy").exists()
 
 
 def test_a_returned_state_holds_what_the_session_finished_or_advanced(tmp_path):
