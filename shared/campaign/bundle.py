@@ -10,13 +10,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from shared.campaign.ledger import state_parts, upload_budget
+from shared.campaign.session_checks import SOURCE_FILE
 from shared.campaign.state import CAMPAIGN_STATE, RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import check_parts, save
 from shared.config.schema import RunConfig
 from shared.data.catalog import data_root
-from shared.runs.files import history_rounds, rounds_done
+from shared.runs.files import history_rounds, rounds_done, write_atomically
 from shared.runs.locking import RunBusy, claim_runs
+from shared.runs.provenance import git_commit
 from shared.runs.shipped import SHIPPED, is_finished
 from shared.targets.copies import Copy, campaign_runs
 
@@ -127,6 +129,7 @@ def bundle(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for part in state_files(args.state):
             shutil.copy2(part, out / part.name.replace(args.state.name, BUNDLED_STATE, 1))  # the name the session reads
+    write_atomically(out / SOURCE_FILE, lambda path: path.write_text(git_commit(args.root) + "\n"))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
     if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:

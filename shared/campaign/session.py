@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from shared.campaign.gate import SAFEST, SETTINGS, gate
-from shared.campaign.session_checks import CarryError, check_carry
+from shared.campaign.session_checks import CarryError, carried_source, check_carry
 from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
 from shared.campaign.session_timing import TIMING_FORMAT
 from shared.campaign.state import expected_runs
@@ -337,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out, args.carry = args.out.resolve(), args.carry.resolve()  # the steps run in the checkout
+    os.environ.update({**carried_source(args.carry), **os.environ})  # the steps' runs record its commit
     args.out.mkdir(parents=True, exist_ok=True)
     session = Session(args)
     # killed at its deadline: the step's own files written (stop_child), timing.json too

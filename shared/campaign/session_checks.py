@@ -17,10 +17,22 @@ from shared.campaign.state import expected_runs, manifest_copy, read_state, stat
 from shared.campaign.state_reading import CampaignError
 from shared.data.catalog import DataError
 from shared.runs.files import write_atomically
-from shared.runs.provenance import environment
+from shared.runs.provenance import SOURCE_ENV, environment
 from shared.targets.copies import Copy
 
 STATE = "state.tar.gz"  # the carried state's name in the bundle (or its parts)
+SOURCE_FILE = "source-commit.txt"  # the commit the bundle's checkout was at (shared.runs.provenance SOURCE_ENV)
+
+
+def carried_source(carry: Path) -> dict[str, str]:
+    """The environment a session's steps take the checkout's commit from, where the copy has no
+    .git: the bundle's SOURCE_FILE, its first line (provenance checks its form)."""
+    try:
+        with open(carry / SOURCE_FILE, "rb") as file:
+            line = file.read(100).decode("ascii", "replace").strip()
+    except OSError:
+        return {}
+    return {SOURCE_ENV: line} if line else {}
 
 
 def environment_record(path: Path) -> dict:

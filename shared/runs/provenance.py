@@ -28,6 +28,9 @@ PACKAGES = (
     "snakemake-executor-plugin-slurm",
 )
 REPO = Path(__file__).resolve().parents[2]
+# "<sha>" or "<sha>-dirty": the commit a checkout copied without its .git was made from (a GPU
+# session's bundle records it, shared/campaign/bundle.py), read where git finds none
+SOURCE_ENV = "FEDREPRO_SOURCE_COMMIT"
 
 
 def _git(*args: str, repo: Path = REPO) -> str | None:
@@ -44,9 +47,18 @@ def git_state(repo: Path = REPO) -> dict:
     rewrites its state while it trains, which says nothing about the code that made a run."""
     commit = _git("rev-parse", "HEAD", repo=repo)
     if commit is None:
-        return {"commit": None, "dirty": None}
+        return carried_commit()
     status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", repo=repo)
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def carried_commit() -> dict:
+    """git_state's record of SOURCE_ENV: a commit of 40 hexadecimal digits, else none."""
+    value = os.environ.get(SOURCE_ENV, "")
+    sha = value.removesuffix("-dirty")
+    if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
+        return {"commit": None, "dirty": None}
+    return {"commit": sha, "dirty": value.endswith("-dirty")}
 
 
 def git_commit(repo: Path = REPO) -> str:

@@ -288,6 +288,7 @@ def test_bundle_carries_a_ledger_and_the_checkpoints_that_fit_never_finished_run
     assert not [m for m in members if m.startswith("finished/")]
     assert {m.split("/")[1] for m in members} == {ids[3], ids[4]}
     assert "ledger of 2 finished runs" in capsys.readouterr().out
+    assert (tmp_path / "carry" / "source-commit.txt").read_text() == "unknown\n"  # tmp_path is no git checkout
 
     assert main([*bundle, "-o", str(tmp_path / "small"), "--max-upload-mib", "0.4"]) == 0
     assert {m.split("/")[1] for m in read_state(tmp_path / "small" / "state.tar.gz")[1]} == {ids[3]}
