@@ -89,6 +89,7 @@ class Session:
             stage_elsewhere(self.out, self.staging)
         self.limits = state_limits(args)
         self.log, self.child = Log(self.out / "session.log", self.limits.log_bytes), None
+        self.source = carried_source(args.carry)  # the checkout's commit, which the steps' runs record
 
     def written_elsewhere(self, name: str) -> Path:
         """Where a step writes OUTDIR's file `name` before `publish` renames it into OUTDIR."""
@@ -113,7 +114,7 @@ class Session:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**child_env(self.args.device), **(env or {})},
+            env={**self.source, **child_env(self.args.device), **(env or {})},
             cwd=REPO,
             errors="replace",
         )
@@ -337,7 +338,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out, args.carry = args.out.resolve(), args.carry.resolve()  # the steps run in the checkout
-    os.environ.update({**carried_source(args.carry), **os.environ})  # the steps' runs record its commit
     args.out.mkdir(parents=True, exist_ok=True)
     session = Session(args)
     # killed at its deadline: the step's own files written (stop_child), timing.json too

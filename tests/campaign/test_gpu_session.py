@@ -646,3 +646,27 @@ def test_training_past_its_deadline_leaves_every_threads_stack_in_the_log():
             [sys.executable, "-c", script, str(ends_in), str(sleeps)], cwd=ROOT, capture_output=True, text=True
         )
         assert proc.returncode == 0 and ("most recent call first" in proc.stderr) == dumped, proc.stderr
+
+
+def test_a_sessions_steps_take_the_commit_its_bundle_was_made_at(tmp_path, monkeypatch):
+    """The GPU machine's copy of the checkout has no .git: each step (the environment record,
+    the gate, train) sees the bundle's source-commit.txt as FEDREPRO_SOURCE_COMMIT, which the
+    runs' provenance reads (tests/runs/test_provenance.py); a commit set by the caller wins."""
+    from shared.campaign import session as gpu_session
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "carry").mkdir()
+    (tmp_path / "carry" / "source-commit.txt").write_text(f"{sha}-dirty\n")
+    monkeypatch.delenv("FEDREPRO_SOURCE_COMMIT", raising=False)
+    args = gpu_session.parser().parse_args(
+        [str(tmp_path / "out"), TABLE_II, "--minutes", "1", "--device", "cpu", "--carry", str(tmp_path / "carry")]
+    )
+    args.out.mkdir()
+    step = [sys.executable, "-c", "import os; print('source', os.environ.get('FEDREPRO_SOURCE_COMMIT'))"]
+    session = gpu_session.Session(args)
+    assert session.run(step, 30) == 0
+    monkeypatch.setenv("FEDREPRO_SOURCE_COMMIT", "f" * 40)
+    assert session.run(step, 30) == 0
+    session.log.close()
+    log = (args.out / "session.log").read_text()
+    assert f"source {sha}-dirty" in log and f"source {'f' * 40}" in log
