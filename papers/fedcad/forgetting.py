@@ -9,7 +9,6 @@ distribution has the lowest entropy (the most skewed one), or `client` if given.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +16,10 @@ import pandas as pd
 
 from shared.config.dotted import deep_merge
 from shared.config.schema import to_dict
-from shared.data.federation import build_federation
-from shared.methods.registry import build_method
-from shared.models.registry import model_for
-from shared.runs.numerics import resolve_device
-from shared.runs.tensor_files import load_tensors
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import Cell, Table
-from shared.training.clients import train_client
 from shared.training.evaluation import evaluate
+from shared.training.probe import final_model, trained_from
 
 # Student abstract, Fig. 2: per-class share of the client's data and per-class accuracy.
 REPORTED = pd.DataFrame(
@@ -55,10 +49,7 @@ def probe(table: Table, fedavg: Cell, runs_dir: Path, client: int | None = None)
     `fedavg` is the run of 10 FedAvg rounds whose model.pt is the starting point; each of the
     table's rows then trains the chosen client for 10 epochs from it."""
     cfg = fedavg.config
-    device = resolve_device(cfg.trainer.device)
-    federation = build_federation(cfg, device)
-    global_model = model_for(cfg, federation).to(device)
-    global_model.load_state_dict(load_tensors(runs_dir / fedavg.run_id / "model.pt", device))
+    federation, global_model = final_model(cfg, runs_dir / fedavg.run_id)
     cid = most_skewed_client(federation.counts) if client is None else client
     counts = federation.counts[cid]
     rows = {
@@ -70,10 +61,7 @@ def probe(table: Table, fedavg: Cell, runs_dir: Path, client: int | None = None)
             None,
             deep_merge(to_dict(cfg), deep_merge(row.config, {"method": row.method, "local": {"epochs": LOCAL_EPOCHS}})),
         )
-        method = build_method(local_cfg, federation)
-        method.prepare_round(cfg.federation.rounds, global_model)
-        model = copy.deepcopy(global_model)
-        train_client(method, federation.clients[cid], model, local_cfg, cfg.federation.rounds)
+        model = trained_from(global_model, federation, local_cfg, cid, cfg.federation.rounds)
         rows[row.label] = np.array(evaluate(model, federation.test, federation, local_cfg)["per_class_acc"]) / 100
     return pd.DataFrame(rows, index=federation.dataset.classes).T.rename_axis(f"client {cid}")
 

@@ -15,26 +15,21 @@ local objective is the only difference (FedSSD as printed, and its weight-M read
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from papers.fedssd.fedssd import confusion_counts
 from shared.config.dotted import deep_merge
 from shared.config.schema import to_dict
-from shared.data.federation import build_federation
 from shared.methods.fedavg import predict
-from shared.methods.registry import build_method
-from shared.models.registry import model_for
 from shared.runs.files import read_history, read_partition, read_summary
-from shared.runs.numerics import resolve_device, select_device, set_numerics
-from shared.runs.tensor_files import load_tensors
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import Cell, Row
-from shared.training.clients import train_client
 from shared.training.evaluation import autocast
+from shared.training.probe import final_model, trained_from
 
 FIG3_CLIENT, FIG4_CLIENT = 0, 8  # the paper's clients
 
@@ -95,11 +90,10 @@ def draw_class_wise(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
 
 def confusion(model, federation, cfg) -> np.ndarray:
     """Counts of (true class, predicted class) of `model` on the test split."""
-    test, k = federation.test, federation.num_classes
     model.eval()
     with autocast(cfg, federation.device):  # as the run's own evaluation
-        predicted = predict(model, test.x, federation.augmenter, cfg.eval.batch_size).argmax(1)
-    return torch.bincount(test.y * k + predicted, minlength=k * k).view(k, k).cpu().numpy()
+        predicted = predict(model, federation.test.x, federation.augmenter, cfg.eval.batch_size).argmax(1)
+    return confusion_counts(predicted, federation.test.y, federation.num_classes).long().cpu().numpy()
 
 
 def probe_confusions(fedavg: Cell, rows: list[Row], runs_dir: Path, client: int = FIG4_CLIENT) -> dict:
@@ -107,20 +101,12 @@ def probe_confusions(fedavg: Cell, rows: list[Row], runs_dir: Path, client: int 
     global model's confusion counts, and those of the local model each of `rows` trains on the
     client from it (`local.epochs` epochs)."""
     cfg = fedavg.config
-    device = resolve_device(cfg.trainer.device)
-    select_device(device)
-    set_numerics(device, cfg.trainer.deterministic)
-    federation = build_federation(cfg, device)
-    global_model = model_for(cfg, federation).to(device)
-    global_model.load_state_dict(load_tensors(runs_dir / fedavg.run_id / "model.pt", device))
+    federation, global_model = final_model(cfg, runs_dir / fedavg.run_id)
     panels = {"data": federation.counts[client][None, :], "global model": confusion(global_model, federation, cfg)}
     for row in rows:
         local_cfg = load_config(None, deep_merge(to_dict(cfg), deep_merge(row.config, {"method": row.method})))
-        method = build_method(local_cfg, federation)
-        method.prepare_round(cfg.federation.rounds, global_model)
-        model = copy.deepcopy(global_model)
         torch.manual_seed(cfg.seed)
-        train_client(method, federation.clients[client], model, local_cfg, cfg.federation.rounds)
+        model = trained_from(global_model, federation, local_cfg, client, cfg.federation.rounds)
         panels[f"{row.label} local model"] = confusion(model, federation, local_cfg)
     return panels
 

@@ -30,10 +30,16 @@ from shared.config.schema import NonNegative, Probability, check
 from shared.methods.fedavg import GlobalTeacher, kl_div, predict
 
 
-def credibility_matrix(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Row-normalised confusion matrix: A[k1, k2] = P(predict k2 | true class k1)."""
+def confusion_counts(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """C[k1, k2]: the samples of true class k1 predicted as k2 (float: whole numbers)."""
     counts = torch.zeros(num_classes, num_classes, device=y.device)
     counts.index_put_((y, pred), torch.ones_like(y, dtype=counts.dtype), accumulate=True)
+    return counts
+
+
+def credibility_matrix(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Row-normalised confusion matrix: A[k1, k2] = P(predict k2 | true class k1)."""
+    counts = confusion_counts(pred, y, num_classes)
     return counts / counts.sum(1, keepdim=True).clamp(min=1)
 
 
