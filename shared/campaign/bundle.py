@@ -1,14 +1,17 @@
-"""`bundle`: what an offline GPU machine needs beside the checkout: the data its runs read, the
-wheels it may lack, and a state file of the runs finished and in progress here."""
+"""`bundle`: what an offline GPU machine needs beside the checkout: the data its runs read (a
+copy packed, shared/campaign/carried_data.py), the wheels it may lack, and a state file of the runs
+finished and in progress here."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
+from shared.campaign.carried_data import PACKED, pack
 from shared.campaign.ledger import state_parts, upload_budget
 from shared.campaign.session_checks import SOURCE_FILE
 from shared.campaign.state import CAMPAIGN_STATE, RUNS_DIR, part_bytes, state_defaults, state_files, state_runs
@@ -29,15 +32,15 @@ OFFLINE_WHEELS = ("pyyaml>=6",)
 
 
 def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -> list[tuple[Path, Path]]:
-    """(source, place under the bundle's data root) of the files the runs read: the copy, or
-    the official archives found in the local data root."""
+    """(source, place under the bundle's data root) of the files the runs read: the copy, packed
+    (its place named as it is, and PACKED), or the official archives found in the local data root."""
     from shared.data.catalog import COPIES
     from shared.data.datasets import CIFAR
 
     if copy is not None:
         if copy.path is None:
             raise CampaignError("bundle needs the copy's file: --copy NAME=FILE")
-        return [(copy.path, Path(COPIES) / copy.path.name)]
+        return [(copy.path, Path(COPIES) / (copy.path.name + PACKED))]
     names = {cfg.dataset.name for cfg in runs.values()}
     found = [
         (data_root / CIFAR[n]["archive"].filename, Path(CIFAR[n]["archive"].filename)) for n in names if n in CIFAR
@@ -46,6 +49,30 @@ def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -
     if absent:
         raise CampaignError(f"{absent[0]} is not here to bundle; download it first (or train on a copy: --copy)")
     return found
+
+
+def carry_data(sources: list[tuple[Path, Path]], root: Path, max_upload_mib: float | None) -> None:
+    """Each source at its place under `root`, packed where data_files says so; refused in one
+    line, before any write, where the data alone leaves no room for a state."""
+    with tempfile.TemporaryDirectory() as packing:
+        staged = [(staged_file(source, place, Path(packing)), place) for source, place in sources]
+        upload_budget(max_upload_mib, sum(file.stat().st_size for file, _ in staged))
+        for file, place in staged:
+            (root / place).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, root / place)
+    for source, place in sources:
+        unpacked = root / place.with_name(source.name)
+        if place.name != source.name and unpacked.exists():  # an earlier bundle's, which the device would get too
+            print(f"note: {unpacked} (unpacked) travels too; remove it to carry less", file=sys.stderr)
+
+
+def staged_file(source: Path, place: Path, packing: Path) -> Path:
+    """The file that goes to `place`: `source` itself, or packed into the folder `packing` where
+    the place names it packed."""
+    if place.name != source.name + PACKED:
+        return source
+    pack(source, packing / place.name)
+    return packing / place.name
 
 
 def wheels(out: Path, wheels_from: Path | None) -> list[str]:
@@ -113,15 +140,12 @@ def bundle(args) -> int:
     out, runs_dir, shipped_runs = args.output, args.root / RUNS_DIR, args.root / SHIPPED / "runs"
     check_none_training(runs_dir, runs)
     sources = data_files(runs, args.copy_spec, data_root(args.data_root))
-    upload_budget(args.max_upload_mib, sum(source.stat().st_size for source, _ in sources))  # before any write
     unsaved = [] if given else not_here(members, runs_dir, shipped_runs)
     if unsaved:
         raise CampaignError(
             f"{args.state} holds {len(unsaved)} runs further than here (e.g. {unsaved[0]}); import it first"
         )
-    for source, place in sources:
-        (out / "data" / place).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, out / "data" / place)
+    carry_data(sources, out / "data", args.max_upload_mib)
     names = [] if args.no_wheels else wheels(out / "wheels", args.wheels_from)
     if not given:
         bundle_state(args, runs, out)

@@ -1,7 +1,7 @@
 """What a GPU session does before anything costly (the gate, training): `environment_record`
 (environment.json), then `check_carry`: the carried state (readable, every checksum verified,
 made for the session's targets and scale) and the carried data (each archive the targets' runs
-read, present, with its published checksum; a copy, found by its SHA-256). A failure is one
+read, present, with its published checksum; a copy, unpacked and found by its SHA-256). A failure is one
 line (`CarryError`), said within seconds of the start: a session on a machine without network
 would otherwise find it minutes later, when a run first reads its data and tries to download it."""
 
@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared.campaign.carried_data import UnpackError, unpack_all
 from shared.campaign.state import expected_runs, manifest_copy, read_state, state_exists
 from shared.campaign.state_reading import CampaignError
 from shared.data.catalog import DataError
@@ -101,10 +102,15 @@ def carried_manifest(state: Path, targets: list[str], scale: str | None) -> dict
 
 def check_data(root: Path, targets: list[str], scale: str, copy: Copy | None) -> None:
     """Each official archive the targets' runs read under `root`, with its published checksum;
-    or the copy the state names. Synthetic data needs nothing."""
-    from shared.data.catalog import file_digest, find_copy
+    or the copy the state names, unpacked first where it travelled packed. Synthetic data needs
+    nothing."""
+    from shared.data.catalog import COPIES, file_digest, find_copy
     from shared.data.datasets import CIFAR  # loads torch
 
+    try:
+        unpack_all(root / COPIES)
+    except UnpackError as exc:
+        raise CarryError(f"the carried data: {exc}") from None
     if copy is not None:
         try:
             find_copy(root, copy.sha256)

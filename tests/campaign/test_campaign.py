@@ -6,6 +6,7 @@ next GPU session); `import` into the first; the table built from shipped runs, p
 whole; the workflow scheduling no run; the resumed run equal to an uninterrupted one.
 """
 
+import gzip
 import io
 import json
 import shutil
@@ -27,6 +28,7 @@ from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign import unit_sizing
 from shared.campaign.cli import main
+from shared.campaign.session_checks import check_carry
 from shared.campaign.ship import build_shipped_figure, build_shipped_table, write_listing
 from shared.campaign.state import read_state, write_state
 from shared.config.dotted import deep_merge
@@ -258,6 +260,10 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
         )
         == 0
     )
+    packed = bundle / "data" / "copies" / "renamed.zip.gz"  # a copy travels packed, and unpacks to its bytes
+    assert gzip.decompress(packed.read_bytes()) == (copies / "renamed.zip").read_bytes()
+    assert not (bundle / "data" / "copies" / "renamed.zip").exists()
+    assert check_carry(bundle, ["papers/fedcad/table4"], None) == "paper"  # the session's check unpacks it
     assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
     manifest = read_state(bundle / "state.tar.gz")[0]  # a first state where the session reads it: it needs no --copy
     assert manifest["copy"]["sha256"] == sha and manifest["targets"] == ["papers/fedcad/table4"]

@@ -436,7 +436,7 @@ def test_a_unit_refreshes_the_state_and_its_timing_between_rounds(tmp_path, monk
 
 
 def test_a_session_whose_bundle_cannot_serve_it_stops_in_one_line_within_30_s(tmp_path):
-    """Data missing or corrupt, a carried state unreadable or bundled for other targets: after
+    """Data missing or corrupt (a packed copy too), a carried state unreadable or bundled for other targets: after
     environment.json and before the gate, one line on stderr and in session.log, exit 2, within
     30 s of the start; nothing else in OUTDIR."""
     carry = tmp_path / "carry"
@@ -448,11 +448,17 @@ def test_a_session_whose_bundle_cannot_serve_it_stops_in_one_line_within_30_s(tm
     def garbage_state():
         (carry / "state.tar.gz").write_bytes(b"not a state")
 
+    def damaged_packed_copy():
+        (carry / "state.tar.gz").unlink()
+        (carry / "data" / "copies").mkdir()
+        (carry / "data" / "copies" / "mine.zip.gz").write_bytes(b"not gzip")
+
     cases = (
         ("paper", lambda: None, "cifar-10-python.tar.gz is missing"),
         ("paper", lambda: archive.write_bytes(b"not CIFAR-10"), "cifar-10-python.tar.gz fails its md5 checksum"),
         ("smoke", garbage_state, "cannot be read"),
         ("smoke", lambda: shutil.copy(other, carry / "state.tar.gz"), f"bundled for {TARGET}, not {TABLE_II}"),
+        ("smoke", damaged_packed_copy, "copies/mine.zip.gz cannot be unpacked"),
     )
     for i, (scale, spoil, message) in enumerate(cases):
         spoil()
