@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 from shared.reporting.shared_runs import shared_markdown, shared_runs, write_shared_files
-from shared.targets.cost import THROUGHPUT, measured_throughput, plan
+from shared.targets.cost import THROUGHPUT, gpu_hours, measured_throughput, plan
+from shared.targets.figure_declarations import get_figure
 from shared.targets.resolve import TargetError, command_targets, named_cells
 
 
@@ -68,7 +69,8 @@ SUBTOTALS = {"table": "tables", "fig": "figures", "search_": "searches"}
 
 def target_costs(paper: str, names: list[str], scale: str, throughput: dict) -> tuple[dict[str, dict], set[str]]:
     """Each target's new runs and GPU-hours, in the order named (a run that a target before it
-    needs is counted there alone), and the models they train."""
+    needs is counted there alone; a figure's probes, Figure.probe, with the figure), and the
+    models they train."""
     seen: set[str] = set()
     models: set[str] = set()
     costs = {}
@@ -76,6 +78,8 @@ def target_costs(paper: str, names: list[str], scale: str, throughput: dict) -> 
         cells = named_cells(paper, name, scale)
         models |= {c.config.model.name for c in cells}
         costs[name] = plan(cells, seen, throughput)
+        if name.startswith("fig") and (figure := get_figure(paper, name)).probe is not None:  # its own GPU jobs
+            costs[name]["gpu_hours"] += sum(figure.probe_cost * gpu_hours(c.config, throughput) for c in cells)
     return costs, models
 
 

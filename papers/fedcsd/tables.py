@@ -3,7 +3,9 @@ tables, figures and searches as data, with the numbers the paper reports (single
 paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed from the means)."""
 
 from dataclasses import replace
+from functools import partial
 
+from papers.fedcsd.exploratory import draw_exploratory, probe_local_training
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best
 from shared.targets.figure_declarations import Figure
@@ -271,7 +273,33 @@ CONVERGENCE = Table(
     reported={},
 )
 
+# Fig. 1: the exploratory round of 50 local epochs from a trained global model, the final one of
+# Table I's FedAvg run at β = 0.5, seed 0 (the same run, under its own id); papers/fedcsd/exploratory.py.
+EXPLORATORY = Table(
+    paper="fedcsd",
+    name="fig1_grid",
+    caption="The global model the exploratory round starts from",
+    base=PROTOCOL,
+    metric=BEST,
+    rows=[BASELINES[0]],
+    columns=[LABEL_SKEW[1]],
+    seeds=(0,),
+    reported={},
+)
+
 FIGURES = [
+    Figure(
+        "fedcsd",
+        "fig1",
+        "Evolution of the global and local models over the local epochs of one round on CIFAR-100 (β = 0.5): "
+        "(a) logit distance, (b) feature distance, (c) test accuracy, with logit and feature distillation beside "
+        "FedAvg, (d) accuracy on the test set and the local training data.",
+        kind="custom",
+        table=EXPLORATORY,
+        draw_with=draw_exploratory,
+        probe=partial(probe_local_training, logit_distillation=ABLATION[1]),
+        probe_cost=0.6,  # 3 x 10 clients x 50 epochs (the run: 100 rounds x 10 x 5), and each epoch evaluated
+    ),
     Figure(
         "fedcsd",
         "fig3",

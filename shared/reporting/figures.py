@@ -47,7 +47,7 @@ from shared.reporting.figure_style import (
 from shared.reporting.summary import cell_value
 from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
-from shared.targets.figure_declarations import Figure
+from shared.targets.figure_declarations import Figure, probe_path
 from shared.targets.papers import display_name
 from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table
 
@@ -281,12 +281,23 @@ def figure_title(figure: Figure, scale: str) -> str:
     return f"{name} Fig. {number}: {figure.caption}\nScale: {scale} ({SCALE_NOTES.get(scale, 'reduced scale')})"
 
 
+def read_probe(figure: Figure, cell: Cell, runs_dir: str | Path):
+    """The DataFrame the figure's probe saved for the cell's run (the workflow's rule probe)."""
+    import pandas as pd
+
+    path = probe_path(runs_dir, figure.paper, figure.name, cell.run_id)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: {figure.paper}/{figure.name}'s probe of run {cell.run_id} is not there")
+    return pd.read_csv(path)
+
+
 def build_figure(
     figure: Figure, scale: str, runs_dir: str | Path, out_dir: str | Path, runtime: dict | None = None
 ) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cells = figure.cells(scale, runtime)
+    probed = {"probed": [read_probe(figure, cell, runs_dir) for cell in cells]} if figure.probe else {}
     draw(
         figure.kind,
         cells,
@@ -297,6 +308,7 @@ def build_figure(
         value=figure.value,
         draw_with=figure.draw_with,
         scale=scale,
+        **probed,
     )
     info = {
         "figure": f"{figure.paper}/{figure.name}",

@@ -8,6 +8,7 @@ matplotlib or pandas."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from shared.targets.table_declarations import Cell, Table, declared, declared_one, expand, get_table
@@ -30,6 +31,12 @@ class Figure:
       round_metric  a number the method logs each round (`value`, e.g. mask_filter_rate);
       custom      `draw_with(cells, runs_dir, out_stem, title, table=...)`, a paper's own
                   protocol on top of the runs (FedCAD's per-class forgetting probe).
+
+    A custom figure whose protocol is too costly for the drawing job declares it as `probe`:
+    `probe(cfg, run_dir, scale)` returns a DataFrame from a cell's finished run (its model.pt),
+    computed by a GPU job of its own per cell (the workflow's rule probe, shared/probe_job.py,
+    its time limit `probe_cost` times the run's), saved at `probe_path`; draw_with gets the
+    frames, in the order of the cells, as `probed=`.
     """
 
     paper: str
@@ -41,6 +48,8 @@ class Figure:
     rows: list[str] | None = None  # the table's methods to draw (default: all)
     value: str | None = None  # round_metric: the per-round key in metrics.jsonl
     draw_with: Callable | None = None  # custom
+    probe: Callable | None = None  # custom: a GPU job's computation on each cell's finished run
+    probe_cost: float = 0.0  # a probe's GPU time, in runs of its cell
 
     def __post_init__(self):
         if self.kind not in FIGURE_KINDS:
@@ -51,6 +60,8 @@ class Figure:
             raise ValueError(f"{self.paper}/{self.name}: a round_metric figure needs value=")
         if (self.kind == "custom") != (self.draw_with is not None):
             raise ValueError(f"{self.paper}/{self.name}: draw_with= goes with kind='custom' and only with it")
+        if (self.probe is not None) != (self.probe_cost > 0) or (self.probe is not None and self.kind != "custom"):
+            raise ValueError(f"{self.paper}/{self.name}: probe= goes with probe_cost > 0 and kind='custom'")
 
     @property
     def source(self) -> Table:
@@ -68,6 +79,17 @@ class Figure:
             first_row = cells[0].row.label if cells else None
             cells = [c for c in cells if c.row.label == first_row and c.seed == table.seeds[0]]
         return cells
+
+
+def probes_dir(runs_dir: str | Path) -> Path:
+    """The folder of the figures' probes: beside the runs folder (results/probes/)."""
+    return Path(runs_dir).parent / "probes"
+
+
+def probe_path(runs_dir: str | Path, paper: str, figure: str, run_id: str) -> Path:
+    """Where the probe of `paper`'s `figure` on run `run_id` is saved, named by the run (so by
+    scale and data too)."""
+    return probes_dir(runs_dir) / f"{paper}-{figure}-{run_id}.csv"
 
 
 def paper_figures(paper: str) -> dict[str, Figure]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from queue import SimpleQueue
@@ -116,18 +117,25 @@ def step_model(model: Net, compiled: torch.nn.Module | None, batch: int, batch_s
 
 
 def train_client(
-    method: FedAvg, client: Client, model: Net, cfg: RunConfig, round: int, compiled: torch.nn.Module | None = None
+    method: FedAvg,
+    client: Client,
+    model: Net,
+    cfg: RunConfig,
+    round: int,
+    compiled: torch.nn.Module | None = None,
+    each_epoch: Callable[[int, Net], None] | None = None,
 ) -> ClientUpdate:
     """Local training of one client from the model's current (global) weights: the per-batch
     local step of every method, `local.epochs` epochs of the method's `local_loss`; `compiled`:
-    the model compiled for full batches (`compile_for_full_batches`)."""
+    the model compiled for full batches (`compile_for_full_batches`); `each_epoch(epoch, model)`
+    after each epoch (a figure's probe of local training, epoch 1 first)."""
     loc = cfg.local
     model.train()
     optimizer = local_optimizer(model, loc)
     generator = client_generator(cfg.seed, round, client.id, client.index.device)
     method.start_client(client, model)
     steps, loss_sum = 0, torch.zeros((), device=client.index.device)
-    for _ in range(loc.epochs):
+    for epoch in range(loc.epochs):
         for x, y in client.batches(loc.batch_size, generator):
             inputs = method.step_inputs(client, len(y), generator)
             with autocast(cfg, client.index.device):
@@ -139,6 +147,8 @@ def train_client(
             optimizer.step()
             loss_sum += loss.detach().float()
             steps += 1
+        if each_epoch is not None:
+            each_epoch(epoch + 1, model)
     state = snapshot(model)
     check_finite(state, client.id, round)
     update = ClientUpdate(client.id, state, client.num_samples, steps, (loss_sum / max(steps, 1)).item())

@@ -502,3 +502,63 @@ def test_fedssd_fig4_trains_client_8_from_the_fedavg_runs_global_model(tmp_path)
     assert not np.array_equal(local["FedAvg"], tested)
     # each row's own objective: weight M distils far more than the printed M^2 (at most 1e-4)
     assert not np.array_equal(local["FedSSD (weight M)"], local["FedAvg"])
+
+
+def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp_path):
+    """Table I's FedAvg run (β = 0.5, seed 0; the same id) gives the global model; the probe job
+    trains every client from it with each objective, measuring each epoch; the figure draws the
+    probe's frame, and without it says which probe is missing."""
+    from shared import probe_job
+    from shared.runs.files import read_summary
+    from shared.targets.figure_declarations import probe_path
+    from shared.targets.table_declarations import get_table
+    from shared.training.trainer import run
+
+    figure = paper_figures("fedcsd")["fig1"]
+    (cell,) = figure.cells("smoke")
+    table1 = [c for c in expand(get_table("fedcsd", "table1"), "smoke") if c.row.label == "FedAvg"]
+    assert cell.run_id == next(c.run_id for c in table1 if c.column.label == "CIFAR-100 β=0.5" and c.seed == 0)
+    runs = tmp_path / "runs"
+    run(cell.config, runs / cell.run_id)
+    with pytest.raises(FileNotFoundError, match=f"fedcsd/fig1's probe of run {cell.run_id}"):
+        build_figure(figure, "smoke", runs, tmp_path / "out")
+
+    path = probe_path(runs, "fedcsd", "fig1", cell.run_id)
+    job = ["papers/fedcsd/fig1", "--run", str(runs / cell.run_id), "--out", str(path), "--scale", "smoke"]
+    assert probe_job.main(job[:1] + ["--run", str(runs / ("0" * 16)), *job[3:]]) == 2  # no such run: one line
+    assert probe_job.main(["papers/fedcsd/fig3", *job[1:]]) == 2 and not path.exists()  # no probe to run
+    assert probe_job.main([*job, "trainer.client_threads=1"]) == 0  # as the workflow's probe job calls it
+    frame = pd.read_csv(path)
+    variants = ["FedAvg", "logit distillation", "feature distillation"]
+    assert list(frame.variant.unique()) == variants
+    assert len(frame) == len(variants) * 2 * 4  # global and local, epochs 0-3 (a reduced scale's three)
+    start = frame[frame.epoch == 0]
+    assert (start.logit_distance == 0).all() and (start.feature_distance == 0).all()
+    assert start.test_acc.to_numpy() == pytest.approx(read_summary(runs / cell.run_id)["final_acc"], abs=1e-3)
+    trained = frame[frame.epoch > 0].set_index(["variant", "model", "epoch"]).sort_index()
+    assert (trained.logit_distance > 0).all() and (trained.feature_distance > 0).all()
+    for other in variants[1:]:  # each its own objective: not FedAvg's local models
+        assert not np.allclose(trained.loc[other, "local"].to_numpy(), trained.loc["FedAvg", "local"].to_numpy())
+
+    build_figure(figure, "smoke", runs, tmp_path / "out")
+    assert pd.read_csv(tmp_path / "out" / "figure.csv").equals(pd.read_csv(path))
+    assert (tmp_path / "out" / "figure.png").stat().st_size > 0
+
+
+def test_feature_distillation_adds_mu_times_the_features_mse_to_the_cross_entropy():
+    """Eq. 5 beside the cross-entropy: the teacher is the round's global model, frozen."""
+    import torch
+    import torch.nn.functional as F
+
+    from papers.fedcsd.exploratory import FeatureDistillation
+    from shared.models.nets import Net
+
+    torch.manual_seed(0)
+    global_model = Net(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8)), 8, 3)
+    method = FeatureDistillation(FeatureDistillation.Params(mu=0.5), cfg=None, federation=None)
+    method.prepare_round(1, global_model)
+    local = Net(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8)), 8, 3)
+    x, y = torch.randn(5, 3, 2, 2), torch.tensor([0, 1, 2, 0, 1])
+    expected = F.cross_entropy(local(x), y) + 0.5 * F.mse_loss(local.features(x), global_model.features(x))
+    assert method.local_loss(local, x, y, client=None).item() == pytest.approx(expected.item())
+    assert not any(p.requires_grad for p in method.teacher.parameters())

@@ -170,6 +170,26 @@ def test_every_table_figure_and_search_dry_runs(project, scale):
     assert job_counts(proc.stdout)["run"] == len(expected_runs)
 
 
+def test_a_figures_probe_is_a_gpu_job_of_its_own_between_its_run_and_the_drawing(project):
+    """FedCSD's Fig. 1 (Figure.probe): its run, one probe job that asks for a GPU and a time
+    limit from the figure's probe_cost of the run, then the figure, which reads the probe."""
+    import math
+
+    from shared.targets.cost import gpu_hours
+
+    figure = paper_figures("fedcsd")["fig1"]
+    (cell,) = figure.cells("paper")
+    proc = snakemake(project, "-n", "--config", "device=cuda", "--", "papers/fedcsd/fig1")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert job_counts(proc.stdout) == {"run": 1, "probe": 1, "figure": 1, "papers/fedcsd/fig1": 1}, proc.stdout
+    job = proc.stdout.split("rule probe:")[1].split("rule ")[0]
+    minutes = 10 + math.ceil(2 * 60 * figure.probe_cost * gpu_hours(cell.config))
+    assert f"output: results/probes/fedcsd-fig1-{cell.run_id}.csv" in job
+    assert "gpu=1" in job and f"runtime={minutes}," in job, job
+    figure_job = proc.stdout.split("rule figure:")[1].split("rule ")[0]
+    assert f"results/probes/fedcsd-fig1-{cell.run_id}.csv" in figure_job
+
+
 def test_unknown_table_lists_valid_names(project):
     proc = snakemake(project, "-n", "--", "papers/fedssd/table9")
     assert proc.returncode != 0

@@ -15,6 +15,7 @@ from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
 from shared.targets.expansion_cache import expansion, save_expansion
+from shared.targets.figure_declarations import probe_path, probes_dir
 from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
@@ -50,6 +51,7 @@ PAPER_SUMMARIES = ["claims"] if COPY is None else []  # a paper's claims span it
 # builds results/smoke/fedssd/table2/.
 OUT = "papers" if DATA_KEY == "paper" else f"results/{DATA_KEY}"
 RUNS_DIR = "results/runs"
+PROBES = probes_dir(RUNS_DIR)  # results/probes: figures' probes of runs (Figure.probe)
 LOGS = f"results/logs/{DATA_KEY}"  # of the table, figure and search jobs (a run's log is keyed by its id)
 INDEX = "results/index.csv"
 
@@ -89,6 +91,11 @@ RUN_COMMAND = (
     f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.workflow_job --scale {SCALE} --configs {CONFIGS}"
     f" --runs {{output}} --attempt {{resources.run_attempt}} --attempts {config['retries'] + 1} --gpu auto"
     f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
+# A probe job's command (Figure.probe on one finished run), composed the same way
+PROBE_COMMAND = (
+    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.probe_job papers/{{wildcards.paper}}/{{wildcards.figure}}"
+    f" --run {RUNS_DIR}/{{wildcards.run_id}} --out {{output}} --scale {SCALE} --configs {CONFIGS} --gpu auto"
+    f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
 ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml
 
 
@@ -98,7 +105,8 @@ def target_path(paper, name):
 
 
 def target_inputs(kind):
-    """The input function of a table, figure or search: its runs' metrics.json."""
+    """The input function of a table, figure or search: its runs' metrics.json (and a figure's
+    probes of them, where it has one)."""
 
     def inputs(wildcards):
         name = getattr(wildcards, kind)
@@ -106,9 +114,25 @@ def target_inputs(kind):
             runs = EXPANSION.target_runs(wildcards.paper, kind, name)
         except ConfigError as exc:  # shown by Snakemake before any job starts
             raise ValueError(str(exc)) from None
-        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs]
+        probes = [probe_path(RUNS_DIR, wildcards.paper, name, rid) for rid in runs] if probed(kind, wildcards) else []
+        return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + [str(p) for p in probes]
 
     return inputs
+
+
+def probed(kind, wildcards):
+    """Whether the target is a figure with a probe (Figure.probe)."""
+    from shared.targets.figure_declarations import get_figure
+
+    return kind == "figure" and get_figure(wildcards.paper, wildcards.figure).probe is not None
+
+
+def probe_minutes(wildcards, attempt):
+    """A probe's wall time, as a run's (`minutes`) for the figure's probe_cost of its run."""
+    from shared.targets.figure_declarations import get_figure
+
+    cost = get_figure(wildcards.paper, wildcards.figure).probe_cost * gpu_hours(RUNS[wildcards.run_id])
+    return capped(int((RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * cost)) * 2 ** (attempt - 1)))
 
 
 def requested_runs(paper, names):

@@ -59,6 +59,31 @@ rule figure:
         build("figure", wildcards.paper, wildcards.figure, output[0], log[0])
 
 
+rule probe:
+    """A figure's probe (Figure.probe) on one of its finished runs: a GPU job of its own, whose
+    frame the figure's drawing reads."""
+    input:
+        f"{RUNS_DIR}/{{run_id}}/metrics.json",
+    output:
+        f"{PROBES}/{{paper}}-{{figure}}-{{run_id}}.csv",
+    wildcard_constraints:
+        paper="[^/-]+",
+        figure="fig[0-9A-Za-z]+",
+        run_id="[0-9a-f]{16}",
+    log:
+        f"{LOGS}/probes/{{paper}}-{{figure}}-{{run_id}}.log",
+    retries: RETRIES
+    conda:
+        ENVIRONMENT
+    threads: run_threads()
+    resources:
+        gpu=0 if config["device"] == "cpu" else 1,  # as a run job
+        mem_mb=lambda wildcards: run_memory(RUNS[wildcards.run_id]),
+        runtime=lambda wildcards, attempt: probe_minutes(wildcards, attempt),
+    shell:
+        PROBE_COMMAND
+
+
 rule search:
     """A hyperparameter search: search.csv, best.yaml (the best point per setting), provenance.yaml."""
     input:

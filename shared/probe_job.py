@@ -1,0 +1,62 @@
+"""The workflow's probe job (workflow/rules/tables.smk, rule probe): a figure's probe
+(`Figure.probe`, shared/targets/figure_declarations.py) on one finished run, saved as CSV where
+the figure's drawing reads it.
+
+    python -m shared.probe_job papers/fedcsd/fig1 --run results/runs/ID --out FILE --scale S
+        [--configs FILE] [--gpu auto] [runtime key=value ...]
+
+The run's config is found as a run job finds it (shared/workflow_job.py: --configs, else by
+expanding the targets at --scale), the runtime overrides too; `--gpu auto` takes a free GPU on a
+host with several. Exit codes: 0 written, 1 the probe raised, 2 refused input (one line)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from shared.config.schema import ConfigError
+from shared.run import input_error
+from shared.runs.files import write_atomically
+from shared.targets.figure_declarations import get_figure
+from shared.targets.resolve import TargetError, command_targets
+from shared.workflow_job import claim_gpu, workflow_configs
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.probe_job", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("figure", metavar="TARGET", help="the figure, as Snakemake names it: papers/<paper>/figN")
+    parser.add_argument("args", nargs="*", help="runtime key=value overrides")
+    parser.add_argument("--run", type=Path, required=True, metavar="DIR", help="the run's folder (results/runs/ID)")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="the CSV to write")
+    parser.add_argument("--scale", default="paper", help="the scale whose runs to look up")
+    parser.add_argument("--configs", metavar="FILE", help="the workflow's run id -> config file (shared.workflow_job)")
+    parser.add_argument("--gpu", choices=["auto"], help="auto: on a host with several GPUs, take a free one")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = argument_parser().parse_intermixed_args(argv)  # the runtime overrides come after the options
+    try:
+        paper, names = command_targets([ns.figure])
+        figure = get_figure(paper, names[0]) if len(names) == 1 and names[0].startswith("fig") else None
+        if figure is None or figure.probe is None:
+            raise ConfigError(f"{ns.figure}: not a figure with a probe")
+        (cfg,) = workflow_configs([ns.run.name], ns.scale, ns.args, ns.configs)
+    except (ConfigError, TargetError, FileNotFoundError) as exc:
+        return input_error(exc)
+    if ns.gpu:  # as a run job takes one (its lock folder beside the runs)
+        cfg.trainer.device = claim_gpu(str(ns.run / "metrics.json")) or cfg.trainer.device
+    started = time.monotonic()
+    frame = figure.probe(cfg, ns.run, ns.scale)
+    write_atomically(ns.out, lambda tmp: frame.to_csv(tmp, index=False))
+    seconds = time.monotonic() - started
+    print(f"probe {ns.figure} of run {ns.run.name}: {len(frame)} rows in {seconds:.0f} s -> {ns.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
