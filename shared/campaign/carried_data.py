@@ -15,6 +15,7 @@ import shutil
 import zlib
 from pathlib import Path
 
+from shared.data.catalog import DataError
 from shared.runs.files import write_atomically
 
 PACKED = ".gz"  # a packed copy's name: the copy's own name and this
@@ -22,7 +23,7 @@ UNPACKED_LIMIT = 16 * 2**30  # bytes one packed copy may unpack to: a damaged or
 CHUNK = 2**20
 
 
-class UnpackError(Exception):
+class UnpackError(DataError):
     """A packed copy that cannot be unpacked; the message is one line."""
 
 

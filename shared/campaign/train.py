@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from shared.campaign import session_progress, unit_sizing
+from shared.campaign.carried_data import unpack_all
 from shared.campaign.first_cells import chosen_cells
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.refresh import Refresh
@@ -466,8 +467,9 @@ def train(args) -> int:
     runs = chosen_runs(runs, args)
     args.chosen = chosen_cells(args.first, args.state_targets, args.scale, args.copy_spec)
     if args.copy_spec is not None:  # missing data is said before anything is restored or trains
-        from shared.data.catalog import find_copy
+        from shared.data.catalog import COPIES, find_copy
 
+        unpack_all(data_root(args.data_root) / COPIES)  # a bundle's packed copy, where train runs without a session
         find_copy(data_root(args.data_root), args.copy_spec.sha256)
     if state_exists(args.state):
         restored = restore(members, runs_dir, args.root / SHIPPED / "runs")

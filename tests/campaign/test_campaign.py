@@ -265,6 +265,12 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     assert not (bundle / "data" / "copies" / "renamed.zip").exists()
     assert check_carry(bundle, ["papers/fedcad/table4"], None) == "paper"  # the session's check unpacks it
     assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
+    (bundle / "data" / "copies" / "renamed.zip").unlink()  # and `train` on the bundle's data without a session
+    train_there = ["train", "papers/fedcad/table4", "--copy", f"cifar10={sha}", "--minutes", "0.001"]
+    capsys.readouterr()
+    main([*train_there, "--data-root", str(bundle / "data"), "--state", str(tmp_path / "there.tar.gz")])
+    assert "exceeds the 20 training samples" in capsys.readouterr().err  # the copy was read: too small to split
+    assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
     manifest = read_state(bundle / "state.tar.gz")[0]  # a first state where the session reads it: it needs no --copy
     assert manifest["copy"]["sha256"] == sha and manifest["targets"] == ["papers/fedcad/table4"]
     again = [
