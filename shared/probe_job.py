@@ -7,7 +7,9 @@ the figure's drawing reads it.
 
 The run's config is found as a run job finds it (shared/workflow_job.py: --configs, else by
 expanding the targets at --scale), the runtime overrides too; `--gpu auto` takes a free GPU on a
-host with several. Exit codes: 0 written, 1 the probe raised, 2 refused input (one line)."""
+host with several. A run that did not complete, or has no model.pt (shipped runs carry none), is
+refused before a GPU is taken. Exit codes: 0 written, 1 the probe raised, 2 refused input (one
+line)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from shared.config.schema import ConfigError
 from shared.run import input_error
-from shared.runs.files import write_atomically
+from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.figure_declarations import get_figure
 from shared.targets.resolve import TargetError, command_targets
 from shared.workflow_job import claim_gpu, workflow_configs
@@ -38,6 +40,19 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_finished_model(run: Path) -> None:
+    """A completed run with its final model (model.pt), before a GPU is taken and data loaded:
+    a run restored from results/shipped/ carries no model."""
+    status = read_summary(run)["status"]
+    if status != "completed":
+        raise ConfigError(f"run {run.name} is {status!r}, not completed: no final model to probe")
+    if not (run / "model.pt").is_file():
+        raise ConfigError(
+            f"run {run.name} has no model.pt (shipped runs carry none): train it here, or unpack an archive of it "
+            f"packed with --models (python -m shared.archive)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = argument_parser().parse_intermixed_args(argv)  # the runtime overrides come after the options
     try:
@@ -46,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         if figure is None or figure.probe is None:
             raise ConfigError(f"{ns.figure}: not a figure with a probe")
         (cfg,) = workflow_configs([ns.run.name], ns.scale, ns.args, ns.configs)
-    except (ConfigError, TargetError, FileNotFoundError) as exc:
+        check_finished_model(ns.run)
+    except (ConfigError, TargetError, FileNotFoundError, RunFilesError) as exc:
         return input_error(exc)
     if ns.gpu:  # as a run job takes one (its lock folder beside the runs)
         cfg.trainer.device = claim_gpu(str(ns.run / "metrics.json")) or cfg.trainer.device

@@ -504,7 +504,7 @@ def test_fedssd_fig4_trains_client_8_from_the_fedavg_runs_global_model(tmp_path)
     assert not np.array_equal(local["FedSSD (weight M)"], local["FedAvg"])
 
 
-def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp_path):
+def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp_path, capsys):
     """Table I's FedAvg run (β = 0.5, seed 0; the same id) gives the global model; the probe job
     trains every client from it with each objective, measuring each epoch; the figure draws the
     probe's frame, and without it says which probe is missing."""
@@ -527,14 +527,19 @@ def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp
     job = ["papers/fedcsd/fig1", "--run", str(runs / cell.run_id), "--out", str(path), "--scale", "smoke"]
     assert probe_job.main(job[:1] + ["--run", str(runs / ("0" * 16)), *job[3:]]) == 2  # no such run: one line
     assert probe_job.main(["papers/fedcsd/fig3", *job[1:]]) == 2 and not path.exists()  # no probe to run
+    model = runs / cell.run_id / "model.pt"
+    model.rename(tmp_path / "model.pt")  # as a run restored from results/shipped/: refused before any GPU
+    assert probe_job.main(job) == 2 and "has no model.pt" in capsys.readouterr().err and not path.exists()
+    (tmp_path / "model.pt").rename(model)
     assert probe_job.main([*job, "trainer.client_threads=1"]) == 0  # as the workflow's probe job calls it
     frame = pd.read_csv(path)
     variants = ["FedAvg", "logit distillation", "feature distillation"]
     assert list(frame.variant.unique()) == variants
     assert len(frame) == len(variants) * 2 * 4  # global and local, epochs 0-3 (a reduced scale's three)
     start = frame[frame.epoch == 0]
-    assert (start.logit_distance == 0).all() and (start.feature_distance == 0).all()
     assert start.test_acc.to_numpy() == pytest.approx(read_summary(runs / cell.run_id)["final_acc"], abs=1e-3)
+    own_data = frame[frame.epoch > 0].groupby("variant").train_acc.count()
+    assert own_data.to_dict() == {"FedAvg": 6, "feature distillation": 0, "logit distillation": 0}  # panel (d)'s
     trained = frame[frame.epoch > 0].set_index(["variant", "model", "epoch"]).sort_index()
     assert (trained.logit_distance > 0).all() and (trained.feature_distance > 0).all()
     for other in variants[1:]:  # each its own objective: not FedAvg's local models
@@ -543,6 +548,41 @@ def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp
     build_figure(figure, "smoke", runs, tmp_path / "out")
     assert pd.read_csv(tmp_path / "out" / "figure.csv").equals(pd.read_csv(path))
     assert (tmp_path / "out" / "figure.png").stat().st_size > 0
+
+
+def test_a_probe_measuring_each_epoch_leaves_local_training_as_it_was(tmp_path):
+    """train_client's each_epoch: evaluating the model after each epoch (eval mode and back)
+    changes nothing of what the client trains."""
+    import copy
+
+    import torch
+
+    from papers.fedcsd.exploratory import measured, outputs
+    from shared.methods.registry import build_method
+    from shared.training.clients import train_client
+    from shared.training.probe import final_model
+    from shared.training.trainer import run
+
+    (cell,) = paper_figures("fedssd")["fig4"].cells("smoke")  # FedAvg-CNN: a probe in seconds
+    cfg = cell.config
+    run(cfg, tmp_path / cell.run_id)
+    federation, global_model = final_model(cfg, tmp_path / cell.run_id)
+    reference = outputs(global_model, federation.test.x, federation, cfg)
+    client = federation.clients[0]
+    trained, epochs = [], []
+
+    def measure(epoch, model):
+        epochs.append(measured(model, reference, federation, cfg, [client]))
+        assert model.training  # back in train mode for the next epoch (BatchNorm, dropout)
+
+    for each_epoch in (None, measure):
+        method = build_method(cfg, federation)
+        method.prepare_round(cfg.federation.rounds, global_model)
+        model = copy.deepcopy(global_model)
+        train_client(method, client, model, cfg, cfg.federation.rounds, each_epoch=each_epoch)
+        trained.append(model.state_dict())
+    assert len(epochs) == cfg.local.epochs
+    assert all(torch.equal(trained[0][k], trained[1][k]) for k in trained[0])
 
 
 def test_feature_distillation_adds_mu_times_the_features_mse_to_the_cross_entropy():

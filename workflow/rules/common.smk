@@ -127,6 +127,25 @@ def probed(kind, wildcards):
     return kind == "figure" and get_figure(wildcards.paper, wildcards.figure).probe is not None
 
 
+def probe_input(wildcards):
+    """A probe's run (its metrics.json); a target that names no figure's probe of a run at this
+    scale is refused while the workflow is read."""
+    if wildcards.run_id not in RUNS or not probed("figure", wildcards):
+        raise ValueError(f"{wildcards.paper}/{wildcards.figure} has no probe of run {wildcards.run_id} at scale={SCALE}")
+    return [f"{RUNS_DIR}/{wildcards.run_id}/metrics.json"]
+
+
+def probe_code(wildcards):
+    """The SHA-256 of the source file of the figure's probe."""
+    import hashlib
+    import inspect
+    from shared.targets.figure_declarations import get_figure
+
+    probe = get_figure(wildcards.paper, wildcards.figure).probe
+    source = inspect.getsourcefile(getattr(probe, "func", probe))
+    return hashlib.sha256(Path(source).read_bytes()).hexdigest()[:16]
+
+
 def probe_minutes(wildcards, attempt):
     """A probe's wall time, as a run's (`minutes`) for the figure's probe_cost of its run."""
     from shared.targets.figure_declarations import get_figure

@@ -63,9 +63,11 @@ rule probe:
     """A figure's probe (Figure.probe) on one of its finished runs: a GPU job of its own, whose
     frame the figure's drawing reads."""
     input:
-        f"{RUNS_DIR}/{{run_id}}/metrics.json",
+        probe_input,
     output:
         f"{PROBES}/{{paper}}-{{figure}}-{{run_id}}.csv",
+    params:
+        code=probe_code,  # a change to the probe's module computes it again (runs ignore code changes)
     wildcard_constraints:
         paper="[^/-]+",
         figure="fig[0-9A-Za-z]+",
