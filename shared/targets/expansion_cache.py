@@ -47,6 +47,7 @@ class Expansion:
     runs: dict[str, RunConfig]  # every run any target needs, by id (a run two targets share is one)
     grid_runs: list[GridRun]  # the runs of every grid, where each is used (the run index)
     targets: dict[str, dict[str, dict[str, list[str]]]]  # paper -> kind -> target name -> run ids
+    probe_costs: dict[tuple[str, str], float]  # (paper, figure) -> Figure.probe_cost, of the figures with a probe
 
     def papers(self) -> list[str]:
         return list(self.targets)
@@ -103,6 +104,7 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
     or a search's runs are its grid's, expanded once; a figure picks its cells from its source.
     On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
     drawn from it alone, no search (the papers tuned on the official data)."""
+    from shared.targets.figure_declarations import paper_figures
     from shared.targets.papers import paper_names
     from shared.targets.resolve import workflow_grids
     from shared.targets.table_declarations import expand, paper_searches, paper_tables
@@ -132,7 +134,13 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
         }
         for paper in paper_names()
     }
-    return Expansion(runs, grid_runs, targets)
+    probe_costs = {
+        (paper, name): figure.probe_cost
+        for paper in paper_names()
+        for name, figure in paper_figures(paper).items()
+        if figure.probe is not None
+    }
+    return Expansion(runs, grid_runs, targets, probe_costs)
 
 
 def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:

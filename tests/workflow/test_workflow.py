@@ -497,6 +497,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
     assert first.target_runs("fedssd", "search", search.name) == list(
         dict.fromkeys(c.run_id for c in expand(search.as_table(), "smoke"))
     )
+    assert first.probe_costs == {("fedcsd", "fig1"): paper_figures("fedcsd")["fig1"].probe_cost}  # Figure.probe's
 
     def must_not_expand(*args):
         raise AssertionError("expanded again although the code and settings are the same")

@@ -121,10 +121,9 @@ def target_inputs(kind):
 
 
 def probed(kind, wildcards):
-    """Whether the target is a figure with a probe (Figure.probe)."""
-    from shared.targets.figure_declarations import get_figure
-
-    return kind == "figure" and get_figure(wildcards.paper, wildcards.figure).probe is not None
+    """Whether the target is a figure with a probe (Figure.probe), as the expansion recorded it
+    (reading the paper's module would load what its probe imports)."""
+    return kind == "figure" and (wildcards.paper, wildcards.figure) in EXPANSION.probe_costs
 
 
 def probe_input(wildcards):
@@ -148,9 +147,7 @@ def probe_code(wildcards):
 
 def probe_minutes(wildcards, attempt):
     """A probe's wall time, as a run's (`minutes`) for the figure's probe_cost of its run."""
-    from shared.targets.figure_declarations import get_figure
-
-    cost = get_figure(wildcards.paper, wildcards.figure).probe_cost * gpu_hours(RUNS[wildcards.run_id])
+    cost = EXPANSION.probe_costs[wildcards.paper, wildcards.figure] * gpu_hours(RUNS[wildcards.run_id])
     return capped(int((RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * cost)) * 2 ** (attempt - 1)))
 
 
