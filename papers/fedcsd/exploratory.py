@@ -157,10 +157,9 @@ def probe_local_training(cfg: RunConfig, run_dir: Path, scale: str, logit_distil
     federation, global_model = final_model(cfg, run_dir)
     reference = outputs(global_model, federation.test.x, federation, cfg)
     start = measured(global_model, reference, federation, cfg, federation.clients)
-    frames = []
+    start_points = [{"model": m, "epoch": 0, **start} for m in ("global", "local")]
+    epochs, frames = EPOCHS.get(scale, REDUCED_EPOCHS), []
     for name, method in variants(cfg, federation, logit_distillation).items():
-        start_points = [{"model": m, "epoch": 0, **start} for m in ("global", "local")]
-        epochs = EPOCHS.get(scale, REDUCED_EPOCHS)
         points = start_points + local_round(
             method, global_model, federation, cfg, reference, epochs, own_data=name == "FedAvg"
         )

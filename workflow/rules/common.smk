@@ -87,15 +87,18 @@ onstart:
 # need not be activated), the scale and the runtime keys as they are when the job starts.
 # It is no rerun trigger (profiles/default leaves out `code`), so none of these retrains a run.
 PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
-RUN_COMMAND = (
-    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.workflow_job --scale {SCALE} --configs {CONFIGS}"
-    f" --runs {{output}} --attempt {{resources.run_attempt}} --attempts {config['retries'] + 1} --gpu auto"
-    f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
-# A probe job's command (Figure.probe on one finished run), composed the same way
-PROBE_COMMAND = (
-    f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m shared.probe_job papers/{{wildcards.paper}}/{{wildcards.figure}}"
-    f" --run {RUNS_DIR}/{{wildcards.run_id}} --out {{output}} --scale {SCALE} --configs {CONFIGS} --gpu auto"
-    f" {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
+def job_command(module, args):
+    """`python -m <module> <args>` as a job runs it: its threads, the scale, the configs, a free
+    GPU, the runtime keys, its log."""
+    return (f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m {module} --scale {SCALE} --configs {CONFIGS}"
+            f" {args} --gpu auto {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
+
+
+RUN_COMMAND = job_command(
+    "shared.workflow_job", f"--runs {{output}} --attempt {{resources.run_attempt}} --attempts {config['retries'] + 1}")
+# A probe job's (Figure.probe on one finished run)
+PROBE_COMMAND = job_command(
+    "shared.probe_job", f"papers/{{wildcards.paper}}/{{wildcards.figure}} --run {RUNS_DIR}/{{wildcards.run_id}} --out {{output}}")
 ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml
 
 
@@ -147,8 +150,7 @@ def probe_code(wildcards):
 
 def probe_minutes(wildcards, attempt):
     """A probe's wall time, as a run's (`minutes`) for the figure's probe_cost of its run."""
-    cost = EXPANSION.probe_costs[wildcards.paper, wildcards.figure] * gpu_hours(RUNS[wildcards.run_id])
-    return capped(int((RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * cost)) * 2 ** (attempt - 1)))
+    return share_minutes(RUNS[wildcards.run_id], attempt, EXPANSION.probe_costs[wildcards.paper, wildcards.figure])
 
 
 def requested_runs(paper, names):

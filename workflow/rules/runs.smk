@@ -43,7 +43,12 @@ def minutes(cfg, attempt):
     """Requested wall time of a run: twice the planner's estimate (shared/targets/cost.py, the one cost
     model) plus 10 minutes of start-up, doubled on each retry (SLURM kills a job at its limit;
     the retry continues from the run's last checkpoint), at most max_runtime_minutes (`capped`)."""
-    first = RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * gpu_hours(cfg))
+    return share_minutes(cfg, attempt, 1.0)
+
+
+def share_minutes(cfg, attempt, share):
+    """`minutes` of a job that does `share` of the run's work (a figure's probe: Figure.probe_cost)."""
+    first = RUNTIME_MINUTES or 10 + math.ceil(2 * 60 * share * gpu_hours(cfg))
     return capped(int(first * 2 ** (attempt - 1)))
 
 
