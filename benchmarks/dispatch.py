@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.group_step import non_view, record_group_step, small_group, start_members, table_methods
+from benchmarks.group_step import non_view, record_group_step, small_group, start_members
+from shared.campaign.gate_cases import method_cases
 from shared.config.schema import RunConfig
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import expand, get_table
@@ -100,7 +101,7 @@ def step_counts() -> dict[str, int]:
     """Row label -> non-view operators of one group step, for each method of FedSSD's Table II."""
     return {
         case.split("-", 2)[2]: len(non_view(record_group_step(small_group(cfg)).ops))  # "fedssd-table2-<row>"
-        for case, cfg in table_methods(["papers/fedssd/table2"]).items()
+        for case, cfg in method_cases(["papers/fedssd/table2"]).items()
     }
 
 

@@ -2,7 +2,8 @@
 any tables: what `python -m benchmarks.dispatch` counts for FedSSD's Table II and what
 tests/training/test_group_step.py checks for every method of the campaign's targets.
 
-    table_methods(targets)    case id -> a run of each method the targets' rows declare,
+    method_cases(targets)     (shared/campaign/gate_cases.py, the GPU session gate's cases)
+                              case id -> a run of each method the targets' rows declare,
                               one per method, model and code path (its switches, not its
                               numbers), named by the first table and row that declares it
     small_group(cfg)          a group of two runs of that method, shrunk to seconds on a CPU
@@ -27,7 +28,6 @@ from shared.config.dotted import deep_merge
 from shared.config.schema import RunConfig, identity
 from shared.runs.directory import RunDirectory
 from shared.targets.configs import load_config
-from shared.targets.resolve import target_cells
 from shared.training.group_training import DatasetCache, GroupClients
 from shared.training.timed_rounds import train_members
 from shared.training.trainer import Member, start_member
@@ -50,24 +50,6 @@ SERVER_WORK = {"generator_steps": 2}
 SEEDS = (0, 1)
 # A view in all but its schema: a reshape that needs no copy (no kernel either)
 VIEW_LIKE = {torch.ops.aten._unsafe_view.default}
-
-
-def method_key(cfg: RunConfig) -> tuple:
-    """What sets a run's step apart: its method, its switches (not its numbers), its model."""
-    switches = tuple(sorted((k, v) for k, v in cfg.method.items() if v is None or isinstance(v, (bool, str))))
-    return switches, cfg.model.name, cfg.model.projection_dim is not None
-
-
-def table_methods(targets: list[str], dataset: str | None = None) -> dict[str, RunConfig]:
-    """ "<paper>-<table>-<row>" -> the first run of each distinct method (`method_key`) of the
-    targets' rows at paper scale (on `dataset` only, where given)."""
-    found: dict[tuple, tuple[str, RunConfig]] = {}
-    for target in targets:
-        paper, table = target.strip("/").split("/")[-2:]
-        for cell in target_cells(target, "paper"):
-            if dataset is None or cell.config.dataset.name == dataset:
-                found.setdefault(method_key(cell.config), (f"{paper}-{table}-{cell.row.label}", cell.config))
-    return dict(found.values())
 
 
 def small_group(cfg: RunConfig, **trainer) -> list[RunConfig]:

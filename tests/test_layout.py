@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT / "shared"
 FLOORS = ["config", "runs", "data", "models", "methods", "targets", "training", "reporting", "campaign"]
-COMMANDS = {"run", "workflow_job", "probe_job", "plan", "curves", "archive"}  # python -m shared.X; shared.campaign is a package
+# python -m shared.X; shared.campaign is a package
+COMMANDS = {"run", "workflow_job", "probe_job", "plan", "curves", "archive"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 

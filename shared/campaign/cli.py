@@ -4,8 +4,8 @@
                                               [--first rows=NAMES --first settings=NAMES --first seeds=N,...]
                                               [--device auto|cuda|cpu] [--data-root DIR] [--clients-per-step N]
                                               [--part-mib M] [--max-parts N] [--set KEY=VALUE ...] [--timing FILE]
-                                              [--staging DIR] [--only RUN_ID ...] [--skip RUN_ID ...]
-                                              [--failed-unit FILE]
+                                              [--set-for CASE:KEY=VALUE ...] [--staging DIR] [--only RUN_ID ...]
+                                              [--skip RUN_ID ...] [--failed-unit FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
     python -m shared.campaign import FILE [--state CAMPAIGN_STATE]
     python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
@@ -19,23 +19,24 @@ minutes; FILE then holds the finished runs (config, metrics, per-round curves; n
 the checkpoints of the runs in progress (with the per-client state files they name), every
 member checksummed; a kill at any step of a save leaves the earlier state or the new one
 readable. Where a session can bring back only files of a size (a notebook's download, a job's
-stage-out), a FILE larger than --part-mib X is written as FILE.part-00, FILE.part-01, ...;
-where it can bring back only so many (--max-parts N), the finished runs are always kept, and
-the checkpoints only while the state stays within N parts, the runs with most rounds done
-first; a checkpoint left out is named in a one-line note (the run starts again), and a unit
-that could not finish before the budget ends and whose checkpoints could not come back is not
-started. Given an existing FILE, `train` continues from it, skipping the runs its ledger names
-(finished elsewhere: shared/campaign/ledger.py). A unit takes as many of its runs as can finish
-in the time left, its round estimated from measured rounds (shared/campaign/unit_sizing.py).
-`--set` takes runtime keys only (a session's fallbacks: trainer.cuda_graphs=false,
-trainer.deterministic=false); `--timing FILE` writes where each unit's seconds went
-(shared/campaign/session_timing.py). Within a unit, FILE (and the timing) is rewritten at least
-once a minute of training; `--staging DIR` (a folder on FILE's filesystem) takes the files
-being written before they are renamed beside FILE, so that a folder returned as it is at any
-moment (a session killed from outside) never holds a half-written one. `--failed-unit FILE`: a
-unit that raises stops `train` (exit 3) with the state saved and its runs in FILE, so that a
-session retries it in a fresh process (`--only` its runs) and trains the rest in another
-(`--skip` what failed twice).
+stage-out), a FILE larger than --part-mib X is written as FILE.part-00, FILE.part-01, ...; where
+it can bring back only so many (--max-parts N), the finished runs are always kept, and the
+checkpoints only while the state stays within N parts, the runs with most rounds done first; a
+checkpoint left out is named in a one-line note (the run starts again), and a unit that could
+not finish before the budget ends and whose checkpoints could not come back is not started.
+Given an existing FILE, `train` continues from it, skipping the runs its ledger names (finished
+elsewhere: shared/campaign/ledger.py). A unit takes as many of its runs as can finish in the
+time left, its round estimated from measured rounds (shared/campaign/unit_sizing.py). `--set`
+takes runtime keys only (a session's fallbacks: trainer.cuda_graphs=false,
+trainer.deterministic=false), `--set-for CASE:KEY=VALUE` one for the runs whose method is a gate
+case's (a session's verdict for one method: shared/campaign/gate_cases.py); `--timing FILE`
+writes where each unit's seconds went (shared/campaign/session_timing.py). Within a unit, FILE
+(and the timing) is rewritten at least once a minute of training; `--staging DIR` (a folder on
+FILE's filesystem) takes the files being written before they are renamed beside FILE, so that a
+folder returned as it is at any moment (a session killed from outside) never holds a
+half-written one. `--failed-unit FILE`: a unit that raises stops `train` (exit 3) with the state
+saved and its runs in FILE, so that a session retries it in a fresh process (`--only` its runs)
+and trains the rest in another (`--skip` what failed twice).
 
 `bundle` writes, where DIR holds no state yet (or one whose runs are all here), a state of the
 ledger (the runs finished here or shipped) and the checkpoints of runs in progress that fit
@@ -131,6 +132,13 @@ def add_train_parser(commands) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a runtime key for every run (e.g. trainer.cuda_graphs=false); others would change run ids",
+    )
+    t.add_argument(
+        "--set-for",
+        action="append",
+        metavar="CASE:KEY=VALUE",
+        help="a runtime key, over --set's, for the runs whose method is a gate case's "
+        "(e.g. fedssd-table2-MOON:trainer.clients_per_step=1; shared/campaign/gate_cases.py)",
     )
     t.add_argument("--timing", type=Path, metavar="FILE", help="write where each unit's seconds went (JSON)")
     add_session_options(t)

@@ -15,8 +15,15 @@ verdict follows it (`verdict`):
                 seed does not repeat): never batched, clients one after another (SAFEST)
     error       a test raised anything else: SAFEST
     machinery   the gate itself failed (no report, a gate file that does not import, no test
-                collected, pytest's own error, its time limit): SAFEST, never no training
+                collected, pytest's own error, its time limit before the general tests
+                finished): SAFEST, never no training
     not run     no CUDA device to test (a rehearsal on a CPU): the settings as given
+
+The general tests' failures decide for every run. A method case's decide for its method's runs
+only (shared/campaign/gate_cases.py: `campaign train --set-for`), where they ask for more than
+the general tests': a MOON that fails its case trains one client after another, FedAvg as
+before. A case the time limit left untested is `machinery` for its method; those that passed
+before it keep their verdict.
 
 gate.xml keeps pytest's JUnit report, or a report of no tests saying why.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.campaign.gate_plugin import REPORT_ENV
@@ -38,6 +46,7 @@ GATE_FILES = (  # in the order they run: the general CUDA-path tests first
     "tests/training/test_gpu.py",
     "tests/campaign/test_gpu_campaign_methods.py",
 )
+CASES_FILE = GATE_FILES[-1]  # a test a method case, its id's parameter the case (shared/campaign/gate_cases.py)
 TARGETS_ENV = "FEDREPRO_GATE_TARGETS"  # read by tests/campaign/test_gpu_campaign_methods.py
 GRAPHS_OFF = ("trainer.cuda_graphs=false",)
 SAFEST = (*GRAPHS_OFF, "trainer.clients_per_step=1")
@@ -83,30 +92,90 @@ def read_events(path: Path) -> list[dict] | None:
     return events
 
 
-def verdict(code: int | None, events: list[dict] | None) -> tuple[str, str]:
-    """(verdict, why, in words) of a gate that exited with `code` (None: stopped at its time
-    limit) and reported `events`."""
-    if code is None:
-        return "machinery", f"stopped at its time limit ({GATE_SECONDS} s) before it finished"
-    if not events or not any("finished" in e for e in events):
-        return "machinery", f"pytest wrote no report (exit {code})"
-    broken = [e["collection_error"] for e in events if "collection_error" in e]
-    if broken:
-        return "machinery", f"{broken[0] or 'a gate file'} could not be collected"
-    collected = [i for e in events if isinstance(e.get("collected"), list) for i in e["collected"]]
-    if not collected:
-        return "machinery", "no gate test was collected"
-    failures = [e for e in events if "kind" in e]
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's verdict on the CUDA path (`overall`: the general tests' and the gate's own) and,
+    for a method whose case found worse, its case's (`cases`: case -> (verdict, why))."""
+
+    overall: str
+    why: str
+    cases: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return self.overall in ("passed", "not run") and not self.cases
+
+    def settings(self) -> list[str]:
+        """`campaign train`'s --set: the overall verdict's settings, and the verdict recorded."""
+        return [*SETTINGS[self.overall], f"trainer.gate={self.overall}"]
+
+    def settings_for(self) -> list[str]:
+        """`campaign train`'s --set-for: each case's settings for its method's runs (gate_cases.py)."""
+        return [
+            f"{case}:{setting}"
+            for case, (found, _) in self.cases.items()
+            for setting in (*SETTINGS[found], f"trainer.gate={found}")
+        ]
+
+
+def case_of(test: str) -> str | None:
+    """The method case a collected test id checks (None: a general CUDA-path test)."""
+    name, _, param = test.partition("[")
+    return param[:-1] if name.startswith(f"{CASES_FILE}::") and param.endswith("]") else None
+
+
+def worst(failures: list[dict]) -> tuple[str, str] | None:
+    """(verdict, why) of these tests' failures (None: none failed)."""
+    if not failures:
+        return None
     kinds = {e["kind"] for e in failures}
     if kinds == {"capture"}:
         return "capture", f"{len(failures)} failed in a CUDA graph's capture, e.g. {failures[0]['test']}"
-    for kind in ("numerical", "error"):
-        if kind in kinds:
-            first = next(e for e in failures if e["kind"] == kind)
-            return kind, f"{first['test']} raised {first['exception']}"
-    if code != 0:
-        return "machinery", f"pytest exited {code} with no test failed"
-    return "passed", f"{len(collected)} tests"
+    first = next((e for kind in ("numerical", "error") for e in failures if e["kind"] == kind), failures[0])
+    return ("numerical" if first["kind"] == "numerical" else "error"), f"{first['test']} raised {first['exception']}"
+
+
+def machinery_fault(code: int | None, events: list[dict] | None) -> str | None:
+    """Why the gate itself failed (None: it ran its tests, maybe not all of them in its time)."""
+    no_report = f"pytest wrote no report (exit {code})"
+    if not events:
+        return f"stopped at its time limit ({GATE_SECONDS} s) before it finished" if code is None else no_report
+    if code is not None and not any("finished" in e for e in events):
+        return no_report
+    broken = [e["collection_error"] for e in events if "collection_error" in e]
+    if broken:
+        return f"{broken[0] or 'a gate file'} could not be collected"
+    if not any(e.get("collected") for e in events if isinstance(e.get("collected"), list)):
+        return "no gate test was collected"
+    return None
+
+
+def verdict(code: int | None, events: list[dict] | None) -> Verdict:
+    """The verdict of a gate that exited with `code` (None: stopped at its time limit) and
+    reported `events`: the general tests' failures decide for every run, each method case's
+    for its method's runs where worse; a case its time limit left untested: machinery."""
+    fault = machinery_fault(code, events)
+    if fault:
+        return Verdict("machinery", fault)
+    collected = [i for e in events if isinstance(e.get("collected"), list) for i in e["collected"]]
+    failures = [e for e in events if "kind" in e]
+    done = {e["test"] for e in events if "outcome" in e or "kind" in e}
+    general = [t for t in collected if case_of(t) is None]
+    unfinished = [t for t in general if t not in done]
+    if unfinished:
+        return Verdict("machinery", f"stopped at its time limit ({GATE_SECONDS} s) before {unfinished[0]} finished")
+    if not failures and code not in (0, None):
+        return Verdict("machinery", f"pytest exited {code} with no test failed")
+    overall, why = worst([e for e in failures if case_of(e["test"]) is None]) or ("passed", f"{len(collected)} tests")
+    cases = {}
+    for test in (t for t in collected if case_of(t) is not None):
+        untested = ("machinery", f"not tested before the gate's time limit ({GATE_SECONDS} s)")
+        found = worst([e for e in failures if e["test"] == test]) or (("passed", "") if test in done else untested)
+        if set(SETTINGS[found[0]]) > set(SETTINGS[overall]):
+            cases[case_of(test)] = found
+    if cases and overall == "passed":
+        why = f"the {len(general)} general tests"
+    return Verdict(overall, why, cases)
 
 
 def no_tests_report(path: Path, why: str) -> None:
@@ -119,8 +188,8 @@ def no_tests_report(path: Path, why: str) -> None:
     write_atomically(path, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True))
 
 
-def gate(session, cuda: bool, targets: list[str]) -> str:
-    """The gate's verdict (module docstring), each collected test id and the verdict in the
+def gate(session, cuda: bool, targets: list[str]) -> Verdict:
+    """The gate's verdict (module docstring), each collected test id and the verdicts in the
     session's log; `session`: shared/campaign/session.py's Session."""
     if not cuda:
         device = session.args.device
@@ -132,7 +201,7 @@ def gate(session, cuda: bool, targets: list[str]) -> str:
         no_tests_report(session.written_elsewhere("gate.xml"), why)
         session.publish("gate.xml")
         session.log.line(f"gate: {why}")
-        return "not run"
+        return Verdict("not run", why)
     events_path = session.written_elsewhere("gate.jsonl")
     events_path.unlink(missing_ok=True)
     code = session.run(
@@ -146,10 +215,14 @@ def gate(session, cuda: bool, targets: list[str]) -> str:
     session.publish("gate.xml")
     for test in (i for e in events or [] if isinstance(e.get("collected"), list) for i in e["collected"]):
         session.log.line(f"gate collected {test}")
-    found, why = verdict(code, events)
+    found = verdict(code, events)
     if not (session.out / "gate.xml").is_file():
-        no_tests_report(session.written_elsewhere("gate.xml"), why)
+        no_tests_report(session.written_elsewhere("gate.xml"), found.why)
         session.publish("gate.xml")
-    settings = " ".join(SETTINGS[found]) or "the settings as given"
-    session.log.line(f"gate: {found} ({why}): training with {settings}")
+    settings = " ".join(SETTINGS[found.overall]) or "the settings as given"
+    session.log.line(f"gate: {found.overall} ({found.why}): training with {settings}")
+    for case, (case_verdict, why) in found.cases.items():
+        session.log.line(
+            f"gate: {case}: {case_verdict} ({why}): its method's runs train with {' '.join(SETTINGS[case_verdict])}"
+        )
     return found

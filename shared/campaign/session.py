@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from shared.campaign.gate import SAFEST, SETTINGS, gate
+from shared.campaign.gate import SAFEST, gate
 from shared.campaign.session_checks import CarryError, carried_source, check_carry
 from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
 from shared.campaign.session_timing import TIMING_FORMAT
@@ -172,14 +172,14 @@ def carried_state(session: Session) -> None:
         session.log.line(f"no carried state in {carry}: train starts a new one (--scale, --copy as given)")
 
 
-def train_with_retries(session: Session, settings: list[str]) -> int | None:
+def train_with_retries(session: Session, settings: list[str], settings_for: list[str] = ()) -> int | None:
     """`train`; where a unit raises (a CUDA error may leave the process unusable: train stops,
     UNIT_FAILED), that unit once more in a fresh process with the next safer settings (`safer`),
     then the rest in another with the settings as they were; a unit that fails again is left
     out of the rest. A failing unit never stops the others."""
     left_out: list[str] = []
     while True:
-        code = train(session, settings, skip=left_out)
+        code = train(session, settings, settings_for, skip=left_out)
         failed = failed_unit(session)
         if code != UNIT_FAILED or failed is None:
             return code
@@ -188,7 +188,7 @@ def train_with_retries(session: Session, settings: list[str]) -> int | None:
             f"run(s) {' '.join(failed)} raised: "
             + (f"once more, in a fresh process, with {retry[-1]}" if retry else "left out: the settings are the safest")
         )
-        if retry is None or train(session, retry, only=failed, skip=left_out) == UNIT_FAILED:
+        if retry is None or train(session, retry, settings_for, only=failed, skip=left_out) == UNIT_FAILED:
             left_out += failed
 
 
@@ -211,7 +211,9 @@ def failed_unit(session: Session) -> list[str] | None:
     return runs if isinstance(runs, list) and runs and all(isinstance(r, str) for r in runs) else None
 
 
-def train(session: Session, settings: list[str], only: list[str] = (), skip: list[str] = ()) -> int | None:
+def train(
+    session: Session, settings: list[str], settings_for: list[str] = (), only: list[str] = (), skip: list[str] = ()
+) -> int | None:
     """`campaign train` (of `only`'s runs, where given, less `skip`'s) until the session's end
     less END_SECONDS (train keeps its own margin to write the state), SIGTERM'd should a round
     overrun (the state then written within STOP_SECONDS, at worst past the session's end by that
@@ -243,6 +245,7 @@ def train(session: Session, settings: list[str], only: list[str] = (), skip: lis
         *(["--scale", args.scale] if args.scale else []),
         *(["--staging", str(session.staging)] if session.staging else []),
         *(f"--set={s}" for s in settings),
+        *(f"--set-for={s}" for s in settings_for),
         *(f"--only={rid}" for rid in only),
         *(f"--skip={rid}" for rid in skip),
         f"--failed-unit={session.written_elsewhere('failed-unit.json')}",
@@ -377,11 +380,15 @@ def run_session(session: Session) -> int:
         return 2
     verdict = gate(session, bool(env.get("cuda_available", code != 0)) and args.device != "cpu", args.targets)
     carried_state(session)
-    # the verdict's settings have the last word, and every run records the verdict beside them
-    trained = train_with_retries(session, [*args.set, *SETTINGS[verdict], f"trainer.gate={verdict}"])
+    # the verdict's settings have the last word, and every run records its verdict beside them
+    trained = train_with_retries(session, [*args.set, *verdict.settings()], verdict.settings_for())
     within = finish(session)
-    session.log.line(f"session ended after {time.monotonic() - started:.0f} s: gate {verdict}, train exit {trained}")
-    return 0 if within and verdict in ("passed", "not run") and trained in (0, None) and code == 0 else 1
+    session.log.line(
+        f"session ended after {time.monotonic() - started:.0f} s: gate {verdict.overall}"
+        + "".join(f", {case} {found}" for case, (found, _) in verdict.cases.items())
+        + f", train exit {trained}"
+    )
+    return 0 if within and verdict.clean and trained in (0, None) and code == 0 else 1
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ from typing import Callable
 from shared.campaign import session_progress, unit_sizing
 from shared.campaign.carried_data import unpack_all
 from shared.campaign.first_cells import chosen_cells
+from shared.campaign.gate_cases import settings_by_method
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.refresh import Refresh
+from shared.campaign.runtime import clients_alone, cpu_defaults, resolved
 from shared.campaign.session_timing import session_timing, stacks_if_overrun
 from shared.campaign.state import (
     MAX_PARTS,
@@ -37,8 +39,7 @@ from shared.campaign.state import (
     write_state,
 )
 from shared.campaign.state_reading import FIRST, CampaignError
-from shared.config.dotted import deep_merge
-from shared.config.schema import ConfigError, RunConfig, identity, run_id
+from shared.config.schema import ConfigError, RunConfig
 from shared.data.catalog import DataError, data_root, image_shape, num_classes
 from shared.runs.files import holds_result, rounds_done, stage_elsewhere, write_atomically
 from shared.runs.shipped import SHIPPED, is_finished
@@ -48,34 +49,6 @@ from shared.training.round_timing import observing
 
 UNIT_FAILED = 3  # train's exit status where a unit raised and --failed-unit names it
 GROUP_LIMIT = 15  # the largest group the campaign trains in one step: a table row's 5 settings x 3 seeds
-
-
-def with_runtime(
-    cfg: RunConfig, device: str, data_root: str | None, clients_per_step: int | None = 1, settings: dict | None = None
-) -> RunConfig:
-    """The config with this machine's device, data root and clients per step, and the runtime
-    `settings` of --set (none changes the run id; clients_per_step > 1 asks for the batched
-    step, and so for groups, on a CPU too; None: on CUDA a round's clients in one batched step,
-    as a small model's step there costs its kernel launches more than its arithmetic, and
-    elsewhere one after another)."""
-    from shared.targets.configs import load_config
-
-    if clients_per_step is None:
-        clients_per_step = unit_sizing.clients_per_round(cfg) if on_cuda(device) else 1
-    runtime = deep_merge(
-        {
-            "trainer": {"device": device, "clients_per_step": clients_per_step},
-            **({"data_root": data_root} if data_root else {}),
-        },
-        settings or {},
-    )
-    resolved = load_config(None, deep_merge(identity(cfg), runtime))
-    if run_id(resolved) != run_id(cfg):  # a runtime key that is part of the id would retrain finished runs
-        raise CampaignError(
-            f"--device {device}, --data-root {data_root} or --clients-per-step {clients_per_step} "
-            f"changes run {run_id(cfg)}'s id"
-        )
-    return resolved
 
 
 def training_units(runs: dict[str, RunConfig], args) -> list[list[str]]:
@@ -100,25 +73,15 @@ def units_of(runs: dict[str, RunConfig], args) -> list[list[str]]:
     ordered = [[r for r in g if runs[r].seed == first] for g in groups] + [
         [r for r in g if runs[r].seed != first] for g in groups
     ]
-    units, settings = [], getattr(args, "settings", None)
+    units = []
     for unit in filter(None, ordered):
         together = (
             len(unit) > 1
-            and not clients_alone(args)
-            and group_reason(
-                [with_runtime(runs[r], args.device, args.data_root, args.clients_per_step, settings) for r in unit]
-            )
-            is None
+            and not any(clients_alone(runs[r], args) for r in unit)
+            and group_reason([resolved(runs[r], args) for r in unit]) is None
         )
         units += [unit] if together else [[r] for r in unit]
     return units
-
-
-def clients_alone(args) -> bool:
-    """--clients-per-step 1 or --set trainer.clients_per_step=1 (a GPU session's safest settings):
-    no client shares a batched step, nor a run, which a group on CUDA does at any clients_per_step."""
-    trainer = (getattr(args, "settings", None) or {}).get("trainer", {})
-    return trainer.get("clients_per_step", args.clients_per_step) == 1
 
 
 def train_unit(
@@ -131,10 +94,7 @@ def train_unit(
     from shared.training import timed_rounds
     from shared.training.group_training import GroupRefused, run_group
 
-    cfgs = [
-        with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, getattr(args, "settings", None))
-        for rid in rids
-    ]
+    cfgs = [resolved(runs[rid], args) for rid in rids]
     if len(rids) > 1:
         try:
             run_group(cfgs, [runs_dir / rid for rid in rids], deadline=deadline)
@@ -258,11 +218,8 @@ def sized_units(runs: dict[str, RunConfig], args, deadline: float, runs_dir: Pat
             continue
         measured = unit_sizing.measured_rounds(runs, runs_dir, this_device(args.device))
         done = {rid: rounds_done(runs_dir / rid) for rid in unit}
-        settings = getattr(args, "settings", None)
-        resolved = {
-            rid: with_runtime(runs[rid], args.device, args.data_root, args.clients_per_step, settings) for rid in unit
-        }
-        rids, estimate = unit_sizing.size_unit(unit, resolved, done, deadline - time.time(), measured)
+        as_trained = {rid: resolved(runs[rid], args) for rid in unit}
+        rids, estimate = unit_sizing.size_unit(unit, as_trained, done, deadline - time.time(), measured)
         if len(rids) < len(unit):
             queue.insert(0, [rid for rid in unit if rid not in rids])
             print(
@@ -422,27 +379,6 @@ def check_parts(args) -> None:
         )
 
 
-def on_cuda(device: str) -> bool:
-    """Whether trainer.device names CUDA (auto: where this machine has it), read by name: the
-    device is checked where a run starts (shared/runs/numerics.py resolve_device)."""
-    import torch
-
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-
-
-def cpu_defaults(device: str, clients_per_step: int | None, settings: dict) -> dict:
-    """The runtime settings, on a CPU with as many clients at once in threads as torch has
-    threads, one core each, unless --set or --clients-per-step asks for another way (threads
-    go with neither batched clients nor compilation): a small model's operators use one core
-    well and two poorly (benchmarks/README.md, the CPU campaign)."""
-    import torch
-
-    trainer = settings.get("trainer", {})
-    if on_cuda(device) or (clients_per_step or 1) > 1 or {"client_threads", "compile"} & set(trainer):
-        return settings
-    return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)
-
-
 def chosen_runs(runs: dict[str, RunConfig], args) -> dict[str, RunConfig]:
     """--only's runs (none given: all) less --skip's: a session's retry of a unit that failed,
     or the rest once a unit has failed twice."""
@@ -459,6 +395,7 @@ def train(args) -> int:
         for written_beside in {args.state.parent, *([args.timing.parent] if args.timing else [])}:
             stage_elsewhere(written_beside, args.staging)
     args.settings = cpu_defaults(args.device, args.clients_per_step, parse_settings(args.set))
+    args.by_method = settings_by_method(getattr(args, "set_for", None), args.targets)
     stop_on_sigterm()
     end = started + 60 * args.minutes
     members = state_defaults(args, owner=True)  # the state this command writes: it sets an older form aside

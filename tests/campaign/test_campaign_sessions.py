@@ -143,7 +143,7 @@ def test_each_device_trains_a_rounds_clients_its_fastest_way_unless_told_otherwi
     one core each; --clients-per-step and --set win; no run id moves."""
     import torch
 
-    from shared.campaign.train import cpu_defaults, with_runtime
+    from shared.campaign.runtime import cpu_defaults, with_runtime
     from shared.config.schema import run_id
     from shared.targets.copies import campaign_runs
 

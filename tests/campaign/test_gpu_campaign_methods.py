@@ -21,14 +21,15 @@ import os
 import pytest
 import torch
 
-from benchmarks.group_step import small_group, table_methods
+from benchmarks.group_step import small_group
 from shared.campaign.gate import TARGETS_ENV
+from shared.campaign.gate_cases import GATE_DATASET, method_cases
 from shared.config.schema import run_id
 from shared.training import trainer
 from shared.training.batched import BatchedClients
 from shared.training.group_training import run_group
 from tests.training.test_gpu import history, relative_difference
-from tests.training.test_group_step import CAMPAIGN_DATASET, cases
+from tests.training.test_group_step import cases
 
 pytestmark = [
     pytest.mark.gpu,
@@ -50,17 +51,17 @@ def captures(monkeypatch) -> list:
     return graphs
 
 
-def method_cases() -> dict:
+def gate_cases() -> dict:
     """Case id -> a run of each method: the session's targets' (the gate's), else the campaign's."""
     targets = os.environ.get(TARGETS_ENV, "").split()
-    return table_methods(targets, CAMPAIGN_DATASET) if targets else cases()
+    return method_cases(targets, GATE_DATASET) if targets else cases()
 
 
-@pytest.mark.parametrize("case", sorted(method_cases()))
+@pytest.mark.parametrize("case", sorted(gate_cases()))
 def test_a_campaign_method_in_a_batched_captured_step_gives_the_sequential_weights(
     tmp_path, monkeypatch, float64, case
 ):
-    cfgs = small_group(method_cases()[case], device="cuda", cuda_graphs=True)
+    cfgs = small_group(gate_cases()[case], device="cuda", cuda_graphs=True)
     graphs = captures(monkeypatch)
     together = run_group(cfgs, [tmp_path / f"group{i}" for i in range(len(cfgs))])
     assert graphs and all(isinstance(g, torch.cuda.CUDAGraph) for g in graphs)

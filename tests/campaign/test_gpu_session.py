@@ -21,9 +21,9 @@ from shared.campaign import refresh, session_output, ship, unit_sizing
 from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign.cli import main
+from shared.campaign.runtime import with_runtime
 from shared.campaign.session_timing import SessionTiming, unit_summary
 from shared.campaign.state import read_state
-from shared.campaign.train import with_runtime
 from shared.config.schema import ConfigError, run_id
 from shared.runs.files import hold_lock
 from shared.targets.copies import campaign_runs
@@ -496,6 +496,25 @@ def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_bo
         'finished: 1 run trained with trainer.device="cpu", trainer.clients_per_step=1, '
         'trainer.deterministic=true (gate: "numerical")'
     ) in capsys.readouterr().out
+
+
+def test_a_methods_verdict_reaches_its_runs_over_the_sessions_settings(tmp_path, monkeypatch):
+    """A gate that passed in general and failed a method's case: `train --set` the general
+    verdict, `--set-for` the case's; the run of that method records the case's verdict and settings."""
+    from shared.campaign.gate import Verdict
+    from shared.campaign.gate_cases import GATE_DATASET, method_cases
+
+    root = checkout(tmp_path / "project")
+    units = campaign_train.training_units
+    monkeypatch.setattr(campaign_train, "training_units", lambda runs, args: units(runs, args)[:1])  # one run will do
+    campaign_train.state_run_ids.cache_clear()
+    failing = {case: ("numerical", "an assertion") for case in method_cases([TARGET], GATE_DATASET)}
+    verdict = Verdict("passed", "the general tests", failing)
+    settings = [*(f"--set={s}" for s in verdict.settings()), *(f"--set-for={s}" for s in verdict.settings_for())]
+    assert train(root, tmp_path / "state.tar.gz", 2, *settings) == 0
+    (recorded,) = [json.loads(p.read_text())["runtime"] for p in root.glob("results/runs/*/metrics.json")]
+    assert recorded["trainer.gate"] == "numerical" and recorded["trainer.cuda_graphs"] is False
+    assert recorded["trainer.clients_per_step"] == 1
 
 
 def test_status_shows_cuda_only_settings_for_runs_on_cuda_alone(tmp_path):

@@ -102,39 +102,87 @@ class GateDouble:
         return self.code
 
 
-COLLECTED = {"collected": ["tests/training/test_gpu_cuda_path.py::test_a", f"{PER_METHOD}test_b[fedssd-table2-FedAvg]"]}
+GENERAL = "tests/training/test_gpu_cuda_path.py::test_a"
+FEDAVG, MOON = (f"{PER_METHOD}test_b[fedssd-table2-{row}]" for row in ("FedAvg", "MOON"))
+COLLECTED = {"collected": [GENERAL, FEDAVG]}
 
 
-def failed(kind: str, exception: str) -> dict:
-    return {"test": f"{PER_METHOD}test_b[fedssd-table2-FedAvg]", "when": "call", "kind": kind, "exception": exception}
+def failed(kind: str, exception: str, test: str = FEDAVG) -> dict:
+    return {"test": test, "when": "call", "kind": kind, "exception": exception}
+
+
+def passed(test: str) -> dict:
+    return {"test": test, "when": "call", "outcome": "passed"}
+
+
+def gated(tmp_path: Path, events: list[dict] | None, code: int | None) -> tuple[session_gate.Verdict, str]:
+    """The verdict of a gate that reported `events` and exited with `code`, and the session's log."""
+    session = GateDouble(tmp_path, events, code)
+    verdict = session_gate.gate(session, cuda=True, targets=["papers/fedssd/table2"])
+    command, env = session.commands[0]
+    assert env[session_gate.TARGETS_ENV] == "papers/fedssd/table2" and "tests" not in command, command
+    assert command[-len(session_gate.GATE_FILES) :] == list(session_gate.GATE_FILES)
+    session.log.close()
+    assert (session.out / "gate.xml").is_file() and not list(session.out.glob(".*"))
+    return verdict, (session.out / "session.log").read_text()
 
 
 def test_each_gate_failure_gives_its_verdict_and_the_settings_that_follow(tmp_path):
+    """A general test's failure decides for every run; so does a failure of the gate itself."""
     graphs_off, safest = ("trainer.cuda_graphs=false",), session_gate.SAFEST
+    general = failed("capture", "CaptureFailed", GENERAL)
     cases = {
-        "passed": ([COLLECTED, {"finished": 0}], 0, ()),
-        "capture": ([COLLECTED, failed("capture", "CaptureFailed"), {"finished": 1}], 1, graphs_off),
+        "passed": ([COLLECTED, passed(GENERAL), passed(FEDAVG), {"finished": 0}], 0, ()),
+        "capture": ([COLLECTED, general, passed(FEDAVG), {"finished": 1}], 1, graphs_off),
         "numerical": (
-            [COLLECTED, failed("capture", "CaptureFailed"), failed("numerical", "AssertionError"), {"finished": 1}],
+            [COLLECTED, general, failed("numerical", "AssertionError", GENERAL), {"finished": 1}],
             1,
             ("trainer.cuda_graphs=false", "trainer.clients_per_step=1"),
         ),
-        "error": ([COLLECTED, failed("error", "ValueError"), {"finished": 1}], 1, session_gate.SAFEST),
+        "error": ([COLLECTED, failed("error", "ValueError", GENERAL), {"finished": 1}], 1, session_gate.SAFEST),
         "no report": (None, 4, session_gate.SAFEST),
         "collection error": ([{"collection_error": "tests/training/test_gpu.py"}, {"finished": 2}], 2, safest),
         "no test": ([{"collected": []}, {"finished": 5}], 5, session_gate.SAFEST),
         "time limit": ([COLLECTED], None, session_gate.SAFEST),
-        "cut short": ([COLLECTED], 1, session_gate.SAFEST),
+        "time limit, no event": (None, None, session_gate.SAFEST),
+        "cut short": ([COLLECTED, passed(GENERAL)], 1, session_gate.SAFEST),
+        "pytest's error": ([COLLECTED, passed(GENERAL), passed(FEDAVG), {"finished": 3}], 3, session_gate.SAFEST),
     }
     for name, (events, code, settings) in cases.items():
-        session = GateDouble(tmp_path / name.replace(" ", "-"), events, code)
-        verdict = session_gate.gate(session, cuda=True, targets=["papers/fedssd/table2"])
+        verdict, log = gated(tmp_path / name.replace(" ", "-").replace(",", ""), events, code)
         expected = name if name in ("passed", "capture", "numerical", "error") else "machinery"
-        assert verdict == expected and session_gate.SETTINGS[verdict] == settings, name
-        command, env = session.commands[0]
-        assert env[session_gate.TARGETS_ENV] == "papers/fedssd/table2" and "tests" not in command, command
-        assert command[-len(session_gate.GATE_FILES) :] == list(session_gate.GATE_FILES)
-        session.log.close()
-        log = (session.out / "session.log").read_text()
-        assert f"gate: {verdict} (" in log and (" ".join(settings) or "the settings as given") in log, log
-        assert (session.out / "gate.xml").is_file() and not list(session.out.glob(".*")), name
+        assert verdict.overall == expected and session_gate.SETTINGS[verdict.overall] == settings, name
+        assert verdict.cases == {} and verdict.clean == (name == "passed"), name
+        assert verdict.settings() == [*settings, f"trainer.gate={expected}"] and verdict.settings_for() == []
+        assert f"gate: {expected} (" in log and (" ".join(settings) or "the settings as given") in log, log
+
+
+def test_a_methods_failure_decides_for_its_methods_runs_only(tmp_path):
+    """MOON's case failing its numbers sends MOON's runs to the safest settings (--set-for) and
+    leaves FedAvg's as given; a case's capture failure under a general capture failure adds nothing."""
+    events = [{"collected": [GENERAL, FEDAVG, MOON]}, passed(GENERAL), passed(FEDAVG)]
+    verdict, log = gated(tmp_path / "moon", [*events, failed("numerical", "AssertionError", MOON), {"finished": 1}], 1)
+    assert verdict.overall == "passed" and not verdict.clean
+    assert verdict.cases == {"fedssd-table2-MOON": ("numerical", f"{MOON} raised AssertionError")}
+    assert verdict.settings() == ["trainer.gate=passed"]
+    assert verdict.settings_for() == [
+        *(f"fedssd-table2-MOON:{s}" for s in session_gate.SAFEST),
+        "fedssd-table2-MOON:trainer.gate=numerical",
+    ]
+    assert "gate: fedssd-table2-MOON: numerical (" in log and "trainer.clients_per_step=1" in log, log
+
+    general = failed("capture", "CaptureFailed", GENERAL)
+    verdict, _ = gated(tmp_path / "capture", [*events, general, failed("capture", "X", MOON), {"finished": 1}], 1)
+    assert verdict.overall == "capture" and verdict.cases == {}
+
+
+def test_a_gate_cut_by_its_time_limit_keeps_what_passed_before(tmp_path):
+    """The general tests and FedAvg's case passed, MOON's was running: FedAvg trains as given,
+    MOON (untested) with the safest settings; the general tests unfinished: every run safest."""
+    collected = {"collected": [GENERAL, FEDAVG, MOON]}
+    verdict, log = gated(tmp_path / "moon", [collected, passed(GENERAL), passed(FEDAVG)], None)
+    assert verdict.overall == "passed"
+    assert list(verdict.cases) == ["fedssd-table2-MOON"] and verdict.cases["fedssd-table2-MOON"][0] == "machinery"
+    assert "not tested before the gate's time limit" in log, log
+    verdict, _ = gated(tmp_path / "general", [collected], None)
+    assert verdict.overall == "machinery" and f"before {GENERAL} finished" in verdict.why

@@ -21,11 +21,12 @@ import traceback
 import pytest
 import torch
 
-from benchmarks.group_step import non_view, record_group_step, small_group, table_methods
+from benchmarks.group_step import non_view, record_group_step, small_group
+from shared.campaign.gate_cases import GATE_DATASET, method_cases
 
 # The campaign's targets whose every method the GPU session must take in a batched captured
-# step (docs/gpu-sessions.md); the campaign trains them on a copy of CIFAR-10, so their
-# rows' runs on other data are not among them.
+# step (docs/gpu-sessions.md); the campaign trains them on a copy of CIFAR-10 (GATE_DATASET),
+# so their rows' runs on other data are not among them.
 CAMPAIGN_TARGETS = [
     "papers/fedssd/table2",
     "papers/fedgkd/table5",
@@ -36,7 +37,6 @@ CAMPAIGN_TARGETS = [
     "papers/fedcad/table3",
     "papers/fedcad/table4",
 ]
-CAMPAIGN_DATASET = "cifar10"
 
 # Non-view operators of one group step per method: 2% above the count measured (after each
 # ceiling; torch 2.13.0+cpu, 2026-11-26), so that a change that adds kernels to a step fails
@@ -115,7 +115,7 @@ REFUSED_ON_CUDA = {
 
 @functools.cache
 def cases() -> dict:
-    return table_methods(CAMPAIGN_TARGETS, CAMPAIGN_DATASET)
+    return method_cases(CAMPAIGN_TARGETS, GATE_DATASET)
 
 
 @functools.cache

@@ -1,0 +1,65 @@
+"""The GPU session gate's cases, and which runs each one's verdict holds for.
+
+The gate (shared/campaign/gate.py) tests one case per distinct method of a session's targets:
+the first row that declares each `method_key` (its method, its switches, its model; not its
+numbers), named `<paper>-<table>-<row>`. What a case found holds for every run of the targets
+with its method_key, so that a method that fails on a GPU sends its own runs to the safer
+settings and leaves the others theirs:
+
+    python -m shared.campaign train papers/fedssd/table2 ... \\
+        --set-for "fedssd-table2-MOON:trainer.clients_per_step=1"
+
+sets a runtime key, over --set's, for MOON's runs only.
+"""
+
+from __future__ import annotations
+
+from shared.campaign.state_reading import CampaignError
+from shared.config.dotted import deep_merge
+from shared.config.schema import RunConfig
+from shared.targets.resolve import target_cells
+from shared.targets.runtime_settings import parse_settings
+
+GATE_DATASET = "cifar10"  # the campaign trains on a copy of CIFAR-10: the gate's cases are its rows'
+
+
+def method_key(cfg: RunConfig) -> tuple:
+    """What sets a run's step apart: its method, its switches (not its numbers), its model."""
+    switches = tuple(sorted((k, v) for k, v in cfg.method.items() if v is None or isinstance(v, (bool, str))))
+    return switches, cfg.model.name, cfg.model.projection_dim is not None
+
+
+def method_cases(targets: list[str], dataset: str | None = None) -> dict[str, RunConfig]:
+    """ "<paper>-<table>-<row>" -> the first run of each distinct method (`method_key`) of the
+    targets' rows at paper scale (on `dataset` only, where given)."""
+    found: dict[tuple, tuple[str, RunConfig]] = {}
+    for target in targets:
+        paper, table = target.strip("/").split("/")[-2:]
+        for cell in target_cells(target, "paper"):
+            if dataset is None or cell.config.dataset.name == dataset:
+                found.setdefault(method_key(cell.config), (f"{paper}-{table}-{cell.row.label}", cell.config))
+    return dict(found.values())
+
+
+def settings_by_method(texts: list[str] | None, targets: list[str]) -> dict[tuple, dict]:
+    """method_key -> the nested runtime settings of `--set-for CASE:KEY=VALUE ...`; a CASE that
+    is no gate case of the targets, or a key that is no runtime key, is refused in one line."""
+    if not texts:
+        return {}
+    cases = method_cases(targets, GATE_DATASET)
+    by_case: dict[str, list[str]] = {}
+    for text in texts:
+        case, sep, setting = text.split("=", 1)[0].rpartition(":")
+        if not sep or not case:
+            raise CampaignError(f"--set-for {text!r}: expected CASE:KEY=VALUE")
+        if case not in cases:
+            valid = ", ".join(sorted(cases))
+            raise CampaignError(f"--set-for {text!r}: {case!r} is no gate case of {' '.join(targets)}; valid: {valid}")
+        by_case.setdefault(case, []).append(text[len(case) + 1 :])
+    return {method_key(cases[case]): parse_settings(settings) for case, settings in by_case.items()}
+
+
+def run_settings(settings: dict, by_method: dict[tuple, dict], cfg: RunConfig) -> dict:
+    """The runtime settings `cfg`'s run trains with: --set's, then its method's --set-for."""
+    own = by_method.get(method_key(cfg))
+    return deep_merge(settings, own) if own else settings

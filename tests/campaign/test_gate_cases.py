@@ -1,0 +1,69 @@
+"""`campaign train --set-for CASE:KEY=VALUE` (shared/campaign/gate_cases.py): a gate case's
+verdict reaches its method's runs only, in their settings and their units; a case that is not
+the targets' or a key that would change run ids is refused in one line before anything is
+written."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from shared.campaign import train as campaign_train
+from shared.campaign.cli import main
+from shared.campaign.gate import Verdict
+from shared.campaign.gate_cases import GATE_DATASET, method_cases, method_key, settings_by_method
+from shared.campaign.runtime import resolved
+from shared.targets.copies import campaign_runs
+
+TARGET = "papers/fedssd/table2"
+MOON = "fedssd-table2-MOON"
+
+
+def test_each_method_of_the_targets_is_one_case_named_by_its_first_row():
+    cases = method_cases([TARGET, "papers/fedcad/table2"], GATE_DATASET)
+    assert MOON in cases and "fedssd-table2-FedAvg" in cases and "fedcad-table2-FedAvg" not in cases
+    assert len({method_key(cfg) for cfg in cases.values()}) == len(cases)
+
+
+def test_a_cases_settings_reach_its_methods_runs_only(monkeypatch):
+    """A MOON case that failed its numbers (the gate's --set-for): MOON's runs train one client
+    after another, each alone, recording the verdict; FedSSD's as given, in groups on CUDA."""
+    import torch
+
+    from shared.training import group_training
+
+    monkeypatch.setattr(group_training, "resolve_device", lambda name: torch.device("cuda"))  # as on a GPU machine
+    runs, _ = campaign_runs([TARGET], "smoke", None)
+    verdict = Verdict("passed", "the general tests", {MOON: ("numerical", "it raised AssertionError")})
+    args = argparse.Namespace(device="cuda", data_root=None, clients_per_step=None, chosen=[])
+    args.settings = {"trainer": {"gate": "passed"}}
+    args.by_method = settings_by_method(verdict.settings_for(), [TARGET])
+    trained = {rid: resolved(cfg, args) for rid, cfg in runs.items()}
+    moon = {rid for rid, cfg in trained.items() if cfg.method["name"] == "moon"}
+    assert moon and len(moon) < len(runs)
+    for rid, cfg in trained.items():
+        safest = rid in moon
+        assert cfg.trainer.gate == ("numerical" if safest else "passed")
+        assert (cfg.trainer.clients_per_step == 1, cfg.trainer.cuda_graphs is False) == (safest, safest), rid
+    units = campaign_train.training_units(runs, args)
+    assert sorted(r for u in units for r in u) == sorted(runs)
+    assert all(len(unit) == 1 for unit in units if unit[0] in moon)
+    assert max(len(unit) for unit in units if unit[0] not in moon) > 1
+
+
+@pytest.mark.parametrize(
+    "set_for, message",
+    [
+        ("fedssd-table2-Nope:trainer.clients_per_step=1", "'fedssd-table2-Nope' is no gate case of"),
+        ("trainer.clients_per_step=1", "expected CASE:KEY=VALUE"),
+        (f"{MOON}:local.epochs=2", "local.epochs is not a runtime key"),
+    ],
+)
+def test_a_set_for_that_is_no_case_or_no_runtime_key_is_refused_in_one_line(tmp_path, capsys, set_for, message):
+    state = tmp_path / "state.tar.gz"
+    argv = ["train", TARGET, "--scale", "smoke", "--device", "cpu", "--minutes", "1", "--state", str(state)]
+    assert main([*argv, f"--set-for={set_for}", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert not state.exists() and not (tmp_path / "results").exists()
