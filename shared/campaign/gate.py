@@ -9,7 +9,7 @@ from $FEDREPRO_GATE_TARGETS: each case's id names the first table and row of its
 Its plugin (shared/campaign/gate_plugin.py) reports the exception each failure raised, and the
 verdict follows it (`verdict`):
 
-    passed      every test collected passed: the settings as given
+    passed      every test passed (or was skipped): the settings as given
     capture     every failure was a CUDA graph's capture: trainer.cuda_graphs=false
     numerical   an assertion failed (the batched step's weights are not the runs' alone, or a
                 seed does not repeat): never batched, clients one after another (SAFEST)
@@ -46,7 +46,6 @@ GATE_FILES = (  # in the order they run: the general CUDA-path tests first
     "tests/training/test_gpu.py",
     "tests/campaign/test_gpu_campaign_methods.py",
 )
-CASES_FILE = GATE_FILES[-1]  # a test a method case, its id's parameter the case (shared/campaign/gate_cases.py)
 TARGETS_ENV = "FEDREPRO_GATE_TARGETS"  # read by tests/campaign/test_gpu_campaign_methods.py
 GRAPHS_OFF = ("trainer.cuda_graphs=false",)
 SAFEST = (*GRAPHS_OFF, "trainer.clients_per_step=1")
@@ -118,12 +117,6 @@ class Verdict:
         ]
 
 
-def case_of(test: str) -> str | None:
-    """The method case a collected test id checks (None: a general CUDA-path test)."""
-    name, _, param = test.partition("[")
-    return param[:-1] if name.startswith(f"{CASES_FILE}::") and param.endswith("]") else None
-
-
 def worst(failures: list[dict]) -> tuple[str, str] | None:
     """(verdict, why) of these tests' failures (None: none failed)."""
     if not failures:
@@ -131,8 +124,21 @@ def worst(failures: list[dict]) -> tuple[str, str] | None:
     kinds = {e["kind"] for e in failures}
     if kinds == {"capture"}:
         return "capture", f"{len(failures)} failed in a CUDA graph's capture, e.g. {failures[0]['test']}"
-    first = next((e for kind in ("numerical", "error") for e in failures if e["kind"] == kind), failures[0])
-    return ("numerical" if first["kind"] == "numerical" else "error"), f"{first['test']} raised {first['exception']}"
+    first = next(e for kind in ("numerical", "error") for e in failures if e["kind"] == kind)
+    return first["kind"], f"{first['test']} raised {first['exception']}"
+
+
+def failures_of(events: list[dict]) -> list[dict]:
+    """Each failure with its kind; a test reported failed with no kind (the plugin cut short
+    between its two lines, a strict xfail that passed) is an error."""
+    kinds = [
+        {**e, "kind": e["kind"] if e["kind"] in ("capture", "numerical") else "error"} for e in events if "kind" in e
+    ]
+    explained = {e["test"] for e in kinds}
+    unexplained = {e["test"] for e in events if e.get("outcome") == "failed"} - explained
+    return kinds + [
+        {"test": t, "kind": "error", "exception": "a failure of no reported kind"} for t in sorted(unexplained)
+    ]
 
 
 def machinery_fault(code: int | None, events: list[dict] | None) -> str | None:
@@ -152,29 +158,41 @@ def machinery_fault(code: int | None, events: list[dict] | None) -> str | None:
 
 def verdict(code: int | None, events: list[dict] | None) -> Verdict:
     """The verdict of a gate that exited with `code` (None: stopped at its time limit) and
-    reported `events`: the general tests' failures decide for every run, each method case's
-    for its method's runs where worse; a case its time limit left untested: machinery."""
+    reported `events` (module docstring); a report the plugin would not write: machinery."""
+    try:
+        return read_verdict(code, events)
+    except (KeyError, TypeError, AttributeError, StopIteration):
+        return Verdict("machinery", "its report is not what the gate's plugin writes")
+
+
+def read_verdict(code: int | None, events: list[dict] | None) -> Verdict:
+    """The general tests' failures decide for every run, each method case's for its method's
+    runs where worse; a test is done once torn down, and a case not done is machinery's."""
     fault = machinery_fault(code, events)
     if fault:
         return Verdict("machinery", fault)
     collected = [i for e in events if isinstance(e.get("collected"), list) for i in e["collected"]]
-    failures = [e for e in events if "kind" in e]
-    done = {e["test"] for e in events if "outcome" in e or "kind" in e}
-    general = [t for t in collected if case_of(t) is None]
-    unfinished = [t for t in general if t not in done]
+    case_of = {t: c for e in events for t, c in e.get("cases", {}).items() if t in collected}
+    failures, done = failures_of(events), {e["test"] for e in events if e.get("when") == "teardown"}
+    stopped = f"stopped at its time limit ({GATE_SECONDS} s)" if code is None else f"pytest exited {code}"
+    unfinished = [t for t in collected if t not in case_of and t not in done]
     if unfinished:
-        return Verdict("machinery", f"stopped at its time limit ({GATE_SECONDS} s) before {unfinished[0]} finished")
+        return Verdict("machinery", f"{stopped} before {unfinished[0]} finished")
     if not failures and code not in (0, None):
         return Verdict("machinery", f"pytest exited {code} with no test failed")
-    overall, why = worst([e for e in failures if case_of(e["test"]) is None]) or ("passed", f"{len(collected)} tests")
+    overall, why = worst([e for e in failures if e["test"] not in case_of]) or ("passed", f"{len(collected)} tests")
     cases = {}
-    for test in (t for t in collected if case_of(t) is not None):
-        untested = ("machinery", f"not tested before the gate's time limit ({GATE_SECONDS} s)")
-        found = worst([e for e in failures if e["test"] == test]) or (("passed", "") if test in done else untested)
+    for case in dict.fromkeys(case_of.values()):
+        tests = [t for t, c in case_of.items() if c == case]
+        found = worst([e for e in failures if e["test"] in tests])
+        if found is None:
+            found = (
+                ("passed", "") if all(t in done for t in tests) else ("machinery", f"{stopped} before it was tested")
+            )
         if set(SETTINGS[found[0]]) > set(SETTINGS[overall]):
-            cases[case_of(test)] = found
+            cases[case] = found
     if cases and overall == "passed":
-        why = f"the {len(general)} general tests"
+        why = f"the {len(collected) - len(case_of)} general tests"
     return Verdict(overall, why, cases)
 
 

@@ -49,12 +49,13 @@ def settings_by_method(texts: list[str] | None, targets: list[str]) -> dict[tupl
     cases = method_cases(targets, GATE_DATASET)
     by_case: dict[str, list[str]] = {}
     for text in texts:
-        case, sep, setting = text.split("=", 1)[0].rpartition(":")
-        if not sep or not case:
-            raise CampaignError(f"--set-for {text!r}: expected CASE:KEY=VALUE")
-        if case not in cases:
+        # a row's label may hold "=" or ":" (FedGKD's "M=1"): the case is the known one the text starts with
+        case = max((c for c in cases if text.startswith(f"{c}:")), key=len, default=None)
+        if case is None:
             valid = ", ".join(sorted(cases))
-            raise CampaignError(f"--set-for {text!r}: {case!r} is no gate case of {' '.join(targets)}; valid: {valid}")
+            raise CampaignError(
+                f"--set-for {text!r}: expected CASE:KEY=VALUE with CASE a gate case of {' '.join(targets)}: {valid}"
+            )
         by_case.setdefault(case, []).append(text[len(case) + 1 :])
     return {method_key(cases[case]): parse_settings(settings) for case, settings in by_case.items()}
 

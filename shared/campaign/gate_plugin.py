@@ -35,7 +35,14 @@ def write(event: dict) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    write({"collected": [item.nodeid for item in session.items]})  # after -m's deselection
+    # after -m's deselection; a method case's id as its parameter holds it (pytest escapes
+    # non-ASCII characters in node ids)
+    cases = {
+        item.nodeid: item.callspec.params["case"]
+        for item in session.items
+        if isinstance(getattr(getattr(item, "callspec", None), "params", {}).get("case"), str)
+    }
+    write({"collected": [item.nodeid for item in session.items], "cases": cases})
 
 
 def pytest_collectreport(report) -> None:
@@ -50,7 +57,8 @@ def pytest_exception_interact(node, call, report) -> None:
 
 
 def pytest_runtest_logreport(report) -> None:
-    if report.when == "call" or report.outcome != "passed":
+    # the teardown's report too: a test is done once it is torn down (a hang there is no pass)
+    if report.when in ("call", "teardown") or report.outcome != "passed":
         write({"test": report.nodeid, "when": report.when, "outcome": report.outcome})
 
 

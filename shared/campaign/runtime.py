@@ -17,9 +17,10 @@ def resolved(cfg: RunConfig, args) -> RunConfig:
 
 
 def settings_of(cfg: RunConfig, args) -> dict:
-    """The runtime settings of `cfg`'s run: --set's (with a CPU's defaults), then its method's
-    --set-for (shared/campaign/gate_cases.py)."""
-    return run_settings(getattr(args, "settings", None) or {}, getattr(args, "by_method", None) or {}, cfg)
+    """The runtime settings of `cfg`'s run: --set's, then its method's --set-for
+    (shared/campaign/gate_cases.py), then a CPU's defaults where those leave room (`cpu_defaults`)."""
+    own = run_settings(getattr(args, "settings", None) or {}, getattr(args, "by_method", None) or {}, cfg)
+    return cpu_defaults(args.device, args.clients_per_step, own)
 
 
 def with_runtime(
@@ -74,6 +75,7 @@ def cpu_defaults(device: str, clients_per_step: int | None, settings: dict) -> d
     import torch
 
     trainer = settings.get("trainer", {})
-    if on_cuda(device) or (clients_per_step or 1) > 1 or {"client_threads", "compile"} & set(trainer):
+    asked = trainer.get("clients_per_step", clients_per_step) or 1
+    if on_cuda(device) or asked > 1 or {"client_threads", "compile"} & set(trainer):
         return settings
     return deep_merge({"trainer": {"client_threads": torch.get_num_threads()}}, settings)

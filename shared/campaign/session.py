@@ -180,10 +180,14 @@ def train_with_retries(session: Session, settings: list[str], settings_for: list
     left_out: list[str] = []
     while True:
         code = train(session, settings, settings_for, skip=left_out)
-        failed = failed_unit(session)
+        if code == 2 and settings_for:  # a --set-for train refused: never a reason to train nothing
+            session.log.line("train refused the gate's per-method settings: every run trains with the safest")
+            settings, settings_for = [*settings, *SAFEST], []
+            continue
+        failed, trained_with = failed_unit(session)
         if code != UNIT_FAILED or failed is None:
             return code
-        retry = safer(settings)
+        retry = safer(settings, trained_with)
         session.log.line(
             f"run(s) {' '.join(failed)} raised: "
             + (f"once more, in a fresh process, with {retry[-1]}" if retry else "left out: the settings are the safest")
@@ -192,23 +196,27 @@ def train_with_retries(session: Session, settings: list[str], settings_for: list
             left_out += failed
 
 
-def safer(settings: list[str]) -> list[str] | None:
+def safer(settings: list[str], trained_with: list[str]) -> list[str] | None:
     """The settings a unit that raised is retried with: CUDA graphs off, else clients one after
-    another (None: those are set already)."""
-    step = next((s for s in SAFEST if s not in settings), None)
-    return [*settings, step] if step else None
+    another, over those it trained with (its method's --set-for's included: train says them;
+    None: those are the safest already)."""
+    step = next((s for s in SAFEST if s not in settings and s not in trained_with), None)
+    return [*settings, *(s for s in trained_with if s not in settings), step] if step else None
 
 
-def failed_unit(session: Session) -> list[str] | None:
-    """The runs of the unit that made train stop (its --failed-unit file, then removed)."""
+def failed_unit(session: Session) -> tuple[list[str] | None, list[str]]:
+    """The runs of the unit that made train stop and the safe settings they trained with (its
+    --failed-unit file, then removed)."""
     path = session.written_elsewhere("failed-unit.json")
     try:
-        runs = json.loads(path.read_text())["runs"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        record = json.loads(path.read_text())
+        runs, settings = record["runs"], record.get("settings", [])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, []
     finally:
         path.unlink(missing_ok=True)
-    return runs if isinstance(runs, list) and runs and all(isinstance(r, str) for r in runs) else None
+    settings = [s for s in settings if s in SAFEST] if isinstance(settings, list) else []
+    return (runs if isinstance(runs, list) and runs and all(isinstance(r, str) for r in runs) else None), settings
 
 
 def train(

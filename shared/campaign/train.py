@@ -22,7 +22,7 @@ from shared.campaign.first_cells import chosen_cells
 from shared.campaign.gate_cases import settings_by_method
 from shared.campaign.ledger import BUNDLED, LEDGER
 from shared.campaign.refresh import Refresh
-from shared.campaign.runtime import clients_alone, cpu_defaults, resolved
+from shared.campaign.runtime import clients_alone, resolved
 from shared.campaign.session_timing import session_timing, stacks_if_overrun
 from shared.campaign.state import (
     MAX_PARTS,
@@ -148,7 +148,7 @@ def train_runs(runs: dict[str, RunConfig], args, end: float, runs_dir: Path, fin
         except OutOfTime as exc:  # a SIGTERM during the save, handled once the state was written
             print(f"{exc}; after run(s) {' '.join(rids)}", file=sys.stderr)
             break
-        if raised and stopped_for_retry(args, rids, raised):
+        if raised and stopped_for_retry(args, rids, raised, resolved(runs[rids[0]], args)):
             counts["unit failed"] += 1
             break
     return counts
@@ -189,12 +189,18 @@ def timed_unit(
     return raised
 
 
-def stopped_for_retry(args, rids: list[str], raised: list[str]) -> bool:
-    """A unit raised: with --failed-unit, its runs into that file, and training stops here (a
-    CUDA error may leave this process unusable: a session retries the unit in a fresh one)."""
+def stopped_for_retry(args, rids: list[str], raised: list[str], trained: RunConfig) -> bool:
+    """A unit raised: with --failed-unit, its runs into that file with the safe settings they
+    trained with (`trained`: its first run's config; a session retries with a safer one), and
+    training stops here (a CUDA error may leave this process unusable: a session retries the
+    unit in a fresh one)."""
     if not getattr(args, "failed_unit", None):
         return False
-    record = json.dumps({"runs": rids, "raised": raised})
+    safe = {
+        "trainer.cuda_graphs=false": not trained.trainer.cuda_graphs,
+        "trainer.clients_per_step=1": trained.trainer.clients_per_step == 1,
+    }
+    record = json.dumps({"runs": rids, "raised": raised, "settings": [setting for setting, on in safe.items() if on]})
     write_atomically(args.failed_unit, lambda tmp: tmp.write_text(record))
     print(f"run(s) {' '.join(rids)}: stopped here, to be retried in a fresh process", file=sys.stderr)
     return True
@@ -389,12 +395,12 @@ def chosen_runs(runs: dict[str, RunConfig], args) -> dict[str, RunConfig]:
 def train(args) -> int:
     from shared.targets.runtime_settings import parse_settings
 
-    started = time.time()  # before torch's import (cpu_defaults): a session's deadline counts from its launch
+    started = time.time()  # before torch's import: a session's deadline counts from its launch
     check_parts(args)
     if getattr(args, "staging", None) is not None:  # the state and timing.json: their folder never holds a temporary
         for written_beside in {args.state.parent, *([args.timing.parent] if args.timing else [])}:
             stage_elsewhere(written_beside, args.staging)
-    args.settings = cpu_defaults(args.device, args.clients_per_step, parse_settings(args.set))
+    args.settings = parse_settings(args.set)  # each run's, with a CPU's defaults: shared/campaign/runtime.py
     args.by_method = settings_by_method(getattr(args, "set_for", None), args.targets)
     stop_on_sigterm()
     end = started + 60 * args.minutes

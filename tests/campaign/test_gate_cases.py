@@ -11,7 +11,7 @@ import pytest
 
 from shared.campaign import train as campaign_train
 from shared.campaign.cli import main
-from shared.campaign.gate import Verdict
+from shared.campaign.gate import SAFEST, Verdict
 from shared.campaign.gate_cases import GATE_DATASET, method_cases, method_key, settings_by_method
 from shared.campaign.runtime import resolved
 from shared.targets.copies import campaign_runs
@@ -52,11 +52,32 @@ def test_a_cases_settings_reach_its_methods_runs_only(monkeypatch):
     assert max(len(unit) for unit in units if unit[0] not in moon) > 1
 
 
+def test_a_case_whose_row_holds_an_equals_sign_or_a_colon_is_found():
+    """FedGKD's Table 8 rows are "M=1", ...: the case is the known one the text starts with."""
+    by_method = settings_by_method(["fedgkd-table8-M=1:trainer.cuda_graphs=false"], ["papers/fedgkd/table8"])
+    (case,) = [c for c in method_cases(["papers/fedgkd/table8"], GATE_DATASET) if c == "fedgkd-table8-M=1"]
+    assert by_method == {
+        method_key(method_cases(["papers/fedgkd/table8"], GATE_DATASET)[case]): {"trainer": {"cuda_graphs": False}}
+    }
+
+
+def test_a_retry_takes_the_next_safer_setting_over_those_its_unit_trained_with():
+    """A unit whose method's case had CUDA graphs off (--set-for) retries with clients one after
+    another; one that trained with the safest settings already is left out at once."""
+    from shared.campaign.session import safer
+
+    graphs_off, alone = SAFEST
+    assert safer(["trainer.gate=passed"], []) == ["trainer.gate=passed", graphs_off]
+    assert safer(["trainer.gate=passed"], [graphs_off]) == ["trainer.gate=passed", graphs_off, alone]
+    assert safer(["trainer.gate=passed"], [graphs_off, alone]) is None
+
+
 @pytest.mark.parametrize(
     "set_for, message",
     [
-        ("fedssd-table2-Nope:trainer.clients_per_step=1", "'fedssd-table2-Nope' is no gate case of"),
+        ("fedssd-table2-Nope:trainer.clients_per_step=1", "with CASE a gate case of papers/fedssd/table2"),
         ("trainer.clients_per_step=1", "expected CASE:KEY=VALUE"),
+        (f"{MOON}trainer.clients_per_step=1", "expected CASE:KEY=VALUE"),
         (f"{MOON}:local.epochs=2", "local.epochs is not a runtime key"),
     ],
 )
@@ -67,3 +88,26 @@ def test_a_set_for_that_is_no_case_or_no_runtime_key_is_refused_in_one_line(tmp_
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
     assert not state.exists() and not (tmp_path / "results").exists()
+
+
+def test_per_method_settings_that_train_refuses_never_keep_a_session_from_training(monkeypatch):
+    """Should train refuse the gate's --set-for (exit 2), the session trains every run with the
+    safest settings rather than none."""
+    import types
+
+    from shared.campaign import session
+
+    calls, lines = [], []
+    monkeypatch.setattr(
+        session,
+        "train",
+        lambda s, settings, settings_for=(), **_: calls.append((settings, settings_for)) or (2 if settings_for else 0),
+    )
+    monkeypatch.setattr(session, "failed_unit", lambda s: (None, []))  # no unit raised
+    double = types.SimpleNamespace(log=types.SimpleNamespace(line=lambda text, **_: lines.append(text)))
+    assert session.train_with_retries(double, ["trainer.gate=passed"], [f"{MOON}:trainer.gate=numerical"]) == 0
+    assert calls == [
+        (["trainer.gate=passed"], [f"{MOON}:trainer.gate=numerical"]),
+        (["trainer.gate=passed", *SAFEST], []),
+    ]
+    assert lines == ["train refused the gate's per-method settings: every run trains with the safest"]

@@ -62,8 +62,25 @@ def test_the_plugin_reports_the_kind_of_each_failures_exception(tmp_path):
         "def test_numbers():\n    assert 1.0 == 1.1\n"
         "def test_other():\n    raise ValueError('a graph')\n"
         "def test_passes():\n    pass\n"
+        "import pytest\n"
+        "@pytest.mark.parametrize('case', ['fedgkd-table7-CIFAR-10, M=1', 'p-t-\u03b4=0.1'])\n"
+        "def test_case(case):\n    pass\n"
     )
     events = plugin_events(tmp_path, [str(tests)], {})
+    # a case as its parameter holds it: pytest's node id escapes the δ
+    assert sorted(next(e["cases"] for e in events if "cases" in e).values()) == [
+        "fedgkd-table7-CIFAR-10, M=1",
+        "p-t-δ=0.1",
+    ]
+    torn_down = {e["test"].split("::")[1] for e in events if e.get("when") == "teardown"}
+    assert torn_down == {
+        "test_capture",
+        "test_capture_code",
+        "test_numbers",
+        "test_other",
+        "test_passes",
+        *(t.split("::")[1] for e in events if "cases" in e for t in e["cases"]),
+    }
     kinds = {e["test"].split("::")[1]: e["kind"] for e in events if "kind" in e}
     assert kinds == {
         "test_capture": "capture",
@@ -104,15 +121,33 @@ class GateDouble:
 
 GENERAL = "tests/training/test_gpu_cuda_path.py::test_a"
 FEDAVG, MOON = (f"{PER_METHOD}test_b[fedssd-table2-{row}]" for row in ("FedAvg", "MOON"))
-COLLECTED = {"collected": [GENERAL, FEDAVG]}
 
 
-def failed(kind: str, exception: str, test: str = FEDAVG) -> dict:
-    return {"test": test, "when": "call", "kind": kind, "exception": exception}
+def collected(*tests: str) -> dict:
+    """The plugin's collection line: the test ids, and the case each method case's test checks."""
+    return {"collected": list(tests), "cases": {t: t.split("[", 1)[1][:-1] for t in tests if "[" in t}}
 
 
-def passed(test: str) -> dict:
-    return {"test": test, "when": "call", "outcome": "passed"}
+COLLECTED = collected(GENERAL, FEDAVG)
+
+
+def failed(kind: str, exception: str, test: str = FEDAVG) -> list[dict]:
+    """A test whose call failed with an exception of this kind, then torn down."""
+    return [
+        {"test": test, "when": "call", "outcome": "failed"},
+        {"test": test, "when": "call", "kind": kind, "exception": exception},
+        {"test": test, "when": "teardown", "outcome": "passed"},
+    ]
+
+
+def passed(test: str) -> list[dict]:
+    """A test's call and teardown, both passed: it is done."""
+    return [{"test": test, "when": when, "outcome": "passed"} for when in ("call", "teardown")]
+
+
+def report(*parts) -> list[dict]:
+    """The plugin's lines: each part an event or a test's events."""
+    return [event for part in parts for event in (part if isinstance(part, list) else [part])]
 
 
 def gated(tmp_path: Path, events: list[dict] | None, code: int | None) -> tuple[session_gate.Verdict, str]:
@@ -130,27 +165,32 @@ def gated(tmp_path: Path, events: list[dict] | None, code: int | None) -> tuple[
 def test_each_gate_failure_gives_its_verdict_and_the_settings_that_follow(tmp_path):
     """A general test's failure decides for every run; so does a failure of the gate itself."""
     graphs_off, safest = ("trainer.cuda_graphs=false",), session_gate.SAFEST
-    general = failed("capture", "CaptureFailed", GENERAL)
+    capture = failed("capture", "CaptureFailed", GENERAL)
+    unexplained = [{"test": GENERAL, "when": "call", "outcome": "failed"}, *passed(GENERAL)[1:]]
     cases = {
-        "passed": ([COLLECTED, passed(GENERAL), passed(FEDAVG), {"finished": 0}], 0, ()),
-        "capture": ([COLLECTED, general, passed(FEDAVG), {"finished": 1}], 1, graphs_off),
+        "passed": (report(COLLECTED, passed(GENERAL), passed(FEDAVG), {"finished": 0}), 0, ()),
+        "capture": (report(COLLECTED, capture, passed(FEDAVG), {"finished": 1}), 1, graphs_off),
         "numerical": (
-            [COLLECTED, general, failed("numerical", "AssertionError", GENERAL), {"finished": 1}],
+            report(COLLECTED, capture, failed("numerical", "AssertionError", GENERAL), {"finished": 1}),
             1,
             ("trainer.cuda_graphs=false", "trainer.clients_per_step=1"),
         ),
-        "error": ([COLLECTED, failed("error", "ValueError", GENERAL), {"finished": 1}], 1, session_gate.SAFEST),
-        "no report": (None, 4, session_gate.SAFEST),
+        "error": (report(COLLECTED, failed("error", "ValueError", GENERAL), {"finished": 1}), 1, safest),
+        "a failure of no reported kind": (report(COLLECTED, unexplained, passed(FEDAVG), {"finished": 1}), 1, safest),
+        "no report": (None, 4, safest),
         "collection error": ([{"collection_error": "tests/training/test_gpu.py"}, {"finished": 2}], 2, safest),
-        "no test": ([{"collected": []}, {"finished": 5}], 5, session_gate.SAFEST),
-        "time limit": ([COLLECTED], None, session_gate.SAFEST),
-        "time limit, no event": (None, None, session_gate.SAFEST),
-        "cut short": ([COLLECTED, passed(GENERAL)], 1, session_gate.SAFEST),
-        "pytest's error": ([COLLECTED, passed(GENERAL), passed(FEDAVG), {"finished": 3}], 3, session_gate.SAFEST),
+        "no test": ([{"collected": []}, {"finished": 5}], 5, safest),
+        "time limit": ([COLLECTED], None, safest),
+        "time limit, no event": (None, None, safest),
+        "a hang in a teardown": (report(COLLECTED, passed(GENERAL)[:1]), None, safest),
+        "cut short": (report(COLLECTED, passed(GENERAL)), 1, safest),
+        "pytest's error": (report(COLLECTED, passed(GENERAL), passed(FEDAVG), {"finished": 3}), 3, safest),
+        "a line the plugin would not write": (report(COLLECTED, {"kind": "capture"}, {"finished": 1}), 1, safest),
     }
     for name, (events, code, settings) in cases.items():
-        verdict, log = gated(tmp_path / name.replace(" ", "-").replace(",", ""), events, code)
-        expected = name if name in ("passed", "capture", "numerical", "error") else "machinery"
+        verdict, log = gated(tmp_path / name.replace(" ", "-").replace(",", "").replace("'", ""), events, code)
+        expected = {"passed": "passed", "capture": "capture", "numerical": "numerical"}.get(name, "machinery")
+        expected = "error" if name in ("error", "a failure of no reported kind") else expected
         assert verdict.overall == expected and session_gate.SETTINGS[verdict.overall] == settings, name
         assert verdict.cases == {} and verdict.clean == (name == "passed"), name
         assert verdict.settings() == [*settings, f"trainer.gate={expected}"] and verdict.settings_for() == []
@@ -160,8 +200,9 @@ def test_each_gate_failure_gives_its_verdict_and_the_settings_that_follow(tmp_pa
 def test_a_methods_failure_decides_for_its_methods_runs_only(tmp_path):
     """MOON's case failing its numbers sends MOON's runs to the safest settings (--set-for) and
     leaves FedAvg's as given; a case's capture failure under a general capture failure adds nothing."""
-    events = [{"collected": [GENERAL, FEDAVG, MOON]}, passed(GENERAL), passed(FEDAVG)]
-    verdict, log = gated(tmp_path / "moon", [*events, failed("numerical", "AssertionError", MOON), {"finished": 1}], 1)
+    events = report(collected(GENERAL, FEDAVG, MOON), passed(GENERAL), passed(FEDAVG))
+    moon = failed("numerical", "AssertionError", MOON)
+    verdict, log = gated(tmp_path / "moon", [*events, *moon, {"finished": 1}], 1)
     assert verdict.overall == "passed" and not verdict.clean
     assert verdict.cases == {"fedssd-table2-MOON": ("numerical", f"{MOON} raised AssertionError")}
     assert verdict.settings() == ["trainer.gate=passed"]
@@ -171,18 +212,20 @@ def test_a_methods_failure_decides_for_its_methods_runs_only(tmp_path):
     ]
     assert "gate: fedssd-table2-MOON: numerical (" in log and "trainer.clients_per_step=1" in log, log
 
-    general = failed("capture", "CaptureFailed", GENERAL)
-    verdict, _ = gated(tmp_path / "capture", [*events, general, failed("capture", "X", MOON), {"finished": 1}], 1)
+    general, moon = failed("capture", "CaptureFailed", GENERAL), failed("capture", "X", MOON)
+    verdict, _ = gated(tmp_path / "capture", report(events, general, moon, {"finished": 1}), 1)
     assert verdict.overall == "capture" and verdict.cases == {}
 
 
 def test_a_gate_cut_by_its_time_limit_keeps_what_passed_before(tmp_path):
-    """The general tests and FedAvg's case passed, MOON's was running: FedAvg trains as given,
-    MOON (untested) with the safest settings; the general tests unfinished: every run safest."""
-    collected = {"collected": [GENERAL, FEDAVG, MOON]}
-    verdict, log = gated(tmp_path / "moon", [collected, passed(GENERAL), passed(FEDAVG)], None)
-    assert verdict.overall == "passed"
-    assert list(verdict.cases) == ["fedssd-table2-MOON"] and verdict.cases["fedssd-table2-MOON"][0] == "machinery"
-    assert "not tested before the gate's time limit" in log, log
-    verdict, _ = gated(tmp_path / "general", [collected], None)
+    """The general tests and FedAvg's case done, MOON's running (or hanging in its teardown):
+    FedAvg trains as given, MOON (untested) with the safest settings; the general tests
+    unfinished: every run safest."""
+    events = report(collected(GENERAL, FEDAVG, MOON), passed(GENERAL), passed(FEDAVG))
+    for cut in ([], passed(MOON)[:1]):
+        verdict, log = gated(tmp_path / f"moon{len(cut)}", [*events, *cut], None)
+        assert verdict.overall == "passed"
+        assert list(verdict.cases) == ["fedssd-table2-MOON"] and verdict.cases["fedssd-table2-MOON"][0] == "machinery"
+        assert "stopped at its time limit (90 s) before it was tested" in log, log
+    verdict, _ = gated(tmp_path / "general", [collected(GENERAL, FEDAVG, MOON)], None)
     assert verdict.overall == "machinery" and f"before {GENERAL} finished" in verdict.why
