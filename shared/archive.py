@@ -13,9 +13,12 @@ writes one transfer file of kind "archive" (shared/runs/transfer.py: format fedr
 one format runs travel in, a campaign's state file being its other kind; a tar, gzip-compressed
 when FILE ends in .gz or .tgz, with manifest.json last) holding, for each run that has
 finished (its metrics.json exists, whatever its status), metrics.json, metrics.jsonl,
-config.yaml, partition.csv and, with --models, model.pt. Runs not finished are listed in the
-manifest as missing; their checkpoints are never packed. A figure that starts from a run's final
-model reads its model.pt: pack it with --models.
+config.yaml, partition.csv and, with --models, model.pt, and for a figure with a probe
+(Figure.probe: a GPU job's computation on a finished run's model, FedCSD's Fig. 1) each probe of
+a packed run that results/probes/ holds, so that the figure draws where the archive is unpacked
+without the GPU hours. Runs not finished are listed in the manifest as missing; their
+checkpoints are never packed. A probe not computed yet needs the run's model.pt: pack it with
+--models.
 
 `pack` never replaces a file: an existing FILE is refused unless --force is given, and FILE
 may not lie in a run directory.
@@ -28,7 +31,9 @@ this process beside results/runs/, never held in memory; no absolute paths, `..`
 members the manifest does not list; tar headers parsed by shared/runs/tar_reading.py; each
 run's model.pt loaded with weights_only=True into its config's model, finite; each run's identity:
 the run id in its metrics.json and the hash of its config.yaml are its directory's name; each
-result what the trainer writes: shared/campaign/run_schema.py) and only then writes, into DIR/results/runs/ (DIR
+result what the trainer writes: shared/campaign/run_schema.py; each probe a declared figure's, of
+a run the archive holds as completed, its columns and fields the figure's probe_columns) and only
+then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
 lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
 file goes. A run already finished there (a result: completed, diverged or suspect) is left as
@@ -36,7 +41,9 @@ it is; a recorded failure or a damaged metrics.json there is replaced by the arc
 old file moved aside (metrics.json.replaced-<time>). A run the archive holds as a failure is not
 written where a checkpoint of it is: that run resumes from its checkpoint. Each run's metrics.json is written
 last, so an interrupted unpack leaves unfinished runs, which the workflow reruns, never a run
-that looks finished and is not. After unpacking, `snakemake -n TARGET` schedules only the
+that looks finished and is not. A probe goes into DIR/results/probes/ after its run, where none
+is there and its run is the archive's (written, or the same metrics.json already there). After
+unpacking, `snakemake -n TARGET` schedules only the
 runs the archive did not hold.
 
 Errors (unknown target, a damaged, unsafe or foreign archive, a destination that is taken)
@@ -87,10 +94,14 @@ from shared.runs.transfer import (
     read_transfer,
     write_transfer,
 )
+from shared.targets.figure_declarations import paper_figures
+from shared.targets.papers import paper_names
+from shared.targets.probes import PROBE_NAME, probe_problem, probes_dir, target_probes
 from shared.targets.resolve import TargetError, needed_runs
 
 RUNS_DIR = Path("results") / "runs"
 MEMBER = re.compile(rf"runs/({RUN_ID.pattern})/({'|'.join(re.escape(f) for f in (*RUN_FILES, MODEL_FILE))})")
+PROBE_MEMBER = re.compile(rf"probes/{PROBE_NAME.pattern}")  # a figure's probe of a run: paper, figure, run id
 # The workflow's --config keys (workflow/schemas/config.schema.yaml); only scale changes run ids.
 WORKFLOW_KEYS = ("scale", "data_root", "device", "clients_per_step", "client_threads", "runs_per_job")
 
@@ -139,6 +150,8 @@ def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool
     started = time.perf_counter()
     run_ids = needed_runs(targets, scale)
     files, packed, missing = collect(run_ids, runs_dir, models)
+    probes = target_probes(targets, scale, runs_dir, {run["run_id"] for run in packed})
+    files += [(f"probes/{path.name}", path.read_bytes(), path.stat().st_mtime) for path in probes]
     about = {
         "targets": targets,
         "scale": scale,
@@ -157,20 +170,20 @@ def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool
 def member_problem(name: str) -> str | None:
     """Why a member could write outside results/runs/<id>/ or is not a run's file (None: it is one)."""
     outside = is_outside(name)
-    if outside or MEMBER.fullmatch(name):
+    if outside or MEMBER.fullmatch(name) or PROBE_MEMBER.fullmatch(name):
         return outside
     if CAMPAIGN_MEMBER.fullmatch(name):
         return (
             "is not a run's file but a campaign state's: the file looks like a campaign state, which "
             "python -m shared.campaign import FILE reads"
         )
-    return f"is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>)"
+    return f"is not a run's file (runs/<run id>/<{'|'.join((*RUN_FILES, MODEL_FILE))}>) nor a probe's"
 
 
 def max_size(name: str) -> int:
     """The most a member of this name may hold (MAX_*_BYTES)."""
     limits = {"config.yaml": MAX_CONFIG_BYTES, "metrics.json": MAX_SMALL_BYTES, MODEL_FILE: MAX_MODEL_BYTES}
-    return limits.get(name.rsplit("/", 1)[-1], MAX_MEMBER_BYTES)
+    return MAX_SMALL_BYTES if PROBE_MEMBER.fullmatch(name) else limits.get(name.rsplit("/", 1)[-1], MAX_MEMBER_BYTES)
 
 
 def header_limit(name: str, members: dict, cache: dict) -> int:
@@ -230,13 +243,35 @@ def verify(archive: Path, staging: Staging | None = None) -> tuple[dict, dict]:
     except TransferError as exc:
         raise ArchiveError(str(exc)) from None
     small = {name: data for name, data in members.items() if not name.endswith(f"/{MODEL_FILE}")}
-    for run in sorted({MEMBER.fullmatch(name).group(1) for name in members}):
+    for run in run_ids_of(members):
         check_identity(run, small)
         files = {name.rsplit("/", 1)[1]: data for name, data in members.items() if name.startswith(f"runs/{run}/")}
         problem = run_problem(run, files)
         if problem:
             raise ArchiveError(f"run {run}: {problem}; the archive is not what pack wrote")
+    for name in (n for n in members if PROBE_MEMBER.fullmatch(n)):
+        problem = probe_member_problem(name, members)
+        if problem:
+            raise ArchiveError(f"{name} {problem}; the archive is not what pack wrote")
     return manifest, members
+
+
+def run_ids_of(names) -> list[str]:
+    """The run ids of an archive's run members, sorted."""
+    return sorted({match.group(1) for match in map(MEMBER.fullmatch, names) if match})
+
+
+def probe_member_problem(name: str, members: dict) -> str | None:
+    """A probe of a figure that declares one, of a run the archive holds as completed, as that
+    figure's probe writes it (Figure.probe_columns)."""
+    paper, figure_name, rid = PROBE_MEMBER.fullmatch(name).groups()
+    figure = paper_figures(paper).get(figure_name) if paper in paper_names() else None
+    if figure is None or figure.probe is None:
+        return f"is the probe of {paper}/{figure_name}, which is no figure with a probe"
+    metrics = members.get(f"runs/{rid}/metrics.json")
+    if metrics is None or run_status(metrics) != "completed":
+        return f"is a probe of run {rid}, which the archive does not hold as completed"
+    return probe_problem(figure, members[name])
 
 
 def run_problem(rid: str, files: dict[str, bytes]) -> str | None:
@@ -325,7 +360,7 @@ def unpack(archive: Path, into: Path) -> dict:
     try:
         manifest, members = verify(archive, staging)
         sizes = {e["path"]: e["size"] for e in manifest["members"]}
-        run_ids = sorted({MEMBER.fullmatch(path).group(1) for path in sizes})
+        run_ids = run_ids_of(sizes)
         with ExitStack() as locks:
             candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
             check_space(runs_dir, sum(size for path, size in sizes.items() if path.split("/")[1] in candidates))
@@ -343,6 +378,7 @@ def unpack(archive: Path, into: Path) -> dict:
                 != sha256(members[f"runs/{rid}/metrics.json"])
             ]
             files = commit(members, runs_dir, written)
+            probes = commit_probes(members, runs_dir, [*written, *(rid for rid in kept if rid not in differing)])
     finally:
         staging.remove()
     return {
@@ -353,8 +389,22 @@ def unpack(archive: Path, into: Path) -> dict:
         "resuming": resuming,
         "differing": differing,
         "files": files,
+        "probes": probes,
         "bytes": sum(size for path, size in sizes.items() if path.split("/")[1] in written),
     }
+
+
+def commit_probes(members: dict, runs_dir: Path, runs: list[str]) -> int:
+    """The archive's probes of these runs (its own, or the same as here) into results/probes/,
+    where none is there; returns how many were written."""
+    written = 0
+    for name in sorted(n for n in members if PROBE_MEMBER.fullmatch(n) and PROBE_MEMBER.fullmatch(n).group(3) in runs):
+        dest = probes_dir(runs_dir) / name.split("/", 1)[1]
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            install(dest, members[name])
+            written += 1
+    return written
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -407,16 +457,20 @@ def main(argv: list[str] | None = None) -> int:
             scale = workflow_config(args.config, args.scale)
             manifest = pack(args.targets, scale, args.output, args.root / RUNS_DIR, args.models, args.force)
             runs, size = manifest["runs"], sum(m["size"] for m in manifest["members"])
+            probes = sum(1 for m in manifest["members"] if PROBE_MEMBER.fullmatch(m["path"]))
             print(
                 f"packed {runs['packed']} of {runs['needed']} runs needed by {' '.join(args.targets)} at scale={scale} "
                 f"({runs['missing']} missing, listed in its manifest) into {args.output}: "
-                f"{len(manifest['members'])} files, {megabytes(size)}"
+                f"{len(manifest['members'])} files ({probes} figure probes), {megabytes(size)}"
             )
         else:
             report = unpack(args.archive, args.into)
             kept = report["kept"]
             note = f"; {len(kept)} already finished there, left as they were" if kept else ""
             note += f" ({len(report['differing'])} of them differ from the archive's)" if report["differing"] else ""
+            note += (
+                f"; {report['probes']} figure probes into {probes_dir(report['runs_dir'])}" if report["probes"] else ""
+            )
             if report["resuming"]:
                 note += f"; {len(report['resuming'])} failed there, in progress here: left to resume"
             print(

@@ -22,6 +22,7 @@ from shared.config.schema import ConfigError
 from shared.run import input_error
 from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.figure_declarations import get_figure
+from shared.targets.probes import probe_problem
 from shared.targets.resolve import TargetError, command_targets
 from shared.workflow_job import claim_gpu, workflow_configs
 
@@ -67,10 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     if ns.gpu:  # as a run job takes one (its lock folder beside the runs)
         cfg.trainer.device = claim_gpu(str(ns.run / "metrics.json")) or cfg.trainer.device
     started = time.monotonic()
-    frame = figure.probe(cfg, ns.run, ns.scale)
-    write_atomically(ns.out, lambda tmp: frame.to_csv(tmp, index=False))
+    data = figure.probe(cfg, ns.run, ns.scale).to_csv(index=False).encode()
+    problem = probe_problem(figure, data)  # as an archive's reader checks it on another machine
+    if problem:
+        raise ValueError(f"{ns.figure}'s probe of run {ns.run.name} {problem}")
+    write_atomically(ns.out, lambda tmp: tmp.write_bytes(data))
     seconds = time.monotonic() - started
-    print(f"probe {ns.figure} of run {ns.run.name}: {len(frame)} rows in {seconds:.0f} s -> {ns.out}")
+    rows = len(data.splitlines()) - 1
+    print(f"probe {ns.figure} of run {ns.run.name}: {rows} rows in {seconds:.0f} s -> {ns.out}")
     return 0
 
 

@@ -46,6 +46,7 @@ from shared.training.probe import final_model
 EPOCHS = {"paper": 50}  # "we train a round with 50 local epochs"
 REDUCED_EPOCHS = 3  # at a reduced scale: enough to check the probe's path, in seconds at smoke
 MEASURES = ["logit_distance", "feature_distance", "test_acc", "train_acc"]
+PROBE_COLUMNS = {"variant": "text", "model": "text", "epoch": "number", **{m: "number" for m in MEASURES}}
 
 
 class FeatureDistillation(FedAvg):
@@ -164,7 +165,7 @@ def probe_local_training(cfg: RunConfig, run_dir: Path, scale: str, logit_distil
             method, global_model, federation, cfg, reference, epochs, own_data=name == "FedAvg"
         )
         frames.append(pd.DataFrame(points).assign(variant=name))
-    return pd.concat(frames)[["variant", "model", "epoch", *MEASURES]]
+    return pd.concat(frames)[list(PROBE_COLUMNS)]
 
 
 def draw_exploratory(cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, probed: list, **_) -> None:

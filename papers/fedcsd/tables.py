@@ -5,7 +5,7 @@ paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed fr
 from dataclasses import replace
 from functools import partial
 
-from papers.fedcsd.exploratory import draw_exploratory, probe_local_training
+from papers.fedcsd.exploratory import PROBE_COLUMNS, draw_exploratory, probe_local_training
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best
 from shared.targets.figure_declarations import Figure
@@ -302,6 +302,7 @@ FIGURES = [
         # 21.5M tested (each epoch: 11 models on the test set, FedAvg's 2 on the clients' data), 14.7M, where
         # the run trains 100 x 5 epochs and tests 11M: 28.7M
         probe_cost=0.5,
+        probe_columns=PROBE_COLUMNS,
     ),
     Figure(
         "fedcsd",

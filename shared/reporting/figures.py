@@ -47,8 +47,9 @@ from shared.reporting.figure_style import (
 from shared.reporting.summary import cell_value
 from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
-from shared.targets.figure_declarations import Figure, probe_path
+from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name
+from shared.targets.probes import probe_path
 from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table
 
 

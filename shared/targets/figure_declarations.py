@@ -8,7 +8,6 @@ matplotlib or pandas."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from shared.targets.table_declarations import Cell, Table, declared, declared_one, expand, get_table
@@ -35,8 +34,9 @@ class Figure:
     A custom figure whose protocol is too costly for the drawing job declares it as `probe`:
     `probe(cfg, run_dir, scale)` returns a DataFrame from a cell's finished run (its model.pt),
     computed by a GPU job of its own per cell (the workflow's rule probe, shared/probe_job.py,
-    its time limit `probe_cost` times the run's), saved at `probe_path`; draw_with gets the
-    frames, in the order of the cells, as `probed=`.
+    its time limit `probe_cost` times the run's), saved at `probe_path` with `probe_columns`
+    (name -> "text" or "number": a probe from another machine, an archive's, is checked against
+    them, `probe_problem`); draw_with gets the frames, in the order of the cells, as `probed=`.
     """
 
     paper: str
@@ -50,6 +50,7 @@ class Figure:
     draw_with: Callable | None = None  # custom
     probe: Callable | None = None  # custom: a GPU job's computation on each cell's finished run
     probe_cost: float = 0.0  # a probe's GPU time, in runs of its cell
+    probe_columns: dict[str, str] | None = None  # a probe's CSV: column -> "text" | "number"
 
     def __post_init__(self):
         if self.kind not in FIGURE_KINDS:
@@ -60,8 +61,11 @@ class Figure:
             raise ValueError(f"{self.paper}/{self.name}: a round_metric figure needs value=")
         if (self.kind == "custom") != (self.draw_with is not None):
             raise ValueError(f"{self.paper}/{self.name}: draw_with= goes with kind='custom' and only with it")
-        if (self.probe is not None) != (self.probe_cost > 0) or (self.probe is not None and self.kind != "custom"):
-            raise ValueError(f"{self.paper}/{self.name}: probe= goes with probe_cost > 0 and kind='custom'")
+        probed = self.probe is not None
+        if probed != (self.probe_cost > 0) or probed != bool(self.probe_columns) or (probed and self.kind != "custom"):
+            raise ValueError(f"{self.paper}/{self.name}: probe= goes with probe_cost > 0, probe_columns, kind='custom'")
+        if probed and not set(self.probe_columns.values()) <= {"text", "number"}:
+            raise ValueError(f"{self.paper}/{self.name}: probe_columns map each column to 'text' or 'number'")
 
     @property
     def source(self) -> Table:
@@ -79,17 +83,6 @@ class Figure:
             first_row = cells[0].row.label if cells else None
             cells = [c for c in cells if c.row.label == first_row and c.seed == table.seeds[0]]
         return cells
-
-
-def probes_dir(runs_dir: str | Path) -> Path:
-    """The folder of the figures' probes: beside the runs folder (results/probes/)."""
-    return Path(runs_dir).parent / "probes"
-
-
-def probe_path(runs_dir: str | Path, paper: str, figure: str, run_id: str) -> Path:
-    """Where the probe of `paper`'s `figure` on run `run_id` is saved, named by the run (so by
-    scale and data too)."""
-    return probes_dir(runs_dir) / f"{paper}-{figure}-{run_id}.csv"
 
 
 def paper_figures(paper: str) -> dict[str, Figure]:

@@ -410,3 +410,112 @@ def test_a_run_locked_by_another_writer_is_refused_naming_its_pid_and_the_lock_r
     with ExitStack() as stack:
         claim_runs(tmp_path, ["b"], stack)
         assert (tmp_path / "b" / ".lock").read_text() == str(os.getpid())
+
+
+# --- a figure's probes travel with their runs ------------------------------------------------
+
+FIG1 = "papers/fedcsd/fig1"  # Figure.probe: its drawing reads a probe job's CSV of Table I's FedAvg run
+
+
+def probe_csv(rows: list[str]) -> bytes:
+    from papers.fedcsd.exploratory import PROBE_COLUMNS
+
+    return (",".join(PROBE_COLUMNS) + "\n" + "".join(f"{row}\n" for row in rows)).encode()
+
+
+PROBE_ROWS = ["FedAvg,global,1,0.5,2.0,40.0,61.5", "Logit distillation,local,1,0.25,1.5,38.5,"]
+
+
+def probed_project(root: Path) -> tuple[str, Path]:
+    """A project holding fig1's run, finished as the trainer writes it, and its probe."""
+    from shared.targets.figure_declarations import get_figure
+    from shared.targets.probes import probe_path
+
+    (cell,) = get_figure("fedcsd", "fig1").cells("smoke")
+    run_dir = root / "results" / "runs" / cell.run_id
+    run_dir.mkdir(parents=True)
+    for name, data in finished_files(cell.config).items():
+        (run_dir / name).write_bytes(data)
+    probe = probe_path(root / "results" / "runs", "fedcsd", "fig1", cell.run_id)
+    probe.parent.mkdir(parents=True)
+    probe.write_bytes(probe_csv(PROBE_ROWS))
+    return cell.run_id, probe
+
+
+def test_a_figures_probe_travels_with_its_run_and_the_workflow_does_not_compute_it_again(tmp_path, capsys):
+    rid, probe = probed_project(tmp_path / "source")
+    archive, project = tmp_path / "fig1.tar.gz", project_copy(tmp_path / "project")
+    assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
+    assert "(1 figure probes)" in capsys.readouterr().out
+    assert f"probes/{probe.name}" in [m["path"] for m in read_manifest(archive)["members"]]
+    assert main(["unpack", str(archive), "--into", str(project)]) == 0
+    assert "1 figure probes into" in capsys.readouterr().out
+    assert (project / "results" / "probes" / probe.name).read_bytes() == probe.read_bytes()
+    proc = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", FIG1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = job_counts(proc.stdout)
+    assert "run" not in jobs and "probe" not in jobs and jobs["figure"] == 1, jobs
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda data: data.replace(b"epoch", b"round", 1), "does not have the columns"),
+        (lambda data: data.replace(b",0.5,", b",inf,", 1), "logit_distance is not a number"),
+        (lambda data: data.replace(b"FedAvg", b"Fed\x07vg", 1), "variant is not short, printable text"),
+        (lambda data: data + b"1,2\n", "has 2 fields, not 7"),
+        (lambda data: data[: data.index(b"\n") + 1], "holds no row"),
+    ],
+)
+def test_a_probe_that_is_not_what_its_figure_writes_is_refused_before_anything_is_written(
+    tmp_path, capsys, change, message
+):
+    rid, probe = probed_project(tmp_path / "source")
+    archive = tmp_path / "fig1.tar"
+    assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
+    tampered = tmp_path / "tampered.tar"
+
+    def rewritten(name, data):  # the probe changed, the manifest's checksum and size with it
+        if name == f"probes/{probe.name}":
+            return change(data)
+        if name == MANIFEST:
+            manifest = json.loads(data)
+            new = change(probe.read_bytes())
+            for member in manifest["members"]:
+                if member["path"] == f"probes/{probe.name}":
+                    member.update(sha256=sha(new), size=len(new))
+            return json.dumps(manifest).encode()
+        return data
+
+    rewrite(archive, tampered, rewritten)
+    capsys.readouterr()
+    assert main(["unpack", str(tampered), "--into", str(tmp_path / "into")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "into").exists()
+
+
+def renamed(archive: Path, out: Path, old: str, new: str) -> None:
+    """A copy of the archive with member `old` named `new`, in its manifest too."""
+    with tarfile.open(archive) as src, tarfile.open(out, "w") as dst:
+        for member in src:
+            data = src.extractfile(member).read()
+            data = data.replace(old.encode(), new.encode()) if member.name == MANIFEST else data
+            member.name, member.size = new if member.name == old else member.name, len(data)
+            dst.addfile(member, io.BytesIO(data))
+
+
+def test_a_probe_of_no_probed_figure_or_of_a_run_not_held_is_refused(tmp_path, capsys):
+    rid, probe = probed_project(tmp_path / "source")
+    archive = tmp_path / "fig1.tar"
+    assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
+    for name, message in (
+        (f"probes/fedcsd-fig3-{rid}.csv", "which is no figure with a probe"),
+        (f"probes/fedcsd-fig1-{'0' * 16}.csv", "which the archive does not hold as completed"),
+    ):
+        renamed(archive, tmp_path / "renamed.tar", f"probes/{probe.name}", name)
+        capsys.readouterr()
+        assert main(["unpack", str(tmp_path / "renamed.tar"), "--into", str(tmp_path / "into")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+        assert not (tmp_path / "into").exists()

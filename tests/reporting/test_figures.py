@@ -510,7 +510,7 @@ def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp
     probe's frame, and without it says which probe is missing."""
     from shared import probe_job
     from shared.runs.files import read_summary
-    from shared.targets.figure_declarations import probe_path
+    from shared.targets.probes import probe_path
     from shared.targets.table_declarations import get_table
     from shared.training.trainer import run
 

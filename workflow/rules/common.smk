@@ -15,7 +15,7 @@ from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
 from shared.targets.expansion_cache import expansion, save_expansion
-from shared.targets.figure_declarations import probe_path, probes_dir
+from shared.targets.probes import probe_path, probes_dir
 from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
