@@ -46,6 +46,7 @@ GATE_FILES = (  # in the order they run: the general CUDA-path tests first
     "tests/training/test_gpu.py",
     "tests/campaign/test_gpu_campaign_methods.py",
 )
+CASES = f"{GATE_FILES[-1]}::"  # the method cases' tests: one a method, its `case` parameter the case
 TARGETS_ENV = "FEDREPRO_GATE_TARGETS"  # read by tests/campaign/test_gpu_campaign_methods.py
 GRAPHS_OFF = ("trainer.cuda_graphs=false",)
 SAFEST = (*GRAPHS_OFF, "trainer.clients_per_step=1")
@@ -172,7 +173,9 @@ def read_verdict(code: int | None, events: list[dict] | None) -> Verdict:
     if fault:
         return Verdict("machinery", fault)
     collected = [i for e in events if isinstance(e.get("collected"), list) for i in e["collected"]]
-    case_of = {t: c for e in events for t, c in e.get("cases", {}).items() if t in collected}
+    case_of = {  # the method cases' file only: a general test may have a `case` parameter of its own
+        t: c for e in events for t, c in e.get("cases", {}).items() if t in collected and t.startswith(CASES)
+    }
     failures, done = failures_of(events), {e["test"] for e in events if e.get("when") == "teardown"}
     stopped = f"stopped at its time limit ({GATE_SECONDS} s)" if code is None else f"pytest exited {code}"
     unfinished = [t for t in collected if t not in case_of and t not in done]

@@ -42,11 +42,12 @@ import threading
 import time
 from pathlib import Path
 
-from shared.campaign.gate import SAFEST, gate
+from shared.campaign.gate import SAFEST, Verdict, gate
 from shared.campaign.session_checks import CarryError, carried_source, check_carry
 from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
 from shared.campaign.session_timing import TIMING_FORMAT
 from shared.campaign.state import expected_runs
+from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import UNIT_FAILED
 from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
 
@@ -180,10 +181,6 @@ def train_with_retries(session: Session, settings: list[str], settings_for: list
     left_out: list[str] = []
     while True:
         code = train(session, settings, settings_for, skip=left_out)
-        if code == 2 and settings_for:  # a --set-for train refused: never a reason to train nothing
-            session.log.line("train refused the gate's per-method settings: every run trains with the safest")
-            settings, settings_for = [*settings, *SAFEST], []
-            continue
         failed, trained_with = failed_unit(session)
         if code != UNIT_FAILED or failed is None:
             return code
@@ -194,6 +191,21 @@ def train_with_retries(session: Session, settings: list[str], settings_for: list
         )
         if retry is None or train(session, retry, settings_for, only=failed, skip=left_out) == UNIT_FAILED:
             left_out += failed
+
+
+def verdict_settings(session: Session, verdict: Verdict) -> tuple[list[str], list[str]]:
+    """train's --set and --set-for after the gate's verdict; per-method settings that train
+    would refuse (no case of the targets: never expected) are never a reason to train nothing:
+    every run then trains with the safest settings, recorded as machinery's."""
+    from shared.campaign.gate_cases import settings_by_method
+    from shared.targets.resolve import TargetError
+
+    try:
+        settings_by_method(verdict.settings_for(), session.args.targets)
+    except (CampaignError, TargetError, ValueError) as exc:
+        session.log.line(f"gate: its per-method settings are refused ({exc}): every run trains with the safest")
+        return [*session.args.set, *Verdict("machinery", str(exc)).settings()], []
+    return [*session.args.set, *verdict.settings()], verdict.settings_for()
 
 
 def safer(settings: list[str], trained_with: list[str]) -> list[str] | None:
@@ -389,7 +401,7 @@ def run_session(session: Session) -> int:
     verdict = gate(session, bool(env.get("cuda_available", code != 0)) and args.device != "cpu", args.targets)
     carried_state(session)
     # the verdict's settings have the last word, and every run records its verdict beside them
-    trained = train_with_retries(session, [*args.set, *verdict.settings()], verdict.settings_for())
+    trained = train_with_retries(session, *verdict_settings(session, verdict))
     within = finish(session)
     session.log.line(
         f"session ended after {time.monotonic() - started:.0f} s: gate {verdict.overall}"

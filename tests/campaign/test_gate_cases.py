@@ -90,24 +90,24 @@ def test_a_set_for_that_is_no_case_or_no_runtime_key_is_refused_in_one_line(tmp_
     assert not state.exists() and not (tmp_path / "results").exists()
 
 
-def test_per_method_settings_that_train_refuses_never_keep_a_session_from_training(monkeypatch):
-    """Should train refuse the gate's --set-for (exit 2), the session trains every run with the
-    safest settings rather than none."""
+def test_per_method_settings_that_train_would_refuse_never_keep_a_session_from_training():
+    """A case that is none of the targets' (never expected): every run trains with the safest
+    settings, recorded as machinery's, rather than none; the targets' cases go through."""
     import types
 
-    from shared.campaign import session
+    from shared.campaign.session import verdict_settings
 
-    calls, lines = [], []
-    monkeypatch.setattr(
-        session,
-        "train",
-        lambda s, settings, settings_for=(), **_: calls.append((settings, settings_for)) or (2 if settings_for else 0),
+    lines = []
+    double = types.SimpleNamespace(
+        args=types.SimpleNamespace(set=["trainer.deterministic=true"], targets=[TARGET]),
+        log=types.SimpleNamespace(line=lambda text, **_: lines.append(text)),
     )
-    monkeypatch.setattr(session, "failed_unit", lambda s: (None, []))  # no unit raised
-    double = types.SimpleNamespace(log=types.SimpleNamespace(line=lambda text, **_: lines.append(text)))
-    assert session.train_with_retries(double, ["trainer.gate=passed"], [f"{MOON}:trainer.gate=numerical"]) == 0
-    assert calls == [
-        (["trainer.gate=passed"], [f"{MOON}:trainer.gate=numerical"]),
-        (["trainer.gate=passed", *SAFEST], []),
-    ]
-    assert lines == ["train refused the gate's per-method settings: every run trains with the safest"]
+    moon = Verdict("passed", "the general tests", {MOON: ("numerical", "an assertion")})
+    assert verdict_settings(double, moon) == (
+        ["trainer.deterministic=true", "trainer.gate=passed"],
+        moon.settings_for(),
+    )
+    assert not lines
+    stranger = Verdict("passed", "the general tests", {"fedgkd-batched-graphs": ("capture", "a capture")})
+    assert verdict_settings(double, stranger) == (["trainer.deterministic=true", *SAFEST, "trainer.gate=machinery"], [])
+    assert len(lines) == 1 and "every run trains with the safest" in lines[0]

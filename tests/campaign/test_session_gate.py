@@ -217,6 +217,20 @@ def test_a_methods_failure_decides_for_its_methods_runs_only(tmp_path):
     assert verdict.overall == "capture" and verdict.cases == {}
 
 
+def test_a_general_test_with_a_case_parameter_of_its_own_decides_for_every_run(tmp_path):
+    """tests/training/test_gpu_cuda_path.py's tests take a `case` too: only the method cases'
+    file's tests are method cases."""
+    general = "tests/training/test_gpu_cuda_path.py::test_seed[fedgkd-batched-graphs]"
+    events = report(
+        {"collected": [general, FEDAVG], "cases": {general: "fedgkd-batched-graphs", FEDAVG: "fedssd-table2-FedAvg"}},
+        failed("numerical", "AssertionError", general),
+        passed(FEDAVG),
+        {"finished": 1},
+    )
+    verdict, _ = gated(tmp_path, events, 1)
+    assert verdict.overall == "numerical" and verdict.cases == {}
+
+
 def test_a_gate_cut_by_its_time_limit_keeps_what_passed_before(tmp_path):
     """The general tests and FedAvg's case done, MOON's running (or hanging in its teardown):
     FedAvg trains as given, MOON (untested) with the safest settings; the general tests
