@@ -15,10 +15,11 @@ when FILE ends in .gz or .tgz, with manifest.json last) holding, for each run th
 finished (its metrics.json exists, whatever its status), metrics.json, metrics.jsonl,
 config.yaml, partition.csv and, with --models, model.pt, and for a figure with a probe
 (Figure.probe: a GPU job's computation on a finished run's model, FedCSD's Fig. 1) each probe of
-a packed run that results/probes/ holds, so that the figure draws where the archive is unpacked
-without the GPU hours. Runs not finished are listed in the manifest as missing; their
-checkpoints are never packed. A probe not computed yet needs the run's model.pt: pack it with
---models.
+a packed run that results/probes/ holds up to date (by today's code, after its run, as its
+figure's probe writes it; another is named in a note and left out), so that the figure draws
+where the archive is unpacked without the GPU hours. Runs not finished are listed in the
+manifest as missing; their checkpoints are never packed. A probe not computed yet needs the
+run's model.pt: pack it with --models.
 
 `pack` never replaces a file: an existing FILE is refused unless --force is given, and FILE
 may not lie in a run directory.
@@ -32,7 +33,8 @@ members the manifest does not list; tar headers parsed by shared/runs/tar_readin
 run's model.pt loaded with weights_only=True into its config's model, finite; each run's identity:
 the run id in its metrics.json and the hash of its config.yaml are its directory's name; each
 result what the trainer writes: shared/campaign/run_schema.py; each probe a declared figure's, of
-a run the archive holds as completed, its columns and fields the figure's probe_columns) and only
+one of its runs at the archive's scale that the archive holds as completed, at most 1 MiB, its
+columns and fields the figure's probe_columns: shared/targets/probes.py) and only
 then writes, into DIR/results/runs/ (DIR
 defaults to the current directory, the project root the workflow runs in), holding each run's
 lock (a run being trained is refused) and refusing a symbolic link where a run's directory or
@@ -41,8 +43,9 @@ it is; a recorded failure or a damaged metrics.json there is replaced by the arc
 old file moved aside (metrics.json.replaced-<time>). A run the archive holds as a failure is not
 written where a checkpoint of it is: that run resumes from its checkpoint. Each run's metrics.json is written
 last, so an interrupted unpack leaves unfinished runs, which the workflow reruns, never a run
-that looks finished and is not. A probe goes into DIR/results/probes/ after its run, where none
-is there and its run is the archive's (written, or the same metrics.json already there). After
+that looks finished and is not. A probe goes into DIR/results/probes/ after its run: over one
+there (set aside) where its run was written, where none is there where the run there is the
+same (its metrics.json); the folder and the probe's file must be no links. After
 unpacking, `snakemake -n TARGET` schedules only the
 runs the archive did not hold.
 
@@ -94,14 +97,20 @@ from shared.runs.transfer import (
     read_transfer,
     write_transfer,
 )
-from shared.targets.figure_declarations import paper_figures
-from shared.targets.papers import paper_names
-from shared.targets.probes import PROBE_NAME, probe_problem, probes_dir, target_probes
+from shared.targets.probes import (
+    MAX_PROBE_BYTES,
+    PROBE_NAME,
+    destination_problem,
+    install_probes,
+    probes_dir,
+    received_problem,
+    target_probes,
+)
 from shared.targets.resolve import TargetError, needed_runs
 
 RUNS_DIR = Path("results") / "runs"
 MEMBER = re.compile(rf"runs/({RUN_ID.pattern})/({'|'.join(re.escape(f) for f in (*RUN_FILES, MODEL_FILE))})")
-PROBE_MEMBER = re.compile(rf"probes/{PROBE_NAME.pattern}")  # a figure's probe of a run: paper, figure, run id
+PROBE_MEMBER = re.compile(rf"probes/({PROBE_NAME.pattern})")  # a figure's probe of a run: its file name
 # The workflow's --config keys (workflow/schemas/config.schema.yaml); only scale changes run ids.
 WORKFLOW_KEYS = ("scale", "data_root", "device", "clients_per_step", "client_threads", "runs_per_job")
 
@@ -150,8 +159,10 @@ def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool
     started = time.perf_counter()
     run_ids = needed_runs(targets, scale)
     files, packed, missing = collect(run_ids, runs_dir, models)
-    probes = target_probes(targets, scale, runs_dir, {run["run_id"] for run in packed})
+    probes, notes = target_probes(targets, scale, runs_dir, {run["run_id"] for run in packed})
     files += [(f"probes/{path.name}", path.read_bytes(), path.stat().st_mtime) for path in probes]
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     about = {
         "targets": targets,
         "scale": scale,
@@ -183,7 +194,7 @@ def member_problem(name: str) -> str | None:
 def max_size(name: str) -> int:
     """The most a member of this name may hold (MAX_*_BYTES)."""
     limits = {"config.yaml": MAX_CONFIG_BYTES, "metrics.json": MAX_SMALL_BYTES, MODEL_FILE: MAX_MODEL_BYTES}
-    return MAX_SMALL_BYTES if PROBE_MEMBER.fullmatch(name) else limits.get(name.rsplit("/", 1)[-1], MAX_MEMBER_BYTES)
+    return MAX_PROBE_BYTES if PROBE_MEMBER.fullmatch(name) else limits.get(name.rsplit("/", 1)[-1], MAX_MEMBER_BYTES)
 
 
 def header_limit(name: str, members: dict, cache: dict) -> int:
@@ -249,8 +260,9 @@ def verify(archive: Path, staging: Staging | None = None) -> tuple[dict, dict]:
         problem = run_problem(run, files)
         if problem:
             raise ArchiveError(f"run {run}: {problem}; the archive is not what pack wrote")
-    for name in (n for n in members if PROBE_MEMBER.fullmatch(n)):
-        problem = probe_member_problem(name, members)
+    completed = {rid for rid in run_ids_of(members) if run_status(members[f"runs/{rid}/metrics.json"]) == "completed"}
+    for name, file_name in probe_members(members).items():
+        problem = received_problem(file_name, members[name], completed, manifest["scale"])
         if problem:
             raise ArchiveError(f"{name} {problem}; the archive is not what pack wrote")
     return manifest, members
@@ -261,17 +273,9 @@ def run_ids_of(names) -> list[str]:
     return sorted({match.group(1) for match in map(MEMBER.fullmatch, names) if match})
 
 
-def probe_member_problem(name: str, members: dict) -> str | None:
-    """A probe of a figure that declares one, of a run the archive holds as completed, as that
-    figure's probe writes it (Figure.probe_columns)."""
-    paper, figure_name, rid = PROBE_MEMBER.fullmatch(name).groups()
-    figure = paper_figures(paper).get(figure_name) if paper in paper_names() else None
-    if figure is None or figure.probe is None:
-        return f"is the probe of {paper}/{figure_name}, which is no figure with a probe"
-    metrics = members.get(f"runs/{rid}/metrics.json")
-    if metrics is None or run_status(metrics) != "completed":
-        return f"is a probe of run {rid}, which the archive does not hold as completed"
-    return probe_problem(figure, members[name])
+def probe_members(names) -> dict[str, str]:
+    """An archive's probe members: name -> the probe's file name."""
+    return {name: match.group(1) for name, match in ((n, PROBE_MEMBER.fullmatch(n)) for n in names) if match}
 
 
 def run_problem(rid: str, files: dict[str, bytes]) -> str | None:
@@ -363,7 +367,14 @@ def unpack(archive: Path, into: Path) -> dict:
         run_ids = run_ids_of(sizes)
         with ExitStack() as locks:
             candidates = [rid for rid in run_ids if not holds_result(runs_dir / rid)]
-            check_space(runs_dir, sum(size for path, size in sizes.items() if path.split("/")[1] in candidates))
+            named = probe_members(sizes)  # probes go after their runs, where checked first
+            probes = {file_name: members[name] for name, file_name in named.items()}
+            problem = destination_problem(runs_dir, list(probes))
+            if problem:
+                raise ArchiveError(problem)
+            check_space(
+                runs_dir, sum(n for path, n in sizes.items() if path in named or path.split("/")[1] in candidates)
+            )
             claim_runs(runs_dir, candidates, locks)
             # a failure recorded elsewhere never replaces training here: the workflow retries the
             # run from its checkpoint, as the trainer keeps it on failing
@@ -378,7 +389,8 @@ def unpack(archive: Path, into: Path) -> dict:
                 != sha256(members[f"runs/{rid}/metrics.json"])
             ]
             files = commit(members, runs_dir, written)
-            probes = commit_probes(members, runs_dir, [*written, *(rid for rid in kept if rid not in differing)])
+            same = {rid for rid in kept if rid not in differing}
+            probes_written = install_probes(probes, runs_dir, set(written), same)
     finally:
         staging.remove()
     return {
@@ -389,22 +401,9 @@ def unpack(archive: Path, into: Path) -> dict:
         "resuming": resuming,
         "differing": differing,
         "files": files,
-        "probes": probes,
+        "probes": probes_written,
         "bytes": sum(size for path, size in sizes.items() if path.split("/")[1] in written),
     }
-
-
-def commit_probes(members: dict, runs_dir: Path, runs: list[str]) -> int:
-    """The archive's probes of these runs (its own, or the same as here) into results/probes/,
-    where none is there; returns how many were written."""
-    written = 0
-    for name in sorted(n for n in members if PROBE_MEMBER.fullmatch(n) and PROBE_MEMBER.fullmatch(n).group(3) in runs):
-        dest = probes_dir(runs_dir) / name.split("/", 1)[1]
-        if not dest.exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            install(dest, members[name])
-            written += 1
-    return written
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -468,9 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             kept = report["kept"]
             note = f"; {len(kept)} already finished there, left as they were" if kept else ""
             note += f" ({len(report['differing'])} of them differ from the archive's)" if report["differing"] else ""
-            note += (
-                f"; {report['probes']} figure probes into {probes_dir(report['runs_dir'])}" if report["probes"] else ""
-            )
+            if report["probes"]:
+                note += f"; {report['probes']} figure probes into {probes_dir(report['runs_dir'])}"
             if report["resuming"]:
                 note += f"; {len(report['resuming'])} failed there, in progress here: left to resume"
             print(

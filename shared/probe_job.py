@@ -70,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     data = figure.probe(cfg, ns.run, ns.scale).to_csv(index=False).encode()
     problem = probe_problem(figure, data)  # as an archive's reader checks it on another machine
-    if problem:
-        raise ValueError(f"{ns.figure}'s probe of run {ns.run.name} {problem}")
+    if problem:  # its hours are not thrown away: the frame is kept beside, for a look
+        aside = ns.out.with_name(f"{ns.out.name}.rejected")
+        write_atomically(aside, lambda tmp: tmp.write_bytes(data))
+        raise ValueError(f"{ns.figure}'s probe of run {ns.run.name} {problem}; it is kept in {aside}")
     write_atomically(ns.out, lambda tmp: tmp.write_bytes(data))
     seconds = time.monotonic() - started
     rows = len(data.splitlines()) - 1

@@ -49,7 +49,7 @@ from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name
-from shared.targets.probes import probe_path
+from shared.targets.probes import probe_code, probe_path
 from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table
 
 
@@ -286,7 +286,7 @@ def read_probe(figure: Figure, cell: Cell, runs_dir: str | Path):
     """The DataFrame the figure's probe saved for the cell's run (the workflow's rule probe)."""
     import pandas as pd
 
-    path = probe_path(runs_dir, figure.paper, figure.name, cell.run_id)
+    path = probe_path(runs_dir, figure.paper, figure.name, cell.run_id, probe_code(figure))
     if not path.is_file():
         raise FileNotFoundError(f"{path}: {figure.paper}/{figure.name}'s probe of run {cell.run_id} is not there")
     return pd.read_csv(path)

@@ -48,6 +48,7 @@ class Expansion:
     grid_runs: list[GridRun]  # the runs of every grid, where each is used (the run index)
     targets: dict[str, dict[str, dict[str, list[str]]]]  # paper -> kind -> target name -> run ids
     probe_costs: dict[tuple[str, str], float]  # (paper, figure) -> Figure.probe_cost, of the figures with a probe
+    probe_codes: dict[tuple[str, str], str]  # (paper, figure) -> its probe's code (shared/targets/probes.py)
 
     def papers(self) -> list[str]:
         return list(self.targets)
@@ -106,6 +107,7 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
     drawn from it alone, no search (the papers tuned on the official data)."""
     from shared.targets.figure_declarations import paper_figures
     from shared.targets.papers import paper_names
+    from shared.targets.probes import probe_code
     from shared.targets.resolve import workflow_grids
     from shared.targets.table_declarations import expand, paper_searches, paper_tables
 
@@ -134,13 +136,14 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
         }
         for paper in paper_names()
     }
-    probe_costs = {
-        (paper, name): figure.probe_cost
+    probed = {
+        (paper, name): figure
         for paper in paper_names()
         for name, figure in paper_figures(paper).items()
         if figure.probe is not None
     }
-    return Expansion(runs, grid_runs, targets, probe_costs)
+    probe_costs = {key: figure.probe_cost for key, figure in probed.items()}
+    return Expansion(runs, grid_runs, targets, probe_costs, {key: probe_code(f) for key, f in probed.items()})
 
 
 def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:

@@ -34,9 +34,10 @@ class Figure:
     A custom figure whose protocol is too costly for the drawing job declares it as `probe`:
     `probe(cfg, run_dir, scale)` returns a DataFrame from a cell's finished run (its model.pt),
     computed by a GPU job of its own per cell (the workflow's rule probe, shared/probe_job.py,
-    its time limit `probe_cost` times the run's), saved at `probe_path` with `probe_columns`
-    (name -> "text" or "number": a probe from another machine, an archive's, is checked against
-    them, `probe_problem`); draw_with gets the frames, in the order of the cells, as `probed=`.
+    its time limit `probe_cost` times the run's), saved as shared/targets/probes.py names it,
+    with `probe_columns` (name -> "text" or "number": a probe from another machine, an
+    archive's, is checked against them); draw_with gets the frames, in the order of the cells,
+    as `probed=`.
     """
 
     paper: str

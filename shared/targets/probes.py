@@ -1,17 +1,33 @@
 """A figure's probes (Figure.probe): a GPU job's computation on a finished run, one CSV a run
-beside the runs (results/probes/<paper>-<figure>-<run id>.csv), what it holds (the figure's
-probe_columns, checked where it comes from another machine), and which the targets draw from."""
+beside the runs, named by the run and by the probe's code (results/probes/<paper>-<figure>-<run
+id>-<code>.csv: a change to the probe's module names another file, which the workflow computes
+again, and no older probe passes for a current one, here or in an archive), what it holds (the
+figure's probe_columns, checked where it comes from another machine), and which the targets
+draw from."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import inspect
 import io
-import math
+import os
 import re
+import sys
 from pathlib import Path
 
+from shared.runs.files import aside_path, write_atomically
 from shared.targets.figure_declarations import Figure, paper_figures
+from shared.targets.papers import paper_names
 from shared.targets.resolve import command_targets
+
+# probe_path's file name: paper, figure, run id, code
+PROBE_NAME = re.compile(r"([a-z][a-z0-9_]*)-([A-Za-z0-9_]+)-([0-9a-f]{16})-([0-9a-f]{16})\.csv")
+MAX_PROBE_BYTES = 2**20  # a probe's CSV (FedCSD's Fig. 1 at paper scale: about 30 kB)
+MAX_PROBE_TEXT = 200  # characters of a probe's text field
+# a number as pandas writes one (NaN: an empty field), infinities included; not Python's float()
+# syntax, which also takes "1_0", spaces and other scripts' digits that pandas reads as text
+NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|[-+]?inf")
 
 
 def probes_dir(runs_dir: str | Path) -> Path:
@@ -19,57 +35,117 @@ def probes_dir(runs_dir: str | Path) -> Path:
     return Path(runs_dir).parent / "probes"
 
 
-def probe_path(runs_dir: str | Path, paper: str, figure: str, run_id: str) -> Path:
-    """Where the probe of `paper`'s `figure` on run `run_id` is saved, named by the run (so by
-    scale and data too)."""
-    return probes_dir(runs_dir) / f"{paper}-{figure}-{run_id}.csv"
+def probe_code(figure: Figure) -> str:
+    """The first 16 hex digits of the SHA-256 of the source file of the figure's probe."""
+    probe = getattr(figure.probe, "func", figure.probe)  # a functools.partial's function
+    return hashlib.sha256(Path(inspect.getsourcefile(probe)).read_bytes()).hexdigest()[:16]
 
 
-PROBE_NAME = re.compile(r"([a-z][a-z0-9_]*)-([A-Za-z0-9_]+)-([0-9a-f]{16})\.csv")  # probe_path's file name
-MAX_PROBE_TEXT = 200  # characters of a probe's text field
+def probe_path(runs_dir: str | Path, paper: str, figure: str, run_id: str, code: str) -> Path:
+    """Where `paper`'s `figure`'s probe of run `run_id` is saved, named by the run (so by scale
+    and data too) and by the probe's code (`probe_code`)."""
+    return probes_dir(runs_dir) / f"{paper}-{figure}-{run_id}-{code}.csv"
 
 
 def probe_problem(figure: Figure, data: bytes) -> str | None:
-    """Why a probe's CSV (from another machine: bounded by its reader) is not what the figure's
-    probe writes (None: it is): its header the declared columns, every row as long, each
-    "number" a finite number or empty (a measure a variant does not take), each "text" short,
-    printable text."""
+    """Why a probe's CSV (from another machine) is not what the figure's probe writes (None: it
+    is): at most MAX_PROBE_BYTES, its header the declared columns, then rows as long, each
+    "number" a number as pandas writes one or empty (a measure a variant does not take), each
+    "text" short, printable text. Read a row at a time, the header first."""
+    if len(data) > MAX_PROBE_BYTES:
+        return f"holds more than {MAX_PROBE_BYTES >> 10} kB"
     try:
-        rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+        rows = csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
+        columns = list(figure.probe_columns or {})
+        if next(rows, None) != columns:
+            return f"does not have the columns {figure.paper}/{figure.name}'s probe writes ({', '.join(columns)})"
+        count = 0
+        for count, row in enumerate(rows, 1):
+            problem = row_problem(figure.probe_columns, row)
+            if problem:
+                return f"line {count + 1} {problem}"
     except (UnicodeDecodeError, csv.Error) as exc:
         return f"is not CSV text ({exc})"
-    columns = list(figure.probe_columns or {})
-    if not rows or rows[0] != columns:
-        return f"does not have the columns {figure.paper}/{figure.name}'s probe writes ({', '.join(columns)})"
-    if len(rows) < 2:
-        return "holds no row"
-    for number, row in enumerate(rows[1:], 2):
-        if len(row) != len(columns):
-            return f"line {number} has {len(row)} fields, not {len(columns)}"
-        for column, value in zip(columns, row):
-            kind = figure.probe_columns[column]
-            if not field_fits(kind, value):
-                return f"line {number}: {column} is not {'a number' if kind == 'number' else 'short, printable text'}"
+    return None if count else "holds no row"
+
+
+def row_problem(columns: dict[str, str], row: list[str]) -> str | None:
+    if len(row) != len(columns):
+        return f"has {len(row)} fields, not {len(columns)}"
+    for (column, kind), value in zip(columns.items(), row):
+        if kind == "text" and not (value.isprintable() and len(value) <= MAX_PROBE_TEXT):
+            return f"{column} is not short, printable text"
+        if kind == "number" and value and not NUMBER.fullmatch(value):
+            return f"{column} is not a number"
     return None
 
 
-def field_fits(kind: str, value: str) -> bool:
-    if kind == "text":
-        return value.isprintable() and len(value) <= MAX_PROBE_TEXT
-    try:
-        return value == "" or math.isfinite(float(value))
-    except ValueError:
-        return False
-
-
-def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[str]) -> list[Path]:
-    """The probes that the targets' figures draw from, of these runs, that runs_dir's probes hold."""
-    found = {}
+def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[str]) -> tuple[list[Path], list[str]]:
+    """The probes that the targets' figures draw from, of these runs, that runs_dir's probes hold
+    up to date (computed after their run's metrics.json, by today's code, as the figure's probe
+    writes them), and a note for each one held but not up to date."""
+    found, notes = {}, []
     for target in targets:
         paper, names = command_targets([target])
         for figure in (f for name, f in paper_figures(paper).items() if name in names and f.probe is not None):
             for rid in (cell.run_id for cell in figure.cells(scale) if cell.run_id in run_ids):
-                path = probe_path(runs_dir, paper, figure.name, rid)
-                if path.is_file():
+                path = probe_path(runs_dir, paper, figure.name, rid, probe_code(figure))
+                if not path.is_file():
+                    continue
+                stale = path.stat().st_mtime < (Path(runs_dir) / rid / "metrics.json").stat().st_mtime
+                problem = "is older than its run" if stale else probe_problem(figure, path.read_bytes())
+                if problem:
+                    notes.append(f"{path} {problem}: left out, its figure computes it again")
+                else:
                     found[path] = None
-    return list(found)
+    return list(found), notes
+
+
+# --- probes from another machine (shared/archive.py) -----------------------------------------
+
+
+def received_problem(name: str, data: bytes, completed: set[str], scale: str) -> str | None:
+    """Why a probe from another machine, named as probe_path names one, is not one this
+    project's figure draws (None: it is): a figure with a probe, of one of its runs at `scale`
+    that came `completed` with it, as the figure's probe writes it. Any code: a probe of other
+    code than this project's is never read here (probe_path names today's)."""
+    paper, figure_name, rid, _ = PROBE_NAME.fullmatch(name).groups()
+    figure = paper_figures(paper).get(figure_name) if paper in paper_names() else None
+    if figure is None or figure.probe is None:
+        return f"is the probe of {paper}/{figure_name}, which is no figure with a probe"
+    if rid not in completed:
+        return f"is a probe of run {rid}, which does not come with it as completed"
+    if rid not in {cell.run_id for cell in figure.cells(scale)}:
+        return f"is a probe of run {rid}, which is none of {paper}/{figure_name}'s runs at scale={scale}"
+    return probe_problem(figure, data)
+
+
+def destination_problem(runs_dir: Path, names: list[str]) -> str | None:
+    """Why probes of these names cannot go beside runs_dir (None: they can): the folder a folder
+    or absent, and neither it nor a probe's file a link."""
+    folder = probes_dir(runs_dir)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return f"{folder} is a link or not a folder; the probes go there"
+    linked = [name for name in names if (folder / name).is_symlink()]
+    return f"{folder / linked[0]} is a link; a probe goes there" if linked else None
+
+
+def install_probes(probes: dict[str, bytes], runs_dir: Path, renewed: set[str], same: set[str]) -> int:
+    """Probes (file name -> bytes, each checked: `received_problem`) into the probes folder: those
+    of `renewed` runs (written anew here) over any there, which is set aside (it was computed from
+    the run replaced); those of runs the `same` as here where none is there. Returns how many."""
+    written = 0
+    for name, data in sorted(probes.items()):
+        rid = PROBE_NAME.fullmatch(name).group(3)
+        dest = probes_dir(runs_dir) / name
+        if dest.is_file() and dest.read_bytes() == data:
+            continue  # the same probe: nothing to write
+        if rid in renewed and dest.exists():
+            aside = aside_path(dest, "replaced")
+            os.replace(dest, aside)
+            print(f"note: {dest} was of the run replaced here; moved to {aside.name}", file=sys.stderr)
+        if rid in renewed or (rid in same and not dest.exists()):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(dest, lambda tmp, data=data: tmp.write_bytes(data))
+            written += 1
+    return written

@@ -429,14 +429,15 @@ PROBE_ROWS = ["FedAvg,global,1,0.5,2.0,40.0,61.5", "Logit distillation,local,1,0
 def probed_project(root: Path) -> tuple[str, Path]:
     """A project holding fig1's run, finished as the trainer writes it, and its probe."""
     from shared.targets.figure_declarations import get_figure
-    from shared.targets.probes import probe_path
+    from shared.targets.probes import probe_code, probe_path
 
-    (cell,) = get_figure("fedcsd", "fig1").cells("smoke")
+    figure = get_figure("fedcsd", "fig1")
+    (cell,) = figure.cells("smoke")
     run_dir = root / "results" / "runs" / cell.run_id
     run_dir.mkdir(parents=True)
     for name, data in finished_files(cell.config).items():
         (run_dir / name).write_bytes(data)
-    probe = probe_path(root / "results" / "runs", "fedcsd", "fig1", cell.run_id)
+    probe = probe_path(root / "results" / "runs", "fedcsd", "fig1", cell.run_id, probe_code(figure))
     probe.parent.mkdir(parents=True)
     probe.write_bytes(probe_csv(PROBE_ROWS))
     return cell.run_id, probe
@@ -461,7 +462,8 @@ def test_a_figures_probe_travels_with_its_run_and_the_workflow_does_not_compute_
     "change, message",
     [
         (lambda data: data.replace(b"epoch", b"round", 1), "does not have the columns"),
-        (lambda data: data.replace(b",0.5,", b",inf,", 1), "logit_distance is not a number"),
+        (lambda data: data.replace(b",0.5,", b",1_0,", 1), "logit_distance is not a number"),
+        (lambda data: data.replace(b",0.5,", b", 5,", 1), "logit_distance is not a number"),
         (lambda data: data.replace(b"FedAvg", b"Fed\x07vg", 1), "variant is not short, printable text"),
         (lambda data: data + b"1,2\n", "has 2 fields, not 7"),
         (lambda data: data[: data.index(b"\n") + 1], "holds no row"),
@@ -510,8 +512,8 @@ def test_a_probe_of_no_probed_figure_or_of_a_run_not_held_is_refused(tmp_path, c
     archive = tmp_path / "fig1.tar"
     assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
     for name, message in (
-        (f"probes/fedcsd-fig3-{rid}.csv", "which is no figure with a probe"),
-        (f"probes/fedcsd-fig1-{'0' * 16}.csv", "which the archive does not hold as completed"),
+        (f"probes/{probe.name.replace('-fig1-', '-fig3-')}", "which is no figure with a probe"),
+        (f"probes/{probe.name.replace(rid, '0' * 16)}", "which does not come with it as completed"),
     ):
         renamed(archive, tmp_path / "renamed.tar", f"probes/{probe.name}", name)
         capsys.readouterr()
@@ -519,3 +521,76 @@ def test_a_probe_of_no_probed_figure_or_of_a_run_not_held_is_refused(tmp_path, c
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
         assert not (tmp_path / "into").exists()
+
+
+def test_pack_leaves_out_a_probe_older_than_its_run_or_not_what_its_figure_writes(tmp_path, capsys):
+    """Either would pass at the destination for a current probe: a note names it instead."""
+    import os
+
+    rid, probe = probed_project(tmp_path / "source")
+    metrics = tmp_path / "source" / "results" / "runs" / rid / "metrics.json"
+    for name, spoil in (
+        ("stale", lambda: os.utime(probe, (metrics.stat().st_mtime - 60,) * 2)),
+        ("damaged", lambda: probe.write_bytes(probe_csv(["FedAvg,global,1,x,2.0,40.0,61.5"]))),
+    ):
+        spoil()
+        archive = tmp_path / f"{name}.tar"
+        assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
+        out, err = capsys.readouterr()
+        assert "(0 figure probes)" in out and f"note: {probe} " in err and "left out" in err, err
+        assert not [m for m in read_manifest(archive)["members"] if m["path"].startswith("probes/")]
+
+
+def test_a_probe_of_a_run_written_anew_replaces_one_there_and_one_of_the_same_run_stays(tmp_path, capsys):
+    """A probe here whose run was not there (deleted, a recorded failure) was computed from
+    another run: the archive's replaces it, set aside; beside the same run, one here stays."""
+    rid, probe = probed_project(tmp_path / "source")
+    archive, project = tmp_path / "fig1.tar", tmp_path / "project"
+    assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
+    here = project / "results" / "probes" / probe.name
+    here.parent.mkdir(parents=True)
+    here.write_bytes(probe_csv(PROBE_ROWS[:1]))
+    assert main(["unpack", str(archive), "--into", str(project)]) == 0
+    assert here.read_bytes() == probe.read_bytes() and "was of the run replaced here" in capsys.readouterr().err
+    (aside,) = here.parent.glob(f"{probe.name}.replaced-*")
+    assert aside.read_bytes() == probe_csv(PROBE_ROWS[:1])
+    here.write_bytes(probe_csv(PROBE_ROWS[:1]))  # the run there is now the archive's: a probe of it stays
+    assert main(["unpack", str(archive), "--into", str(project)]) == 0
+    assert here.read_bytes() == probe_csv(PROBE_ROWS[:1])
+
+
+def test_a_probe_of_a_run_its_figure_does_not_draw_is_refused(tmp_path, capsys):
+    from shared.targets.table_declarations import get_table
+
+    rid, probe = probed_project(tmp_path / "source")
+    other = next(c for c in expand(get_table("fedcsd", "table1"), "smoke") if c.run_id != rid)
+    run_dir = tmp_path / "source" / "results" / "runs" / other.run_id
+    run_dir.mkdir(parents=True)
+    for name, data in finished_files(other.config).items():
+        (run_dir / name).write_bytes(data)
+    archive = tmp_path / "both.tar"
+    source = str(tmp_path / "source")
+    assert main(["pack", FIG1, "papers/fedcsd/table1", "-o", str(archive), "--root", source, "--scale", "smoke"]) == 0
+    renamed(
+        archive, tmp_path / "renamed.tar", f"probes/{probe.name}", f"probes/{probe.name.replace(rid, other.run_id)}"
+    )
+    capsys.readouterr()
+    assert main(["unpack", str(tmp_path / "renamed.tar"), "--into", str(tmp_path / "into")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "which is none of fedcsd/fig1's runs at scale=smoke" in err, err
+    assert not (tmp_path / "into").exists()
+
+
+def test_a_probes_folder_that_is_a_file_or_a_link_is_refused_before_anything_is_written(tmp_path, capsys):
+    rid, probe = probed_project(tmp_path / "source")
+    archive = tmp_path / "fig1.tar"
+    assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
+    for name, taken in (("file", lambda p: p.write_text("x")), ("link", lambda p: p.symlink_to(tmp_path))):
+        project = tmp_path / name
+        (project / "results").mkdir(parents=True)
+        taken(project / "results" / "probes")
+        capsys.readouterr()
+        assert main(["unpack", str(archive), "--into", str(project)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is a link or not a folder" in err, err
+        assert not (project / "results" / "runs").exists()

@@ -510,7 +510,7 @@ def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp
     probe's frame, and without it says which probe is missing."""
     from shared import probe_job
     from shared.runs.files import read_summary
-    from shared.targets.probes import probe_path
+    from shared.targets.probes import probe_code, probe_path
     from shared.targets.table_declarations import get_table
     from shared.training.trainer import run
 
@@ -523,7 +523,7 @@ def test_fedcsd_fig1_probes_the_exploratory_round_from_table_1s_fedavg_model(tmp
     with pytest.raises(FileNotFoundError, match=f"fedcsd/fig1's probe of run {cell.run_id}"):
         build_figure(figure, "smoke", runs, tmp_path / "out")
 
-    path = probe_path(runs, "fedcsd", "fig1", cell.run_id)
+    path = probe_path(runs, "fedcsd", "fig1", cell.run_id, probe_code(figure))
     job = ["papers/fedcsd/fig1", "--run", str(runs / cell.run_id), "--out", str(path), "--scale", "smoke"]
     assert probe_job.main(job[:1] + ["--run", str(runs / ("0" * 16)), *job[3:]]) == 2  # no such run: one line
     assert probe_job.main(["papers/fedcsd/fig3", *job[1:]]) == 2 and not path.exists()  # no probe to run

@@ -15,6 +15,7 @@ import yaml
 
 from shared.targets.figure_declarations import paper_figures
 from shared.targets.papers import paper_names
+from shared.targets.probes import probe_code
 from shared.targets.table_declarations import SCALES, all_tables, expand, get_table, paper_searches
 from tests.workflow import require_snakemake
 
@@ -184,10 +185,11 @@ def test_a_figures_probe_is_a_gpu_job_of_its_own_between_its_run_and_the_drawing
     assert job_counts(proc.stdout) == {"run": 1, "probe": 1, "figure": 1, "papers/fedcsd/fig1": 1}, proc.stdout
     job = proc.stdout.split("rule probe:")[1].split("rule ")[0]
     minutes = 10 + math.ceil(2 * 60 * figure.probe_cost * gpu_hours(cell.config))
-    assert f"output: results/probes/fedcsd-fig1-{cell.run_id}.csv" in job
+    probe = f"results/probes/fedcsd-fig1-{cell.run_id}-{probe_code(figure)}.csv"  # named by its code too
+    assert f"output: {probe}" in job
     assert "gpu=1" in job and f"runtime={minutes}," in job, job
     figure_job = proc.stdout.split("rule figure:")[1].split("rule ")[0]
-    assert f"results/probes/fedcsd-fig1-{cell.run_id}.csv" in figure_job
+    assert probe in figure_job
 
 
 def test_unknown_table_lists_valid_names(project):
@@ -498,6 +500,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
         dict.fromkeys(c.run_id for c in expand(search.as_table(), "smoke"))
     )
     assert first.probe_costs == {("fedcsd", "fig1"): paper_figures("fedcsd")["fig1"].probe_cost}  # Figure.probe's
+    assert first.probe_codes == {("fedcsd", "fig1"): probe_code(paper_figures("fedcsd")["fig1"])}
 
     def must_not_expand(*args):
         raise AssertionError("expanded again although the code and settings are the same")

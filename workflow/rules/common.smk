@@ -117,7 +117,7 @@ def target_inputs(kind):
             runs = EXPANSION.target_runs(wildcards.paper, kind, name)
         except ConfigError as exc:  # shown by Snakemake before any job starts
             raise ValueError(str(exc)) from None
-        probes = [probe_path(RUNS_DIR, wildcards.paper, name, rid) for rid in runs] if probed(kind, wildcards) else []
+        probes = [probe_of(wildcards.paper, name, rid) for rid in runs] if probed(kind, wildcards) else []
         return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + [str(p) for p in probes]
 
     return inputs
@@ -129,23 +129,20 @@ def probed(kind, wildcards):
     return kind == "figure" and (wildcards.paper, wildcards.figure) in EXPANSION.probe_costs
 
 
+def probe_of(paper, figure, run_id):
+    """Where the figure's probe of the run is saved, named by today's code of the probe (as the
+    expansion recorded it): a change to the probe's module names another file, computed again."""
+    return probe_path(RUNS_DIR, paper, figure, run_id, EXPANSION.probe_codes[paper, figure])
+
+
 def probe_input(wildcards):
     """A probe's run (its metrics.json); a target that names no figure's probe of a run at this
-    scale is refused while the workflow is read."""
+    scale, or another code's, is refused while the workflow is read."""
     if wildcards.run_id not in RUNS or not probed("figure", wildcards):
         raise ValueError(f"{wildcards.paper}/{wildcards.figure} has no probe of run {wildcards.run_id} at scale={SCALE}")
+    if wildcards.code != EXPANSION.probe_codes[wildcards.paper, wildcards.figure]:
+        raise ValueError(f"{wildcards.paper}/{wildcards.figure}'s probe code is not {wildcards.code}")
     return [f"{RUNS_DIR}/{wildcards.run_id}/metrics.json"]
-
-
-def probe_code(wildcards):
-    """The SHA-256 of the source file of the figure's probe."""
-    import hashlib
-    import inspect
-    from shared.targets.figure_declarations import get_figure
-
-    probe = get_figure(wildcards.paper, wildcards.figure).probe
-    source = inspect.getsourcefile(getattr(probe, "func", probe))
-    return hashlib.sha256(Path(source).read_bytes()).hexdigest()[:16]
 
 
 def probe_minutes(wildcards, attempt):

@@ -64,16 +64,15 @@ rule probe:
     frame the figure's drawing reads."""
     input:
         probe_input,
-    output:
-        f"{PROBES}/{{paper}}-{{figure}}-{{run_id}}.csv",
-    params:
-        code=probe_code,  # a change to the probe's module computes it again (runs ignore code changes)
+    output:  # named by its code too: a change to the probe's module computes it again (runs ignore code changes)
+        f"{PROBES}/{{paper}}-{{figure}}-{{run_id}}-{{code}}.csv",
     wildcard_constraints:
         paper="[^/-]+",
         figure="fig[0-9A-Za-z]+",
         run_id="[0-9a-f]{16}",
+        code="[0-9a-f]{16}",
     log:
-        f"{LOGS}/probes/{{paper}}-{{figure}}-{{run_id}}.log",
+        f"{LOGS}/probes/{{paper}}-{{figure}}-{{run_id}}-{{code}}.log",
     retries: RETRIES
     conda:
         ENVIRONMENT
