@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"packed {runs['packed']} of {runs['needed']} runs needed by {' '.join(args.targets)} at scale={scale} "
                 f"({runs['missing']} missing, listed in its manifest) into {args.output}: "
-                f"{len(manifest['members'])} files ({probes} figure probes), {megabytes(size)}"
+                f"{len(manifest['members'])} files (figure probes: {probes}), {megabytes(size)}"
             )
         else:
             report = unpack(args.archive, args.into)
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             note = f"; {len(kept)} already finished there, left as they were" if kept else ""
             note += f" ({len(report['differing'])} of them differ from the archive's)" if report["differing"] else ""
             if report["probes"]:
-                note += f"; {report['probes']} figure probes into {probes_dir(report['runs_dir'])}"
+                note += f"; figure probes: {report['probes']}, into {probes_dir(report['runs_dir'])}"
             if report["resuming"]:
                 note += f"; {len(report['resuming'])} failed there, in progress here: left to resume"
             print(

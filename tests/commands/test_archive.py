@@ -447,10 +447,10 @@ def test_a_figures_probe_travels_with_its_run_and_the_workflow_does_not_compute_
     rid, probe = probed_project(tmp_path / "source")
     archive, project = tmp_path / "fig1.tar.gz", project_copy(tmp_path / "project")
     assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
-    assert "(1 figure probes)" in capsys.readouterr().out
+    assert "(figure probes: 1)" in capsys.readouterr().out
     assert f"probes/{probe.name}" in [m["path"] for m in read_manifest(archive)["members"]]
     assert main(["unpack", str(archive), "--into", str(project)]) == 0
-    assert "1 figure probes into" in capsys.readouterr().out
+    assert "figure probes: 1, into" in capsys.readouterr().out
     assert (project / "results" / "probes" / probe.name).read_bytes() == probe.read_bytes()
     proc = snakemake(project, "-n", "--config", "scale=smoke", "device=cpu", "--", FIG1)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -537,7 +537,7 @@ def test_pack_leaves_out_a_probe_older_than_its_run_or_not_what_its_figure_write
         archive = tmp_path / f"{name}.tar"
         assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
         out, err = capsys.readouterr()
-        assert "(0 figure probes)" in out and f"note: {probe} " in err and "left out" in err, err
+        assert "(figure probes: 0)" in out and f"note: {probe} " in err and "left out" in err, err
         assert not [m for m in read_manifest(archive)["members"] if m["path"].startswith("probes/")]
 
 
