@@ -127,6 +127,26 @@ def test_the_readmes_gpu_hours_are_the_tables_subtotal_of_shared_plan():
     assert papers == set(paper_names())
 
 
+def figure_numbers(listed: str) -> set[int]:
+    """ "Figs. 1, 3-6" -> {1, 3, 4, 5, 6}."""
+    numbers = set()
+    for part in listed.split(","):
+        first, _, last = part.strip().partition("-")
+        numbers.update(range(int(first), int(last or first) + 1))
+    return numbers
+
+
+def test_the_readme_lists_each_papers_figures():
+    """The README's targets column names every figure a paper declares, and no other."""
+    from shared.targets.figure_declarations import paper_figures
+
+    (table,) = [t for t in markdown_tables((ROOT / "README.md").read_text()) if t[0][0] == "paper"]
+    for row in table[1:]:
+        paper = re.search(r"papers/(\w+)/README\.md", row[0]).group(1)
+        listed = figure_numbers(re.search(r"Figs\. ([\d,\- ]+)", row[1]).group(1))
+        assert listed == {int(name[3:]) for name in paper_figures(paper)}, row[1]
+
+
 def smoke_counts() -> list[tuple[str, str, int]]:
     """(page, target, runs) of every smoke command with its run count in the pages: "Try it first"
     of README.md (its target's runs) and each paper's "Smoke check on a CPU"."""
