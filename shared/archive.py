@@ -159,7 +159,8 @@ def pack(targets: list[str], scale: str, out: Path, runs_dir: Path, models: bool
     started = time.perf_counter()
     run_ids = needed_runs(targets, scale)
     files, packed, missing = collect(run_ids, runs_dir, models)
-    probes, notes = target_probes(targets, scale, runs_dir, {run["run_id"] for run in packed})
+    completed = {run["run_id"] for run in packed if run["status"] == "completed"}
+    probes, notes = target_probes(targets, scale, runs_dir, completed)
     files += [(f"probes/{path.name}", path.read_bytes(), path.stat().st_mtime) for path in probes]
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

@@ -22,7 +22,7 @@ from shared.config.schema import ConfigError
 from shared.run import input_error
 from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.figure_declarations import get_figure
-from shared.targets.probes import probe_problem
+from shared.targets.probes import PROBE_NAME, probe_code, probe_problem
 from shared.targets.resolve import TargetError, command_targets
 from shared.workflow_job import claim_gpu, workflow_configs
 
@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         figure = get_figure(paper, names[0]) if len(names) == 1 and names[0].startswith("fig") else None
         if figure is None or figure.probe is None:
             raise ConfigError(f"{ns.figure}: not a figure with a probe")
+        named = PROBE_NAME.fullmatch(ns.out.name)
+        if named and named.group(4) != probe_code(figure):  # the workflow named it for code that has changed since
+            raise ConfigError(
+                f"--out {ns.out.name}: named for probe code {named.group(4)}, today's is {probe_code(figure)}"
+            )
         (cfg,) = workflow_configs([ns.run.name], ns.scale, ns.args, ns.configs)
         check_finished_model(ns.run)
     except (ConfigError, TargetError, FileNotFoundError, RunFilesError) as exc:

@@ -5,7 +5,8 @@ paper's "(x.xx) up/down" marks against FedAvg are left out, ours are computed fr
 from dataclasses import replace
 from functools import partial
 
-from papers.fedcsd.exploratory import PROBE_COLUMNS, draw_exploratory, probe_local_training
+from papers.fedcsd.exploratory import PROBE_COLUMNS, probe_local_training
+from papers.fedcsd.exploratory_drawing import draw_exploratory
 from shared.config.dotted import deep_merge
 from shared.reporting.claims import BeatsAblations, Best
 from shared.targets.figure_declarations import Figure

@@ -49,6 +49,7 @@ class Expansion:
     targets: dict[str, dict[str, dict[str, list[str]]]]  # paper -> kind -> target name -> run ids
     probe_costs: dict[tuple[str, str], float]  # (paper, figure) -> Figure.probe_cost, of the figures with a probe
     probe_codes: dict[tuple[str, str], str]  # (paper, figure) -> its probe's code (shared/targets/probes.py)
+    key: str = ""  # the cache key of the code and settings it was expanded from (`expansion`)
 
     def papers(self) -> list[str]:
         return list(self.targets)
@@ -180,15 +181,22 @@ def cached(path: Path, key: str) -> Expansion | None:
 def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None) -> Expansion:
     """The workflow's expansion at `scale` (on `copy`), from the cache in `cache_dir` where that
     was written by the same code and settings, else computed (and not written: `save_expansion`)."""
-    found = cached(cache_path(cache_dir, scale, copy), cache_key(scale, runtime, copy))
-    return found if found is not None else expand_all(scale, runtime, copy)
+    key = cache_key(scale, runtime, copy)
+    found = cached(cache_path(cache_dir, scale, copy), key)
+    if found is None:
+        found = expand_all(scale, runtime, copy)
+        found.key = key  # computed before the expansion: a source edited meanwhile is not this one's
+    return found
 
 
 def save_expansion(
     found: Expansion, scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None
 ) -> None:
-    """Cache `found`, the expansion at `scale` (on `copy`), in `cache_dir`, unless it is cached there already."""
-    path, key = cache_path(cache_dir, scale, copy), cache_key(scale, runtime, copy)
+    """Cache `found`, the expansion at `scale` (on `copy`), in `cache_dir`, unless it is cached there
+    already, under the key of the code and settings it was expanded from (`found.key`): under
+    today's, a source file edited since the workflow was read would be paired with an expansion
+    of the one before."""
+    path, key = cache_path(cache_dir, scale, copy), found.key or cache_key(scale, runtime, copy)
     if cached(path, key) is not None:
         return
 

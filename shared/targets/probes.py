@@ -27,7 +27,31 @@ MAX_PROBE_BYTES = 2**20  # a probe's CSV (FedCSD's Fig. 1 at paper scale: about 
 MAX_PROBE_TEXT = 200  # characters of a probe's text field
 # a number as pandas writes one (NaN: an empty field), infinities included; not Python's float()
 # syntax, which also takes "1_0", spaces and other scripts' digits that pandas reads as text
-NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|[-+]?inf")
+NUMBER = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?inf")
+# what pandas' read_csv takes for a missing value, not text
+NA_TEXT = frozenset(
+    {
+        "",
+        "#N/A",
+        "#N/A N/A",
+        "#NA",
+        "-1.#IND",
+        "-1.#QNAN",
+        "-NaN",
+        "-nan",
+        "1.#IND",
+        "1.#QNAN",
+        "<NA>",
+        "N/A",
+        "NA",
+        "NULL",
+        "NaN",
+        "None",
+        "n/a",
+        "nan",
+        "null",
+    }
+)
 
 
 def probes_dir(runs_dir: str | Path) -> Path:
@@ -36,9 +60,15 @@ def probes_dir(runs_dir: str | Path) -> Path:
 
 
 def probe_code(figure: Figure) -> str:
-    """The first 16 hex digits of the SHA-256 of the source file of the figure's probe."""
-    probe = getattr(figure.probe, "func", figure.probe)  # a functools.partial's function
-    return hashlib.sha256(Path(inspect.getsourcefile(probe)).read_bytes()).hexdigest()[:16]
+    """The first 16 hex digits of the SHA-256 of the source file of the figure's probe and of
+    the arguments a functools.partial gives it (FedCSD's Fig. 1: Table III's row it distills
+    with). A change to the code it calls elsewhere (shared/) does not count, as a finished run
+    does not train again for a change to the trainer."""
+    probe = getattr(figure.probe, "func", figure.probe)
+    given = (getattr(figure.probe, "args", ()), getattr(figure.probe, "keywords", {}))
+    digest = hashlib.sha256(Path(inspect.getsourcefile(probe)).read_bytes())
+    digest.update(repr(given).encode())
+    return digest.hexdigest()[:16]
 
 
 def probe_path(runs_dir: str | Path, paper: str, figure: str, run_id: str, code: str) -> Path:
@@ -73,17 +103,23 @@ def row_problem(columns: dict[str, str], row: list[str]) -> str | None:
     if len(row) != len(columns):
         return f"has {len(row)} fields, not {len(columns)}"
     for (column, kind), value in zip(columns.items(), row):
-        if kind == "text" and not (value.isprintable() and len(value) <= MAX_PROBE_TEXT):
-            return f"{column} is not short, printable text"
+        if kind == "text" and not (
+            value.isprintable()
+            and len(value) <= MAX_PROBE_TEXT
+            and value not in NA_TEXT
+            and not NUMBER.fullmatch(value)
+        ):
+            return f"{column} is not short, printable text (pandas reads it as text)"
         if kind == "number" and value and not NUMBER.fullmatch(value):
             return f"{column} is not a number"
     return None
 
 
 def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[str]) -> tuple[list[Path], list[str]]:
-    """The probes that the targets' figures draw from, of these runs, that runs_dir's probes hold
-    up to date (computed after their run's metrics.json, by today's code, as the figure's probe
-    writes them), and a note for each one held but not up to date."""
+    """The probes that the targets' figures draw from, of these runs (completed: a probe needs a
+    final model), that runs_dir's probes hold up to date (computed after their run's
+    metrics.json, by today's code, as the figure's probe writes them), and a note for each one
+    held but not up to date."""
     found, notes = {}, []
     for target in targets:
         paper, names = command_targets([target])
@@ -126,26 +162,40 @@ def destination_problem(runs_dir: Path, names: list[str]) -> str | None:
     folder = probes_dir(runs_dir)
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         return f"{folder} is a link or not a folder; the probes go there"
-    linked = [name for name in names if (folder / name).is_symlink()]
-    return f"{folder / linked[0]} is a link; a probe goes there" if linked else None
+    taken = [
+        name
+        for name in names
+        if (folder / name).is_symlink() or (folder / name).exists() and not (folder / name).is_file()
+    ]
+    return f"{folder / taken[0]} is a link or not a file; a probe goes there" if taken else None
 
 
 def install_probes(probes: dict[str, bytes], runs_dir: Path, renewed: set[str], same: set[str]) -> int:
     """Probes (file name -> bytes, each checked: `received_problem`) into the probes folder: those
     of `renewed` runs (written anew here) over any there, which is set aside (it was computed from
-    the run replaced); those of runs the `same` as here where none is there. Returns how many."""
+    the run replaced; the same bytes: kept, made newer than its run); those of runs the `same` as
+    here where none is there. A probe of other code than today's is named in a note: the figure
+    computes its own. Returns how many were written."""
     written = 0
     for name, data in sorted(probes.items()):
-        rid = PROBE_NAME.fullmatch(name).group(3)
+        paper, figure, rid, probe = PROBE_NAME.fullmatch(name).groups()
         dest = probes_dir(runs_dir) / name
-        if dest.is_file() and dest.read_bytes() == data:
-            continue  # the same probe: nothing to write
-        if rid in renewed and dest.exists():
-            aside = aside_path(dest, "replaced")
-            os.replace(dest, aside)
-            print(f"note: {dest} was of the run replaced here; moved to {aside.name}", file=sys.stderr)
-        if rid in renewed or (rid in same and not dest.exists()):
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(dest, lambda tmp, data=data: tmp.write_bytes(data))
-            written += 1
+        if probe != probe_code(paper_figures(paper)[figure]):
+            print(f"note: {name} was computed by other code than this checkout's: {paper}/{figure} computes its own")
+        if rid in renewed and dest.is_file() and dest.stat().st_size == len(data) and dest.read_bytes() == data:
+            os.utime(dest)  # newer than the run written before it: up to date
+        elif rid in renewed:
+            if dest.exists():
+                aside = aside_path(dest, "replaced")
+                os.replace(dest, aside)
+                print(f"note: {dest} was of the run replaced here; moved to {aside.name}", file=sys.stderr)
+            written += install_probe(dest, data)
+        elif rid in same and not dest.exists():
+            written += install_probe(dest, data)
     return written
+
+
+def install_probe(dest: Path, data: bytes) -> int:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(dest, lambda tmp: tmp.write_bytes(data))
+    return 1

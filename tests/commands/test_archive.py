@@ -464,6 +464,9 @@ def test_a_figures_probe_travels_with_its_run_and_the_workflow_does_not_compute_
         (lambda data: data.replace(b"epoch", b"round", 1), "does not have the columns"),
         (lambda data: data.replace(b",0.5,", b",1_0,", 1), "logit_distance is not a number"),
         (lambda data: data.replace(b",0.5,", b", 5,", 1), "logit_distance is not a number"),
+        (lambda data: data.replace(b",0.5,", ",\u0663,".encode(), 1), "logit_distance is not a number"),
+        (lambda data: data.replace(b"FedAvg", b"NA", 1), "variant is not short, printable text"),
+        (lambda data: data.replace(b"FedAvg", b"1.5", 1), "variant is not short, printable text"),
         (lambda data: data.replace(b"FedAvg", b"Fed\x07vg", 1), "variant is not short, printable text"),
         (lambda data: data + b"1,2\n", "has 2 fields, not 7"),
         (lambda data: data[: data.index(b"\n") + 1], "holds no row"),
@@ -557,6 +560,16 @@ def test_a_probe_of_a_run_written_anew_replaces_one_there_and_one_of_the_same_ru
     here.write_bytes(probe_csv(PROBE_ROWS[:1]))  # the run there is now the archive's: a probe of it stays
     assert main(["unpack", str(archive), "--into", str(project)]) == 0
     assert here.read_bytes() == probe_csv(PROBE_ROWS[:1])
+    # the same probe beside a run written anew: kept, and newer than its run (not computed again)
+    import os
+    import shutil
+
+    here.write_bytes(probe.read_bytes())
+    os.utime(here, (1, 1))
+    shutil.rmtree(project / "results" / "runs" / rid)
+    assert main(["unpack", str(archive), "--into", str(project)]) == 0
+    assert here.read_bytes() == probe.read_bytes() and not list(here.parent.glob(f"{probe.name}.replaced-*-1"))
+    assert here.stat().st_mtime >= (project / "results" / "runs" / rid / "metrics.json").stat().st_mtime
 
 
 def test_a_probe_of_a_run_its_figure_does_not_draw_is_refused(tmp_path, capsys):
@@ -581,16 +594,43 @@ def test_a_probe_of_a_run_its_figure_does_not_draw_is_refused(tmp_path, capsys):
     assert not (tmp_path / "into").exists()
 
 
-def test_a_probes_folder_that_is_a_file_or_a_link_is_refused_before_anything_is_written(tmp_path, capsys):
+def test_a_probes_folder_or_file_taken_by_another_kind_of_file_is_refused_before_anything_is_written(tmp_path, capsys):
     rid, probe = probed_project(tmp_path / "source")
     archive = tmp_path / "fig1.tar"
     assert main(["pack", FIG1, "-o", str(archive), "--root", str(tmp_path / "source"), "--scale", "smoke"]) == 0
-    for name, taken in (("file", lambda p: p.write_text("x")), ("link", lambda p: p.symlink_to(tmp_path))):
+    for name, taken, message in (
+        ("file", lambda p: p.write_text("x"), "is a link or not a folder"),
+        ("link", lambda p: p.symlink_to(tmp_path), "is a link or not a folder"),
+        ("folder", lambda p: (p / probe.name).mkdir(parents=True), "is a link or not a file"),
+    ):
         project = tmp_path / name
         (project / "results").mkdir(parents=True)
         taken(project / "results" / "probes")
         capsys.readouterr()
         assert main(["unpack", str(archive), "--into", str(project)]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "is a link or not a folder" in err, err
+        assert err.count("\n") == 1 and message in err, err
         assert not (project / "results" / "runs").exists()
+
+
+def test_a_probes_code_is_its_modules_and_its_arguments_and_the_probe_job_holds_its_name_to_it(tmp_path, capsys):
+    """Another row to distill with is another probe; the drawing's module is none of its code; a
+    probe job asked to write under another code's name refuses in one line."""
+    import dataclasses
+    import functools
+
+    from papers.fedcsd import tables
+    from shared import probe_job
+    from shared.targets.figure_declarations import get_figure
+    from shared.targets.probes import probe_code
+
+    figure = get_figure("fedcsd", "fig1")
+    distill_otherwise = functools.partial(figure.probe.func, logit_distillation=tables.ABLATION[2])
+    other = dataclasses.replace(figure, probe=distill_otherwise)
+    assert probe_code(other) != probe_code(figure)
+    assert "exploratory_drawing" in figure.draw_with.__module__  # a drawing change leaves the probe's code
+    rid, probe = probed_project(tmp_path / "source")
+    wrong = probe.with_name(probe.name.replace(probe_code(figure), "0" * 16))
+    run = tmp_path / "source" / "results" / "runs" / rid
+    assert probe_job.main([FIG1, "--run", str(run), "--out", str(wrong), "--scale", "smoke"]) == 2
+    assert "named for probe code 0000000000000000" in capsys.readouterr().err and not wrong.exists()

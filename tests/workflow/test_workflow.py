@@ -502,6 +502,15 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
     assert first.probe_costs == {("fedcsd", "fig1"): paper_figures("fedcsd")["fig1"].probe_cost}  # Figure.probe's
     assert first.probe_codes == {("fedcsd", "fig1"): probe_code(paper_figures("fedcsd")["fig1"])}
 
+    # a source edited after the workflow was read: the expansion is saved under the key it was made from
+    edited = tmp_path / "edited"
+    keys = iter(["read", "edited"])
+    monkeypatch.setattr(module, "cache_key", lambda *args: next(keys))
+    module.save_expansion(module.expansion("smoke", RUNTIME, edited), "smoke", RUNTIME, edited)
+    assert module.cached(edited / "smoke.pickle", "read") is not None
+    assert module.cached(edited / "smoke.pickle", "edited") is None
+    monkeypatch.undo()
+
     def must_not_expand(*args):
         raise AssertionError("expanded again although the code and settings are the same")
 
