@@ -101,11 +101,12 @@ def cache_key(scale: str, runtime: dict, copy: Copy | None = None) -> str:
     return hashlib.sha256(f"{source_digest()}\n{settings}".encode()).hexdigest()
 
 
-def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion:
+def expand_all(scale: str, runtime: dict, copy: Copy | None = None, key: str = "") -> Expansion:
     """What the cache holds, computed: every grid's runs and every target's run ids. A table's
     or a search's runs are its grid's, expanded once; a figure picks its cells from its source.
     On a copy of a dataset (shared.campaign): each table's part on that dataset, the figures
-    drawn from it alone, no search (the papers tuned on the official data)."""
+    drawn from it alone, no search (the papers tuned on the official data). `key`: the cache
+    key of the code and settings it expands, kept with it for `save_expansion`."""
     from shared.targets.figure_declarations import paper_figures
     from shared.targets.papers import paper_names
     from shared.targets.probes import probe_code
@@ -144,7 +145,8 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None) -> Expansion
         if figure.probe is not None
     }
     probe_costs = {key: figure.probe_cost for key, figure in probed.items()}
-    return Expansion(runs, grid_runs, targets, probe_costs, {key: probe_code(f) for key, f in probed.items()})
+    probe_codes = {name: probe_code(figure) for name, figure in probed.items()}
+    return Expansion(runs, grid_runs, targets, probe_costs, probe_codes, key)
 
 
 def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:
@@ -181,12 +183,9 @@ def cached(path: Path, key: str) -> Expansion | None:
 def expansion(scale: str, runtime: dict, cache_dir: str | Path, copy: Copy | None = None) -> Expansion:
     """The workflow's expansion at `scale` (on `copy`), from the cache in `cache_dir` where that
     was written by the same code and settings, else computed (and not written: `save_expansion`)."""
-    key = cache_key(scale, runtime, copy)
+    key = cache_key(scale, runtime, copy)  # before the expansion: a source edited meanwhile is not this one's
     found = cached(cache_path(cache_dir, scale, copy), key)
-    if found is None:
-        found = expand_all(scale, runtime, copy)
-        found.key = key  # computed before the expansion: a source edited meanwhile is not this one's
-    return found
+    return found if found is not None else expand_all(scale, runtime, copy, key)
 
 
 def save_expansion(

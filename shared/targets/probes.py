@@ -1,16 +1,18 @@
 """A figure's probes (Figure.probe): a GPU job's computation on a finished run, one CSV a run
 beside the runs, named by the run and by the probe's code (results/probes/<paper>-<figure>-<run
-id>-<code>.csv: a change to the probe's module names another file, which the workflow computes
-again, and no older probe passes for a current one, here or in an archive), what it holds (the
-figure's probe_columns, checked where it comes from another machine), and which the targets
-draw from."""
+id>-<code>.csv, `probe_code`: a change to the probe's module or to its arguments names another
+file, which the workflow computes again, and no older probe passes for a current one, here or
+in an archive), what it holds (the figure's probe_columns, checked where it comes from another
+machine), and which the targets draw from."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import inspect
 import io
+import json
 import os
 import re
 import sys
@@ -61,14 +63,22 @@ def probes_dir(runs_dir: str | Path) -> Path:
 
 def probe_code(figure: Figure) -> str:
     """The first 16 hex digits of the SHA-256 of the source file of the figure's probe and of
-    the arguments a functools.partial gives it (FedCSD's Fig. 1: Table III's row it distills
-    with). A change to the code it calls elsewhere (shared/) does not count, as a finished run
-    does not train again for a change to the trainer."""
+    the arguments a functools.partial gives it, as data (FedCSD's Fig. 1: Table III's row it
+    distills with). A change to the code it calls elsewhere (shared/) does not count, as a
+    finished run does not train again for a change to the trainer."""
     probe = getattr(figure.probe, "func", figure.probe)
-    given = (getattr(figure.probe, "args", ()), getattr(figure.probe, "keywords", {}))
+    given = [getattr(figure.probe, "args", ()), getattr(figure.probe, "keywords", {})]
     digest = hashlib.sha256(Path(inspect.getsourcefile(probe)).read_bytes())
-    digest.update(repr(given).encode())
+    digest.update(json.dumps(given, sort_keys=True, default=as_data).encode())  # the same in every process
     return digest.hexdigest()[:16]
+
+
+def as_data(value):
+    """A probe's argument as plain data (a dataclass: its fields); anything else, whose text could
+    hold an address that differs from process to process, is refused."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"a probe's argument must be plain data or a dataclass of it, not {type(value).__name__}")
 
 
 def probe_path(runs_dir: str | Path, paper: str, figure: str, run_id: str, code: str) -> Path:
@@ -181,7 +191,10 @@ def install_probes(probes: dict[str, bytes], runs_dir: Path, renewed: set[str], 
         paper, figure, rid, probe = PROBE_NAME.fullmatch(name).groups()
         dest = probes_dir(runs_dir) / name
         if probe != probe_code(paper_figures(paper)[figure]):
-            print(f"note: {name} was computed by other code than this checkout's: {paper}/{figure} computes its own")
+            print(
+                f"note: {name} was computed by other code than this checkout's: {paper}/{figure} computes its own",
+                file=sys.stderr,
+            )
         if rid in renewed and dest.is_file() and dest.stat().st_size == len(data) and dest.read_bytes() == data:
             os.utime(dest)  # newer than the run written before it: up to date
         elif rid in renewed:

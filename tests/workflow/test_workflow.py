@@ -519,7 +519,7 @@ def test_expansion_cache_is_read_back_and_keyed_by_code_and_settings(tmp_path, m
         again = module.expansion("smoke", RUNTIME, tmp_path)
     assert again.runs.keys() == first.runs.keys() and again.grid_runs == first.grid_runs
     calls = []
-    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy: calls.append(runtime) or first)
+    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy, key: calls.append(runtime) or first)
     module.expansion("smoke", {**RUNTIME, "data_root": "elsewhere"}, tmp_path)  # another setting
     monkeypatch.setattr(module, "source_digest", lambda: "edited code")
     module.expansion("smoke", RUNTIME, tmp_path)  # another source
@@ -533,7 +533,7 @@ def test_a_cache_naming_a_module_since_moved_is_expanded_again(tmp_path, monkeyp
     from shared.targets import expansion_cache as module
 
     (tmp_path / "smoke.pickle").write_bytes(b"cshared.targets.gone\nExpansion\n.")
-    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy: "expanded again")
+    monkeypatch.setattr(module, "expand_all", lambda scale, runtime, copy, key: "expanded again")
     assert module.expansion("smoke", RUNTIME, tmp_path) == "expanded again"
 
 

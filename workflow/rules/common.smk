@@ -131,7 +131,8 @@ def probed(kind, wildcards):
 
 def probe_of(paper, figure, run_id):
     """Where the figure's probe of the run is saved, named by today's code of the probe (as the
-    expansion recorded it): a change to the probe's module names another file, computed again."""
+    expansion recorded it): a change to the probe's module or arguments names another file,
+    computed again."""
     return probe_path(RUNS_DIR, paper, figure, run_id, EXPANSION.probe_codes[paper, figure])
 
 

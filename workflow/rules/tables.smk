@@ -64,7 +64,7 @@ rule probe:
     frame the figure's drawing reads."""
     input:
         probe_input,
-    output:  # named by its code too: a change to the probe's module computes it again (runs ignore code changes)
+    output:  # named by its code too: a change to the probe's module or arguments computes it again
         f"{PROBES}/{{paper}}-{{figure}}-{{run_id}}-{{code}}.csv",
     wildcard_constraints:
         paper="[^/-]+",
