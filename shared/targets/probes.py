@@ -134,8 +134,9 @@ def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[s
     for target in targets:
         paper, names = command_targets([target])
         for figure in (f for name, f in paper_figures(paper).items() if name in names and f.probe is not None):
+            code = probe_code(figure)  # its source read and hashed once, not once a run
             for rid in (cell.run_id for cell in figure.cells(scale) if cell.run_id in run_ids):
-                path = probe_path(runs_dir, paper, figure.name, rid, probe_code(figure))
+                path = probe_path(runs_dir, paper, figure.name, rid, code)
                 if not path.is_file():
                     continue
                 stale = path.stat().st_mtime < (Path(runs_dir) / rid / "metrics.json").stat().st_mtime
@@ -186,11 +187,13 @@ def install_probes(probes: dict[str, bytes], runs_dir: Path, renewed: set[str], 
     the run replaced; the same bytes: kept, made newer than its run); those of runs the `same` as
     here where none is there. A probe of other code than today's is named in a note: the figure
     computes its own. Returns how many were written."""
-    written = 0
+    written, codes = 0, {}
     for name, data in sorted(probes.items()):
         paper, figure, rid, probe = PROBE_NAME.fullmatch(name).groups()
         dest = probes_dir(runs_dir) / name
-        if probe != probe_code(paper_figures(paper)[figure]):
+        if (paper, figure) not in codes:  # each figure's source read and hashed once
+            codes[paper, figure] = probe_code(paper_figures(paper)[figure])
+        if probe != codes[paper, figure]:
             print(
                 f"note: {name} was computed by other code than this checkout's: {paper}/{figure} computes its own",
                 file=sys.stderr,
