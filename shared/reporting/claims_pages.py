@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from shared.reporting.claims import HELD, NOISE_TEST, NOT_HELD, NOT_MEASURED, VERDICTS, WITHIN_NOISE
+from shared.reporting.claim_verdicts import HELD, NOISE_TEST, NOT_HELD, NOT_MEASURED, VERDICTS, WITHIN_NOISE
 
 
 def tally(rows: pd.DataFrame) -> str:
@@ -22,13 +22,16 @@ def detail(r) -> str:
     if r.verdict == NOT_MEASURED:
         return f"missing: {r.missing}"
     noise = "-" if pd.isna(r.noise) else f"{r.noise:.2f}"
-    left_out = (
-        f"; left out, as not every cell has it: {r.left_out}" if isinstance(r.left_out, str) and r.left_out else ""
+    also = "".join(
+        f"; {label}: {text}"
+        for label, text in (("worst outcomes", getattr(r, "worst", "")), ("left out", r.left_out))
+        if isinstance(text, str) and text
     )
-    if r.verdict == HELD:
-        return f"margin {r.margin:+.2f} (closest: {r.decisive}; noise {noise}{left_out})"
-    short = "a target never reached" if math.isinf(r.shortfall) else f"{r.shortfall:.2f}"
-    return f"short by {short} (furthest behind: {r.decisive}; noise {noise}{left_out})"
+    if not pd.isna(r.margin):
+        ahead = "a worst outcome" if math.isinf(r.margin) else f"{r.margin:+.2f}"
+        return f"margin {ahead} (closest: {r.decisive}; noise {noise}{also})"
+    short = "a worst outcome" if math.isinf(r.shortfall) else f"{r.shortfall:.2f}"
+    return f"short by {short} (furthest behind: {r.decisive}; noise {noise}{also})"
 
 
 def scale_line(scale: str, data: str) -> str:
@@ -46,13 +49,18 @@ def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
         "",
         scale_line(scale, data),
         "",
-        "Verdicts on our runs, per group (a column, or a trend):",
+        "Verdicts on our runs, per group (a column, or a trend), on the means over the seeds every cell "
+        "of the group has, as the table prints them (equal printed means are a tie):",
         "",
-        "- held: every comparison holds on the means over the seeds every cell of the group has, strictly "
-        "(margin: the smallest lead);",
-        f"- {NOISE_TEST};",
-        "- not held: a comparison misses by more (short by: the largest miss);",
-        "- not yet measured: a cell has no completed run (the missing cells are named).",
+        "- held: every comparison leads by more than its noise (margin: the smallest lead);",
+        "- within noise: none misses by more than its noise, some leads or misses by at most it: the runs cannot tell;",
+        "- not held: a comparison misses by more than its noise (short by: the largest miss);",
+        "- not yet measured: a cell has no value yet, or the cells share no seed (the missing cells are named);",
+        f"- {NOISE_TEST}.",
+        "",
+        "A run that diverged or ended suspect (at chance), and a target never reached, count as the worst "
+        "value and are named (worst outcomes); a seed some cell lacks (a failed run, no target) is left out "
+        "and named.",
         "",
         "Seeds held: the seeds on which every comparison of the group holds.",
         "",

@@ -92,9 +92,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     paper_mean=paper_mean,
                     paper_std=paper_std,
                     diff=diff,
-                    within_spread=bool(abs(diff) <= spread)
-                    if not math.isnan(spread) and not math.isnan(diff) and not s.by_definition
-                    else None,
+                    within_spread=agreement(s, diff, spread, paper_mean, scale),
                     never=s.get("never", 0),
                     no_target=s.get("no_target", 0),
                     by_definition=bool(s.by_definition),
@@ -109,6 +107,21 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                 )
             )
     return with_rank_agreement(table, pd.DataFrame.from_records(rows))
+
+
+def agreement(s, diff: float, spread: float, paper_mean: float, scale: str) -> bool | None:
+    """✓ (True) where our mean and the paper's lie within `spread` of each other, ✗ (False) where
+    not, None (no mark) where that cannot be told. A rounds cell with a seed that never reached
+    its target has a mean of the seeds that did: no mark, but ✗ where no seed reached what the
+    paper's number says it reached (its paper scale runs, two seeds or more)."""
+    if s.by_definition:
+        return None
+    never = s.get("never", 0)
+    if never and s.n == 0:
+        return False if scale == "paper" and never >= 2 and not math.isnan(paper_mean) else None
+    if never or math.isnan(spread) or math.isnan(diff):
+        return None
+    return bool(abs(diff) <= spread)
 
 
 def with_rank_agreement(table: Table, comp: pd.DataFrame) -> pd.DataFrame:
@@ -203,7 +216,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
     lines += [
         "",
         "Each cell: ours / paper (difference). ✓: within two standard deviations (the larger of ours over "
-        "seeds and the paper's); ✗: outside; n/i: method not implemented yet; (k failed): k seeds failed or "
+        "seeds and the paper's); ✗: outside (none in a rounds cell with a seed that never reached its target, "
+        "unless no seed did); n/i: method not implemented yet; (k failed): k seeds failed or "
         "diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
         "column's target, (k without a target): k seeds whose run of the row a rounds column counts to "
         "failed, the mean is over the others; (at chance): the mean "

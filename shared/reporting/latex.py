@@ -255,7 +255,7 @@ def footnote(table: Table, used: set, scale: str) -> str:
     notes = {
         "std": rf"Mean $\pm$ standard deviation over {seeds} seeds (population, ddof = 0).",
         "marks": r"Bold: best; underlined: second best (ties share the mark; cells with a failed, diverged "
-        r"or suspect run are not ranked).",
+        r"or suspect run, or a seed that never reached the target or had none, are not ranked).",
         "n/i": "n/i: method not implemented yet.",
         "rounds never": "--: the target accuracy was not reached.",
         "some never": r"$^{*k}$: k seeds never reached the target accuracy; the mean is over the others.",

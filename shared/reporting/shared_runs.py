@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import math
 import statistics
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,17 +29,23 @@ def experiment_id(cell: Cell) -> str:
 
 def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     """Our mean ± std over the finished seeds, for the metrics a run gives alone (a count of rounds
-    to another row's accuracy needs that row: '-')."""
-    values = []
+    to another row's accuracy needs that row: '-'), with the seeds left out of it and why (a target
+    never reached, a run that diverged, ended suspect or failed)."""
+    values, left_out = [], Counter()
     for cell in cells:
         if metric.kind != "rounds_to_row" and (runs_dir / cell.run_id / "metrics.json").exists():
             metrics = read_summary(runs_dir / cell.run_id)
-            if metrics.get("status") == "completed":
-                values.append(cell_value(metric, metrics, None))
-    values = [v for v in values if not math.isnan(v)]
+            status = str(metrics.get("status")).split(":")[0]
+            value = cell_value(metric, metrics, None) if status == "completed" else math.nan
+            if math.isnan(value):
+                left_out["never reached" if status == "completed" else status] += 1
+            else:
+                values.append(value)
+    why = "".join(f"; {n} {reason}" for reason, n in sorted(left_out.items()))
     if not values:
-        return "-"
-    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f} ({len(values)} seeds)"
+        return f"- ({why[2:]})" if why else "-"
+    seeds = f"{len(values)} seed{'s' if len(values) != 1 else ''}"
+    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f} ({seeds}{why})"
 
 
 def paper_number(reported: Reported | None, note: str) -> str:

@@ -9,7 +9,7 @@ import yaml
 from shared import plan
 from shared.reporting import shared_runs
 from shared.targets import cost
-from shared.targets.table_declarations import expand, get_table
+from shared.targets.table_declarations import Metric, expand, get_table
 
 
 def test_prints_a_total_and_says_the_throughput_is_assumed(capsys, tmp_path, monkeypatch):
@@ -108,7 +108,10 @@ def test_shared_lists_one_experiment_with_every_papers_number_and_ours(capsys, t
     assert rows.loc[("fedssd", "table2", "δ=0.5"), "paper_number"] == "70.49 ± 0.23"
     assert rows.loc[("fedcad", "table2", "δ=0.5"), "paper_number"] == "71.29"
     assert rows.loc[("fedcad", "table4", "E=10"), "paper_number"] == "70.81 §"  # contradicted by Tables 1 and 2
-    assert rows.loc[("fedssd", "table2", "δ=0.5"), "ours"] == "42.50 ± 0.00 (1 seeds)"
+    assert rows.loc[("fedssd", "table2", "δ=0.5"), "ours"] == "42.50 ± 0.00 (1 seed)"
+    # the seeds left out of our mean are named with why
+    assert shared_runs.ours([fedavg], Metric("rounds_to", target=30), tmp_path) == "2.00 ± 0.00 (1 seed)"
+    assert shared_runs.ours([fedavg], Metric("rounds_to", target=65), tmp_path) == "- (1 never reached)"
     assert df.groupby("experiment").paper.nunique().min() >= 2  # only experiments of several papers
     shared_runs.write_shared_runs("smoke", tmp_path, tmp_path / "out")
     assert "One experiment, several papers (scale: smoke)" in (tmp_path / "out" / "shared.html").read_text()

@@ -1,5 +1,5 @@
 """Claims as data: every paper's claims hold on its own numbers, and their verdicts on generated
-run results (held, held within noise, not held, not yet measured; per seed; rounds never
+run results (held, within noise, not held, not yet measured; per seed; rounds never
 reached), written beside a built table and summed up per paper."""
 
 import math
@@ -9,11 +9,8 @@ import pandas as pd
 import pytest
 
 import shared.reporting.claims
+from shared.reporting.claim_verdicts import HELD, NOT_HELD, NOT_MEASURED, WITHIN_NOISE, run_notes, run_values
 from shared.reporting.claims import (
-    HELD,
-    NOT_HELD,
-    NOT_MEASURED,
-    WITHIN_NOISE,
     BeatsAblations,
     Best,
     FewestRounds,
@@ -21,7 +18,6 @@ from shared.reporting.claims import (
     evaluate,
     paper_claims,
     paper_values,
-    run_values,
 )
 from shared.reporting.tables import build_paper_claims, build_table
 from shared.targets.papers import paper_names
@@ -147,8 +143,8 @@ def test_cells_are_compared_on_the_seeds_they_share():
     result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",))], run_values(table, runs))
     row = result.iloc[0]
     assert row.verdict == NOT_HELD and row.shortfall == pytest.approx(10.0) and row.seeds_held == "0/1"
-    assert row.left_out == "Rival @ clear: seed 1"
-    assert detail(row).endswith("left out, as not every cell has it: Rival @ clear: seed 1)")
+    assert row.left_out == "seed 1 (Ours @ clear: no run)"
+    assert detail(row).endswith("left out: seed 1 (Ours @ clear: no run))")
 
 
 def test_a_familys_best_is_chosen_on_the_seeds_compared():
@@ -168,7 +164,130 @@ def test_cells_that_share_no_seed_are_not_measured_yet():
     runs = runs[~((runs.row == "Rival") & (runs.seed == 0))]  # the rival's seed 1 alone
     result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",))], run_values(table, runs))
     assert result.verdict.tolist() == [NOT_MEASURED]
-    assert result.missing[0] == "a seed every cell has (Ours @ clear: seed 0; Rival @ clear: seed 1)"
+    assert result.missing[0] == "a seed every cell has (seed 0 (Rival @ clear: no run); seed 1 (Ours @ clear: no run))"
+
+
+def outcomes_frame(values: dict) -> pd.DataFrame:
+    """Like seeds_frame, where a seed's entry may name how its run ended instead of a number:
+    "diverged", "suspect" (at chance), "failed", "never" (a rounds target never reached) or
+    "no target" (a count of rounds to another row's accuracy whose run there did not complete)."""
+    status = {"diverged": "diverged: loss is nan", "suspect": "suspect: at chance", "failed": "failed: OSError"}
+    rows = []
+    for (r, c), per_seed in values.items():
+        for s, v in enumerate(per_seed):
+            number = not isinstance(v, str)
+            rows.append(
+                dict(
+                    row=r,
+                    column=c,
+                    seed=s,
+                    run_id=f"{r}{c}{s}",
+                    status=status.get(v, "completed"),
+                    value=v if number else math.nan,
+                    never=v == "never",
+                    no_target=v == "no target",
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def judged(table, claim, values: dict) -> pd.DataFrame:
+    runs = outcomes_frame(values)
+    return evaluate(table, [claim], run_values(table, runs), run_notes(runs)).set_index("group")
+
+
+def test_a_run_that_diverged_or_ended_at_chance_is_the_worst_never_a_missing_cell():
+    """Diverged and suspect runs are results (never trained again): a claimant's is its worst
+    value and fails the claim, a rival's is beaten; both are named. Before, the cell counted as
+    missing, a verdict that would never change, or its seeds were left out, in the claimant's favour."""
+    table = grid_table()
+    claim = Best("tablegen", "x", "t", rows=("Ours",), columns=("clear", "close", "behind"))
+    by = judged(
+        table,
+        claim,
+        {
+            ("Ours", "clear"): ["diverged", "diverged", "diverged"],
+            ("Rival", "clear"): [60, 61, 62],
+            ("Ours", "close"): [70, 71, 72],
+            ("Rival", "close"): ["suspect", "suspect", "suspect"],  # as FedNova at chance in FedCSD's Table I
+            ("Ours", "behind"): [70, "diverged", "diverged"],
+            ("Rival", "behind"): [60, 61, 62],
+        },
+    )
+    assert by.verdict.to_dict() == {"clear": NOT_HELD, "close": HELD, "behind": NOT_HELD}
+    assert (
+        by.loc["clear", "shortfall"] == math.inf and by.loc["clear", "worst"] == "Ours @ clear: seed 0, 1, 2 diverged"
+    )
+    assert by.loc["close", "margin"] == math.inf and by.loc["close", "worst"] == "Rival @ close: seed 0, 1, 2 suspect"
+    assert by.loc["behind", "seeds_held"] == "1/3" and by.loc["behind", "worst"] == "Ours @ behind: seed 1, 2 diverged"
+    assert (by.left_out == "").all()
+
+
+def test_every_seed_left_out_is_named_with_why():
+    """FedSSD's T: FedAvg's run at seed 1 diverged, so no other row has a target there; the
+    seed is left out of every cell, and said so (before, a seed no cell had went unnamed)."""
+    table = grid_table(Metric("rounds_to_row", reference="Ref"))
+    claim = FewestRounds("tablegen", "fewest", "t", rows=("Ours",), columns=("clear",), against=("Rival",))
+    by = judged(
+        table,
+        claim,
+        {("Ours", "clear"): [20, "no target", 22], ("Rival", "clear"): [30, "no target", "failed"]},
+    )
+    assert by.loc["clear", "verdict"] == HELD and by.loc["clear", "seeds_held"] == "1/1"
+    assert by.loc["clear", "left_out"] == (
+        "seed 1 (Ours @ clear: no target; Rival @ clear: no target); seed 2 (Rival @ clear: failed)"
+    )
+
+
+def test_a_rounds_claim_with_targets_never_reached_compares_seed_by_seed():
+    """Never reaching is the worst count: a claimant that reaches the target on two seeds of
+    three, where the rival never does, is ahead (before, two infinite means made it behind)."""
+    table = grid_table(Metric("rounds_to", target=50))
+    claim = FewestRounds("tablegen", "fewest", "t", rows=("Ours",), columns=("clear", "close", "behind"))
+    by = judged(
+        table,
+        claim,
+        {
+            ("Ours", "clear"): [20, 22, "never"],
+            ("Rival", "clear"): ["never", "never", "never"],
+            ("Ours", "close"): [20, 22, "never"],
+            ("Rival", "close"): [30, 31, "never"],  # level where neither reaches it: 0 in the mean lead
+            ("Ours", "behind"): [20, "never", 22],
+            ("Rival", "behind"): [25, 26, 27],
+        },
+    )
+    assert by.verdict.to_dict() == {"clear": HELD, "close": HELD, "behind": NOT_HELD}
+    assert by.loc["clear", "margin"] == math.inf and by.loc["close", "margin"] == pytest.approx(6.3)
+    assert by.loc["close", "seeds_held"] == "2/3" and by.loc["behind", "shortfall"] == math.inf
+    assert by.loc["close", "worst"] == "Ours @ close: seed 2 never reached; Rival @ close: seed 2 never reached"
+
+
+def test_the_verdict_is_symmetric_and_a_tie_is_as_the_table_prints_it():
+    """A lead within the noise is no more support than a miss within it: "A beats B" and "B
+    beats A" on the same runs are both within noise. Means equal as printed (62.00) are a tie,
+    as the table's marks have them, not a lead of 0.0033."""
+    table = grid_table()
+    values = {("Ours", "clear"): [60, 62, 64], ("Rival", "clear"): [61, 62, 62.99]}
+    mine = judged(table, Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",)), values).iloc[0]
+    theirs = judged(table, Best("tablegen", "x", "t", rows=("Rival",), columns=("clear",)), values).iloc[0]
+    assert mine.verdict == theirs.verdict == WITHIN_NOISE
+    assert mine.shortfall == theirs.shortfall == 0.0 and mine.noise == pytest.approx(1.58, abs=0.01)
+    clear = {("Ours", "clear"): [60, 62, 64], ("Rival", "clear"): [55, 56, 57]}  # ahead by 6, noise 1.58
+    assert judged(table, Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",)), clear).iloc[0].verdict == HELD
+
+
+def test_a_familys_best_is_judged_on_the_seeds_it_was_chosen_on():
+    """The family's best is chosen on the seeds every member and rival has (0 and 1: the other
+    member failed on seed 2) and judged on the same, seed 2 named (before, judged on all three)."""
+    table = grid_table()
+    family = Best("tablegen", "x", "t", rows=("Ours", "Rival"), against=("Other",), columns=("clear",))
+    result = judged(
+        table,
+        family,
+        {("Ours", "clear"): [72, 72, 60], ("Rival", "clear"): [71.9, 71.9, "failed"], ("Other", "clear"): [71, 71, 71]},
+    ).iloc[0]
+    assert (result.verdict, result.decisive, result.seeds_held) == (HELD, "Ours vs Other", "2/2")
+    assert result.left_out == "seed 2 (Rival @ clear: failed)"
 
 
 def test_fewest_rounds_counts_a_target_never_reached_as_worst():
@@ -238,12 +357,15 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
     write_runs(table, tmp_path / "runs", CURVES, failed={("FedProx", "b")})
     build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
     verdicts = pd.read_csv(tmp_path / "out" / "claims.csv")
-    assert verdicts.set_index("group").verdict.to_dict() == {"a": HELD, "b": HELD}
+    # seed 0 of FedProx at b diverged: the worst value there, so FedProx does not beat FedAvg at b
+    assert verdicts.set_index("group").verdict.to_dict() == {"a": HELD, "b": NOT_HELD}
     assert set(verdicts.scale) == {"paper"} and set(verdicts.data) == {"synthetic"}  # the table's own data
-    assert verdicts.set_index("group").loc["b", "seeds_held"] == "2/2"  # seed 0 of FedProx at b diverged
+    b = verdicts.set_index("group").loc["b"]
+    assert (b.seeds_held, b.worst, b.shortfall) == ("2/3", "FedProx @ b: seed 0 diverged", math.inf)
     text = (tmp_path / "out" / "claims.md").read_text()
-    assert "Scale: **paper**. Data: synthetic." in text and "held in 2 of 2 groups" in text
-    assert "held within noise" in (tmp_path / "out" / "claims.html").read_text()
+    assert "Scale: **paper**. Data: synthetic." in text and "held in 1, not held in 1 of 2 groups" in text
+    assert "short by a worst outcome (furthest behind: FedProx vs FedAvg; noise -; worst outcomes: FedProx @ b" in text
+    assert "pooled standard deviation" in (tmp_path / "out" / "claims.html").read_text()
 
     monkeypatch.setattr(shared.reporting.tables, "paper_tables", lambda paper: {"tabletest": table})
     for cell in expand(table, "paper"):  # FedAvg at "a" has not run yet
@@ -251,7 +373,7 @@ def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkey
             (tmp_path / "runs" / cell.run_id / "metrics.json").unlink()
     build_paper_claims("fedssd", "paper", tmp_path / "runs", tmp_path / "summary")
     summary = pd.read_csv(tmp_path / "summary" / "claims.csv").set_index("group")
-    assert summary.verdict.to_dict() == {"a": NOT_MEASURED, "b": HELD}
+    assert summary.verdict.to_dict() == {"a": NOT_MEASURED, "b": NOT_HELD}
     assert summary.loc["a", "missing"] == "FedAvg @ a"
 
 
@@ -308,7 +430,7 @@ def test_a_table_on_a_copy_of_the_data_keeps_its_claims_with_the_copy_as_their_d
 
     epochs = [c.label for c in table.columns]
     for cell in expand(table, "paper", copy_runtime(copy)):  # FedCAD ahead, by more the longer clients train
-        gain = 5.0 + epochs.index(cell.column.label) if cell.row.label == "FedCAD" else 0.0
+        gain = 5.0 + 3 * epochs.index(cell.column.label) if cell.row.label == "FedCAD" else 0.0
         accuracy = {"FedAvg": 60.0}.get(cell.row.label, 65.0) + gain + cell.seed
         (tmp_path / "runs" / cell.run_id).mkdir(parents=True)
         (tmp_path / "runs" / cell.run_id / "metrics.json").write_text(

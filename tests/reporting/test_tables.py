@@ -113,6 +113,22 @@ def test_table_cells_marks_and_comparison(tmp_path):
     assert "gpu_hours: 12.0" in provenance and "runs_failed: 1" in provenance
 
 
+def test_a_rounds_cell_with_a_seed_that_never_reached_takes_no_agreement_mark():
+    """Our mean of a rounds cell leaves out the seeds that never reached the target: it agrees
+    with the paper's number by neither mark; where no seed reached what the paper reached, ✗."""
+    from shared.reporting.comparison import agreement
+
+    def cell(never, n):
+        return pd.Series(dict(by_definition=False, never=never, n=n))
+
+    assert agreement(cell(0, 3), 1.0, 2.0, 30.0, "paper") is True
+    assert agreement(cell(0, 3), 3.0, 2.0, 30.0, "paper") is False
+    assert agreement(cell(1, 2), 0.0, 2.0, 30.0, "paper") is None  # two seeds agree, the third never reached
+    assert agreement(cell(3, 0), math.nan, math.nan, 30.0, "paper") is False
+    assert agreement(cell(3, 0), math.nan, math.nan, math.nan, "paper") is None  # the paper's "_": never either
+    assert agreement(cell(3, 0), math.nan, math.nan, 30.0, "small") is None  # below paper scale: no mark
+
+
 def test_rounds_to_reference_final_accuracy(tmp_path):
     """FedSSD's T: the first round reaching FedAvg's final accuracy at the same seed in the same
     column; FedAvg's own T is its rounds by definition ("the same accuracy as running FedAvg for

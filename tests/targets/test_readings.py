@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import shared.reporting.claims
-from shared.reporting.claims import HELD, NOT_HELD, Best
+from shared.reporting.claim_verdicts import HELD, NOT_HELD
+from shared.reporting.claims import Best
 from shared.reporting.tables import build_table
 from shared.targets.copies import campaign_runs
 from shared.targets.table_declarations import Column, Reported, Row, Table, expand, get_table, keep_rows

@@ -1,0 +1,258 @@
+"""A group of comparisons' verdict on our runs (`group_verdict`), each comparison "this quantity
+is better than that one", a quantity a cell or a signed sum of cells (a gap between two rows):
+the claims of shared/reporting/claims.py reduce to such groups, a column or a whole trend.
+
+A comparison's lead is the difference of its sides' means over seeds as the table prints them
+(equal printed means are a tie, as in the table's marks); its noise the pooled standard
+deviation of its two sides over seeds (NOISE_TEST). A group's verdict:
+
+- held: every comparison leads by more than its noise (by any lead where a side has one seed,
+  and so no spread); `margin` is the smallest lead;
+- within noise: no comparison misses by more than its noise, and some leads or misses by at most
+  its noise (a tie included): the runs cannot tell; `margin` or `shortfall` is the closest one's;
+- not held: some comparison misses by more than its noise (by any miss, a tie included, where a
+  side has one seed); `shortfall` is the largest miss;
+- not yet measured: a cell it needs has no value on any seed, or its cells share no seed
+  (`missing` names them).
+
+The seeds are those every cell of the group has (`shared_seeds`): a seed fixes the partition,
+the initial weights and the sampling for every method, so the comparison is paired. A run that
+ended but whose number is not a result (diverged, suspect: shared/runs/metrics.py `judge`) and
+a target never reached take the worst value (`worst`) and are named (`worst_named`); a seed some
+cell lacks (its run failed, or had no target) is left out and named with why (`seeds_left_out`).
+Per seed, a group holds where every comparison holds on that seed's values alone (`seeds_held`:
+"k/n").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from shared.reporting.summary import COMPLETED, is_suspect, shown
+
+HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "within noise", "not held", "not yet measured"
+VERDICTS = (HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED)
+NOISE_TEST = (
+    "noise: one pooled standard deviation of a comparison's two sides over seeds, "
+    "sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations (ddof=1); a side measured on one "
+    "seed has no spread, so any lead holds and any miss (a tie included) does not"
+)
+# Why a cell's seed holds no plain number. The first three are results, valued the worst (WORST):
+# a method whose run diverged, or ended at chance, did not beat anything there; the others leave
+# the seed out of the comparison (shared/runs/files.py's FINAL: a failed run is tried again).
+DIVERGED, SUSPECT, NEVER, FAILED, NO_TARGET = "diverged", "suspect", "never reached", "failed", "no target"
+WORST_OUTCOMES = (DIVERGED, SUSPECT, NEVER)
+
+Cell = tuple[str, str]  # (row label, column label)
+Values = dict[Cell, dict[int, float]]  # a cell's value per seed; a missing cell has no entry
+Notes = dict[Cell, dict[int, str]]  # a cell's seeds that hold no plain number, and why (above)
+Term = tuple[tuple[int, str, str], ...]  # (sign, row, column): a signed sum of cells
+
+
+def worst(higher_is_better: bool) -> float:
+    """The value a worst outcome takes: below every accuracy, above every count of rounds."""
+    return -math.inf if higher_is_better else math.inf
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`better` beats `worse` (by at least `min_margin`) in the direction of the metric, whose
+    numbers are printed to `places` decimals; `seeded_by`: other cells whose seeds the verdict
+    shares (a family's members, its best chosen on those seeds)."""
+
+    label: str
+    better: Term
+    worse: Term
+    higher_is_better: bool
+    min_margin: float = 0.0
+    places: int = 2
+    seeded_by: tuple[Cell, ...] = ()
+
+    def cells(self) -> list[Cell]:
+        return [(row, column) for _, row, column in (*self.better, *self.worse)]
+
+
+def term_per_seed(term: Term, values: Values) -> dict[int, float]:
+    """The term's value on each seed that all its cells share."""
+    seeds = set.intersection(*(set(values[(r, c)]) for _, r, c in term))
+    return {s: sum(sign * values[(r, c)][s] for sign, r, c in term) for s in sorted(seeds)}
+
+
+def term_mean_var(term: Term, values: Values, places: int | None = None) -> tuple[float, float]:
+    """Mean over seeds (a sum of cells' means, each as printed to `places` decimals) and its
+    seeds' variance (the cells' variances added; NaN where a cell has one seed, or a worst value)."""
+    means = [sign * float(np.mean(list(values[(r, c)].values()))) for sign, r, c in term]
+    if places is not None:
+        means = [shown(m, places) for m in means]
+    with np.errstate(invalid="ignore"):  # a worst value (infinite) has no spread: NaN
+        variances = [
+            float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
+            for _, r, c in term
+        ]
+    return sum(means), sum(variances)
+
+
+def lead(better: float, worse: float, higher_is_better: bool) -> float:
+    """How far `better` is ahead (negative: behind). Two worst outcomes are level, which does not
+    make the claimant ahead."""
+    diff = better - worse if higher_is_better else worse - better
+    return -math.inf if math.isnan(diff) else diff
+
+
+def comparison_lead(c: Comparison, values: Values) -> float:
+    """The comparison's lead on the means as printed. Where a side holds a worst value the means
+    are infinite: the lead is then the mean of the per-seed leads, a seed where both are the
+    worst counting 0 (level) and a seed ahead and another behind by a worst one counting as
+    behind (so -inf, as a gap between two worst values)."""
+    better, worse = term_per_seed(c.better, values), term_per_seed(c.worse, values)
+    if all(math.isfinite(v) for v in (*better.values(), *worse.values())):
+        return lead(
+            term_mean_var(c.better, values, c.places)[0],
+            term_mean_var(c.worse, values, c.places)[0],
+            c.higher_is_better,
+        )
+    per_seed = [
+        0.0 if math.isinf(better[s]) and better[s] == worse[s] else lead(better[s], worse[s], c.higher_is_better)
+        for s in better
+    ]
+    mean = sum(per_seed) / len(per_seed)
+    return -math.inf if math.isnan(mean) else shown(mean, c.places)
+
+
+def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | None = None) -> dict:
+    """The verdict of one group of comparisons (see the module docstring); `notes`: why a cell's
+    seed holds no plain number (`run_notes`), to name them."""
+    notes = notes or {}
+    cells = list(dict.fromkeys(cell for c in comparisons for cell in (*c.cells(), *c.seeded_by)))
+    missing = [cell for cell in cells if cell not in values]
+    if missing:
+        return dict(verdict=NOT_MEASURED, missing="; ".join(named(cell, notes) for cell in missing))
+    left_out = seeds_left_out(cells, values, notes)
+    values = shared_seeds(cells, values)
+    if not values[cells[0]]:
+        return dict(verdict=NOT_MEASURED, missing=f"a seed every cell has ({left_out})", left_out=left_out)
+    leads = [comparison_lead(c, values) - c.min_margin for c in comparisons]
+    noises = [noise(c, values) for c in comparisons]
+    decisive = int(np.argmin(leads))  # the closest rival where it holds, the furthest ahead where not
+    outcomes = [outcome(x, n) for x, n in zip(leads, noises)]
+    verdict = NOT_HELD if "loss" in outcomes else WITHIN_NOISE if "within" in outcomes else HELD
+    ahead = leads[decisive] > 0
+    return dict(
+        verdict=verdict,
+        margin=leads[decisive] + comparisons[decisive].min_margin if ahead else math.nan,
+        shortfall=-leads[decisive] if not ahead else math.nan,
+        noise=noises[decisive],
+        decisive=comparisons[decisive].label,
+        seeds_held=seeds_held(comparisons, values),
+        missing="",
+        left_out=left_out,
+        worst=worst_named(cells, values, notes),
+    )
+
+
+def noise(c: Comparison, values: Values) -> float:
+    """The pooled standard deviation of the comparison's two sides over seeds (NOISE_TEST)."""
+    spread = term_mean_var(c.better, values)[1] + term_mean_var(c.worse, values)[1]
+    return math.nan if math.isnan(spread) else math.sqrt(spread / 2)
+
+
+def outcome(lead_: float, noise_: float) -> str:
+    """A comparison's lead against its noise: "win", "within" or "loss" (a tie is no lead)."""
+    if math.isnan(noise_):  # one seed, or a worst value: no spread to be within
+        return "win" if lead_ > 0 else "loss"
+    return "win" if lead_ > noise_ else "within" if lead_ >= -noise_ else "loss"
+
+
+def seeds_held(comparisons: list[Comparison], values: Values) -> str:
+    """On how many of the shared seeds every comparison holds on that seed's values alone."""
+    cells = [cell for c in comparisons for cell in c.cells()]
+    seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
+    sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
+    held = sum(
+        all(lead(better[s], worse[s], c.higher_is_better) > c.min_margin for better, worse, c in sides) for s in seeds
+    )
+    return f"{held}/{len(seeds)}"
+
+
+def shared_seeds(cells: list[Cell], values: Values) -> Values:
+    """The cells' values on the seeds every one of them has."""
+    seeds = set.intersection(*(set(values[cell]) for cell in cells))
+    return {cell: {s: v for s, v in values[cell].items() if s in seeds} for cell in cells}
+
+
+def named(cell: Cell, notes: Notes) -> str:
+    """'row @ column', with why its seeds hold no value where that is known."""
+    why = seeds_by_reason(notes.get(cell, {}))
+    return f"{cell[0]} @ {cell[1]}" + (f" ({why})" if why else "")
+
+
+def seeds_by_reason(reasons: dict[int, str]) -> str:
+    """{0: "failed", 2: "failed", 1: "no target"} -> "seed 0, 2 failed, seed 1 no target"."""
+    by: dict[str, list[int]] = {}
+    for seed, reason in sorted(reasons.items()):
+        by.setdefault(reason, []).append(seed)
+    return ", ".join(f"seed {', '.join(map(str, seeds))} {reason}" for reason, seeds in by.items())
+
+
+def seeds_left_out(cells: list[Cell], values: Values, notes: Notes) -> str:
+    """Each seed some cell has and another lacks, with the cells lacking it and why ("" if none):
+    "seed 1 (Ours @ a: failed)"; a seed no cell has a value on is named where a cell failed on
+    it or had no target there."""
+    have = set.intersection(*(set(values[cell]) for cell in cells))
+    seeds = set().union(*(set(values[cell]) | set(notes.get(cell, {})) for cell in cells)) - have
+    parts = []
+    for seed in sorted(seeds):
+        lacking = [cell for cell in cells if seed not in values[cell]]
+        why = [f"{r} @ {c}: {notes.get((r, c), {}).get(seed, 'no run')}" for r, c in lacking]
+        parts.append(f"seed {seed} ({'; '.join(why)})")
+    return "; ".join(parts)
+
+
+def worst_named(cells: list[Cell], values: Values, notes: Notes) -> str:
+    """The cells' worst outcomes on the compared seeds: "Ours @ a: seed 1 diverged" ("" if none)."""
+    parts = []
+    for cell in cells:
+        reasons = {s: why for s, why in notes.get(cell, {}).items() if s in values[cell] and why in WORST_OUTCOMES}
+        if reasons:
+            parts.append(f"{cell[0]} @ {cell[1]}: {seeds_by_reason(reasons)}")
+    return "; ".join(parts)
+
+
+def run_reason(run) -> str | None:
+    """Why a run of collect's rows holds no plain number (the module's reasons), None if it does."""
+    status = str(run.status).split(":")[0]
+    if status == DIVERGED or is_suspect(status):
+        return DIVERGED if status == DIVERGED else SUSPECT
+    if status != COMPLETED:
+        return FAILED
+    if getattr(run, "no_target", False):
+        return NO_TARGET
+    return NEVER if run.never else None
+
+
+def run_values(table, runs: pd.DataFrame) -> Values:
+    """Our runs' values per cell and seed (shared.reporting.summary.collect's rows): a completed
+    run's number, a worst outcome's WORST value (`worst`; a target never reached: +inf rounds);
+    a failed run, or a count of rounds with no target (another row's run at that seed did not
+    complete), has none."""
+    higher = {c.label: table.metric_for(c).higher_is_better for c in table.columns}
+    values: Values = {}
+    for run in runs.itertuples() if len(runs) else []:
+        reason = run_reason(run)
+        value = worst(higher[run.column]) if reason in WORST_OUTCOMES else math.nan if reason else float(run.value)
+        if not math.isnan(value):
+            values.setdefault((run.row, run.column), {})[int(run.seed)] = value
+    return values
+
+
+def run_notes(runs: pd.DataFrame) -> Notes:
+    """Why each of our runs that holds no plain number holds none (`run_reason`)."""
+    notes: Notes = {}
+    for run in runs.itertuples() if len(runs) else []:
+        if (reason := run_reason(run)) is not None:
+            notes.setdefault((run.row, run.column), {})[int(run.seed)] = reason
+    return notes
