@@ -18,8 +18,9 @@ deviation of its two sides over seeds (NOISE_TEST). A group's verdict:
 The seeds are those every cell of the group has (`shared_seeds`): a seed fixes the partition,
 the initial weights and the sampling for every method, so the comparison is paired. A run that
 ended but whose number is not a result (diverged, suspect: shared/runs/metrics.py `judge`) and
-a target never reached take the worst value (`worst`) and are named (`worst_named`); a seed some
-cell lacks (its run failed, or had no target) is left out and named with why (`seeds_left_out`).
+a target never reached take the least a run can score (`run_values`: chance accuracy, one round
+more than the run trained) and are named (`worst_named`); a seed some cell lacks (its run
+failed, or had no target) is left out and named with why (`seeds_left_out`).
 Per seed, a group holds where every comparison holds on that seed's values alone (`seeds_held`:
 "k/n").
 """
@@ -41,9 +42,10 @@ NOISE_TEST = (
     "sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations (ddof=1); a side measured on one "
     "seed has no spread, so any lead holds and any miss (a tie included) does not"
 )
-# Why a cell's seed holds no plain number. The first three are results, valued the worst (WORST):
-# a method whose run diverged, or ended at chance, did not beat anything there; the others leave
-# the seed out of the comparison (shared/runs/files.py's FINAL: a failed run is tried again).
+# Why a cell's seed holds no plain number. The first three are results, valued as the worst a run
+# can score (`run_values`): a method whose run diverged, or ended at chance, beat nothing there;
+# the others leave the seed out of the comparison (shared/runs/files.py's FINAL: a failed run is
+# tried again).
 DIVERGED, SUSPECT, NEVER, FAILED, NO_TARGET = "diverged", "suspect", "never reached", "failed", "no target"
 WORST_OUTCOMES = (DIVERGED, SUSPECT, NEVER)
 
@@ -51,11 +53,6 @@ Cell = tuple[str, str]  # (row label, column label)
 Values = dict[Cell, dict[int, float]]  # a cell's value per seed; a missing cell has no entry
 Notes = dict[Cell, dict[int, str]]  # a cell's seeds that hold no plain number, and why (above)
 Term = tuple[tuple[int, str, str], ...]  # (sign, row, column): a signed sum of cells
-
-
-def worst(higher_is_better: bool) -> float:
-    """The value a worst outcome takes: below every accuracy, above every count of rounds."""
-    return -math.inf if higher_is_better else math.inf
 
 
 @dataclass(frozen=True)
@@ -84,11 +81,12 @@ def term_per_seed(term: Term, values: Values) -> dict[int, float]:
 
 def term_mean_var(term: Term, values: Values, places: int | None = None) -> tuple[float, float]:
     """Mean over seeds (a sum of cells' means, each as printed to `places` decimals) and its
-    seeds' variance (the cells' variances added; NaN where a cell has one seed, or a worst value)."""
+    seeds' variance (the cells' variances added; NaN where a cell has one seed, or where a paper's
+    target never reached is +inf)."""
     means = [sign * float(np.mean(list(values[(r, c)].values()))) for sign, r, c in term]
     if places is not None:
         means = [shown(m, places) for m in means]
-    with np.errstate(invalid="ignore"):  # a worst value (infinite) has no spread: NaN
+    with np.errstate(invalid="ignore"):  # +inf (the paper's "_") has no spread: NaN
         variances = [
             float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
             for _, r, c in term
@@ -97,30 +95,19 @@ def term_mean_var(term: Term, values: Values, places: int | None = None) -> tupl
 
 
 def lead(better: float, worse: float, higher_is_better: bool) -> float:
-    """How far `better` is ahead (negative: behind). Two worst outcomes are level, which does not
-    make the claimant ahead."""
+    """How far `better` is ahead (negative: behind). Two targets never reached (+inf, as the
+    paper's "_") are level, which does not make the claimant ahead."""
     diff = better - worse if higher_is_better else worse - better
     return -math.inf if math.isnan(diff) else diff
 
 
 def comparison_lead(c: Comparison, values: Values) -> float:
-    """The comparison's lead on the means as printed. Where a side holds a worst value the means
-    are infinite: the lead is then the mean of the per-seed leads, a seed where both are the
-    worst counting 0 (level) and a seed ahead and another behind by a worst one counting as
-    behind (so -inf, as a gap between two worst values)."""
-    better, worse = term_per_seed(c.better, values), term_per_seed(c.worse, values)
-    if all(math.isfinite(v) for v in (*better.values(), *worse.values())):
-        return lead(
-            term_mean_var(c.better, values, c.places)[0],
-            term_mean_var(c.worse, values, c.places)[0],
-            c.higher_is_better,
-        )
-    per_seed = [
-        0.0 if math.isinf(better[s]) and better[s] == worse[s] else lead(better[s], worse[s], c.higher_is_better)
-        for s in better
-    ]
-    mean = sum(per_seed) / len(per_seed)
-    return -math.inf if math.isnan(mean) else shown(mean, c.places)
+    """The comparison's lead over its claimed margin, on the means as printed: a lead within
+    rounding of the margin is none."""
+    better = term_mean_var(c.better, values, c.places)[0]
+    worse = term_mean_var(c.worse, values, c.places)[0]
+    ahead = lead(better, worse, c.higher_is_better) - c.min_margin
+    return shown(ahead, c.places) if math.isfinite(ahead) else ahead
 
 
 def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | None = None) -> dict:
@@ -135,17 +122,20 @@ def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | 
     values = shared_seeds(cells, values)
     if not values[cells[0]]:
         return dict(verdict=NOT_MEASURED, missing=f"a seed every cell has ({left_out})", left_out=left_out)
-    leads = [comparison_lead(c, values) - c.min_margin for c in comparisons]
+    leads = [comparison_lead(c, values) for c in comparisons]
     noises = [noise(c, values) for c in comparisons]
-    decisive = int(np.argmin(leads))  # the closest rival where it holds, the furthest ahead where not
     outcomes = [outcome(x, n) for x, n in zip(leads, noises)]
     verdict = NOT_HELD if "loss" in outcomes else WITHIN_NOISE if "within" in outcomes else HELD
+    # the comparison the verdict rests on: of those with its outcome, the furthest behind (the closest where held)
+    kind = {NOT_HELD: "loss", WITHIN_NOISE: "within", HELD: "win"}[verdict]
+    decisive = min((i for i, o in enumerate(outcomes) if o == kind), key=lambda i: leads[i])
     ahead = leads[decisive] > 0
     return dict(
         verdict=verdict,
         margin=leads[decisive] + comparisons[decisive].min_margin if ahead else math.nan,
-        shortfall=-leads[decisive] if not ahead else math.nan,
+        shortfall=0.0 - leads[decisive] if not ahead else math.nan,  # 0.0 - 0.0 is +0.0, never "-0.00"
         noise=noises[decisive],
+        claimed_margin=comparisons[decisive].min_margin,
         decisive=comparisons[decisive].label,
         seeds_held=seeds_held(comparisons, values),
         missing="",
@@ -162,7 +152,7 @@ def noise(c: Comparison, values: Values) -> float:
 
 def outcome(lead_: float, noise_: float) -> str:
     """A comparison's lead against its noise: "win", "within" or "loss" (a tie is no lead)."""
-    if math.isnan(noise_):  # one seed, or a worst value: no spread to be within
+    if math.isnan(noise_) or noise_ == 0:  # a side on one seed (or the paper's "_"), or no spread at all
         return "win" if lead_ > 0 else "loss"
     return "win" if lead_ > noise_ else "within" if lead_ >= -noise_ else "loss"
 
@@ -236,14 +226,21 @@ def run_reason(run) -> str | None:
 
 def run_values(table, runs: pd.DataFrame) -> Values:
     """Our runs' values per cell and seed (shared.reporting.summary.collect's rows): a completed
-    run's number, a worst outcome's WORST value (`worst`; a target never reached: +inf rounds);
-    a failed run, or a count of rounds with no target (another row's run at that seed did not
-    complete), has none."""
-    higher = {c.label: table.metric_for(c).higher_is_better for c in table.columns}
+    run's number; a worst outcome's, the least a run can score: chance accuracy (100 / classes %)
+    for a run that diverged or ended suspect, and in a column of rounds to a target one round
+    more than it trained (the fewest a run that never reached the target could take); none for a
+    failed run, or a count of rounds with no target (another row's run at that seed did not
+    complete). Finite: each seed weighs as one, and spreads over seeds stay numbers."""
+    rounds = {c.label: table.metric_for(c).counts_rounds for c in table.columns}
     values: Values = {}
     for run in runs.itertuples() if len(runs) else []:
         reason = run_reason(run)
-        value = worst(higher[run.column]) if reason in WORST_OUTCOMES else math.nan if reason else float(run.value)
+        if reason is None:
+            value = float(run.value)
+        elif reason in WORST_OUTCOMES:
+            value = float(run.rounds + 1) if rounds[run.column] else float(run.chance)
+        else:
+            value = math.nan
         if not math.isnan(value):
             values.setdefault((run.row, run.column), {})[int(run.seed)] = value
     return values

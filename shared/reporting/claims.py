@@ -178,6 +178,7 @@ def evaluate(table, claims: list[Claim], values: Values, notes: Notes | None = N
         "margin",
         "shortfall",
         "noise",
+        "claimed_margin",
         "decisive",
         "seeds_held",
         "missing",

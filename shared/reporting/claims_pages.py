@@ -4,7 +4,6 @@ claims.csv, written beside the table (shared/reporting/claims.py judges them).""
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -22,16 +21,16 @@ def detail(r) -> str:
     if r.verdict == NOT_MEASURED:
         return f"missing: {r.missing}"
     noise = "-" if pd.isna(r.noise) else f"{r.noise:.2f}"
+    claimed = getattr(r, "claimed_margin", 0.0)
+    noise += f"; the claim: a lead of more than {claimed:.2f}" if claimed and not pd.isna(claimed) else ""
     also = "".join(
         f"; {label}: {text}"
         for label, text in (("worst outcomes", getattr(r, "worst", "")), ("left out", r.left_out))
         if isinstance(text, str) and text
     )
-    if not pd.isna(r.margin):
-        ahead = "a worst outcome" if math.isinf(r.margin) else f"{r.margin:+.2f}"
-        return f"margin {ahead} (closest: {r.decisive}; noise {noise}{also})"
-    short = "a worst outcome" if math.isinf(r.shortfall) else f"{r.shortfall:.2f}"
-    return f"short by {short} (furthest behind: {r.decisive}; noise {noise}{also})"
+    if not pd.isna(r.margin):  # our runs' values are finite (claim_verdicts.run_values)
+        return f"margin {r.margin:+.2f} (closest: {r.decisive}; noise {noise}{also})"
+    return f"short by {r.shortfall:.2f} (furthest behind: {r.decisive}; noise {noise}{also})"
 
 
 def scale_line(scale: str, data: str) -> str:
@@ -58,9 +57,9 @@ def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
         "- not yet measured: a cell has no value yet, or the cells share no seed (the missing cells are named);",
         f"- {NOISE_TEST}.",
         "",
-        "A run that diverged or ended suspect (at chance), and a target never reached, count as the worst "
-        "value and are named (worst outcomes); a seed some cell lacks (a failed run, no target) is left out "
-        "and named.",
+        "A run that diverged or ended suspect counts at chance accuracy (100/classes %), and in a rounds "
+        "column as never reaching the target, which counts as one round more than the run trained; they are "
+        "named (worst outcomes). A seed some cell lacks (a failed run, no target) is left out and named.",
         "",
         "Seeds held: the seeds on which every comparison of the group holds.",
         "",

@@ -30,7 +30,7 @@ def experiment_id(cell: Cell) -> str:
 def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
     """Our mean ± std over the finished seeds, for the metrics a run gives alone (a count of rounds
     to another row's accuracy needs that row: '-'), with the seeds left out of it and why (a target
-    never reached, a run that diverged, ended suspect or failed)."""
+    never reached, a run that diverged, ended suspect or failed, no value at the round asked)."""
     values, left_out = [], Counter()
     for cell in cells:
         if metric.kind != "rounds_to_row" and (runs_dir / cell.run_id / "metrics.json").exists():
@@ -38,7 +38,9 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
             status = str(metrics.get("status")).split(":")[0]
             value = cell_value(metric, metrics, None) if status == "completed" else math.nan
             if math.isnan(value):
-                left_out["never reached" if status == "completed" else status] += 1
+                left_out[
+                    status if status != "completed" else "never reached" if metric.counts_rounds else "no value"
+                ] += 1
             else:
                 values.append(value)
     why = "".join(f"; {n} {reason}" for reason, n in sorted(left_out.items()))

@@ -87,7 +87,8 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
     `never`: a completed run that never reached its rounds-to-target column's target (its value
     is then NaN); `no_target`: a completed run in a column that counts rounds to another row's
     final accuracy (FedSSD's T) whose run of that row at its seed did not complete, so that it
-    has no target (its value is NaN too, and it is left out of the mean like a failed seed)."""
+    has no target (its value is NaN too, and it is left out of the mean like a failed seed);
+    `chance` and `rounds`: what guessing scores on the metric, the rounds the run trains."""
     metrics = {c.run_id: read_summary(Path(runs_dir) / c.run_id) for c in cells}
 
     def ok(c):
@@ -119,6 +120,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
                 never=bool(ok(c) and metric.counts_rounds and target_known and math.isnan(value)),
                 no_target=bool(ok(c) and metric.kind == "rounds_to_row" and not target_known),
                 chance=chance_level(metric, c),
+                rounds=c.config.federation.rounds,
                 wall_time_s=m.get("wall_time_s", 0.0),
                 device=m.get("device", ""),
                 device_name=m.get("device_name", ""),
