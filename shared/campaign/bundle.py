@@ -158,9 +158,14 @@ def bundle(args) -> int:
     limit = f" of the {args.max_upload_mib:g} MiB limit" if args.max_upload_mib is not None else ""
     if args.max_upload_mib is not None and size > args.max_upload_mib * 2**20:
         raise CampaignError(f"bundle {out}: {size / 2**20:.1f} MiB is over --max-upload-mib {args.max_upload_mib:g}")
+    carried = (
+        f"{args.state}, carried as it is: the session skips the runs this checkout has shipped"
+        if given
+        else f"ledger of {len(args.ledger)} finished runs"
+    )
     print(
-        f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / BUNDLED_STATE} (ledger of "
-        f"{len(getattr(args, 'ledger', ()))} finished runs); {size / 2**20:.1f} MiB{limit}"
+        f"bundled {out}: data for {len(runs)} runs, {len(names)} wheels, state {out / BUNDLED_STATE} ({carried}); "
+        f"{size / 2**20:.1f} MiB{limit}"
     )
     return 0
 

@@ -291,6 +291,12 @@ def import_state(args) -> int:
     # FILE is only read (its forms left as they are), a large checkpoint staged under --root's results/
     manifest, members = read_state(args.file, stage=args.root / RESULTS)
     shipped = args.root / SHIPPED
+    if manifest["scale"] != "paper":
+        print(
+            f"note: {printable(str(args.file))} holds {manifest['scale']}-scale runs (a rehearsal?): they are shipped "
+            f"into {shipped} beside any paper-scale ones; import a rehearsal with --root into a scratch folder",
+            file=sys.stderr,
+        )
     copy = manifest_copy(manifest)
     members, refused = trusted_members(manifest, members)
     for line in refused:

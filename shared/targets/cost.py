@@ -6,9 +6,10 @@ of it and shared.campaign sizes its units with it, so it imports neither torch n
 The estimate is samples processed / throughput (a forward pass for testing counts a third of a
 training sample), per model. The throughput is measured where this machine has measurements,
 else assumed (THROUGHPUT: a plain fp32 loop on a current data-centre GPU):
-- finished workflow runs (results/runs/<id>/metrics.json: samples trained and tested over the
-  training's seconds; a run job's results/benchmarks/runs/<id>.tsv where metrics.json has no
-  time), on the device kind asked for (cuda or cpu);
+- finished workflow runs on real data (results/runs/<id>/metrics.json: samples trained and
+  tested over the training's seconds; a run job's results/benchmarks/runs/<id>.tsv where
+  metrics.json has no time), on the device kind asked for (cuda or cpu); a reduced scale's
+  synthetic runs are left out, their steps too small to say what a sample costs;
 - speed benchmark results (benchmarks/results/*.json, results/benchmarks/*.json, written by
   `python -m benchmarks.speed`): the fastest variant of our trainer, on that device.
 """
@@ -36,8 +37,13 @@ THROUGHPUT = {
 
 
 def samples(cfg: RunConfig) -> tuple[float, float]:
-    """(training samples, test forward passes) of one run at paper scale."""
-    info = DATASETS.get(cfg.dataset.name, DatasetInfo(""))  # imagefolder, synthetic: CIFAR-sized
+    """(training samples, test forward passes) of one run: a reduced scale's synthetic stand-in
+    counts its own size, an image folder CIFAR's."""
+    info = DATASETS.get(cfg.dataset.name, DatasetInfo(""))
+    if cfg.dataset.name == "synthetic":
+        synthetic = cfg.dataset.synthetic
+        per_class = {"train_size": synthetic.train_per_class, "test_size": synthetic.test_per_class}
+        info = DatasetInfo("", **{key: synthetic.num_classes * n for key, n in per_class.items()})
     train = info.train_size
     if cfg.dataset.train_subset:
         train = min(train, cfg.dataset.train_subset)
@@ -105,6 +111,10 @@ def run_throughput(metrics_path: Path, device: str, benchmark_dirs) -> tuple[str
     if not isinstance(metrics, dict) or not isinstance(cfg, dict):
         return None
     if metrics.get("status") != "completed" or device_kind(metrics.get("device")) != device:
+        return None
+    if (
+        cfg.get("dataset", {}).get("name") == "synthetic"
+    ):  # a stand-in's tiny images and clients time steps, not samples
         return None
     seconds = metrics.get("wall_time_s") or 0.0
     if not seconds:

@@ -52,8 +52,10 @@ def test_sessions_keep_one_state_of_checkpoints_in_the_checkout_and_a_fresh_clon
     clone = checkout(tmp_path / "clone")
     for tracked in ("results/shipped", "results/campaign"):
         shutil.copytree(home / tracked, clone / tracked)
+    capsys.readouterr()
     assert main(["bundle", TARGET, "-o", str(clone / ".carry"), "--no-wheels", "--root", str(clone)]) == 0
     assert (clone / ".carry" / "state.tar.gz").read_bytes() == state.read_bytes()
+    assert "carried as it is: the session skips the runs this checkout has shipped" in capsys.readouterr().out
 
     # session 2 in the clone continues the run in progress and trains none of the shipped ones
     capsys.readouterr()

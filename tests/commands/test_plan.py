@@ -51,6 +51,8 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     # 10 rounds x 50,000 samples + 10 tests of 10,000 / 3 in 100 s
     write_run(tmp_path / "results" / "runs", "a" * 16, cfg, 100.0)
     write_run(tmp_path / "results" / "runs", "b" * 16, cfg, 50.0, device="cpu")  # another device: ignored
+    # a reduced scale's synthetic stand-in times steps, not samples: ignored
+    write_run(tmp_path / "results" / "runs", "c" * 16, {**cfg, "dataset": {"name": "synthetic"}}, 5000.0)
     measured = cost.measured_throughput("cuda")
     assert abs(measured["fedavg_cnn"]["samples_per_s"] - (500_000 + 100_000 / 3) / 100) < 1e-6
     assert "finished runs" in measured["fedavg_cnn"]["source"]
@@ -66,6 +68,17 @@ def test_finished_runs_calibrate_the_estimate(capsys, tmp_path, monkeypatch):
     assert abs(float(total[2]) - expected) < 0.06
     plan.main(["fedssd", "table2", "--assumed"])
     assert "assumed" in capsys.readouterr().out
+
+
+def test_a_synthetic_stand_in_counts_its_own_samples():
+    """The smoke scale's stand-in for CIFAR-10 is 10 classes of a few images each: a plan at that
+    scale counts those, not CIFAR's 50,000."""
+    cell = next(c for c in expand(get_table("fedssd", "table2"), "smoke") if c.seed == 0)
+    synthetic = cell.config.dataset.synthetic
+    trained, tested = cost.samples(cell.config)
+    federation, local = cell.config.federation, cell.config.local
+    assert trained == federation.rounds * local.epochs * synthetic.num_classes * synthetic.train_per_class
+    assert tested % (synthetic.num_classes * synthetic.test_per_class) == 0 and trained < 50_000
 
 
 def test_a_speed_benchmark_result_calibrates_where_no_runs_exist(tmp_path, monkeypatch):
