@@ -13,9 +13,10 @@ The estimate (shared/targets/cost.py) is samples processed / throughput (a forwa
 testing counts a third of a training sample), per model. The throughput is measured where this
 machine has measurements, else assumed (THROUGHPUT: a plain fp32 loop on a current data-centre
 GPU), and the output says which for every model:
-- finished workflow runs (results/runs/<id>/metrics.json: samples trained and tested over the
-  training's seconds; a run job's results/benchmarks/runs/<id>.tsv where metrics.json has no
-  time), on the --device kind (cuda by default);
+- finished workflow runs on real data (results/runs/<id>/metrics.json: samples trained and
+  tested over the training's seconds; a run job's results/benchmarks/runs/<id>.tsv where
+  metrics.json has no time), on the --device kind (cuda by default); a reduced scale's
+  synthetic runs time steps, not samples, and are left out;
 - speed benchmark results (benchmarks/results/*.json, results/benchmarks/*.json, written by
   `python -m benchmarks.speed`): the fastest variant of our trainer, on that device.
 """

@@ -55,11 +55,7 @@ def clients_per_round(cfg: RunConfig) -> int:
 
 
 def client_samples(cfg: RunConfig) -> float:
-    """A client's training samples, at the mean: the cost model's count (shared/targets/cost.py),
-    where synthetic data holds its own (the cost model takes it as CIFAR-sized)."""
-    if cfg.dataset.name == "synthetic":
-        synthetic, kept = cfg.dataset.synthetic, 1 - cfg.dataset.val_fraction
-        return synthetic.train_per_class * synthetic.num_classes * kept / cfg.partition.clients
+    """A client's training samples, at the mean: the cost model's count (shared/targets/cost.py)."""
     trained, _ = samples(cfg)
     return trained / cfg.federation.rounds / clients_per_round(cfg) / cfg.local.epochs
 

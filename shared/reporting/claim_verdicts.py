@@ -9,7 +9,8 @@ deviation of its two sides over seeds (NOISE_TEST). A group's verdict:
 - held: every comparison leads by more than its noise (by any lead where a side has one seed,
   and so no spread); `margin` is the smallest lead;
 - within noise: no comparison misses by more than its noise, and some leads or misses by at most
-  its noise (a tie included): the runs cannot tell; `margin` or `shortfall` is the closest one's;
+  its noise (a tie included): the runs cannot tell; `margin` or `shortfall` is that of the one
+  furthest behind among those;
 - not held: some comparison misses by more than its noise (by any miss, a tie included, where a
   side has one seed); `shortfall` is the largest miss;
 - not yet measured: a cell it needs has no value on any seed, or its cells share no seed
@@ -18,11 +19,11 @@ deviation of its two sides over seeds (NOISE_TEST). A group's verdict:
 The seeds are those every cell of the group has (`shared_seeds`): a seed fixes the partition,
 the initial weights and the sampling for every method, so the comparison is paired. A run that
 ended but whose number is not a result (diverged, suspect: shared/runs/metrics.py `judge`) and
-a target never reached take the least a run can score (`run_values`: chance accuracy, one round
-more than the run trained) and are named (`worst_named`); a seed some cell lacks (its run
-failed, or had no target) is left out and named with why (`seeds_left_out`).
-Per seed, a group holds where every comparison holds on that seed's values alone (`seeds_held`:
-"k/n").
+a target never reached take as low a value as a run scores (`run_values`: chance accuracy, or
+the column's lowest if lower; one round more than the run's rounds) and are named
+(`worst_named`); a seed some cell lacks (its run failed, or had no target) is left out and
+named with why (`seeds_left_out`). Per seed, a group holds where every comparison holds on
+that seed's values alone (`seeds_held`: "k/n").
 """
 
 from __future__ import annotations
@@ -145,14 +146,15 @@ def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | 
 
 
 def noise(c: Comparison, values: Values) -> float:
-    """The pooled standard deviation of the comparison's two sides over seeds (NOISE_TEST)."""
+    """The pooled standard deviation of the comparison's two sides over seeds (NOISE_TEST), as
+    printed: equal values on every seed have none, whatever the float error of their variance."""
     spread = term_mean_var(c.better, values)[1] + term_mean_var(c.worse, values)[1]
-    return math.nan if math.isnan(spread) else math.sqrt(spread / 2)
+    return math.nan if math.isnan(spread) else shown(math.sqrt(spread / 2), c.places)
 
 
 def outcome(lead_: float, noise_: float) -> str:
     """A comparison's lead against its noise: "win", "within" or "loss" (a tie is no lead)."""
-    if math.isnan(noise_) or noise_ == 0:  # a side on one seed (or the paper's "_"), or no spread at all
+    if math.isnan(noise_):  # a side on one seed (or the paper's "_"): no spread to be within
         return "win" if lead_ > 0 else "loss"
     return "win" if lead_ > noise_ else "within" if lead_ >= -noise_ else "loss"
 
@@ -226,19 +228,30 @@ def run_reason(run) -> str | None:
 
 def run_values(table, runs: pd.DataFrame) -> Values:
     """Our runs' values per cell and seed (shared.reporting.summary.collect's rows): a completed
-    run's number; a worst outcome's, the least a run can score: chance accuracy (100 / classes %)
-    for a run that diverged or ended suspect, and in a column of rounds to a target one round
-    more than it trained (the fewest a run that never reached the target could take); none for a
-    failed run, or a count of rounds with no target (another row's run at that seed did not
-    complete). Finite: each seed weighs as one, and spreads over seeds stay numbers."""
+    run's number; a worst outcome's, as low as a run scores: in an accuracy column chance (100 /
+    classes %) or the column's lowest completed value if lower (a few rounds' runs, or a domain's
+    accuracy, can sit under chance), in a column of rounds to a target one round more than the
+    run's rounds (the fewest a run that never reached the target could take); none for a failed
+    run, or a count of rounds with no target (another row's run at that seed did not complete).
+    Finite: each seed weighs as one, and spreads over seeds stay numbers."""
     rounds = {c.label: table.metric_for(c).counts_rounds for c in table.columns}
+    records = list(runs.itertuples()) if len(runs) else []
+    reasons = [run_reason(run) for run in records]
+    lowest: dict[str, float] = {}
+    for run, reason in zip(records, reasons):
+        if reason is None and not rounds[run.column]:
+            lowest[run.column] = min(lowest.get(run.column, math.inf), float(run.value))
     values: Values = {}
-    for run in runs.itertuples() if len(runs) else []:
-        reason = run_reason(run)
+    for run, reason in zip(records, reasons):
         if reason is None:
             value = float(run.value)
         elif reason in WORST_OUTCOMES:
-            value = float(run.rounds + 1) if rounds[run.column] else float(run.chance)
+            worst = (
+                float(run.rounds + 1)
+                if rounds[run.column]
+                else min(float(run.chance), lowest.get(run.column, math.inf))
+            )
+            value = worst
         else:
             value = math.nan
         if not math.isnan(value):

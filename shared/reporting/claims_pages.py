@@ -57,9 +57,10 @@ def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
         "- not yet measured: a cell has no value yet, or the cells share no seed (the missing cells are named);",
         f"- {NOISE_TEST}.",
         "",
-        "A run that diverged or ended suspect counts at chance accuracy (100/classes %), and in a rounds "
-        "column as never reaching the target, which counts as one round more than the run trained; they are "
-        "named (worst outcomes). A seed some cell lacks (a failed run, no target) is left out and named.",
+        "A run that diverged or ended suspect counts at chance accuracy (100/classes %, or the column's lowest "
+        "if lower), and in a rounds column as never reaching the target, which counts as one round more than "
+        "the run's rounds; they are named (worst outcomes). A seed some cell lacks (a failed run, no target) is "
+        "left out and named.",
         "",
         "Seeds held: the seeds on which every comparison of the group holds.",
         "",
