@@ -291,12 +291,6 @@ def import_state(args) -> int:
     # FILE is only read (its forms left as they are), a large checkpoint staged under --root's results/
     manifest, members = read_state(args.file, stage=args.root / RESULTS)
     shipped = args.root / SHIPPED
-    if manifest["scale"] != "paper":
-        print(
-            f"note: {printable(str(args.file))} holds {manifest['scale']}-scale runs (a rehearsal?): they are shipped "
-            f"into {shipped} beside any paper-scale ones; import a rehearsal with --root into a scratch folder",
-            file=sys.stderr,
-        )
     copy = manifest_copy(manifest)
     members, refused = trusted_members(manifest, members)
     for line in refused:
@@ -322,6 +316,11 @@ def import_state(args) -> int:
         f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
         f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}"
     )
+    if manifest["scale"] != "paper":  # part of the report, after it: an error stays one line
+        print(
+            f"note: {printable(str(args.file))} holds {manifest['scale']}-scale runs (a rehearsal?), shipped into "
+            f"{shipped} beside any paper-scale ones: import a rehearsal with --root into a scratch folder"
+        )
     if getattr(args, "state", None):
         written = rewrite_campaign_state(args.state, args.root, manifest)
         print(f"campaign state {args.state}: {written.size / 2**20:.2f} MiB, the checkpoints of the runs in progress")

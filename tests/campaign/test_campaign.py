@@ -134,7 +134,7 @@ def test_the_offline_cycle_stops_in_time_continues_elsewhere_and_ships_a_table(t
 
     # the laptop imports session 1: seed 0 of every method, a partial table
     assert main(["import", str(state), "--root", str(first)]) == 0
-    assert "holds smoke-scale runs (a rehearsal?)" in capsys.readouterr().err  # results/shipped/ is committed
+    assert "holds smoke-scale runs (a rehearsal?)" in capsys.readouterr().out  # results/shipped/ is committed
     table = first / "results" / "shipped" / "tables" / "smoke" / "fedcad" / "table4"
     assert "partial: 4 of 4 rows, seeds [0] of [0, 1]" in (table / "table.tex").read_text()
     assert "fedcad/table4" in (first / "results" / "shipped" / "README.md").read_text()
