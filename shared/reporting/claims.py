@@ -158,6 +158,8 @@ def evaluate(table, claims: list[Claim], values: Values, notes: Notes | None = N
     records = []
     for number, claim in enumerate(claims, 1):
         for group, comparisons in claim.groups(table, values).items():
+            if not comparisons:  # no rival left in the group (a family against none): nothing to judge
+                continue
             records.append(
                 dict(
                     claim=number,

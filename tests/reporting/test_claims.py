@@ -393,6 +393,7 @@ def test_trend_of_a_gap_and_ablations_and_a_family():
     assert len(held) and (held.verdict == HELD).all()
     family = Best("tablegen", "one of the family", "t", rows=("Rival", "Ours"), against=(), columns=("clear",))
     assert family.groups(table, values)["clear"] == []  # no rivals left: nothing to compare
+    assert evaluate(table, [family], values).empty  # and nothing judged
 
 
 def test_the_claims_beside_a_built_table_and_the_papers_summary(tmp_path, monkeypatch):
