@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from shared.reporting.summary import COMPLETED, is_suspect, shown
+from shared.reporting.summary import COMPLETED, FAILED, SUSPECT, shown
 
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "within noise", "not held", "not yet measured"
 VERDICTS = (HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED)
@@ -43,11 +43,11 @@ NOISE_TEST = (
     "sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations (ddof=1); a side measured on one "
     "seed has no spread, so any lead holds and any miss (a tie included) does not"
 )
-# Why a cell's seed holds no plain number. The first three are results, valued as the worst a run
-# can score (`run_values`): a method whose run diverged, or ended at chance, beat nothing there;
-# the others leave the seed out of the comparison (shared/runs/files.py's FINAL: a failed run is
-# tried again).
-DIVERGED, SUSPECT, NEVER, FAILED, NO_TARGET = "diverged", "suspect", "never reached", "failed", "no target"
+# Why a cell's seed holds no plain number: a run's status (diverged, SUSPECT, FAILED), a target
+# never reached, or none to reach. The worst outcomes are results, valued as low as a run scores
+# (`run_values`): a method whose run diverged, or ended at chance, beat nothing there; the others
+# leave the seed out of the comparison (shared/runs/files.py's FINAL: a failed run is tried again).
+DIVERGED, NEVER, NO_TARGET = "diverged", "never reached", "no target"
 WORST_OUTCOMES = (DIVERGED, SUSPECT, NEVER)
 
 Cell = tuple[str, str]  # (row label, column label)
@@ -217,8 +217,8 @@ def worst_named(cells: list[Cell], values: Values, notes: Notes) -> str:
 def run_reason(run) -> str | None:
     """Why a run of collect's rows holds no plain number (the module's reasons), None if it does."""
     status = str(run.status).split(":")[0]
-    if status == DIVERGED or is_suspect(status):
-        return DIVERGED if status == DIVERGED else SUSPECT
+    if status in (DIVERGED, SUSPECT):
+        return status
     if status != COMPLETED:
         return FAILED
     if getattr(run, "no_target", False):
@@ -245,13 +245,10 @@ def run_values(table, runs: pd.DataFrame) -> Values:
     for run, reason in zip(records, reasons):
         if reason is None:
             value = float(run.value)
+        elif reason in WORST_OUTCOMES and rounds[run.column]:
+            value = float(run.rounds + 1)
         elif reason in WORST_OUTCOMES:
-            worst = (
-                float(run.rounds + 1)
-                if rounds[run.column]
-                else min(float(run.chance), lowest.get(run.column, math.inf))
-            )
-            value = worst
+            value = min(float(run.chance), lowest.get(run.column, math.inf))
         else:
             value = math.nan
         if not math.isnan(value):

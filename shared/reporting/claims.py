@@ -23,7 +23,6 @@ from shared.reporting.claim_verdicts import (
     Term,
     Values,
     group_verdict,
-    lead,
     run_notes,
     run_values,
     shared_seeds,
@@ -83,7 +82,7 @@ class Best(Claim):
                 family = tuple((r, label) for r in (*claimants, *self.rivals(table)) if (r, label) in values)
                 paired = shared_seeds(list(family), values)
                 means = {r: term_mean_var(((1, r, label),), paired)[0] if paired[family[0]] else 0.0 for r in claimants}
-                claimants = [max(claimants, key=lambda r: lead(means[r], 0.0, metric.higher_is_better))]
+                claimants = [max(claimants, key=lambda r: means[r] if metric.higher_is_better else -means[r])]
             out[label] = [
                 Comparison(
                     f"{mine} vs {rival}",

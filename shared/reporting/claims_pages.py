@@ -20,9 +20,10 @@ def tally(rows: pd.DataFrame) -> str:
 def detail(r) -> str:
     if r.verdict == NOT_MEASURED:
         return f"missing: {r.missing}"
-    noise = "-" if pd.isna(r.noise) else f"{r.noise:.2f}"
     claimed = getattr(r, "claimed_margin", 0.0)
-    noise += f"; the claim: a lead of more than {claimed:.2f}" if claimed and not pd.isna(claimed) else ""
+    noise = ("-" if pd.isna(r.noise) else f"{r.noise:.2f}") + (
+        f"; the claim: a lead of more than {claimed:.2f}" if claimed and not pd.isna(claimed) else ""
+    )
     also = "".join(
         f"; {label}: {text}"
         for label, text in (("worst outcomes", getattr(r, "worst", "")), ("left out", r.left_out))

@@ -36,11 +36,10 @@ def ours(cells: list[Cell], metric, runs_dir: Path) -> str:
         if metric.kind != "rounds_to_row" and (runs_dir / cell.run_id / "metrics.json").exists():
             metrics = read_summary(runs_dir / cell.run_id)
             status = str(metrics.get("status")).split(":")[0]
-            value = cell_value(metric, metrics, None) if status == "completed" else math.nan
-            if math.isnan(value):
-                left_out[
-                    status if status != "completed" else "never reached" if metric.counts_rounds else "no value"
-                ] += 1
+            if status != "completed":
+                left_out[status] += 1
+            elif math.isnan(value := cell_value(metric, metrics, None)):
+                left_out["never reached" if metric.counts_rounds else "no value"] += 1
             else:
                 values.append(value)
     why = "".join(f"; {n} {reason}" for reason, n in sorted(left_out.items()))

@@ -41,9 +41,8 @@ def samples(cfg: RunConfig) -> tuple[float, float]:
     counts its own size, an image folder CIFAR's."""
     info = DATASETS.get(cfg.dataset.name, DatasetInfo(""))
     if cfg.dataset.name == "synthetic":
-        synthetic = cfg.dataset.synthetic
-        per_class = {"train_size": synthetic.train_per_class, "test_size": synthetic.test_per_class}
-        info = DatasetInfo("", **{key: synthetic.num_classes * n for key, n in per_class.items()})
+        s = cfg.dataset.synthetic
+        info = DatasetInfo("", train_size=s.num_classes * s.train_per_class, test_size=s.num_classes * s.test_per_class)
     train = info.train_size
     if cfg.dataset.train_subset:
         train = min(train, cfg.dataset.train_subset)
@@ -112,9 +111,8 @@ def run_throughput(metrics_path: Path, device: str, benchmark_dirs) -> tuple[str
         return None
     if metrics.get("status") != "completed" or device_kind(metrics.get("device")) != device:
         return None
-    if (
-        cfg.get("dataset", {}).get("name") == "synthetic"
-    ):  # a stand-in's tiny images and clients time steps, not samples
+    # a reduced scale's synthetic stand-in: its tiny images and clients time steps, not samples
+    if cfg.get("dataset", {}).get("name") == "synthetic":
         return None
     seconds = metrics.get("wall_time_s") or 0.0
     if not seconds:
