@@ -27,7 +27,7 @@ from shared.campaign.state_reading import (
     written_at,
 )
 from shared.config.schema import ConfigError, RunConfig
-from shared.data.catalog import DataError
+from shared.data.catalog import DataError, data_root
 from shared.runs.files import (
     CLIENT_STATE,
     aside_path,
@@ -51,7 +51,7 @@ from shared.runs.transfer import (
     write_parts,
     write_transfer,
 )
-from shared.targets.copies import Copy, campaign_runs, parse_copy
+from shared.targets.copies import Copy, campaign_runs, locate, parse_copy
 from shared.targets.resolve import TargetError
 
 RESULTS = Path("results")  # everything a state's contents decide lies under it (`check_inside`)
@@ -163,6 +163,20 @@ def trusted_members(manifest: dict, members: dict[str, Content]) -> tuple[dict[s
     return trusted(members, manifest_runs(manifest), where)
 
 
+def named_copy(given: Copy | None, stored: Copy | None, root: str | None) -> Copy | None:
+    """The copy the command names: the file given, or one given by its SHA-256 as the state
+    stored it or as the data root holds it, so that its label says what it is ("JPEG copy");
+    as given where neither knows it (a plan for data not here yet)."""
+    if given is None or given.path is not None:
+        return given or stored
+    if stored is not None:
+        return stored
+    try:
+        return locate(given, data_root(root))
+    except DataError:
+        return given
+
+
 def state_defaults(args, owner: bool = False) -> dict[str, Content]:
     """--scale and --copy from an existing state file where the command line leaves them out
     (one state holds runs of one scale and one data); its targets and the command's. Returns
@@ -184,7 +198,7 @@ def state_defaults(args, owner: bool = False) -> dict[str, Content]:
             f"--copy {args.copy}: the state file {args.state} holds runs on "
             f"{stored.label if stored else 'the official data'}"
         )
-    args.copy_spec = given or stored
+    args.copy_spec = named_copy(given, stored, getattr(args, "data_root", None))
     args.ledger = read_ledger(manifest)
     args.first = getattr(args, "first", None) or manifest.get(FIRST)  # the state's choice, unless given anew
     args.carried_rounds = None

@@ -57,8 +57,12 @@ def located_copy(text: str | None, data_root: str | Path) -> Copy | None:
     kind read from the file: the workflow (`--config copy=...`) names its folder and labels
     its outputs as the shipped tables of that copy are named and labelled."""
     copy = parse_copy(text)
-    if copy is None or copy.path is not None:
-        return copy
+    return copy if copy is None or copy.path is not None else locate(copy, data_root)
+
+
+def locate(copy: Copy, data_root: str | Path) -> Copy:
+    """A copy named by its SHA-256, found under the data root's copies/, with its kind read
+    from the file (raises DataError where it is not there)."""
     path = find_copy(Path(data_root), copy.sha256, remember=False)
     return dataclasses.replace(copy, kind=copy_kind(path), path=path)
 

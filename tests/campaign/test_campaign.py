@@ -231,6 +231,16 @@ def write_copy(path: Path, classes) -> Path:
     return path
 
 
+def test_a_copy_named_by_its_digest_is_labelled_by_its_kind_where_the_data_root_holds_it(tmp_path, capsys):
+    copies = tmp_path / "data" / "copies"
+    copies.mkdir(parents=True)
+    sha = file_digest(write_copy(copies / "mine.zip", CIFAR["cifar10"]["classes"]), "sha256")
+    for root, label in ((tmp_path / "data", "PNG copy"), (tmp_path / "elsewhere", "on CIFAR-10, copy")):
+        status = ["status", "papers/fedcad/table4", "--copy", f"cifar10={sha}", "--scale", "smoke"]
+        assert main([*status, "--root", str(tmp_path), "--data-root", str(root)]) == 0
+        assert f"{label} sha256 {sha[:7]}" in capsys.readouterr().out
+
+
 def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classes(tmp_path, capsys):
     copies = tmp_path / "data" / "copies"
     copies.mkdir(parents=True)
