@@ -9,7 +9,7 @@ column the paper's own method minus FedAvg, and the single seeds at chance.
 `--set` overrides the smoke configs (dotted key=value, as `python -m shared.run` takes them),
 so that another smoke data set or scale can be tried without editing the code; finished runs
 under --out are reused (a run's directory is its run id). The evidence behind the smoke scale's
-data and sizes in shared/targets/table_declarations.py (README: Try it first).
+data and sizes in shared/targets/scales.py (README: Try it first).
 
 Measured (2 seeds, FedSSD Table II; the earlier scale is `--smoke SMOKE_ROUNDS=3 --smoke
 SMOKE_LOCAL_EPOCHS=2 --smoke SMOKE_SAMPLES_PER_CLIENT=100 --smoke SMOKE_OVERLAP=null --smoke
@@ -38,7 +38,7 @@ import yaml
 
 from shared.config.dotted import nested
 from shared.reporting.summary import REFERENCE_ROW, equals_reference
-from shared.targets import table_declarations
+from shared.targets import scales
 from shared.targets.table_declarations import expand, get_table
 from shared.training.trainer import run
 
@@ -65,7 +65,7 @@ def argument_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="NAME=VALUE: another value of a SMOKE_* "
-        "constant of shared/targets/table_declarations.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale",
+        "constant of shared/targets/scales.py (SMOKE_LOCAL_EPOCHS=5), to try another smoke scale",
     )
     parser.add_argument("--seeds", type=int, default=None, help="at most this many of the smoke scale's seeds")
     parser.add_argument("--rows", nargs="*", help="only these rows (default: all)")
@@ -79,9 +79,9 @@ def main(argv=None):
     parser = argument_parser()
     args = parser.parse_args(argv)
     for name, _, value in (s.partition("=") for s in args.smoke):
-        if not name.startswith("SMOKE_") or not hasattr(table_declarations, name):
-            parser.error(f"--smoke {name}: shared/targets/table_declarations.py has no such SMOKE_* constant")
-        setattr(table_declarations, name, yaml.safe_load(value))
+        if not name.startswith("SMOKE_") or not hasattr(scales, name):
+            parser.error(f"--smoke {name}: shared/targets/scales.py has no such SMOKE_* constant")
+        setattr(scales, name, yaml.safe_load(value))
     table = get_table(args.paper, args.table)
     overrides = {**parse_sets(args.sets), "trainer": {"device": "cpu", "progress": False}}
     cells = expand(table, "smoke", overrides)

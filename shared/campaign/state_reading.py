@@ -39,7 +39,7 @@ from shared.runs.files import (
 from shared.runs.strict_text import strict_yaml
 from shared.runs.transfer import Kind, TransferError, keys_problem, read_transfer
 from shared.targets.copies import IMAGE_KINDS
-from shared.targets.table_declarations import SCALES
+from shared.targets.scales import SCALES
 
 MANIFEST = "manifest.json"
 FINISHED_FILES = RUN_FILES  # a finished run's text, as an archive of runs holds it: metrics.json last

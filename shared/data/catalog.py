@@ -1,7 +1,7 @@
 """What is known of each dataset before it is loaded: its loader, shape and structure.
 
 The one place for these facts: the loaders (shared/data/datasets.py), the config check and the smoke
-scale's synthetic stand-ins (shared/targets/table_declarations.py) all read them here. Importing this module
+scale's synthetic stand-ins (shared/targets/scales.py) all read them here. Importing this module
 imports no loader and no torch, so a config can be checked before anything heavy loads.
 """
 from __future__ import annotations

@@ -50,7 +50,8 @@ from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import Figure
 from shared.targets.papers import display_name
 from shared.targets.probes import probe_code, probe_path
-from shared.targets.table_declarations import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS, Cell, Table
+from shared.targets.scales import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS
+from shared.targets.table_declarations import Cell, Table
 
 
 def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:

@@ -38,7 +38,8 @@ from shared.data.datasets import CIFAR, load_dataset
 from shared.targets.configs import load_config
 from shared.targets.copies import Copy, campaign_runs
 from shared.targets.figure_declarations import get_figure
-from shared.targets.table_declarations import SMOKE_ROUNDS, expand, get_table
+from shared.targets.scales import SMOKE_ROUNDS
+from shared.targets.table_declarations import expand, get_table
 from shared.training import timed_rounds, trainer
 from tests.campaign.carried_states import finished_files, write_genuine_state
 from tests.workflow.test_workflow import job_counts, snakemake

@@ -13,7 +13,8 @@ from shared.campaign.cli import main
 from shared.campaign.ship import build_shipped_table
 from shared.campaign.state import CAMPAIGN_STATE, read_state
 from shared.targets.copies import Copy
-from shared.targets.table_declarations import SMOKE_ROUNDS, expand, get_table
+from shared.targets.scales import SMOKE_ROUNDS
+from shared.targets.table_declarations import expand, get_table
 from tests.campaign.test_campaign import TARGET, checkout, clock_of_rounds, finish_for_table, train
 
 FIRST = ["--first", "rows=FedProx", "--first", "seeds=0"]

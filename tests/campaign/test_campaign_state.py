@@ -19,7 +19,7 @@ from shared.campaign import unit_sizing
 from shared.campaign.state import LeftOut, read_state, write_state
 from shared.runs.files import rounds_done
 from shared.targets.copies import campaign_runs
-from shared.targets.table_declarations import SMOKE_ROUNDS
+from shared.targets.scales import SMOKE_ROUNDS
 from tests.campaign.test_campaign import TARGET, checkout, clock_of_rounds, summary, train
 
 ABOUT = {"targets": [TARGET], "scale": "smoke", "copy": None}

@@ -242,7 +242,7 @@ def test_every_grid_expands_at_every_scale():
     """No table, figure or search sets a key that another of its settings makes idle (nor any
     other bad value): every cell of every grid loads, at each scale."""
     from shared.targets.resolve import workflow_cells
-    from shared.targets.table_declarations import SCALES
+    from shared.targets.scales import SCALES
 
     for scale in SCALES:
         assert workflow_cells(scale), scale

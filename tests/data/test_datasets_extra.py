@@ -23,7 +23,8 @@ from shared.data.federation import Augmenter, build_federation
 from shared.data.partition import partition
 from shared.models.registry import build_model
 from shared.targets.configs import load_config
-from shared.targets.table_declarations import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, expand, smoke_scale
+from shared.targets.scales import SMOKE_MAX_SIDE, SMOKE_MAX_TEST, SMOKE_MAX_TRAIN, smoke_scale
+from shared.targets.table_declarations import expand
 from shared.training import trainer
 
 CPU = ["trainer.device=cpu", "trainer.progress=false"]

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 
-from shared.targets.table_declarations import SMOKE_ROUNDS
+from shared.targets.scales import SMOKE_ROUNDS
 from tests.workflow.test_workflow import make_project, paper_runs
 
 

@@ -16,7 +16,8 @@ import yaml
 from shared.targets.figure_declarations import paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.probes import probe_code
-from shared.targets.table_declarations import SCALES, all_tables, expand, get_table, paper_searches
+from shared.targets.scales import SCALES
+from shared.targets.table_declarations import all_tables, expand, get_table, paper_searches
 from tests.workflow import require_snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
