@@ -25,7 +25,7 @@ from shared.reporting.summary import (
     reading_notes,
     shown,
 )
-from shared.targets.table_declarations import Table, scale_seeds
+from shared.targets.table_declarations import Table, seeds_text
 
 
 def kendall_tau(x, y) -> float:
@@ -194,7 +194,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "",
         f"Scale: **{scale}**"
         + ("" if scale == "paper" else " (not comparable with the paper's numbers; a check that the pipeline runs)"),
-        f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {list(scale_seeds(table, scale))} "
+        f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {seeds_text(table, scale)} "
         "(population std, ddof=0).",
         "",
         "| Method | " + " | ".join(c.label for c in table.columns) + " |",
@@ -288,7 +288,7 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
     e = html.escape
     legend = (
         '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± population std, ddof=0, over seeds '
-        f"{e(str(list(scale_seeds(table, scale))))}), the paper's number, ours minus the paper's, and "
+        f"{e(seeds_text(table, scale))}), the paper's number, ours minus the paper's, and "
         f'<span style="color:{GREEN}">✓</span> within two standard deviations (the larger of ours over '
         f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only). n/i: not '
         "implemented; (k failed) / (k suspect) / (k never reached) / (k without a target): seeds left out of the "

@@ -11,7 +11,7 @@ import unicodedata
 import pandas as pd
 
 from shared.reporting.summary import NOT_IMPLEMENTED, REFERENCE_ROW, decimals, rank_marks, reading_notes
-from shared.targets.table_declarations import Table, scale_seeds
+from shared.targets.table_declarations import Table, scale_seeds, seeds_text
 
 # What a document needs to \input a table.tex (also written at its top).
 LATEX_PACKAGES = ("booktabs", "graphicx", "rotating")
@@ -250,10 +250,18 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
     return {"best": rf"\textbf{{\boldmath {text}}}", "second": rf"\underline{{{text}}}"}.get(mark, text)
 
 
+def seeds_in_words(table: Table, scale: str) -> str:
+    """ "3 seeds"; a partial table's columns with different seeds by their seeds."""
+    counts = {len(scale_seeds(table, scale, column)) for column in table.columns}
+    if len(counts) == 1:
+        count = counts.pop()
+        return f"{count} seed{'s' if count != 1 else ''}"
+    return f"seeds {seeds_text(table, scale, lambda column: column.latex or escape(column.label))}"
+
+
 def footnote(table: Table, used: set, scale: str) -> str:
-    seeds = len(scale_seeds(table, scale))
     notes = {
-        "std": rf"Mean $\pm$ standard deviation over {seeds} seeds (population, ddof = 0).",
+        "std": rf"Mean $\pm$ standard deviation over {seeds_in_words(table, scale)} (population, ddof = 0).",
         "marks": r"Bold: best; underlined: second best (ties share the mark; cells with a failed, diverged "
         r"or suspect run, or a seed that never reached the target or had none, are not ranked).",
         "n/i": "n/i: method not implemented yet.",

@@ -32,6 +32,8 @@ def provenance(table: Table, runs: pd.DataFrame, scale: str, merged: list[list[s
         "scale": scale,
         "git_commit": header["git_commit"],
         "seeds": list(scale_seeds(table, scale)),
+        # a partial table's columns finished on fewer seeds (shared/targets/copies.py)
+        **({"column_seeds": own} if (own := column_seeds(table, scale)) else {}),
         "metric": {c.label: table.metric_for(c).label for c in table.columns},
         "runs": int(len(runs)),
         "runs_failed": int((runs.status != COMPLETED).sum()) if len(runs) else 0,
@@ -46,6 +48,12 @@ def provenance(table: Table, runs: pd.DataFrame, scale: str, merged: list[list[s
         **commits_of(list(runs.environment) if len(runs) else []),
         **{k: v for k, v in header.items() if k not in ("scale", "git_commit")},
     }
+
+
+def column_seeds(table: Table, scale: str) -> dict[str, list[int]]:
+    """The seeds of each column that holds fewer than the table's."""
+    seeds = scale_seeds(table, scale)
+    return {c.label: list(own) for c in table.columns if (own := scale_seeds(table, scale, c)) != seeds}
 
 
 def build_table(

@@ -14,7 +14,7 @@ from shared.config.schema import ConfigError, RunConfig, identity, run_id
 from shared.data.catalog import DataError, copy_label, file_digest, find_copy, is_sha256
 from shared.runs.files import holds_result, write_atomically
 from shared.targets.resolve import target_cells
-from shared.targets.table_declarations import expand, keep_rows, scale_seeds
+from shared.targets.table_declarations import expand, keep_rows, scale_seeds, seeds_text
 
 IMAGE_KINDS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}  # a copy's kind, from most of its files' suffix
 
@@ -145,11 +145,13 @@ def keep_columns(table, columns: list):
 
 def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     """The table cut to what is finished: the largest block of the paper's methods x settings
-    finished at seed 0 with as many further seeds as all of its cells have (most runs; of those,
-    most cells, most methods, then the table's first settings), and each reading of a kept row
-    that has all of those seeds (a reading, no row of the paper's, never costs the paper's rows a
-    seed); (None, "") when no cell is finished. Returns (table, the note that marks it partial,
-    empty when it is whole)."""
+    finished at seed 0, each setting with as many further seeds as all of its cells have (two
+    methods or more where there are; most runs; of those, most cells, most methods, then the
+    table's first settings), and each
+    reading of a kept row that has all of those seeds (a reading, no row of the paper's, never
+    costs the paper's rows a seed); (None, "") when no cell is finished. A setting with fewer
+    seeds than the table's keeps its own (`Column.seeds`). Returns (table, the note that marks
+    it partial, empty when it is whole)."""
 
     cells = expand(table, scale, runtime)
     missing = {(c.row.label, c.column.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
@@ -159,44 +161,52 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     rows, columns = largest_finished_block(printed, table.columns, missing, seeds)
     if not rows:
         return None, ""
+    kept = {k.label: seeds_of(rows, k, missing, seeds) for k in columns}
 
-    def finished(row, kept) -> bool:
-        return not any((row.label, k.label, seed) in missing for k in columns for seed in kept)
+    def finished(row) -> bool:
+        return not any((row.label, k.label, seed) in missing for k in columns for seed in kept[k.label])
 
-    kept = seeds_of(rows, columns, missing, seeds)
     labels = {r.label for r in rows}
-    rows += [r for r in implemented if r.reading_of in labels and finished(r, kept)]
-    labels = {r.label for r in rows}
+    labels |= {r.label for r in implemented if r.reading_of in labels and finished(r)}
     block = keep_columns(table, columns)
-    cut = keep_rows(block, [r for r in block.rows if r.label in labels or not r.implemented])
-    cut = dataclasses.replace(cut, seeds=tuple(kept))
-    partial = len(rows) < len(implemented) or len(columns) < len(table.columns) or len(kept) < len(seeds)
+    block = dataclasses.replace(block, columns=[dataclasses.replace(k, seeds=kept[k.label]) for k in block.columns])
+    cut = keep_rows(
+        block, [r for r in block.rows if r.label in labels or not r.implemented], seeds=max(kept.values(), key=len)
+    )
+    partial = (
+        len(labels) < len(implemented)
+        or len(columns) < len(table.columns)
+        or any(len(k) < len(seeds) for k in kept.values())
+    )
     settings = f", settings {', '.join(k.label for k in columns)}" if len(columns) < len(table.columns) else ""
-    note = f"partial: {len(rows)} of {len(implemented)} rows{settings}, seeds {kept} of {list(seeds)}"
+    note = (
+        f"partial: {len(labels)} of {len(implemented)} rows{settings}, seeds {seeds_text(cut, scale)} of {list(seeds)}"
+    )
     return cut, note if partial else ""
 
 
-def seeds_of(rows: list, columns: list, missing: set, seeds: tuple) -> list:
-    """The first seed and each further one, in order, that every cell of the block has."""
+def seeds_of(rows: list, column, missing: set, seeds: tuple) -> tuple[int, ...]:
+    """The first seed and each further one, in order, that every cell of the rows has in the column."""
     kept = [seeds[0]]
     for seed in seeds[1:]:  # another seed never costs a cell of the paper's rows
-        if any((r.label, k.label, seed) in missing for r in rows for k in columns):
+        if any((r.label, column.label, seed) in missing for r in rows):
             break
         kept.append(seed)
-    return kept
+    return tuple(kept)
 
 
 def largest_finished_block(rows: list, columns: list, missing: set, seeds: tuple) -> tuple[list, list]:
-    """(rows, columns) of the most runs (cells x the seeds all of them have, `seeds_of`) none of
-    which is `missing` (row label, column label, seed): over every subset of the columns (a table
-    has a handful), the rows finished in all of them at the first seed."""
-    best, best_key = ([], []), (0, 0, 0, ())
+    """(rows, columns) of the most runs (cells x the seeds all of a column's cells have,
+    `seeds_of`) none of which is `missing` (row label, column label, seed), of two methods or
+    more where there are (one compares nothing): over every subset of the columns (a table has
+    a handful), the rows finished in all of them at the first seed."""
+    best, best_key = ([], []), (False, 0, 0, 0, ())
     for mask in range(1, 2 ** len(columns)):
         chosen = [k for i, k in enumerate(columns) if mask >> i & 1]
         done = [r for r in rows if not any((r.label, k.label, seeds[0]) in missing for k in chosen)]
         first_settings = tuple(-i for i, k in enumerate(columns) if mask >> i & 1)  # ties: the table's first
-        cells = len(done) * len(chosen)
-        key = (cells * len(seeds_of(done, chosen, missing, seeds)), cells, len(done), first_settings)
+        runs = sum(len(done) * len(seeds_of(done, k, missing, seeds)) for k in chosen)
+        key = (len(done) > 1, runs, len(done) * len(chosen), len(done), first_settings)
         if done and key > best_key:
             best, best_key = (done, chosen), key
     return best

@@ -138,6 +138,9 @@ class Column:
     config: dict
     latex: str | None = None  # header in table.tex (defaults to the label)
     metric: Metric | None = None
+    # Fewer seeds than the table's where only those are finished (a partial table of shipped
+    # runs, shared/targets/copies.py); None: the table's
+    seeds: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -239,8 +242,22 @@ class Cell:
         return run_id(self.config)
 
 
-def scale_seeds(table: Table, scale: str) -> tuple[int, ...]:
-    return table.seeds[: SCALE_SEEDS.get(scale)]
+def scale_seeds(table: Table, scale: str, column: Column | None = None) -> tuple[int, ...]:
+    """The table's seeds at `scale`; a column's own, where it holds fewer."""
+    seeds = table.seeds[: SCALE_SEEDS.get(scale)]
+    return tuple(s for s in seeds if column is None or column.seeds is None or s in column.seeds)
+
+
+def seeds_text(table: Table, scale: str, label: Callable[[Column], str] = lambda column: column.label) -> str:
+    """The table's seeds in words, "[0, 1, 2]"; where its columns hold different ones (a
+    partial table), those of most columns, then the others' with their columns' `label`s:
+    "[0] ([0, 1, 2] at δ=0.5)"."""
+    by_seeds: dict[tuple[int, ...], list[str]] = {}
+    for column in table.columns:
+        by_seeds.setdefault(scale_seeds(table, scale, column), []).append(label(column))
+    (most, _), *others = sorted(by_seeds.items(), key=lambda item: -len(item[1]))
+    rest = "; ".join(f"{list(seeds)} at {', '.join(labels)}" for seeds, labels in others)
+    return f"{list(most)}" + (f" ({rest})" if rest else "")
 
 
 def cell_overrides(table: Table, row: Row, column: Column, seed: int) -> dict:
@@ -261,7 +278,7 @@ def expand(table: Table, scale: str, runtime: dict | None = None) -> list[Cell]:
         if not row.implemented:
             continue
         for column in table.columns:
-            for seed in scale_seeds(table, scale):
+            for seed in scale_seeds(table, scale, column):
                 values = SCALES[scale](cell_overrides(table, row, column, seed))
                 try:
                     cfg = load_config(None, deep_merge(values, runtime or {}))
