@@ -161,7 +161,7 @@ CIFAR = {
         labels=b"labels",
         # in label order (the archive's batches.meta); a copy (dataset.copy) must hold these
         classes=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
-        # MOON / NIID-Bench normalisation constants.
+        # MOON's normalisation constants (NIID-Bench's CIFAR-10 transforms do not normalise)
         mean=(125.3 / 255, 123.0 / 255, 113.9 / 255),
         std=(63.0 / 255, 62.1 / 255, 66.7 / 255),
     ),

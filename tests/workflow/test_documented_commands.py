@@ -413,6 +413,10 @@ def check_heredoc(page: Page, program: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert len(list((page.tmp / "cifar10-folder" / "train").glob(f"*/*{suffix}"))) == 10
         assert len(list((page.tmp / "cifar10-folder" / "test").glob(f"*/*{suffix}"))) == 2
+        # the official class names (a copy must hold them), each class's files in the official order
+        airplanes = sorted(p.stem for p in (page.tmp / "cifar10-folder" / "train" / "airplane").glob(f"*{suffix}"))
+        assert airplanes == ["00000", "00002", "00004", "00006", "00008"]
+        assert {p.name for p in (page.tmp / "cifar10-folder" / "test").iterdir()} == {"airplane", "automobile"}
     page.produced.add("cifar10-folder")
 
 
