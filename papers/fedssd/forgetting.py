@@ -62,6 +62,7 @@ def draw_forgetting(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
     per_run = frame.assign(gap=frame.acc_g - frame.acc_l).groupby(["setting", "seed"]).gap.mean()
     means = per_run.groupby("setting").mean().reindex(settings)
     spreads = per_run.groupby("setting").std(ddof=0).reindex(settings)
+    spreads[per_run.groupby("setting").size().reindex(settings) < 2] = float("nan")  # one seed: no spread to show
     gaps.bar(range(len(settings)), means, yerr=spreads, color=[looks[s]["color"] for s in settings], capsize=3)
     gaps.set_xticks(range(len(settings)), settings)
     gaps.set(ylabel="Acc_G - Acc_L (%), mean over rounds", title="(b) forgetting per setting (std over seeds)")

@@ -256,6 +256,7 @@ FIGURES = [
         table="table2",
         rows=["FedAvg"],
         draw_with=draw_forgetting,
+        draws_part=True,  # any settings and seeds: each a group of its own
     ),
     Figure(
         "fedssd",

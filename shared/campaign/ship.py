@@ -4,6 +4,7 @@ and its finished runs shipped (results/shipped/), with the tables and figures bu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -44,14 +45,15 @@ from shared.targets.copies import (
     copy_part,
     copy_runtime,
     finished_part,
+    keep_columns,
     label_outputs,
     labelled,
     table_dir,
 )
 from shared.targets.cost import gpu_hours, measured_throughput
-from shared.targets.figure_declarations import get_figure
+from shared.targets.figure_declarations import get_figure, paper_figures
 from shared.targets.resolve import TargetError, target_parts
-from shared.targets.table_declarations import get_table
+from shared.targets.table_declarations import get_table, keep_rows
 
 
 def run_progress(
@@ -212,29 +214,43 @@ def build_shipped_table(target: str, scale: str, copy: Copy | None, shipped: Pat
 
 
 def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Path) -> Path | None:
-    """The target's figure from the shipped runs once all its runs are shipped (a figure is
-    not cut to what is finished), its caption labelled with the copy; else None."""
+    """The target's figure from the shipped runs, its caption labelled with the copy: whole once
+    all its runs are shipped; before, where it draws from a part (`Figure.draws_partial`), from
+    the finished part of its table, as a shipped table is, and marked partial; else None."""
     from shared.reporting.figures import build_figure
 
     parts = named_target(target, "fig")
     if parts is None:
         return None
-    figure = get_figure(*parts)
+    figure, note = get_figure(*parts), ""
     runtime = copy_runtime(copy)
     try:
-        cells = figure.cells(scale, runtime)
+        whole = all(holds_result(shipped / "runs" / c.run_id) for c in figure.cells(scale, runtime))
     except ConfigError:  # runs on data the copy is not of
         return None
-    if not all(holds_result(shipped / "runs" / c.run_id) for c in cells):
-        return None
+    if not whole:
+        if not figure.draws_partial:
+            return None
+        table, note = finished_part(figure_table(figure, scale, copy), scale, runtime, shipped / "runs")
+        if table is None:
+            return None
+        figure = dataclasses.replace(figure, table=table)
     out = check_inside(table_dir(shipped, parts[0], parts[1], scale, copy), shipped.parent)
 
     def write(folder: Path) -> None:
-        build_figure(labelled(figure, copy), scale, shipped / "runs", folder, runtime)
-        label_outputs(folder, copy)
+        build_figure(labelled(figure, copy, note), scale, shipped / "runs", folder, runtime)
+        label_outputs(folder, copy, note)
 
     write_folder_atomically(out, write)
     return out
+
+
+def figure_table(figure, scale: str, copy: Copy | None):
+    """The figure's table cut to the settings and methods it draws (on the copy's data)."""
+    table = figure.source
+    table = keep_columns(table, [c for c in table.columns if figure.columns is None or c.label in figure.columns])
+    table = keep_rows(table, [r for r in table.rows if figure.rows is None or r.label in figure.rows])
+    return copy_part(table, scale, copy) if copy else table
 
 
 def write_listing(shipped: Path) -> Path:
@@ -262,9 +278,10 @@ def write_listing(shipped: Path) -> Path:
 
 
 def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[str]:
-    """The state's targets, and the tables shipped before on the same data and scale (a run
-    one of them shares may have come with this state); a folder of a table or figure no paper
-    declares (left from an older checkout) is named in a note and left alone."""
+    """The state's targets, the figures drawn from their tables, and the tables and figures
+    shipped before on the same data and scale (a run one of them shares may have come with this
+    state); a folder of a table or figure no paper declares (left from an older checkout) is
+    named in a note and left alone."""
     folder = table_dir(shipped, "*", "*", manifest["scale"], copy).parent.parent
     before = [f"papers/{p.parent.name}/{p.name}" for p in sorted(folder.glob("*/*")) if p.is_dir()]
     for target in [t for t in before if not is_declared(t)]:
@@ -272,7 +289,16 @@ def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[st
             f"note: {printable(folder / target.removeprefix('papers/'))} is no declared table or figure; left as it is"
         )
         before.remove(target)
-    return list(dict.fromkeys([*manifest["targets"], *before]))
+    drawn = [figure for target in manifest["targets"] for figure in figures_drawn_from(target)]
+    return list(dict.fromkeys([*manifest["targets"], *drawn, *before]))
+
+
+def figures_drawn_from(target: str) -> list[str]:
+    """The paper's figures that draw from the target's table (papers/fedssd/table2: its fig2)."""
+    parts = named_target(target, "table")
+    if parts is None:
+        return []
+    return [f"papers/{parts[0]}/{f.name}" for f in paper_figures(parts[0]).values() if f.table == parts[1]]
 
 
 def is_declared(target: str) -> bool:
@@ -314,7 +340,7 @@ def import_state(args) -> int:
     print(
         f"imported {args.file}: {len(shipping['shipped'])} runs shipped into {shipped / 'runs'}{kept}, "
         f"{len(restored['progress'])} checkpoints into {args.root / RUNS_DIR}; tables and figures: "
-        f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table, no whole figure finished)'}"
+        f"{', '.join(str(t) for t in tables if t) or 'none (nothing of a table or figure finished)'}"
     )
     if manifest["scale"] != "paper":  # part of the report, after it: an error stays one line
         print(

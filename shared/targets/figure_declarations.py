@@ -52,6 +52,9 @@ class Figure:
     probe: Callable | None = None  # custom: a GPU job's computation on each cell's finished run
     probe_cost: float = 0.0  # a probe's GPU time, in runs of its cell
     probe_columns: dict[str, str] | None = None  # a probe's CSV: column -> "text" | "number"
+    # custom: its drawing takes any part of its runs (fewer settings, seeds), so that a shipped
+    # figure is drawn from what is finished, as a shipped table is; other kinds always do
+    draws_part: bool = False
 
     def __post_init__(self):
         if self.kind not in FIGURE_KINDS:
@@ -67,6 +70,11 @@ class Figure:
             raise ValueError(f"{self.paper}/{self.name}: probe= goes with probe_cost > 0, probe_columns, kind='custom'")
         if probed and not set(self.probe_columns.values()) <= {"text", "number"}:
             raise ValueError(f"{self.paper}/{self.name}: probe_columns map each column to 'text' or 'number'")
+
+    @property
+    def draws_partial(self) -> bool:
+        """Drawn from the finished part of its runs while some are missing (a probe never is)."""
+        return self.probe is None and (self.kind != "custom" or self.draws_part)
 
     @property
     def source(self) -> Table:

@@ -453,20 +453,24 @@ def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, argv
     assert not (tmp_path / "results" / "runs").exists()
 
 
-def test_a_shipped_figure_on_a_copy_is_drawn_once_all_its_runs_are_shipped_and_labelled(tmp_path):
+def test_a_shipped_figure_on_a_copy_is_drawn_from_its_finished_part_then_whole_and_labelled(tmp_path):
     shipped = tmp_path / "results" / "shipped"
     copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
     cells = get_figure("fedssd", "fig9").cells("paper", {"dataset": {"copy": copy.sha256}})
     for i, cell in enumerate(cells):
         if i:  # the first run comes last
             finish_for_table(shipped / "runs", cell.run_id, 60.0 + i % 7)
-    assert build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped) is None
+    out = build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped)
+    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
+    assert provenance["partial"].startswith("partial: ") and cells[0].run_id not in provenance["runs"]
     finish_for_table(shipped / "runs", cells[0].run_id, 60.0)
     out = build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped)
     assert (
         out == shipped / "tables" / "cifar10-jpeg-copy-dfaab4e" / "fedssd" / "fig9" and (out / "figure.png").is_file()
     )
-    assert "CIFAR-10, JPEG copy sha256 dfaab4e" in yaml.safe_load((out / "provenance.yaml").read_text())["caption"]
+    provenance = yaml.safe_load((out / "provenance.yaml").read_text())
+    assert "CIFAR-10, JPEG copy sha256 dfaab4e" in provenance["caption"] and provenance["partial"] is False
+    assert sorted(provenance["runs"]) == sorted(c.run_id for c in cells)
     write_listing(shipped)
     assert "fedssd/fig9/figure.png" in (shipped / "README.md").read_text()
 

@@ -5,15 +5,17 @@ here continues it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pandas as pd
 import yaml
 
 from shared.campaign.cli import main
-from shared.campaign.ship import build_shipped_table
+from shared.campaign.ship import affected_tables, build_shipped_figure, build_shipped_table
 from shared.campaign.state import CAMPAIGN_STATE, read_state
 from shared.targets.copies import Copy
+from shared.targets.figure_declarations import get_figure
 from shared.targets.scales import SMOKE_ROUNDS
 from shared.targets.table_declarations import expand, get_table
 from tests.campaign.test_campaign import TARGET, checkout, clock_of_rounds, finish_for_table, train
@@ -154,6 +156,37 @@ def test_a_setting_finished_on_more_seeds_keeps_them_in_the_shipped_table(tmp_pa
     }
     verdicts = pd.read_csv(out / "claims.csv").set_index("group").verdict
     assert verdicts["δ=0.5"] == "within noise" and verdicts["#K=2"] == "held"
+
+
+def test_a_figure_drawn_from_a_shipped_table_is_drawn_from_its_finished_part(tmp_path):
+    """Table II's FedAvg runs at every setting on seed 0 and at δ=0.5 on seeds 0-2: Fig. 2 (its
+    forgetting) is drawn from them, marked partial, as `import` builds it beside the table; a
+    custom figure that does not say it draws any part, and one with a probe, wait for all their runs."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    for cell in expand(get_table("fedssd", "table2"), "paper", {"dataset": {"copy": copy.sha256}}):
+        if cell.row.label == "FedAvg" and (cell.seed == 0 or cell.column.label == "δ=0.5"):
+            finish_for_table(shipped / "runs", cell.run_id, 60.0)
+            history = [{"round": r, "global_acc": 40.0 + r, "local_acc": 30.0 + r + cell.seed} for r in (1, 2, 3)]
+            (shipped / "runs" / cell.run_id / "metrics.jsonl").write_text(
+                "".join(json.dumps(h) + "\n" for h in history)
+            )
+    manifest = {"targets": ["papers/fedssd/table2"], "scale": "paper"}
+    assert "papers/fedssd/fig2" in affected_tables(manifest, copy, shipped)
+    out = build_shipped_figure("papers/fedssd/fig2", "paper", copy, shipped)
+    partial = "partial: 1 of 1 rows, seeds [0] ([0, 1, 2] at δ=0.5) of [0, 1, 2]"
+    assert yaml.safe_load((out / "provenance.yaml").read_text())["partial"] == partial
+    points = pd.read_csv(out / "figure.csv")
+    assert points.groupby("setting").seed.nunique().to_dict() == {
+        "#K=2": 1,
+        "#K=5": 1,
+        "δ=0.1": 1,
+        "δ=0.5": 3,
+        "δ=10": 1,
+    }
+    assert (out / "figure.png").stat().st_size > 0
+    assert not get_figure("fedssd", "fig3").draws_partial and not get_figure("fedcsd", "fig1").draws_partial
+    assert get_figure("fedssd", "fig7").draws_partial  # curves draw any settings and seeds
 
 
 def test_a_reading_short_of_a_seed_leaves_the_shipped_table_and_costs_the_papers_rows_none(tmp_path):
