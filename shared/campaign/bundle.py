@@ -39,7 +39,10 @@ def data_files(runs: dict[str, RunConfig], copy: Copy | None, data_root: Path) -
 
     if copy is not None:
         if copy.path is None:
-            raise CampaignError("bundle needs the copy's file: --copy NAME=FILE")
+            raise CampaignError(
+                "bundle needs the copy's file: --copy NAME=FILE, "
+                "or NAME=SHA256 with the file under the data root's copies/"
+            )
         return [(copy.path, Path(COPIES) / (copy.path.name + PACKED))]
     names = {cfg.dataset.name for cfg in runs.values()}
     found = [

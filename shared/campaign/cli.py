@@ -8,7 +8,7 @@
                                               [--skip RUN_ID ...] [--failed-unit FILE]
     python -m shared.campaign status TARGET... [--state FILE] [--scale S] [--copy NAME=FILE|SHA256] [--first ...]
     python -m shared.campaign import FILE [--state CAMPAIGN_STATE]
-    python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE]
+    python -m shared.campaign bundle TARGET... -o DIR [--state FILE] [--copy NAME=FILE|SHA256]
                                               [--wheels-from DIR | --no-wheels] [--max-upload-mib M]
 
 `train` trains the targets' missing runs in this process (no Snakemake, no network): seed 0 of

@@ -52,6 +52,7 @@ from shared.targets.copies import (
 )
 from shared.targets.cost import gpu_hours, measured_throughput
 from shared.targets.figure_declarations import get_figure, paper_figures
+from shared.targets.papers import paper_names
 from shared.targets.resolve import TargetError, target_parts
 from shared.targets.table_declarations import get_table, keep_rows
 
@@ -224,15 +225,15 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
         return None
     figure, note = get_figure(*parts), ""
     runtime = copy_runtime(copy)
-    try:
-        whole = all(holds_result(shipped / "runs" / c.run_id) for c in figure.cells(scale, runtime))
-    except ConfigError:  # runs on data the copy is not of
+    figure = dataclasses.replace(figure, table=figure_table(figure, scale, copy))  # on a copy: its data's part
+    cells = figure.cells(scale, runtime) if figure.source.columns else []
+    if not cells:
         return None
-    if not whole:
+    if not all(holds_result(shipped / "runs" / c.run_id) for c in cells):
         if not figure.draws_partial:
             return None
-        table, note = finished_part(figure_table(figure, scale, copy), scale, runtime, shipped / "runs")
-        if table is None:
+        table, note = finished_part(figure.source, scale, runtime, shipped / "runs")
+        if table is None or figure.kind == "sweep" and len(table.columns) < 2:  # one setting: a point, no sweep
             return None
         figure = dataclasses.replace(figure, table=table)
     out = check_inside(table_dir(shipped, parts[0], parts[1], scale, copy), shipped.parent)
@@ -278,10 +279,11 @@ def write_listing(shipped: Path) -> Path:
 
 
 def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[str]:
-    """The state's targets, the figures drawn from their tables, and the tables and figures
-    shipped before on the same data and scale (a run one of them shares may have come with this
-    state); a folder of a table or figure no paper declares (left from an older checkout) is
-    named in a note and left alone."""
+    """The state's targets, their papers' figures (drawn from whatever of their runs is shipped:
+    a table's runs are often a figure's too), and the tables and figures shipped before on the
+    same data and scale (a run one of them shares may have come with this state); a folder of a
+    table or figure no paper declares (left from an older checkout) is named in a note and left
+    alone."""
     folder = table_dir(shipped, "*", "*", manifest["scale"], copy).parent.parent
     before = [f"papers/{p.parent.name}/{p.name}" for p in sorted(folder.glob("*/*")) if p.is_dir()]
     for target in [t for t in before if not is_declared(t)]:
@@ -289,16 +291,9 @@ def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[st
             f"note: {printable(folder / target.removeprefix('papers/'))} is no declared table or figure; left as it is"
         )
         before.remove(target)
-    drawn = [figure for target in manifest["targets"] for figure in figures_drawn_from(target)]
-    return list(dict.fromkeys([*manifest["targets"], *drawn, *before]))
-
-
-def figures_drawn_from(target: str) -> list[str]:
-    """The paper's figures that draw from the target's table (papers/fedssd/table2: its fig2)."""
-    parts = named_target(target, "table")
-    if parts is None:
-        return []
-    return [f"papers/{parts[0]}/{f.name}" for f in paper_figures(parts[0]).values() if f.table == parts[1]]
+    papers = dict.fromkeys(p for t in manifest["targets"] for p in target_parts(t)[:1] if p in paper_names())
+    figures = [f"papers/{paper}/{name}" for paper in papers for name in paper_figures(paper)]
+    return list(dict.fromkeys([*manifest["targets"], *figures, *before]))
 
 
 def is_declared(target: str) -> bool:

@@ -164,17 +164,16 @@ def trusted_members(manifest: dict, members: dict[str, Content]) -> tuple[dict[s
 
 
 def named_copy(given: Copy | None, stored: Copy | None, root: str | None) -> Copy | None:
-    """The copy the command names: the file given, or one given by its SHA-256 as the state
-    stored it or as the data root holds it, so that its label says what it is ("JPEG copy");
-    as given where neither knows it (a plan for data not here yet)."""
+    """The copy the command names: the file given; one given by its SHA-256 as the data root
+    holds it (its kind read from it, so that its label says "JPEG copy", and its file to carry),
+    else as the state stored it, else as given (a plan for data not here yet); none given: the
+    state's."""
     if given is None or given.path is not None:
         return given or stored
-    if stored is not None:
-        return stored
     try:
         return locate(given, data_root(root))
     except DataError:
-        return given
+        return stored or given
 
 
 def state_defaults(args, owner: bool = False) -> dict[str, Content]:

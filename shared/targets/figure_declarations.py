@@ -53,7 +53,8 @@ class Figure:
     probe_cost: float = 0.0  # a probe's GPU time, in runs of its cell
     probe_columns: dict[str, str] | None = None  # a probe's CSV: column -> "text" | "number"
     # custom: its drawing takes any part of its runs (fewer settings, seeds), so that a shipped
-    # figure is drawn from what is finished, as a shipped table is; other kinds always do
+    # figure is drawn from what is finished, as a shipped table is; curves, sweeps and round
+    # metrics always do (a partition heatmap draws one run per setting: whole, or it waits)
     draws_part: bool = False
 
     def __post_init__(self):
@@ -74,7 +75,7 @@ class Figure:
     @property
     def draws_partial(self) -> bool:
         """Drawn from the finished part of its runs while some are missing (a probe never is)."""
-        return self.probe is None and (self.kind != "custom" or self.draws_part)
+        return self.probe is None and self.kind != "partitions" and (self.kind != "custom" or self.draws_part)
 
     @property
     def source(self) -> Table:

@@ -160,8 +160,10 @@ def test_a_setting_finished_on_more_seeds_keeps_them_in_the_shipped_table(tmp_pa
 
 def test_a_figure_drawn_from_a_shipped_table_is_drawn_from_its_finished_part(tmp_path):
     """Table II's FedAvg runs at every setting on seed 0 and at δ=0.5 on seeds 0-2: Fig. 2 (its
-    forgetting) is drawn from them, marked partial, as `import` builds it beside the table; a
-    custom figure that does not say it draws any part, and one with a probe, wait for all their runs."""
+    forgetting) is drawn from them, marked partial, as `import` builds it beside the table, and
+    Fig. 7's curves from Table I's CIFAR-10 runs they are (the copy's part of Table I); Fig. 9's
+    sweep over E, of one point, is not; a custom figure that does not say it draws any part, and
+    one with a probe, wait for all their runs."""
     shipped = tmp_path / "results" / "shipped"
     copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
     for cell in expand(get_table("fedssd", "table2"), "paper", {"dataset": {"copy": copy.sha256}}):
@@ -172,7 +174,10 @@ def test_a_figure_drawn_from_a_shipped_table_is_drawn_from_its_finished_part(tmp
                 "".join(json.dumps(h) + "\n" for h in history)
             )
     manifest = {"targets": ["papers/fedssd/table2"], "scale": "paper"}
-    assert "papers/fedssd/fig2" in affected_tables(manifest, copy, shipped)
+    assert {"papers/fedssd/fig2", "papers/fedssd/fig7"} <= set(affected_tables(manifest, copy, shipped))
+    curves = build_shipped_figure("papers/fedssd/fig7", "paper", copy, shipped)
+    assert yaml.safe_load((curves / "provenance.yaml").read_text())["partial"].startswith("partial: 1 of 8 rows")
+    assert build_shipped_figure("papers/fedssd/fig9", "paper", copy, shipped) is None
     out = build_shipped_figure("papers/fedssd/fig2", "paper", copy, shipped)
     partial = "partial: 1 of 1 rows, seeds [0] ([0, 1, 2] at δ=0.5) of [0, 1, 2]"
     assert yaml.safe_load((out / "provenance.yaml").read_text())["partial"] == partial
