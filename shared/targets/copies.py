@@ -147,11 +147,10 @@ def finished_part(table, scale: str, runtime: dict, runs_dir: Path):
     """The table cut to what is finished: the largest block of the paper's methods x settings
     finished at seed 0, each setting with as many further seeds as all of its cells have (two
     methods or more where there are; most runs; of those, most cells, most methods, then the
-    table's first settings), and each
-    reading of a kept row that has all of those seeds (a reading, no row of the paper's, never
-    costs the paper's rows a seed); (None, "") when no cell is finished. A setting with fewer
-    seeds than the table's keeps its own (`Column.seeds`). Returns (table, the note that marks
-    it partial, empty when it is whole)."""
+    table's first settings), and each reading of a kept row that has all of those seeds (a
+    reading, no row of the paper's, never costs the paper's rows a seed); (None, "") when no
+    cell is finished. A setting with fewer seeds than the table's keeps its own (`Column.seeds`).
+    Returns (table, the note that marks it partial, empty when it is whole)."""
 
     cells = expand(table, scale, runtime)
     missing = {(c.row.label, c.column.label, c.seed) for c in cells if not holds_result(runs_dir / c.run_id)}
