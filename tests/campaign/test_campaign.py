@@ -240,6 +240,11 @@ def test_a_copy_named_by_its_digest_is_labelled_by_its_kind_where_the_data_root_
         status = ["status", "papers/fedcad/table4", "--copy", f"cifar10={sha}", "--scale", "smoke"]
         assert main([*status, "--root", str(tmp_path), "--data-root", str(root)]) == 0
         assert f"{label} sha256 {sha[:7]}" in capsys.readouterr().out
+    bundle = ["bundle", "papers/fedcad/table4", "--copy", f"cifar10={sha}", "--scale", "smoke", "--no-wheels"]
+    assert (
+        main([*bundle, "-o", str(tmp_path / "carry"), "--root", str(tmp_path), "--data-root", str(copies.parent)]) == 0
+    )
+    assert (tmp_path / "carry" / "data" / "copies").is_dir()  # the file the data root holds, carried
 
 
 def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classes(tmp_path, capsys):
