@@ -27,8 +27,10 @@ def pyplot():
 
 
 def save(fig, out_stem: Path) -> None:
-    for suffix in ("pdf", "png"):
-        fig.savefig(f"{out_stem}.{suffix}", dpi=150, bbox_inches="tight")
+    """PDF and PNG, the same bytes on every build of the same runs (a PDF without its creation
+    date): shipped figures are committed, and a rebuild changes only what the runs change."""
+    for suffix, metadata in (("pdf", {"CreationDate": None}), ("png", None)):
+        fig.savefig(f"{out_stem}.{suffix}", dpi=150, bbox_inches="tight", metadata=metadata)
 
 
 # --- how methods look -----------------------------------------------------------------------
