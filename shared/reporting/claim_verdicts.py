@@ -40,8 +40,9 @@ HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "within noise", "not held",
 VERDICTS = (HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED)
 NOISE_TEST = (
     "noise: one pooled standard deviation of a comparison's two sides over seeds, "
-    "sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations (ddof=1); a side measured on one "
-    "seed has no spread, so any lead holds and any miss (a tie included) does not"
+    "sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations (ddof=1), a gap's over its per-seed "
+    "differences; a side measured on one seed has no spread, so any lead holds and any miss (a tie "
+    "included) does not"
 )
 # Why a cell's seed holds no plain number: a run's status (diverged, SUSPECT, FAILED), a target
 # never reached, or none to reach. The worst outcomes are results, valued as low as a run scores
@@ -82,17 +83,16 @@ def term_per_seed(term: Term, values: Values) -> dict[int, float]:
 
 def term_mean_var(term: Term, values: Values, places: int | None = None) -> tuple[float, float]:
     """Mean over seeds (a sum of cells' means, each as printed to `places` decimals) and its
-    seeds' variance (the cells' variances added; NaN where a cell has one seed, or where a paper's
-    target never reached is +inf)."""
+    seeds' variance: the sample variance of the term's value per seed, so that a gap between
+    two rows is paired by seed as its runs are (NaN on one seed, or where a paper's target
+    never reached is +inf)."""
     means = [sign * float(np.mean(list(values[(r, c)].values()))) for sign, r, c in term]
     if places is not None:
         means = [shown(m, places) for m in means]
+    per_seed = list(term_per_seed(term, values).values())
     with np.errstate(invalid="ignore"):  # +inf (the paper's "_") has no spread: NaN
-        variances = [
-            float(np.var(list(values[(r, c)].values()), ddof=1)) if len(values[(r, c)]) > 1 else math.nan
-            for _, r, c in term
-        ]
-    return sum(means), sum(variances)
+        variance = float(np.var(per_seed, ddof=1)) if len(per_seed) > 1 else math.nan
+    return sum(means), variance
 
 
 def lead(better: float, worse: float, higher_is_better: bool) -> float:

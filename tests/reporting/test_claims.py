@@ -323,6 +323,22 @@ def test_the_detail_names_the_comparison_the_verdict_rests_on():
     assert judged(table, gap, tie).iloc[0].verdict == NOT_HELD
 
 
+def test_a_gaps_noise_is_paired_by_seed():
+    """A seed moves both rows of a gap alike (one partition, one initialisation): the gap's
+    noise is the spread of its per-seed differences, not the rows' spreads added. Here the
+    gap is 2 on every seed at "clear" and 3 at "close": held with no noise, where the rows'
+    own spreads (std 2) would have called a lead of 1 within noise."""
+    table = grid_table()
+    gap = Trend("tablegen", "gap grows", "t", row="Ours", columns=("clear", "close"), minus="Rival")
+    runs = {("Ours", "clear"): [62, 66, 64], ("Rival", "clear"): [60, 64, 62]}
+    runs |= {("Ours", "close"): [63, 67, 65], ("Rival", "close"): [60, 64, 62]}
+    row = judged(table, gap, runs).iloc[0]
+    assert (row.verdict, row.margin, row.noise) == (HELD, pytest.approx(1.0), 0.0)
+    runs[("Ours", "close")] = [65, 65, 65]  # per-seed gaps 5, 1, 3: std 2, pooled with 0: 1.41
+    row = judged(table, gap, runs).iloc[0]
+    assert (row.verdict, row.noise) == (WITHIN_NOISE, pytest.approx(math.sqrt(2), abs=0.01))
+
+
 def test_a_familys_best_is_judged_on_the_seeds_it_was_chosen_on():
     """The family's best is chosen on the seeds every member and rival has (0 and 1: the other
     member failed on seed 2) and judged on the same, seed 2 named (before, judged on all three)."""
