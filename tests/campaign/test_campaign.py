@@ -244,7 +244,8 @@ def test_a_copy_named_by_its_digest_is_labelled_by_its_kind_where_the_data_root_
     assert (
         main([*bundle, "-o", str(tmp_path / "carry"), "--root", str(tmp_path), "--data-root", str(copies.parent)]) == 0
     )
-    assert (tmp_path / "carry" / "data" / "copies").is_dir()  # the file the data root holds, carried
+    carried = tmp_path / "carry" / "data" / "copies" / "mine.zip.gz"  # the file the data root holds, carried
+    assert gzip.decompress(carried.read_bytes()) == (copies / "mine.zip").read_bytes()
 
 
 def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classes(tmp_path, capsys):
