@@ -2,9 +2,10 @@
 is better than that one", a quantity a cell or a signed sum of cells (a gap between two rows):
 the claims of shared/reporting/claims.py reduce to such groups, a column or a whole trend.
 
-A comparison's lead is the difference of its sides' means over seeds as the table prints them
-(equal printed means are a tie, as in the table's marks); its noise the pooled standard
-deviation of its two sides over seeds (NOISE_TEST). A group's verdict:
+A comparison's lead is the difference of its sides' means over seeds, each rounded as the table
+rounds (equal rounded means are a tie, as in the table's marks); its noise the spread of its lead
+from seed to seed, scaled to one pooled standard deviation of its sides (NOISE_TEST). A group's
+verdict:
 
 - held: every comparison leads by more than its noise (by any lead where a side has one seed,
   and so no spread); `margin` is the smallest lead;
@@ -39,10 +40,10 @@ from shared.reporting.summary import COMPLETED, FAILED, SUSPECT, shown
 HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED = "held", "within noise", "not held", "not yet measured"
 VERDICTS = (HELD, WITHIN_NOISE, NOT_HELD, NOT_MEASURED)
 NOISE_TEST = (
-    "noise: one pooled standard deviation of a comparison's two sides over seeds, "
-    "sqrt((s_a^2 + s_b^2) / 2) with sample standard deviations (ddof=1), a gap's over its per-seed "
-    "differences; a side measured on one seed has no spread, so any lead holds and any miss (a tie "
-    "included) does not"
+    "noise: the sample standard deviation (ddof=1) of a comparison's lead over the seeds, divided by "
+    "sqrt(2): the pooled sqrt((s_a^2 + s_b^2) / 2) of its two sides where a seed moves them "
+    "independently, less where a seed (one partition, one initialisation) moves both alike; "
+    "measured on one seed there is no spread, so any lead holds and any miss (a tie included) does not"
 )
 # Why a cell's seed holds no plain number: a run's status (diverged, SUSPECT, FAILED), a target
 # never reached, or none to reach. The worst outcomes are results, valued as low as a run scores
@@ -81,18 +82,12 @@ def term_per_seed(term: Term, values: Values) -> dict[int, float]:
     return {s: sum(sign * values[(r, c)][s] for sign, r, c in term) for s in sorted(seeds)}
 
 
-def term_mean_var(term: Term, values: Values, places: int | None = None) -> tuple[float, float]:
-    """Mean over seeds (a sum of cells' means, each as printed to `places` decimals) and its
-    seeds' variance: the sample variance of the term's value per seed, so that a gap between
-    two rows is paired by seed as its runs are (NaN on one seed, or where a paper's target
-    never reached is +inf)."""
+def term_mean(term: Term, values: Values, places: int | None = None) -> float:
+    """Mean over seeds: a sum of cells' means, each as printed to `places` decimals."""
     means = [sign * float(np.mean(list(values[(r, c)].values()))) for sign, r, c in term]
     if places is not None:
         means = [shown(m, places) for m in means]
-    per_seed = list(term_per_seed(term, values).values())
-    with np.errstate(invalid="ignore"):  # +inf (the paper's "_") has no spread: NaN
-        variance = float(np.var(per_seed, ddof=1)) if len(per_seed) > 1 else math.nan
-    return sum(means), variance
+    return sum(means)
 
 
 def lead(better: float, worse: float, higher_is_better: bool) -> float:
@@ -105,10 +100,7 @@ def lead(better: float, worse: float, higher_is_better: bool) -> float:
 def comparison_lead(c: Comparison, values: Values) -> float:
     """The comparison's lead over its claimed margin, on the means as printed: a lead within
     rounding of the margin is none."""
-    better = term_mean_var(c.better, values, c.places)[0]
-    worse = term_mean_var(c.worse, values, c.places)[0]
-    ahead = lead(better, worse, c.higher_is_better) - c.min_margin
-    return shown(ahead, c.places) if math.isfinite(ahead) else ahead
+    return ahead_as_printed(term_mean(c.better, values, c.places), term_mean(c.worse, values, c.places), c)
 
 
 def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | None = None) -> dict:
@@ -146,10 +138,16 @@ def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | 
 
 
 def noise(c: Comparison, values: Values) -> float:
-    """The pooled standard deviation of the comparison's two sides over seeds (NOISE_TEST), as
-    printed: equal values on every seed have none, whatever the float error of their variance."""
-    spread = term_mean_var(c.better, values)[1] + term_mean_var(c.worse, values)[1]
-    return math.nan if math.isnan(spread) else shown(math.sqrt(spread / 2), c.places)
+    """The spread of the comparison's lead over its seeds, scaled to a pooled standard deviation
+    of its sides (NOISE_TEST), as printed: a lead equal on every seed has none, whatever the
+    float error of its variance; NaN on one seed, or where a paper's target never reached is +inf."""
+    better, worse = term_per_seed(c.better, values), term_per_seed(c.worse, values)
+    leads = [better[s] - worse[s] for s in better if s in worse]
+    if len(leads) < 2:
+        return math.nan
+    with np.errstate(invalid="ignore"):  # +inf - +inf (the paper's "_" on both sides): no spread
+        spread = float(np.std(leads, ddof=1))
+    return math.nan if math.isnan(spread) else shown(spread / math.sqrt(2), c.places)
 
 
 def outcome(lead_: float, noise_: float) -> str:
@@ -159,14 +157,19 @@ def outcome(lead_: float, noise_: float) -> str:
     return "win" if lead_ > noise_ else "within" if lead_ >= -noise_ else "loss"
 
 
+def ahead_as_printed(better: float, worse: float, c: Comparison) -> float:
+    """How far `better` leads `worse` beyond the claimed margin, rounded as printed."""
+    ahead = lead(better, worse, c.higher_is_better) - c.min_margin
+    return shown(ahead, c.places) if math.isfinite(ahead) else ahead
+
+
 def seeds_held(comparisons: list[Comparison], values: Values) -> str:
-    """On how many of the shared seeds every comparison holds on that seed's values alone."""
+    """On how many of the shared seeds every comparison holds on that seed's values alone, its
+    lead over the claimed margin rounded as the verdict's is (`comparison_lead`)."""
     cells = [cell for c in comparisons for cell in c.cells()]
     seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
     sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
-    held = sum(
-        all(lead(better[s], worse[s], c.higher_is_better) > c.min_margin for better, worse, c in sides) for s in seeds
-    )
+    held = sum(all(ahead_as_printed(better[s], worse[s], c) > 0 for better, worse, c in sides) for s in seeds)
     return f"{held}/{len(seeds)}"
 
 

@@ -26,7 +26,7 @@ from shared.reporting.claim_verdicts import (
     run_notes,
     run_values,
     shared_seeds,
-    term_mean_var,
+    term_mean,
 )
 from shared.reporting.partial_claims import judged_part
 from shared.reporting.summary import decimals
@@ -81,7 +81,7 @@ class Best(Claim):
                 # the family's best on the seeds the verdict compares: those every member and rival has
                 family = tuple((r, label) for r in (*claimants, *self.rivals(table)) if (r, label) in values)
                 paired = shared_seeds(list(family), values)
-                means = {r: term_mean_var(((1, r, label),), paired)[0] if paired[family[0]] else 0.0 for r in claimants}
+                means = {r: term_mean(((1, r, label),), paired) if paired[family[0]] else 0.0 for r in claimants}
                 claimants = [max(claimants, key=lambda r: means[r] if metric.higher_is_better else -means[r])]
             out[label] = [
                 Comparison(

@@ -50,7 +50,7 @@ def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
         scale_line(scale, data),
         "",
         "Verdicts on our runs, per group (a column, or a trend), on the means over the seeds every cell "
-        "of the group has, as the table prints them (equal printed means are a tie):",
+        "of the group has, each rounded as the table rounds (equal rounded means are a tie):",
         "",
         "- held: every comparison leads by more than its noise (margin: the smallest lead);",
         "- within noise: none misses by more than its noise, some leads or misses by at most it: the runs cannot tell;",

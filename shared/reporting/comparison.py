@@ -78,6 +78,7 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
         reported = table.reported.get(row.label, [None] * len(table.columns))
         for column, paper in zip(table.columns, reported):
             s = summary[(summary.row == row.label) & (summary.column == column.label)].iloc[0]
+            paper_never = printed and paper is None and table.metric_for(column).counts_rounds
             paper_mean = paper.mean if paper and paper.mean is not None else math.nan
             paper_std = paper.std if paper and paper.std is not None else math.nan
             diff = s["mean"] - paper_mean
@@ -92,11 +93,11 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
                     paper_mean=paper_mean,
                     paper_std=paper_std,
                     diff=diff,
-                    within_spread=agreement(s, diff, spread, paper_mean, scale),
+                    within_spread=agreement(s, diff, spread, paper_mean, scale, paper_never),
                     never=s.get("never", 0),
                     no_target=s.get("no_target", 0),
                     by_definition=bool(s.by_definition),
-                    paper_never=printed and paper is None and table.metric_for(column).counts_rounds,
+                    paper_never=paper_never,
                     failed=s.failed,
                     suspect=s.get("suspect", 0),
                     status=s.status,
@@ -109,14 +110,19 @@ def comparison(table: Table, summary: pd.DataFrame, scale: str) -> pd.DataFrame:
     return with_rank_agreement(table, pd.DataFrame.from_records(rows))
 
 
-def agreement(s, diff: float, spread: float, paper_mean: float, scale: str) -> bool | None:
+def agreement(s, diff: float, spread: float, paper_mean: float, scale: str, paper_never: bool = False) -> bool | None:
     """✓ (True) where our mean and the paper's lie within `spread` of each other, ✗ (False) where
     not, None (no mark) where that cannot be told. A rounds cell with a seed that never reached
     its target has a mean of the seeds that did: no mark, but ✗ where no seed reached what the
-    paper's number says it reached (its paper scale runs, two seeds or more)."""
+    paper's number says it reached (its paper scale runs, two seeds or more). Where the paper
+    printed "_" (`paper_never`), ✓ where none of two seeds or more reached it either, ✗ where
+    every one of two or more did."""
     if s.by_definition:
         return None
     never = s.get("never", 0)
+    if paper_never:
+        both_never, only_we_reach = never >= 2 and s.n == 0, never == 0 and s.n >= 2
+        return True if scale == "paper" and both_never else False if scale == "paper" and only_we_reach else None
     if never and s.n == 0:
         return False if scale == "paper" and never >= 2 and not math.isnan(paper_mean) else None
     if never or math.isnan(spread) or math.isnan(diff):
@@ -217,7 +223,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "",
         "Each cell: ours / paper (difference). ✓: within two standard deviations (the larger of ours over "
         "seeds and the paper's); ✗: outside (none in a rounds cell with a seed that never reached its target, "
-        "unless no seed did); n/i: method not implemented yet; (k failed): k seeds failed or "
+        'unless no seed did; where the paper\'s is "_", never reached: ✓ if no seed of ours reached it, ✗ if every '
+        "one did); n/i: method not implemented yet; (k failed): k seeds failed or "
         "diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
         "column's target, (k without a target): k seeds whose run of the row a rounds column counts to "
         "failed, the mean is over the others; (at chance): the mean "
@@ -290,7 +297,9 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
         '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± population std, ddof=0, over seeds '
         f"{e(seeds_text(table, scale))}), the paper's number, ours minus the paper's, and "
         f'<span style="color:{GREEN}">✓</span> within two standard deviations (the larger of ours over '
-        f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only). n/i: not '
+        f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only; in a rounds '
+        'column a target never reached, on each of our seeds or as the paper\'s "_", agrees only with one never '
+        "reached). n/i: not "
         "implemented; (k failed) / (k suspect) / (k never reached) / (k without a target): seeds left out of the "
         "mean; (at chance): "
         "the mean accuracy is "

@@ -115,7 +115,8 @@ def test_table_cells_marks_and_comparison(tmp_path):
 
 def test_a_rounds_cell_with_a_seed_that_never_reached_takes_no_agreement_mark():
     """Our mean of a rounds cell leaves out the seeds that never reached the target: it agrees
-    with the paper's number by neither mark; where no seed reached what the paper reached, ✗."""
+    with the paper's number by neither mark; where no seed reached what the paper reached, ✗;
+    where the paper never reached it ("_"), ✓ if none of ours did, ✗ if all did."""
     from shared.reporting.comparison import agreement
 
     def cell(never, n):
@@ -125,7 +126,13 @@ def test_a_rounds_cell_with_a_seed_that_never_reached_takes_no_agreement_mark():
     assert agreement(cell(0, 3), 3.0, 2.0, 30.0, "paper") is False
     assert agreement(cell(1, 2), 0.0, 2.0, 30.0, "paper") is None  # two seeds agree, the third never reached
     assert agreement(cell(3, 0), math.nan, math.nan, 30.0, "paper") is False
-    assert agreement(cell(3, 0), math.nan, math.nan, math.nan, "paper") is None  # the paper's "_": never either
+    assert agreement(cell(3, 0), math.nan, math.nan, math.nan, "paper") is None  # no number of the paper's
+    # the paper's "_": it never reached the target either (✓), or we reached it on every seed (✗)
+    assert agreement(cell(3, 0), math.nan, math.nan, math.nan, "paper", paper_never=True) is True
+    assert agreement(cell(0, 3), math.nan, math.nan, math.nan, "paper", paper_never=True) is False
+    assert agreement(cell(1, 2), math.nan, math.nan, math.nan, "paper", paper_never=True) is None
+    assert agreement(cell(1, 0), math.nan, math.nan, math.nan, "paper", paper_never=True) is None  # one seed
+    assert agreement(cell(3, 0), math.nan, math.nan, math.nan, "small", paper_never=True) is None
     assert agreement(cell(3, 0), math.nan, math.nan, 30.0, "small") is None  # below paper scale: no mark
 
 
