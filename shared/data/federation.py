@@ -118,6 +118,14 @@ class Client:
             for start in range(0, len(y), batch_size):
                 yield x[start:start + batch_size], y[start:start + batch_size]
 
+    def in_order(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Every sample once, in the client's order, normalised and unaugmented, in batches: what
+        a statistic of the client's data reads (an epoch of `batches` can leave one sample out)."""
+        fed = self.federation
+        for start in range(0, self.num_samples, batch_size):
+            rows = self.index[start:start + batch_size]
+            yield fed.augmenter.normalize(fed.train_x[rows]), fed.train_y[rows]
+
     def chunks(self, batch_size: int, generator: torch.Generator, augment: bool = True,
                shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of `batches`, as consecutive runs of whole batches (the last one may end

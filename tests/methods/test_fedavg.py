@@ -128,3 +128,21 @@ def test_an_exception_is_recorded_for_the_table(tiny_cfg, tmp_path):
     summary = RunDirectory(tmp_path, tiny_cfg()).record_failure(RuntimeError("CUDA out of memory"))
     assert summary["status"] == "failed: RuntimeError: CUDA out of memory"
     assert json.loads((tmp_path / "metrics.json").read_text())["final_acc"] is None
+
+
+def test_a_clients_class_statistics_read_every_sample(tiny_cfg):
+    """An epoch leaves out a trailing batch of one sample (BatchNorm cannot train on it); the
+    class means FedProto, FedDistill+ and FedCSD upload read every sample, whatever the batch."""
+    from shared.data.federation import build_federation
+    from shared.methods.baselines.class_stats import class_means
+
+    federation = build_federation(tiny_cfg(), torch.device("cpu"))
+    client = federation.clients[0]
+    batch = client.num_samples - 1  # the last batch holds one sample
+    assert client.epoch_length(batch) == client.num_samples - 1
+    means, counts = class_means(torch.nn.Flatten(), client, batch, federation.num_classes, lambda m, x: m(x))
+    labels = federation.train_y[client.index]
+    assert counts.tolist() == labels.bincount(minlength=federation.num_classes).float().tolist()
+    first = labels[0].item()
+    images = federation.augmenter.normalize(federation.train_x[client.index]).flatten(1)
+    assert torch.allclose(means[first], images[labels == first].mean(0))

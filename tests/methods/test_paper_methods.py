@@ -231,6 +231,27 @@ def test_fedcsd_similarity_refinement_and_masks_by_hand():
     assert forcible_mask(z_teacher, y).tolist() == [0.0, 1.0]
 
 
+def test_fedcsd_global_prototypes_over_holders_or_all_clients_refine_alike():
+    """P_G averaged over the clients holding a class or over all of them (zeros for the others)
+    differ by a positive factor per class, which the cosine of Eq. 8 does not see."""
+    from papers.fedcsd.fedcsd import similarity_refined
+    from shared.methods.baselines.class_stats import average_per_class
+
+    generator = torch.Generator().manual_seed(0)
+    means = [torch.randn(4, 4, generator=generator) for _ in range(3)]
+    counts = [
+        torch.tensor([5.0, 0.0, 2.0, 0.0]),
+        torch.tensor([1.0, 3.0, 0.0, 0.0]),
+        torch.tensor([2.0, 2.0, 2.0, 0.0]),
+    ]
+    means = [m * (c > 0)[:, None] for m, c in zip(means, counts)]  # class_means is zero where a client lacks it
+    holders, _ = average_per_class(means, counts, weighted=False)
+    all_clients = torch.stack(means).mean(0)
+    assert not torch.allclose(holders, all_clients)
+    z, z_teacher = torch.randn(8, 4, generator=generator), torch.randn(8, 4, generator=generator)
+    torch.testing.assert_close(similarity_refined(z, z_teacher, holders), similarity_refined(z, z_teacher, all_clients))
+
+
 E1 = math.e
 
 

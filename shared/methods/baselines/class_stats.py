@@ -16,7 +16,7 @@ def class_means(model, client, batch_size: int, num_classes: int, embed) -> tupl
     was_training = model.training
     model.eval()
     sums, counts = None, torch.zeros(num_classes, device=client.index.device)
-    for x, y in client.batches(batch_size, None, augment=False, shuffle=False):
+    for x, y in client.in_order(batch_size):
         e = embed(model, x).float()
         if sums is None:
             sums = torch.zeros(num_classes, e.shape[1], device=e.device)
