@@ -5,7 +5,11 @@ a_i = [tau_i - rho (1 - rho^tau_i) / (1 - rho)] / (1 - rho)  (= tau_i without mo
 its normalised update is d_i = (w_g - w_i) / a_i, and the server steps
 w <- w_g - (sum_i p_i a_i) * sum_i p_i d_i, with p_i the clients' data fractions.
 Like NIID-Bench, the step applies to every floating-point entry of the state (BatchNorm's
-running statistics included); integer counters are averaged.
+running statistics included); integer counters are averaged. Where the clients' a_i differ, the
+step on a running variance that every client moved alike goes past their weighted average by
+(sum_i p_i a_i)(sum_i p_i / a_i) >= 1 (1.08 for 10 clients of CIFAR-10 under Dir(0.5), more for
+sizes further apart): a round that drops the variances sharply can leave one negative, the global
+model's test loss NaN, and the run diverged.
 """
 
 from dataclasses import dataclass
