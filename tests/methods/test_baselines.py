@@ -242,7 +242,8 @@ def test_fedgen_diversity_loss_by_hand():
 
 
 def test_fedgen_pairs_each_real_sample_with_a_generated_one_drawn_from_the_clients_generator(float64):
-    """step_inputs: per real sample, a label the client holds and noise, from the client's own
+    """step_inputs: per real sample, a label of the training data (one the client lacks too, as
+    FedGen's code draws from every user's labels) and noise, from the client's own
     generator (torch's global one untouched, the same draws again from the same seed); the loss:
     the batch mean of CE(z_i, y_i) + alpha CE(h(G(y_hat_i, noise_i)), y_hat_i)."""
     method = make("fedgen", counts=((0, 3, 1), (1, 1, 1)), alpha=0.5, noise_dim=2, hidden=4)
@@ -254,7 +255,9 @@ def test_fedgen_pairs_each_real_sample_with_a_generated_one_drawn_from_the_clien
     global_state = torch.random.get_rng_state()
     inputs = method.step_inputs(CLIENT, 500, torch.Generator().manual_seed(3))
     assert torch.equal(torch.random.get_rng_state(), global_state)
-    assert set(inputs["y_hat"].tolist()) == {1, 2} and inputs["noise"].shape == (500, 2)
+    assert set(inputs["y_hat"].tolist()) == {0, 1, 2} and inputs["noise"].shape == (500, 2)  # client 0 lacks 0
+    held = make("fedgen", counts=((0, 3, 1), (1, 1, 1)), generated_labels="held")  # the former draw
+    assert held.labels[0].tolist() == [1, 2] and held.labels[1].tolist() == [0, 1, 2]
     again = method.step_inputs(CLIENT, 500, torch.Generator().manual_seed(3))
     assert all(torch.equal(inputs[k], again[k]) for k in inputs)
 

@@ -7,6 +7,15 @@ The weights are averaged as in FedAvg (the "+"). A class that none of the last r
 held has g[y] = 0, a uniform target, and its samples count in the batch mean like any other, as
 in both released codes (FedGen's userFedDistill.py, FedGKD's worker_feddistill.py: zero logits
 for a class never seen); each sample's term is then on its own, which vmap needs.
+
+Where the released codes differ (neither form is the paper's, which FedGKD and FedGen both
+port): the per-class logits here are each client's means after its local training, in eval mode
+on its unaugmented data, averaged over the round's clients holding the class, weighted by their
+counts. FedGKD's code (master_feddistill.py) accumulates each client's logits of its training
+steps (train mode, augmented) across rounds and sends a client the plain mean of every other
+client's, zeros for a class one lacks, divided by N - 1; FedGen's averages its round's clients'
+trackers uniformly. Both shrink a class's target logits where few clients hold it, so their
+targets are softer than ours.
 """
 
 from dataclasses import dataclass

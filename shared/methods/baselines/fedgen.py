@@ -4,7 +4,9 @@ The generator G(noise, y) produces a sample in the classifier's feature space. E
 averaging, the server trains G so that the received classifier heads, weighted per label by the
 clients' label counts, classify G(noise, y) as y, plus a diversity term
 exp(-mean(|noise_i - noise_j|^2 * |G_i - G_j|_1)). Clients then add
-alpha_t * CE(h(G(y_hat)), y_hat), y_hat drawn from the client's own labels, alpha_t = alpha * decay^t.
+alpha_t * CE(h(G(y_hat)), y_hat), y_hat drawn uniformly from the labels of the whole training data
+(the released code's `available_labels`, classes the client lacks included: the generated samples
+are what tells a client about them), alpha_t = alpha * decay^t.
 
 Each real sample of a step is paired with one generated sample, drawn (label and noise) from the
 client's own generator right after the batch (`step_inputs`), so that the loss is the batch mean
@@ -64,6 +66,9 @@ class FedGen(FedAvg):
         # (step_inputs) and the server's stream per round. Runs before 2026-11-24 drew them from
         # torch's global generator; their ids lack this key, and no run trains that way any more
         draws: Literal["own_streams"] = "own_streams"
+        # the generated samples' labels: every label of the training data, as FedGen's code draws
+        # them, or the classes the client holds (runs before 2026-11-30, whose ids lack this key)
+        generated_labels: Literal["training_data", "held"] = "training_data"
         alpha: NonNegative = 0.1  # weight of the generated-sample CE at round 0
         alpha_decay: Probability = 0.98  # per round
         noise_dim: Count = 64
@@ -80,12 +85,11 @@ class FedGen(FedAvg):
         self.generator: Generator | None = None  # built once the feature size is known
         self.trained = False  # no generated samples before the generator's first training
         self.restored = None  # generator state from a checkpoint
-        # client -> the labels it holds; a dict, which the batched step does not stack per lane
-        # (only step_inputs reads it, outside the loss)
-        self.labels = {
-            client: torch.nonzero(torch.as_tensor(row) > 0).flatten().to(federation.device)
-            for client, row in enumerate(federation.counts)
-        }
+        # client -> the labels its generated samples take; a dict, which the batched step does not
+        # stack per lane (only step_inputs reads it, outside the loss)
+        counts = torch.as_tensor(federation.counts)
+        held = counts > 0 if params.generated_labels == "held" else (counts.sum(0, keepdim=True) > 0).expand_as(counts)
+        self.labels = {client: torch.nonzero(row).flatten().to(federation.device) for client, row in enumerate(held)}
 
     def build(self, global_model):
         p = self.params
@@ -127,7 +131,7 @@ class FedGen(FedAvg):
         return self.trained and self.params.alpha > 0
 
     def step_inputs(self, client, size, generator):
-        """A generated sample's label (one the client holds) and noise for each real sample."""
+        """A generated sample's label (any label of the training data) and noise for each real sample."""
         if not self.generating:
             return {}
         labels = self.labels[client.id]
