@@ -354,12 +354,23 @@ def convert_image_folder(path: Path) -> dict:
     return convert_listing(_list_image_folder(names), open_file, path)
 
 
+def tree_fingerprint(path: Path) -> str:
+    """The path with the size and time of every file under it (of the archive, for a zip): an
+    image changed, added or removed inside the folder gives another cache, which a folder's own
+    time does not tell."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    digest = hashlib.sha256(str(path).encode())
+    for file in files:
+        stat = file.stat()
+        digest.update(f"|{file.relative_to(path) if file != path else ''}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:12]
+
+
 def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     path = Path(cfg.path).expanduser().resolve()
     if not path.exists():
         raise DataError(f"dataset.path={cfg.path} does not exist")
-    stat = path.stat()
-    key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    key = tree_fingerprint(path)
     arrays = cached(root / "cache" / f"imagefolder-{path.stem}-{key}.pt", lambda: convert_image_folder(path))
     pixels = arrays["train_x"].float().div_(255)
     mean = pixels.mean(dim=(0, 2, 3)).tolist()

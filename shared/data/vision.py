@@ -108,6 +108,13 @@ def leaf_sample_split(owner: torch.Tensor, rng: np.random.Generator) -> tuple[np
     return np.concatenate(train), np.concatenate(test)
 
 
+def leaf_split(folder: Path) -> str:
+    """Which split a LEAF FEMNIST folder gives: "leaf-split" (its train/ and test/) or
+    "seeded-split" (all_data/, split here), so that each has a cache of its own."""
+    has = lambda part: any(folder.glob(f"{part}/*.json"))  # noqa: E731
+    return "leaf-split" if has("train") and has("test") else "seeded-split"
+
+
 def convert_leaf_femnist(folder: Path) -> dict:
     train_files, test_files = sorted(folder.glob("train/*.json")), sorted(folder.glob("test/*.json"))
     all_files = sorted(folder.glob("all_data/*.json"))
@@ -162,9 +169,11 @@ def convert_niid_bench_femnist(archive: Path) -> dict:
 def load_femnist(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     if name == "femnist_digits":
         build = lambda: convert_niid_bench_femnist(fetch_archive(NIID_BENCH_FEMNIST, root))
-    else:
+        cache = root / "cache" / f"{name}.pt"
+    else:  # a cache per split: LEAF's train/ and test/ added later are read, not shadowed
         build = lambda: convert_leaf_femnist(root / "femnist")
-    arrays = cached(root / "cache" / f"{name}.pt", build)
+        cache = root / "cache" / f"{name}-{leaf_split(root / 'femnist')}.pt"
+    arrays = cached(cache, build)
     # NIID-Bench feeds FEMNIST through ToTensor alone: no normalisation, no augmentation.
     return dataset_from_arrays(name, arrays, mean=(0.0,), std=(1.0,), augment=False, group_kind="writer")
 

@@ -119,6 +119,20 @@ def test_image_folder_reader(tmp_path, as_zip):
     assert torch.equal(ds.train.x[0], torch.from_numpy(pixels).permute(2, 0, 1))
 
 
+def test_an_image_folder_changed_inside_is_read_anew(tmp_path):
+    """The cache follows every file under the folder: an image rewritten or added in a class
+    folder (the top folder's time unchanged) is read, not the former cache."""
+    folder = tmp_path / "imgs"
+    write_image_folder(folder)
+    cfg = load_config(None, ["dataset=imagefolder", f"dataset.path={folder}", f"data_root={tmp_path / 'root'}"])
+    before = load_dataset(cfg)
+    Image.fromarray(np.full((8, 8, 3), 7, dtype=np.uint8)).save(folder / "train" / "ant" / "0.png")
+    Image.fromarray(np.full((8, 8, 3), 9, dtype=np.uint8)).save(folder / "train" / "bee" / "9.png")
+    after = load_dataset(cfg)
+    assert len(before.train) == 12 and len(after.train) == 13
+    assert (after.train.x[0] == 7).all() and not torch.equal(before.train.x[0], after.train.x[0])
+
+
 def test_corrupt_image_folder_zip(tmp_path):
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"PK\x03\x04 truncated")

@@ -138,6 +138,17 @@ def test_femnist_all_data_split_by_leafs_rule(tmp_path):
     assert sorted(ds.train.y.tolist() + ds.test.y.tolist()) == sorted([*range(10), 1, 2])
 
 
+def test_femnists_own_split_added_later_is_read_not_the_seeded_splits_cache(tmp_path):
+    """A cache per split: LEAF's train/ and test/ added beside all_data/ after a first load are
+    what the next load reads."""
+    leaf_json(tmp_path / "femnist" / "all_data" / "all_data_0.json", {"ten": list(range(10)), "two": [1, 2]})
+    assert len(load_dataset(cfg(tmp_path, "dataset=femnist")).test) == 2
+    leaf_json(tmp_path / "femnist" / "train" / "t.json", {"ten": list(range(7))})
+    leaf_json(tmp_path / "femnist" / "test" / "t.json", {"ten": [7, 8, 9]})
+    ds = load_dataset(cfg(tmp_path, "dataset=femnist"))
+    assert ds.train.y.tolist() == list(range(7)) and ds.test.y.tolist() == [7, 8, 9]
+
+
 def test_femnist_missing_or_corrupt_json_is_explained(tmp_path):
     with pytest.raises(DataError, match=r"FEMNIST \(62 classes\) is not in .*preprocess.sh"):
         load_dataset(cfg(tmp_path, "dataset=femnist"))
