@@ -91,7 +91,7 @@ class SyntheticConfig:
     channels: Annotated[int, Range(1, 16)] = 3
     noise: NonNegative = 0.6  # pixel noise relative to the class signal; higher is harder
     # images: each sample mixes in another class's template by a share drawn from [0, overlap)
-    # (shared.data.datasets.blend); None (left out of run ids) mixes nothing, as before the key existed
+    # (shared.data.synthetic.blend); None (left out of run ids) mixes nothing, as before the key existed
     overlap: Annotated[float, Range(0, 1)] | None = None
     domains: list[str] = field(default_factory=list)  # names of domains that shift the images (partition.kind=domains)
     writers: NonNegativeInt = 0  # > 0: each training sample gets one of this many writers (partition.kind=writers)

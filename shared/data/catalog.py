@@ -4,6 +4,7 @@ The one place for these facts: the loaders (shared/data/datasets.py), the config
 scale's synthetic stand-ins (shared/targets/scales.py) all read them here. Importing this module
 imports no loader and no torch, so a config can be checked before anything heavy loads.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,8 +63,10 @@ def find_copy(root: Path, sha256: str, remember: bool = True) -> Path:
     if remember and memo != remembered:  # runs in parallel share the memo: each writes it whole, atomically
         write_atomically(memo_path, lambda tmp: tmp.write_text(json.dumps(memo, indent=1)))
     if found is None:
-        raise DataError(f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
-                        f"put the copy (e.g. cifar10-jpeg.zip) there")
+        raise DataError(
+            f"dataset.copy={sha256[:12]}...: no file with that SHA-256 in {folder}; "
+            f"put the copy (e.g. cifar10-jpeg.zip) there"
+        )
     return found
 
 
@@ -105,28 +108,61 @@ class Augmentation:
 
 AUGMENTATIONS: dict[str, Augmentation] = {
     "niid_bench": Augmentation(4, "reflect", 0.0, "NIID-Bench's CIFAR-10 transform (our CIFAR default)"),
-    "feddf": Augmentation(4, "constant", 0.0, "FedDF's and FedGKD's CIFAR and Tiny-ImageNet transform: "
-                                              "RandomHorizontalFlip, RandomCrop(side, padding=4)"),
-    "moon_cifar100": Augmentation(4, "constant", 15.0, "MOON's CIFAR-100 transform (FedCSD, FedSSD, FedCAD): RandomCrop(32, "
-                                                       "padding=4), RandomHorizontalFlip, RandomRotation(15)"),
+    "feddf": Augmentation(
+        4,
+        "constant",
+        0.0,
+        "FedDF's and FedGKD's CIFAR and Tiny-ImageNet transform: RandomHorizontalFlip, RandomCrop(side, padding=4)",
+    ),
+    "moon_cifar100": Augmentation(
+        4,
+        "constant",
+        15.0,
+        "MOON's CIFAR-100 transform (FedCSD, FedSSD, FedCAD): RandomCrop(32, "
+        "padding=4), RandomHorizontalFlip, RandomRotation(15)",
+    ),
 }
 
 DATASETS: dict[str, DatasetInfo] = {
     "cifar10": DatasetInfo("shared.data.datasets:load_cifar", 10, display="CIFAR-10", copyable=True),
     "cifar100": DatasetInfo("shared.data.datasets:load_cifar", 100),
     "imagefolder": DatasetInfo("shared.data.datasets:load_image_folder"),
-    "synthetic": DatasetInfo("shared.data.datasets:load_synthetic"),
+    "synthetic": DatasetInfo("shared.data.synthetic:load_synthetic"),
     # LEAF's 805,263 samples, each writer's split 90/10 (shared/data/vision.py)
-    "femnist": DatasetInfo("shared.data.vision:load_femnist", 62, channels=1, side=28, writers=True,
-                           train_size=725_000, test_size=80_000, writer_count=3_550),  # LEAF's users
+    "femnist": DatasetInfo(
+        "shared.data.vision:load_femnist",
+        62,
+        channels=1,
+        side=28,
+        writers=True,
+        train_size=725_000,
+        test_size=80_000,
+        writer_count=3_550,
+    ),  # LEAF's users
     # NIID-Bench's training.pt and test.pt: the 10 digits, split as TFF's EMNIST only_digits
-    "femnist_digits": DatasetInfo("shared.data.vision:load_femnist", 10, channels=1, side=28, writers=True,
-                                  train_size=341_873, test_size=40_832, writer_count=3_383),  # TFF's only_digits
+    "femnist_digits": DatasetInfo(
+        "shared.data.vision:load_femnist",
+        10,
+        channels=1,
+        side=28,
+        writers=True,
+        train_size=341_873,
+        test_size=40_832,
+        writer_count=3_383,
+    ),  # TFF's only_digits
     "tiny_imagenet": DatasetInfo("shared.data.vision:load_tiny_imagenet", 200, side=64, train_size=100_000),
-    "office_caltech10": DatasetInfo("shared.data.vision:load_office_caltech10", 10, side=256,
-                                    domains=("amazon", "caltech", "dslr", "webcam"), train_size=2_025, test_size=508),
+    "office_caltech10": DatasetInfo(
+        "shared.data.vision:load_office_caltech10",
+        10,
+        side=256,
+        domains=("amazon", "caltech", "dslr", "webcam"),
+        train_size=2_025,
+        test_size=508,
+    ),
     "ag_news": DatasetInfo("shared.data.text:load_text_dataset", 4, text=True, train_size=120_000, test_size=7_600),
-    "sst5": DatasetInfo("shared.data.text:load_text_dataset", 5, text=True, train_size=8_544, test_size=2_210, dev=True),
+    "sst5": DatasetInfo(
+        "shared.data.text:load_text_dataset", 5, text=True, train_size=8_544, test_size=2_210, dev=True
+    ),
 }
 
 
@@ -188,18 +224,33 @@ def validate_dataset(cfg: RunConfig) -> None:
     d = cfg.dataset
     dataset_info(d.name)
     check(d.name != "imagefolder" or d.path, "dataset.path is required for dataset.name=imagefolder")
-    check(d.copy is None or dataset_info(d.name).copyable,
-          f"dataset.copy applies to {', '.join(names_where(lambda i: i.copyable))}, not dataset.name={d.name}")
-    check(d.copy is None or is_sha256(d.copy), f"dataset.copy={d.copy!r} must be a SHA-256 (64 hex digits) of the copy's file")
+    check(
+        d.copy is None or dataset_info(d.name).copyable,
+        f"dataset.copy applies to {', '.join(names_where(lambda i: i.copyable))}, not dataset.name={d.name}",
+    )
+    check(
+        d.copy is None or is_sha256(d.copy),
+        f"dataset.copy={d.copy!r} must be a SHA-256 (64 hex digits) of the copy's file",
+    )
     transform = d.transform
-    check(transform is None or transform in AUGMENTATIONS,
-          f"dataset.augmentation={d.augmentation!r} is unknown; valid: "
-          f"{sorted([FORCED_OFF, FORCED_ON, *AUGMENTATIONS, *(f'{FORCED_ON}:{name}' for name in AUGMENTATIONS)])}")
+    check(
+        transform is None or transform in AUGMENTATIONS,
+        f"dataset.augmentation={d.augmentation!r} is unknown; valid: "
+        f"{sorted([FORCED_OFF, FORCED_ON, *AUGMENTATIONS, *(f'{FORCED_ON}:{name}' for name in AUGMENTATIONS)])}",
+    )
     check(transform is None or not is_text(cfg), "dataset.augmentation's transforms apply to images, not token ids")
     s = d.synthetic
     check(len(set(s.domains)) == len(s.domains), f"dataset.synthetic.domains={s.domains} repeats a name")
-    check(sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,
-           "dataset.synthetic: set at most one of domains, writers and text_length")
-    check(not s.text_length or s.overlap is None, "dataset.synthetic.overlap applies to images, not token sequences (text_length)")
-    check(not s.text_length or s.vocab_size > s.num_classes,
-           f"dataset.synthetic.vocab_size={s.vocab_size} must exceed num_classes={s.num_classes} (a band of tokens per class)")
+    check(
+        sum(n > 0 for n in (len(s.domains), s.writers, s.text_length)) <= 1,
+        "dataset.synthetic: set at most one of domains, writers and text_length",
+    )
+    check(
+        not s.text_length or s.overlap is None,
+        "dataset.synthetic.overlap applies to images, not token sequences (text_length)",
+    )
+    check(
+        not s.text_length or s.vocab_size > s.num_classes,
+        f"dataset.synthetic.vocab_size={s.vocab_size} must exceed num_classes={s.num_classes} "
+        "(a band of tokens per class)",
+    )

@@ -3,16 +3,16 @@
 Every dataset ends up as two `Split`s of uint8 images (N, C, H, W) (or, for text, int64 token
 ids (N, L)) and int64 labels, which the trainer moves to its device once. Normalisation and
 augmentation happen there, batched (`shared.data.federation.Augmenter`), so no per-sample Python
-runs in the training loop. CIFAR, image folders and synthetic data live here; FEMNIST,
-Tiny-ImageNet and Office-Caltech-10 in `shared.data.vision`; AG News and SST-5 in
-`shared.data.text`.
+runs in the training loop. CIFAR and image folders live here; FEMNIST, Tiny-ImageNet and
+Office-Caltech-10 in `shared.data.vision`; AG News and SST-5 in `shared.data.text`; the
+synthetic data of the tests and the smoke scale in `shared.data.synthetic`.
 """
+
 from __future__ import annotations
 
 import hashlib
 import importlib
 import io
-import json
 import os
 import pickle
 import sys
@@ -28,6 +28,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 import torch
 
+from shared.config.schema import DatasetConfig, RunConfig
 from shared.data.catalog import (
     AUGMENTATIONS,
     DATA_ROOT_ENV,
@@ -38,9 +39,7 @@ from shared.data.catalog import (
     file_digest,
     find_copy,
 )
-from shared.config.schema import DatasetConfig, RunConfig, SyntheticConfig
 from shared.runs.tensor_files import save_tensors
-from shared.runs.files import write_atomically
 
 
 @dataclass
@@ -143,6 +142,7 @@ def dataset_from_arrays(name: str, arrays: dict, mean, std, augment: bool, **opt
 
 # --- CIFAR-10 / CIFAR-100 from the official archives --------------------------------------
 
+
 @dataclass(frozen=True)
 class Archive:
     url: str
@@ -153,8 +153,11 @@ class Archive:
 
 CIFAR = {
     "cifar10": dict(
-        archive=Archive("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-                        "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
+        archive=Archive(
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+            "cifar-10-python.tar.gz",
+            "c58f30108f718f92721af3b95e74349a",
+        ),
         train=[f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)],
         test=["cifar-10-batches-py/test_batch"],
         meta=("cifar-10-batches-py/batches.meta", "label_names"),
@@ -166,8 +169,11 @@ CIFAR = {
         std=(63.0 / 255, 62.1 / 255, 66.7 / 255),
     ),
     "cifar100": dict(
-        archive=Archive("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
-                        "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),
+        archive=Archive(
+            "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+            "cifar-100-python.tar.gz",
+            "eb9058c3a382ffc7106e4002c42a8d85",
+        ),
         train=["cifar-100-python/train"],
         test=["cifar-100-python/test"],
         meta=("cifar-100-python/meta", "fine_label_names"),
@@ -198,7 +204,8 @@ def fetch_archive(archive: Archive, root: Path) -> Path:
                 f"at a directory that holds it."
             ) from exc
         os.replace(tmp, path)
-        print(f"[data] downloaded {path.name} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.0f} s")
+        seconds = time.perf_counter() - started
+        print(f"[data] downloaded {path.name} ({path.stat().st_size / 1e6:.0f} MB) in {seconds:.0f} s")
     algorithm, expected = ("md5", archive.md5) if archive.md5 else ("sha256", archive.sha256)
     actual = file_digest(path, algorithm)
     if actual != expected:
@@ -217,6 +224,7 @@ def _unpickle(tar: tarfile.TarFile, member: str) -> dict:
 
 def convert_cifar(archive_path: Path, spec: dict) -> dict:
     with tarfile.open(archive_path, "r:gz") as tar:
+
         def read(members):
             batches = [_unpickle(tar, m) for m in members]
             x = np.concatenate([b[b"data"] for b in batches]).reshape(-1, 3, 32, 32)
@@ -290,8 +298,13 @@ def open_tree(path: Path) -> tuple[list[str], Callable[[str], BinaryIO]]:
     return names, lambda name: open(path / name, "rb")
 
 
-def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source: Path,
-                  size: int | None = None, decoded: int | None = None) -> torch.Tensor:
+def decode_images(
+    names: list[str],
+    open_file: Callable[[str], BinaryIO],
+    source: Path,
+    size: int | None = None,
+    decoded: int | None = None,
+) -> torch.Tensor:
     """Image files -> uint8 (N, 3, H, W), converted to RGB and, given `size`, resized to
     size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image).
     `decoded`: the images held against MAX_DECODED_BYTES, every split's (default: these)."""
@@ -316,18 +329,23 @@ def decode_images(names: list[str], open_file: Callable[[str], BinaryIO], source
         if images is None:
             count = decoded or len(names)
             if count * pixels.size > MAX_DECODED_BYTES:
-                raise DataError(f"{source}: {count} images of {pixels.shape[2]}x{pixels.shape[1]} take "
-                                f"{count * pixels.size / 2**30:.0f} GiB; resize them first")
+                raise DataError(
+                    f"{source}: {count} images of {pixels.shape[2]}x{pixels.shape[1]} take "
+                    f"{count * pixels.size / 2**30:.0f} GiB; resize them first"
+                )
             images = np.empty((len(names), *pixels.shape), dtype=np.uint8)
         elif pixels.shape != images.shape[1:]:
-            raise DataError(f"{source}: images differ in size ({name} is {pixels.shape[2]}x{pixels.shape[1]}, "
-                            f"{names[0]} {images.shape[3]}x{images.shape[2]}); resize them first")
+            raise DataError(
+                f"{source}: images differ in size ({name} is {pixels.shape[2]}x{pixels.shape[1]}, "
+                f"{names[0]} {images.shape[3]}x{images.shape[2]}); resize them first"
+            )
         images[i] = pixels
     return torch.from_numpy(images)
 
 
-def convert_listing(listing: dict[str, list[tuple[str, str]]], open_file: Callable[[str], BinaryIO],
-                    source: Path) -> dict:
+def convert_listing(
+    listing: dict[str, list[tuple[str, str]]], open_file: Callable[[str], BinaryIO], source: Path
+) -> dict:
     """{"train"/"test": [(class, file name), ...]} -> uint8 arrays, classes sorted like
     torchvision's ImageFolder."""
     for split, files in listing.items():
@@ -378,87 +396,6 @@ def load_image_folder(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     return dataset_from_arrays(name, arrays, mean, std, augment=arrays["train_x"].shape[-1] <= 64)
 
 
-# --- synthetic data for tests and the smoke scale ------------------------------------------
-
-def load_synthetic(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
-    """Seeded images whose class is learnable: each class is a smooth random template, and a
-    sample is its template plus pixel noise. Deterministic for a given config. A template is a
-    4x4 pattern of dark and bright cells per channel, blown up: classes differ by full contrast
-    over about half their area, so that a few SGD steps separate them (the smoke scale's 4
-    rounds; uniform grey levels left its global models at chance). `synthetic.overlap=a` blends
-    into each sample another class's template by a share up to a (`blend`): harder classes,
-    some of them ambiguous, so that accuracy stays below 100%.
-
-    `synthetic.domains=[names]` gives every sample (train and test) one of these domains, each
-    shifting the brightness of the channels its own way (Office-Caltech-10's feature skew);
-    `synthetic.writers=n` gives every training sample one of n writers (FEMNIST's);
-    `synthetic.text_length=L` makes token sequences instead of images."""
-    s = cfg.synthetic
-    if s.text_length:
-        return synthetic_text(name, s)
-    g = torch.Generator().manual_seed(12345)
-    coarse = (torch.rand(s.num_classes, s.channels, 4, 4, generator=g) > 0.5).float()
-    templates = torch.nn.functional.interpolate(coarse, size=(s.image_size, s.image_size),
-                                                mode="bilinear", align_corners=False)
-    shifts = (torch.rand(len(s.domains), s.channels, 1, 1, generator=g) - 0.5) * 0.5 if s.domains else None
-
-    def draw(per_class: int) -> Split:
-        y = torch.arange(s.num_classes).repeat_interleave(per_class)
-        noise = torch.randn(len(y), s.channels, s.image_size, s.image_size, generator=g)
-        x = blend(templates, y, s.overlap, g) + s.noise * 0.25 * noise
-        domain = None
-        if shifts is not None:
-            domain = torch.arange(len(y)) % len(s.domains)  # every class in every domain
-            x = x + shifts[domain]
-        return Split((x.clamp(0, 1) * 255).round().to(torch.uint8), y, domain)
-
-    train, test = draw(s.train_per_class), draw(s.test_per_class)
-    classes = [f"class{i}" for i in range(s.num_classes)]
-    dataset = Dataset(name, train, test, classes, (0.5,) * s.channels, (0.25,) * s.channels, augment=False)
-    if s.domains:
-        dataset.group_kind, dataset.groups = "domain", list(s.domains)
-    if s.writers:
-        train.group = torch.randint(s.writers, (len(train),), generator=g)
-        dataset.group_kind, dataset.groups = "writer", [f"writer{i}" for i in range(s.writers)]
-    return dataset
-
-
-def blend(templates: torch.Tensor, y: torch.Tensor, overlap: float | None, g: torch.Generator) -> torch.Tensor:
-    """Each sample's class template, mixed with another class's by a share drawn uniformly from
-    [0, overlap): the samples mixed by nearly half lie near the class boundary, where a small
-    change of the weights changes predictions, and those mixed by more than half look like the
-    other class, so that accuracy stays below 100%. None: the template alone (draws nothing)."""
-    if overlap is None:
-        return templates[y]
-    classes = len(templates)
-    other = (y + torch.randint(1, classes, y.shape, generator=g)) % classes
-    share = (torch.rand(len(y), generator=g) * overlap).view(-1, 1, 1, 1)
-    return (1 - share) * templates[y] + share * templates[other]
-
-
-def synthetic_text(name: str, s: SyntheticConfig) -> Dataset:
-    """Seeded token sequences whose class is learnable: each class owns a band of the
-    vocabulary, and a sequence of random length mixes tokens of its class's band with tokens
-    drawn from the whole vocabulary (more of those the higher `noise`); 0 pads."""
-    g = torch.Generator().manual_seed(12345)
-    band = (s.vocab_size - 1) // s.num_classes
-    signal = 1 / (1 + s.noise)  # the share of a sequence's tokens that come from its class's band
-
-    def draw(per_class: int) -> Split:
-        y = torch.arange(s.num_classes).repeat_interleave(per_class)
-        shape = (len(y), s.text_length)
-        own = 1 + y[:, None] * band + torch.randint(band, shape, generator=g)
-        anywhere = torch.randint(1, s.vocab_size, shape, generator=g)
-        ids = torch.where(torch.rand(shape, generator=g) < signal, own, anywhere)
-        lengths = torch.randint(max(1, s.text_length // 2), s.text_length + 1, (len(y), 1), generator=g)
-        ids[torch.arange(s.text_length) >= lengths] = 0
-        return Split(ids, y)
-
-    train, test = draw(s.train_per_class), draw(s.test_per_class)
-    classes = [f"class{i}" for i in range(s.num_classes)]
-    return Dataset(name, train, test, classes, (), (), augment=False, text=TextVocabulary(s.vocab_size, pad_id=0))
-
-
 def load_dataset(cfg: RunConfig) -> Dataset:
     name = cfg.dataset.name
     info = dataset_info(name)
@@ -480,9 +417,13 @@ def check_loaded(dataset: Dataset) -> None:
     needs two classes with training samples, and reflection padding an image wider than it."""
     present = len(torch.unique(dataset.train.y)) if len(dataset.train) else 0
     if dataset.num_classes < 2 or present < 2:
-        raise DataError(f"dataset {dataset.name} has {present} class(es) with training samples "
-                        f"({dataset.num_classes} named); a classifier needs at least two")
+        raise DataError(
+            f"dataset {dataset.name} has {present} class(es) with training samples "
+            f"({dataset.num_classes} named); a classifier needs at least two"
+        )
     side = dataset.train.x.shape[-1]
     if dataset.text is None and dataset.augment and dataset.pad_mode == "reflect" and dataset.crop_pad >= side:
-        raise DataError(f"dataset {dataset.name}'s {side}x{side} images cannot be padded by {dataset.crop_pad} pixels "
-                        f"by reflection for augmentation; set dataset.augmentation=none or use larger images")
+        raise DataError(
+            f"dataset {dataset.name}'s {side}x{side} images cannot be padded by {dataset.crop_pad} pixels "
+            f"by reflection for augmentation; set dataset.augmentation=none or use larger images"
+        )

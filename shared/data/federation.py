@@ -4,6 +4,7 @@ A `Client` is a view (an index tensor) into the device-resident training set; it
 shuffled, augmented and normalised on the device, from a generator seeded by (seed, round,
 client), so a round replays identically after a resume and regardless of client order.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,17 @@ class Augmenter:
     order (FedBN's Office-Caltech-10: flip, rotation +-30, no crop; MOON's CIFAR-100: crop of
     the zero-padded image, flip, rotation +-15)."""
 
-    def __init__(self, mean, std, augment: bool, device: torch.device, channels_last: bool = False, pad: int = 4,
-                 max_rotation: float = 0.0, pad_mode: str = "reflect"):
+    def __init__(
+        self,
+        mean,
+        std,
+        augment: bool,
+        device: torch.device,
+        channels_last: bool = False,
+        pad: int = 4,
+        max_rotation: float = 0.0,
+        pad_mode: str = "reflect",
+    ):
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255
         self.augment, self.pad, self.channels_last, self.max_rotation = augment, pad, channels_last, max_rotation
@@ -111,23 +121,25 @@ class Client:
     def num_batches(self, batch_size: int) -> int:
         return math.ceil(self.epoch_length(batch_size) / batch_size)
 
-    def batches(self, batch_size: int, generator: torch.Generator, augment: bool = True,
-                shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(
+        self, batch_size: int, generator: torch.Generator, augment: bool = True, shuffle: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of (normalised images or token ids, labels), `num_batches` of them."""
         for x, y in self.chunks(batch_size, generator, augment, shuffle):
             for start in range(0, len(y), batch_size):
-                yield x[start:start + batch_size], y[start:start + batch_size]
+                yield x[start : start + batch_size], y[start : start + batch_size]
 
     def in_order(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Every sample once, in the client's order, normalised and unaugmented, in batches: what
         a statistic of the client's data reads (an epoch of `batches` can leave one sample out)."""
         fed = self.federation
         for start in range(0, self.num_samples, batch_size):
-            rows = self.index[start:start + batch_size]
+            rows = self.index[start : start + batch_size]
             yield fed.augmenter.normalize(fed.train_x[rows]), fed.train_y[rows]
 
-    def chunks(self, batch_size: int, generator: torch.Generator, augment: bool = True,
-               shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def chunks(
+        self, batch_size: int, generator: torch.Generator, augment: bool = True, shuffle: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of `batches`, as consecutive runs of whole batches (the last one may end
         with the epoch's short batch), each augmented at once.
 
@@ -139,11 +151,11 @@ class Client:
         order = self.index
         if shuffle:
             order = order[torch.randperm(len(order), generator=generator, device=order.device)]
-        order = order[:self.epoch_length(batch_size)]
+        order = order[: self.epoch_length(batch_size)]
         per_sample = fed.train_x[0].numel()
         chunk = batch_size * max(1, AUGMENT_CHUNK // (per_sample * batch_size))
         for chunk_start in range(0, len(order), chunk):
-            rows = order[chunk_start:chunk_start + chunk]
+            rows = order[chunk_start : chunk_start + chunk]
             x = fed.train_x[rows]
             x = fed.augmenter(x, generator) if augment else fed.augmenter.normalize(x)
             yield x, fed.train_y[rows]
@@ -201,10 +213,21 @@ def build_federation(cfg: RunConfig, device: torch.device, dataset: Dataset | No
         counts=division.counts,
         aux=None if division.aux is None else on_device(dataset.train, device, division.aux),
         val=validation_split(dataset, division, cfg, device),
-        augmenter=TokenIds() if dataset.text else Augmenter(
-            dataset.mean, dataset.std, dataset.augment, device, cfg.trainer.channels_last, dataset.crop_pad,
-            dataset.max_rotation, dataset.pad_mode),
+        augmenter=TokenIds()
+        if dataset.text
+        else Augmenter(
+            dataset.mean,
+            dataset.std,
+            dataset.augment,
+            device,
+            cfg.trainer.channels_last,
+            dataset.crop_pad,
+            dataset.max_rotation,
+            dataset.pad_mode,
+        ),
         device=device,
     )
-    federation.clients = [Client(i, torch.as_tensor(p, device=device), federation) for i, p in enumerate(division.parts)]
+    federation.clients = [
+        Client(i, torch.as_tensor(p, device=device), federation) for i, p in enumerate(division.parts)
+    ]
     return federation

@@ -18,6 +18,7 @@ Random streams (`partition.rng`):
 NeurIPS'20), which code built on it keeps (`pcode/datasets/partition_data.py`); it always draws
 from `np.random.RandomState(seed)`, as that code does from its `conf.random_state`.
 """
+
 from __future__ import annotations
 
 import math
@@ -86,8 +87,9 @@ def classes(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, rng: np.
     return [np.concatenate(p).astype(np.int64) for p in parts]
 
 
-def classes_niid_bench(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, rng: np.random.RandomState,
-                       py_random: random.Random) -> list[np.ndarray]:
+def classes_niid_bench(
+    labels: np.ndarray, num_classes: int, cfg: PartitionConfig, rng: np.random.RandomState, py_random: random.Random
+) -> list[np.ndarray]:
     """#K=k as NIID-Bench's "noniid-#label{k}" draws it: client i holds class i mod K, then
     classes drawn with Python's `random.randint(0, K-1)` until it holds k distinct ones; then per
     class 0..K-1 the class's indices are shuffled (np.random) and split equally, in client order,
@@ -134,8 +136,9 @@ def _balanced_sizes(per_class: list[np.ndarray], m: int, beta: float, rng: np.ra
     return sizes
 
 
-def dirichlet_balanced_lists(labels: np.ndarray, num_classes: int, cfg: PartitionConfig,
-                             rng: np.random.RandomState) -> list[np.ndarray]:
+def dirichlet_balanced_lists(
+    labels: np.ndarray, num_classes: int, cfg: PartitionConfig, rng: np.random.RandomState
+) -> list[np.ndarray]:
     """The Dirichlet stage of `dirichlet_balanced`, before its equal cut: shuffle all samples,
     cut them into chunks of `BALANCED_GROUP` clients' worth (the last chunk takes the rest and the
     remaining clients), and in each chunk split every class over its clients in Dir(beta)
@@ -150,7 +153,7 @@ def dirichlet_balanced_lists(labels: np.ndarray, num_classes: int, cfg: Partitio
     lists: list[np.ndarray] = []
     remaining = n
     for s in range(splits):
-        chunk = order[s * step: total if s == splits - 1 else (s + 1) * step]
+        chunk = order[s * step : total if s == splits - 1 else (s + 1) * step]
         chunk_labels = labels[chunk]
         m = min(group, remaining)
         remaining -= group
@@ -165,7 +168,8 @@ def dirichlet_balanced_lists(labels: np.ndarray, num_classes: int, cfg: Partitio
         else:
             raise ConfigError(
                 f"partition: no Dirichlet draw with beta={cfg.beta} gave each client of a chunk of "
-                f"{size} samples half its average ({floor}) in {MAX_BALANCED_DRAWS} tries; raise beta")
+                f"{size} samples half its average ({floor}) in {MAX_BALANCED_DRAWS} tries; raise beta"
+            )
         parts: list[list[int]] = [[] for _ in range(m)]
         for idx in per_class:
             share = rng.dirichlet(np.full(m, cfg.beta))
@@ -180,8 +184,9 @@ def dirichlet_balanced_lists(labels: np.ndarray, num_classes: int, cfg: Partitio
     return lists
 
 
-def dirichlet_balanced(labels: np.ndarray, num_classes: int, cfg: PartitionConfig,
-                       rng: np.random.RandomState) -> list[np.ndarray]:
+def dirichlet_balanced(
+    labels: np.ndarray, num_classes: int, cfg: PartitionConfig, rng: np.random.RandomState
+) -> list[np.ndarray]:
     """The FedDF code base's "non_iid_dirichlet" partition (`build_non_iid_by_dirichlet`, then
     `DataPartitioner.partition_indices`): the per-client
     lists of `dirichlet_balanced_lists` are concatenated in client order and cut into `clients`
@@ -192,7 +197,7 @@ def dirichlet_balanced(labels: np.ndarray, num_classes: int, cfg: PartitionConfi
     `partition.min_size` does not apply (its own rule: half a chunk's average)."""
     flat = np.concatenate(dirichlet_balanced_lists(labels, num_classes, cfg, rng))
     per = int(1.0 / cfg.clients * len(labels))
-    return [flat[i * per:(i + 1) * per] for i in range(cfg.clients)]
+    return [flat[i * per : (i + 1) * per] for i in range(cfg.clients)]
 
 
 def writers(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) -> list[np.ndarray]:
@@ -216,15 +221,19 @@ def domains(groups: np.ndarray, cfg: PartitionConfig, rng: np.random.Generator) 
     signature of the other kinds)."""
     ids = np.unique(groups)
     if cfg.clients != len(ids):
-        raise ConfigError(f"partition.kind=domains makes one client per domain: partition.clients must be "
-                          f"{len(ids)} (the domains in the training data), not {cfg.clients}")
+        raise ConfigError(
+            f"partition.kind=domains makes one client per domain: partition.clients must be "
+            f"{len(ids)} (the domains in the training data), not {cfg.clients}"
+        )
     parts = [np.flatnonzero(groups == d) for d in ids]
     if cfg.domain_share is None:
         return parts
     keep = int(cfg.domain_share * min(len(p) for p in parts))
     if keep < 1:
-        raise ConfigError(f"partition.domain_share={cfg.domain_share} keeps no sample of the smallest domain "
-                          f"({min(len(p) for p in parts)} training samples)")
+        raise ConfigError(
+            f"partition.domain_share={cfg.domain_share} keeps no sample of the smallest domain "
+            f"({min(len(p) for p in parts)} training samples)"
+        )
     return [p[:keep] for p in parts]
 
 
@@ -240,16 +249,19 @@ def check_config(cfg: PartitionConfig, seed: int | None = None) -> None:
     if cfg.kind not in PARTITIONS:
         raise ConfigError(f"partition.kind={cfg.kind!r} is unknown; valid: {PARTITIONS}")
     if cfg.rng is not None and cfg.rng not in RNGS:
-        raise ConfigError(f"partition.rng={cfg.rng!r} is unknown; valid: null (our generator) or "
-                          f"{', '.join(RNGS)}")
+        raise ConfigError(f"partition.rng={cfg.rng!r} is unknown; valid: null (our generator) or {', '.join(RNGS)}")
     if cfg.rng == "niid_bench" and cfg.kind not in NIID_BENCH_KINDS:
-        raise ConfigError(f"partition.rng=niid_bench draws only the kinds {', '.join(NIID_BENCH_KINDS)} as NIID-Bench "
-                          f"does, not partition.kind={cfg.kind}; leave partition.rng unset (null)"
-                          + (" (dirichlet_balanced always draws as its released code)" if cfg.kind == "dirichlet_balanced" else ""))
+        raise ConfigError(
+            f"partition.rng=niid_bench draws only the kinds {', '.join(NIID_BENCH_KINDS)} as NIID-Bench "
+            f"does, not partition.kind={cfg.kind}; leave partition.rng unset (null)"
+            + (" (dirichlet_balanced always draws as its released code)" if cfg.kind == "dirichlet_balanced" else "")
+        )
     legacy = cfg.rng == "niid_bench" or cfg.kind == "dirichlet_balanced"
     if legacy and seed is not None and not 0 <= seed < 2**32:
-        raise ConfigError(f"seed={seed} must lie in [0, 2**32) for np.random.RandomState "
-                          f"(partition.rng=niid_bench, partition.kind=dirichlet_balanced)")
+        raise ConfigError(
+            f"seed={seed} must lie in [0, 2**32) for np.random.RandomState "
+            f"(partition.rng=niid_bench, partition.kind=dirichlet_balanced)"
+        )
 
 
 def validate_partition(cfg: RunConfig) -> None:
@@ -257,27 +269,47 @@ def validate_partition(cfg: RunConfig) -> None:
     p, d = cfg.partition, cfg.dataset
     check_config(p, cfg.seed)
     if p.kind == "writers":
-        check(catalog.has_writers(cfg), f"partition.kind=writers needs writer ids, which dataset.name={d.name} has not; use "
-                                 f"{' or '.join(catalog.names_where(lambda i: i.writers))} (or synthetic with dataset.synthetic.writers > 0)")
+        check(
+            catalog.has_writers(cfg),
+            f"partition.kind=writers needs writer ids, which dataset.name={d.name} has not; use "
+            f"{' or '.join(catalog.names_where(lambda i: i.writers))} "
+            "(or synthetic with dataset.synthetic.writers > 0)",
+        )
     if p.kind == "domains":
         count = len(catalog.domains(cfg))
-        check(count > 0, f"partition.kind=domains needs a dataset of domains, which dataset.name={d.name} is not; "
-                          f"use {' or '.join(catalog.names_where(lambda i: bool(i.domains)))} (or synthetic with dataset.synthetic.domains named)")
-        check(p.clients == count, f"partition.kind=domains makes one client of each of the {count} domains of "
-                                   f"{d.name}: partition.clients must be {count}, not {p.clients}")
+        check(
+            count > 0,
+            f"partition.kind=domains needs a dataset of domains, which dataset.name={d.name} is not; "
+            f"use {' or '.join(catalog.names_where(lambda i: bool(i.domains)))} "
+            "(or synthetic with dataset.synthetic.domains named)",
+        )
+        check(
+            p.clients == count,
+            f"partition.kind=domains makes one client of each of the {count} domains of "
+            f"{d.name}: partition.clients must be {count}, not {p.clients}",
+        )
     check(p.domain_share is None or p.kind == "domains", "partition.domain_share goes only with partition.kind=domains")
     if d.val_source == "unused":
-        check(d.train_subset is not None and d.val_fraction > 0, "dataset.val_source=unused holds dataset.val_fraction "
-              "x dataset.train_subset rows out of the training rows that train_subset leaves: set both")
+        check(
+            d.train_subset is not None and d.val_fraction > 0,
+            "dataset.val_source=unused holds dataset.val_fraction "
+            "x dataset.train_subset rows out of the training rows that train_subset leaves: set both",
+        )
     if d.val_source == "dev":
-        check(catalog.dataset_info(d.name).dev, f"dataset.val_source=dev needs a development split, which "
-              f"dataset.name={d.name} has not; use {' or '.join(catalog.names_where(lambda i: i.dev))}")
-        check(d.val_fraction == 0, "dataset.val_source=dev validates on the development split, whole: "
-              "leave dataset.val_fraction at 0")
+        check(
+            catalog.dataset_info(d.name).dev,
+            f"dataset.val_source=dev needs a development split, which "
+            f"dataset.name={d.name} has not; use {' or '.join(catalog.names_where(lambda i: i.dev))}",
+        )
+        check(
+            d.val_fraction == 0,
+            "dataset.val_source=dev validates on the development split, whole: leave dataset.val_fraction at 0",
+        )
 
 
-def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int,
-              groups: np.ndarray | None = None) -> list[np.ndarray]:
+def partition(
+    labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int, groups: np.ndarray | None = None
+) -> list[np.ndarray]:
     """Indices into `labels` for each client; validates the parameters against the data first.
     `groups` holds each sample's writer or domain id, which the writers and domains kinds split by."""
     labels = np.asarray(labels)
@@ -290,19 +322,24 @@ def partition(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: 
         if cfg.clients * cfg.min_size > len(labels):
             raise ConfigError(
                 f"partition.min_size={cfg.min_size} x {cfg.clients} clients exceeds the "
-                f"{len(labels)} training samples; valid min_size: [0, {len(labels) // cfg.clients}]")
+                f"{len(labels)} training samples; valid min_size: [0, {len(labels) // cfg.clients}]"
+            )
     if cfg.kind == "classes" and not 1 <= cfg.k <= num_classes:
         raise ConfigError(f"partition.k={cfg.k} must lie in [1, {num_classes}] (the number of classes)")
     parts = draw(labels, num_classes, cfg, seed, groups)
     empty = [client for client, part in enumerate(parts) if len(part) == 0]
     if empty:  # an empty client would train on nothing, and a round of empty clients would fail
-        raise ConfigError(f"partition.kind={cfg.kind} leaves {len(empty)} of {cfg.clients} clients without samples "
-                          f"(client {empty[0]}{', ...' if len(empty) > 1 else ''}); use fewer clients"
-                          + (", a larger partition.beta or partition.min_size" if "dirichlet" in cfg.kind else ""))
+        raise ConfigError(
+            f"partition.kind={cfg.kind} leaves {len(empty)} of {cfg.clients} clients without samples "
+            f"(client {empty[0]}{', ...' if len(empty) > 1 else ''}); use fewer clients"
+            + (", a larger partition.beta or partition.min_size" if "dirichlet" in cfg.kind else "")
+        )
     return parts
 
 
-def draw(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int, groups: np.ndarray | None) -> list[np.ndarray]:
+def draw(
+    labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int, groups: np.ndarray | None
+) -> list[np.ndarray]:
     """Each client's indices, by the kind's own rule (parameters already checked)."""
     if cfg.kind == "dirichlet_balanced":  # the FedDF code's conf.random_state
         return dirichlet_balanced(labels, num_classes, cfg, np.random.RandomState(seed))
@@ -313,7 +350,9 @@ def draw(labels: np.ndarray, num_classes: int, cfg: PartitionConfig, seed: int, 
     rng = np.random.default_rng([seed, 0x9A27])  # a stream of its own, apart from training's
     if cfg.kind in GROUP_PARTITIONS:
         if groups is None:
-            raise ConfigError(f"partition.kind={cfg.kind} needs each sample's {cfg.kind[:-1]}, which this dataset does not record")
+            raise ConfigError(
+                f"partition.kind={cfg.kind} needs each sample's {cfg.kind[:-1]}, which this dataset does not record"
+            )
         return GROUP_PARTITIONS[cfg.kind](np.asarray(groups), cfg, rng)
     return LABEL_PARTITIONS[cfg.kind](labels, num_classes, cfg, rng)
 
@@ -343,8 +382,10 @@ def out_of_unused(labels: np.ndarray, kept: np.ndarray, fraction: float, rng: np
     unused = np.setdiff1d(np.arange(len(labels)), kept)
     share = fraction * len(kept) / max(len(unused), 1)
     if not len(unused) or share > 1:
-        raise ConfigError(f"dataset.val_source=unused: dataset.train_subset leaves {len(unused)} training rows, "
-                          f"fewer than dataset.val_fraction x train_subset ({fraction * len(kept):.0f})")
+        raise ConfigError(
+            f"dataset.val_source=unused: dataset.train_subset leaves {len(unused)} training rows, "
+            f"fewer than dataset.val_fraction x train_subset ({fraction * len(kept):.0f})"
+        )
     return unused[take_per_class(labels[unused], share, rng)]
 
 
@@ -387,4 +428,3 @@ def divide(labels: np.ndarray, num_classes: int, cfg: RunConfig, groups: np.ndar
             aux = pool[take_per_class(labels[pool], cfg.aux.per_class, None)]
     parts = partition(labels[pool], num_classes, cfg.partition, cfg.seed, None if groups is None else groups[pool])
     return Division(pool, parts, count_matrix(labels[pool], parts, num_classes), val, aux)
-

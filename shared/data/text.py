@@ -14,6 +14,7 @@ with save_pretrained), truncated and padded to `dataset.max_length`, and are cac
 <data root>/cache/<name>-<tokenizer hash>-len<max_length>.pt: a second run neither parses nor
 tokenises. Needs the optional `transformers` (requirements-text.txt); nothing else does.
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,18 +28,35 @@ import torch
 
 from shared.config.schema import DatasetConfig
 from shared.data.catalog import dataset_info
-from shared.data.datasets import (SPLITS, Archive, DataError, Dataset, TextVocabulary, cached, dataset_from_arrays,
-                                   fetch_archive)
+from shared.data.datasets import (
+    SPLITS,
+    Archive,
+    DataError,
+    Dataset,
+    TextVocabulary,
+    cached,
+    dataset_from_arrays,
+    fetch_archive,
+)
 
 AG_NEWS = {
-    "train": Archive("https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/train.csv",
-                     "ag_news_train.csv", "b1a00f826fdfbd249f79597b59e1dc12"),
-    "test": Archive("https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/test.csv",
-                    "ag_news_test.csv", "d52ea96a97a2d943681189a97654912d"),
+    "train": Archive(
+        "https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/train.csv",
+        "ag_news_train.csv",
+        "b1a00f826fdfbd249f79597b59e1dc12",
+    ),
+    "test": Archive(
+        "https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/test.csv",
+        "ag_news_test.csv",
+        "d52ea96a97a2d943681189a97654912d",
+    ),
 }
 AG_NEWS_CLASSES = ["World", "Sports", "Business", "Sci/Tech"]
-SST = Archive("https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip", "trainDevTestTrees_PTB.zip",
-              sha256="5c613a4f673fc74097d523a2c83f38e0cc462984d847b82c7aaf36b01cbbbfcc")
+SST = Archive(
+    "https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip",
+    "trainDevTestTrees_PTB.zip",
+    sha256="5c613a4f673fc74097d523a2c83f38e0cc462984d847b82c7aaf36b01cbbbfcc",
+)
 SST5_CLASSES = ["very negative", "negative", "neutral", "positive", "very positive"]
 PTB_ESCAPES = {"-LRB-": "(", "-RRB-": ")"}
 
@@ -48,8 +66,10 @@ def import_transformers():
     try:
         import transformers
     except ImportError as exc:
-        raise DataError("AG News, SST-5 and model.name=distilbert need the optional text extra: "
-                        "pip install -r requirements-text.txt (transformers)") from exc
+        raise DataError(
+            "AG News, SST-5 and model.name=distilbert need the optional text extra: "
+            "pip install -r requirements-text.txt (transformers)"
+        ) from exc
     return transformers
 
 
@@ -108,7 +128,8 @@ def from_pretrained(auto_class: str, pretrained: str, what: str):
         raise DataError(
             f"model.pretrained={pretrained!r}: cannot load {what} ({exc}). Give a directory holding a saved "
             f"model and tokenizer (on a machine with network: AutoModel.from_pretrained(...).save_pretrained(DIR) "
-            f"and the same for AutoTokenizer), or a hub id with the hub reachable.") from exc
+            f"and the same for AutoTokenizer), or a hub id with the hub reachable."
+        ) from exc
 
 
 def load_tokenizer(pretrained: str):
@@ -117,19 +138,27 @@ def load_tokenizer(pretrained: str):
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """Equal for tokenizers that map text to the same ids, wherever they were loaded from."""
-    identity = [type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), sorted(tokenizer.get_vocab().items())]
+    identity = [
+        type(tokenizer).__name__,
+        getattr(tokenizer, "do_lower_case", None),
+        sorted(tokenizer.get_vocab().items()),
+    ]
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:12]
 
 
 def tokenize(texts: list[str], tokenizer, max_length: int) -> torch.Tensor:
-    encoded = tokenizer(texts, max_length=max_length, truncation=True, padding="max_length",
-                        return_attention_mask=False)
+    encoded = tokenizer(
+        texts, max_length=max_length, truncation=True, padding="max_length", return_attention_mask=False
+    )
     return torch.tensor(encoded["input_ids"], dtype=torch.int64)
 
 
 def convert_text(name: str, root: Path, tokenizer, max_length: int) -> dict:
-    arrays: dict = {"classes": AG_NEWS_CLASSES if name == "ag_news" else SST5_CLASSES,
-                    "vocab_size": len(tokenizer), "pad_id": tokenizer.pad_token_id}
+    arrays: dict = {
+        "classes": AG_NEWS_CLASSES if name == "ag_news" else SST5_CLASSES,
+        "vocab_size": len(tokenizer),
+        "pad_id": tokenizer.pad_token_id,
+    }
     for split, (texts, labels) in read_raw(name, root).items():
         arrays[f"{split}_x"] = tokenize(texts, tokenizer, max_length)
         arrays[f"{split}_y"] = torch.tensor(labels, dtype=torch.int64)
@@ -141,5 +170,11 @@ def load_text_dataset(name: str, cfg: DatasetConfig, root: Path, tokenizer: str)
     cache = root / "cache" / f"{name}-{tokenizer_fingerprint(loaded)}-len{cfg.max_length}.pt"
     splits = (*SPLITS, "dev") if dataset_info(name).dev else SPLITS
     arrays = cached(cache, lambda: convert_text(name, root, loaded, cfg.max_length), splits)
-    return dataset_from_arrays(name, arrays, mean=(), std=(), augment=False,
-                        text=TextVocabulary(int(arrays["vocab_size"]), int(arrays["pad_id"])))
+    return dataset_from_arrays(
+        name,
+        arrays,
+        mean=(),
+        std=(),
+        augment=False,
+        text=TextVocabulary(int(arrays["vocab_size"]), int(arrays["pad_id"])),
+    )

@@ -1,5 +1,5 @@
 """FEMNIST, Tiny-ImageNet and Office-Caltech-10: where each comes from, what is verified, and
-how it becomes the uint8 tensors of `shared.data.datasets`, cached once as <data root>/cache/<name>.pt.
+how it becomes the uint8 tensors of `shared.data.datasets`, cached once under <data root>/cache/.
 
 FEMNIST (LEAF, Caldas et al. 2018; 28x28 grey handwriting, each sample's writer kept for
 `partition.kind=writers`):
@@ -30,6 +30,7 @@ ratio of FedBN's files (FedCSD's test accuracies are multiples of 1/32 on DSLR's
 of up to 30 degrees (FedBN's `transform_office`). The domain of every sample, train and test,
 is kept: one client per domain (`partition.kind=domains`) and accuracy per domain.
 """
+
 from __future__ import annotations
 
 import io
@@ -45,14 +46,27 @@ import torch
 
 from shared.config.schema import DatasetConfig
 from shared.data.catalog import DATASETS
-from shared.data.datasets import (IMAGE_SUFFIXES, Archive, DataError, Dataset, cached, dataset_from_arrays,
-                         convert_listing, decode_images, fetch_archive, open_tree)
+from shared.data.datasets import (
+    IMAGE_SUFFIXES,
+    Archive,
+    DataError,
+    Dataset,
+    cached,
+    convert_listing,
+    dataset_from_arrays,
+    decode_images,
+    fetch_archive,
+    open_tree,
+)
 
 # --- FEMNIST ----------------------------------------------------------------------------------
 
 FEMNIST_CLASSES = [*string.digits, *string.ascii_uppercase, *string.ascii_lowercase]  # LEAF's label order
-NIID_BENCH_FEMNIST = Archive("https://raw.githubusercontent.com/tao-shen/FEMNIST_pytorch/master/femnist.tar.gz",
-                             "femnist.tar.gz", "59c65cec646fc57fe92d27d83afdf0ed")
+NIID_BENCH_FEMNIST = Archive(
+    "https://raw.githubusercontent.com/tao-shen/FEMNIST_pytorch/master/femnist.tar.gz",
+    "femnist.tar.gz",
+    "59c65cec646fc57fe92d27d83afdf0ed",
+)
 LEAF_TRAIN_FRACTION = 0.9
 
 
@@ -111,8 +125,8 @@ def leaf_sample_split(owner: torch.Tensor, rng: np.random.Generator) -> tuple[np
 def leaf_split(folder: Path) -> str:
     """Which split a LEAF FEMNIST folder gives: "leaf-split" (its train/ and test/) or
     "seeded-split" (all_data/, split here), so that each has a cache of its own."""
-    has = lambda part: any(folder.glob(f"{part}/*.json"))  # noqa: E731
-    return "leaf-split" if has("train") and has("test") else "seeded-split"
+    own = all(any(folder.glob(f"{part}/*.json")) for part in ("train", "test"))
+    return "leaf-split" if own else "seeded-split"
 
 
 def convert_leaf_femnist(folder: Path) -> dict:
@@ -131,9 +145,18 @@ def convert_leaf_femnist(folder: Path) -> dict:
             f"FEMNIST (62 classes) is not in {folder}: expected LEAF's json files in {folder}/train/ and "
             f"{folder}/test/ (or {folder}/all_data/). Make them with LEAF (github.com/TalwalkarLab/leaf): "
             f"cd data/femnist && ./preprocess.sh -s niid --sf 1.0 -k 0 -t sample, which downloads NIST SD19; "
-            f"then copy data/train and data/test there. The 10-digit variant downloads by itself: dataset.name=femnist_digits.")
-    return dict(train_x=train_x, train_y=train_y, train_group=train_owner, groups=writers,
-                test_x=test_x, test_y=test_y, classes=FEMNIST_CLASSES)
+            f"then copy data/train and data/test there. The 10-digit variant downloads by itself: "
+            "dataset.name=femnist_digits."
+        )
+    return dict(
+        train_x=train_x,
+        train_y=train_y,
+        train_group=train_owner,
+        groups=writers,
+        test_x=test_x,
+        test_y=test_y,
+        classes=FEMNIST_CLASSES,
+    )
 
 
 def convert_niid_bench_femnist(archive: Path) -> dict:
@@ -154,8 +177,10 @@ def convert_niid_bench_femnist(archive: Path) -> dict:
             except (TypeError, ValueError) as exc:
                 raise DataError(f"{archive}:{member} is not (images, labels, samples per writer)") from exc
             if x.shape[1:] != (28, 28) or len(y) != len(x) or int(per_writer.sum()) != len(y):
-                raise DataError(f"{archive}:{member}: {tuple(x.shape)} images, {len(y)} labels and "
-                                f"{int(per_writer.sum())} samples over the writers do not match")
+                raise DataError(
+                    f"{archive}:{member}: {tuple(x.shape)} images, {len(y)} labels and "
+                    f"{int(per_writer.sum())} samples over the writers do not match"
+                )
             if len(y) and not (0 <= y.min() and y.max() < 10):
                 raise DataError(f"{archive}:{member}: labels outside 0..9; not NIID-Bench's digits-only FEMNIST")
             arrays[f"{split}_x"] = to_uint8(x, f"{archive}:{member}").unsqueeze(1)
@@ -168,20 +193,21 @@ def convert_niid_bench_femnist(archive: Path) -> dict:
 
 def load_femnist(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
     if name == "femnist_digits":
-        build = lambda: convert_niid_bench_femnist(fetch_archive(NIID_BENCH_FEMNIST, root))
-        cache = root / "cache" / f"{name}.pt"
+        arrays = cached(
+            root / "cache" / f"{name}.pt", lambda: convert_niid_bench_femnist(fetch_archive(NIID_BENCH_FEMNIST, root))
+        )
     else:  # a cache per split: LEAF's train/ and test/ added later are read, not shadowed
-        build = lambda: convert_leaf_femnist(root / "femnist")
-        cache = root / "cache" / f"{name}-{leaf_split(root / 'femnist')}.pt"
-    arrays = cached(cache, build)
+        folder = root / "femnist"
+        arrays = cached(root / "cache" / f"{name}-{leaf_split(folder)}.pt", lambda: convert_leaf_femnist(folder))
     # NIID-Bench feeds FEMNIST through ToTensor alone: no normalisation, no augmentation.
     return dataset_from_arrays(name, arrays, mean=(0.0,), std=(1.0,), augment=False, group_kind="writer")
 
 
 # --- Tiny-ImageNet ---------------------------------------------------------------------------
 
-TINY_IMAGENET = Archive("http://cs231n.stanford.edu/tiny-imagenet-200.zip", "tiny-imagenet-200.zip",
-                        "90528d7ca1a48142e341f4ef8d21d0de")
+TINY_IMAGENET = Archive(
+    "http://cs231n.stanford.edu/tiny-imagenet-200.zip", "tiny-imagenet-200.zip", "90528d7ca1a48142e341f4ef8d21d0de"
+)
 
 
 def tiny_imagenet_listing(names: list[str], open_file, source: Path) -> dict[str, list[tuple[str, str]]]:
@@ -219,8 +245,18 @@ def load_tiny_imagenet(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
 # --- Office-Caltech-10 ------------------------------------------------------------------------
 
 OFFICE_DOMAINS = DATASETS["office_caltech10"].domains
-OFFICE_CLASSES = ["back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor",
-                  "mouse", "mug", "projector"]  # FedBN's label order
+OFFICE_CLASSES = [
+    "back_pack",
+    "bike",
+    "calculator",
+    "headphones",
+    "keyboard",
+    "laptop_computer",
+    "monitor",
+    "mouse",
+    "mug",
+    "projector",
+]  # FedBN's label order
 OFFICE_FOLDER, OFFICE_ZIP = "office_caltech_10", "office_caltech_10_dataset.zip"
 OFFICE_SIDE = 256
 OFFICE_TEST_FRACTION = 0.2
@@ -230,9 +266,15 @@ class SplitFileUnpickler(pickle.Unpickler):
     """FedBN's split files are pickled numpy arrays of strings. A pickle can run arbitrary code,
     so nothing but numpy's array reconstruction may be loaded from one."""
 
-    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"),
-               *((module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray")
-                 for name in ("_reconstruct", "scalar"))}
+    ALLOWED = {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        *(
+            (module, name)
+            for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+            for name in ("_reconstruct", "scalar")
+        ),
+    }
 
     def find_class(self, module, name):
         if (module, name) not in self.ALLOWED:
@@ -251,7 +293,7 @@ def office_files(source: Path):
     """{path inside office_caltech_10/: name to open}, and how to open one."""
     names, open_file = open_tree(source)
     prefix = OFFICE_FOLDER + "/"
-    return {name[len(prefix):] if name.startswith(prefix) else name: name for name in names}, open_file
+    return {name[len(prefix) :] if name.startswith(prefix) else name: name for name in names}, open_file
 
 
 def split_file_names(domain: str) -> list[str]:
@@ -262,7 +304,9 @@ def has_fedbn_split(files: dict) -> bool:
     wanted = [name for domain in OFFICE_DOMAINS for name in split_file_names(domain)]
     present = [name for name in wanted if name in files]
     if present and len(present) < len(wanted):
-        raise DataError(f"Office-Caltech-10 has some of FedBN's split files but not {sorted(set(wanted) - set(present))}")
+        raise DataError(
+            f"Office-Caltech-10 has some of FedBN's split files but not {sorted(set(wanted) - set(present))}"
+        )
     return bool(present)
 
 
@@ -276,7 +320,7 @@ def read_fedbn_split(domain: str, split_file: str, files: dict, open_file, sourc
     entries = []
     for path, label in zip(paths, labels):
         parts = Path(str(path)).parts
-        key = "/".join(parts[parts.index(domain):]) if domain in parts else str(path)
+        key = "/".join(parts[parts.index(domain) :]) if domain in parts else str(path)
         if key not in files:
             raise DataError(f"{source}: {split_file} names {path}, which is not there")
         if str(label) not in OFFICE_CLASSES:
@@ -347,10 +391,12 @@ def load_office_caltech10(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
             f"Office-Caltech-10 is not in {root}: put FedBN's {OFFICE_ZIP} (the office-caltech10 link in "
             f"github.com/med-air/FedBN's README), zipped or unzipped as {OFFICE_FOLDER}/, into the data root. "
             f"Any copy laid out as {OFFICE_FOLDER}/<domain>/<class>/*.jpg works; without FedBN's "
-            f"<domain>_train.pkl/_test.pkl files each domain is split 80/20 per class with a fixed seed.")
+            f"<domain>_train.pkl/_test.pkl files each domain is split 80/20 per class with a fixed seed."
+        )
     if not fedbn_split and not caches[False].exists():
         print(f"[data] {source}: FedBN's split files are not there; splitting each domain 80/20 per class (seed 0)")
     arrays = cached(caches[fedbn_split], lambda: convert_office(source, fedbn_split))
     # FedBN: Resize(256, 256), RandomHorizontalFlip, RandomRotation(+-30), ToTensor (no normalisation).
-    return dataset_from_arrays(name, arrays, mean=(0.0,) * 3, std=(1.0,) * 3, augment=True, crop_pad=0, max_rotation=30.0,
-                        group_kind="domain")
+    return dataset_from_arrays(
+        name, arrays, mean=(0.0,) * 3, std=(1.0,) * 3, augment=True, crop_pad=0, max_rotation=30.0, group_kind="domain"
+    )

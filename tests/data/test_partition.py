@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from shared.config.schema import ConfigError, PartitionConfig
-from shared.config.schema import RunConfig
+from shared.config.schema import ConfigError, PartitionConfig, RunConfig
 from shared.data.partition import count_matrix, partition
 from shared.runs.directory import RunDirectory
 from shared.runs.files import read_partition

@@ -14,7 +14,7 @@ import torch
 from benchmarks.smoke_learning import report
 from shared.config.schema import ConfigError
 from shared.data.catalog import data_root
-from shared.data.datasets import load_synthetic
+from shared.data.synthetic import load_synthetic
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import expand, get_table
 from shared.training.trainer import run
