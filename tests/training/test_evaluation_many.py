@@ -128,6 +128,22 @@ def test_models_and_inputs_in_channels_last_layout(tiny_cfg, float64, vmapped_on
         assert_same(result, by_hand(model, federation.test, federation, cfg.eval.batch_size))
 
 
+def test_accuracies_are_the_counts_in_float64(tiny_cfg):
+    """An accuracy is its count of right answers over the split, in float64, as Python computes
+    100 * 3 / 70, per class too, whatever the tally's dtype (float32 made 68.49 read
+    68.48999786376953)."""
+    cfg = tiny_cfg(*SMALL, "dataset.synthetic.test_per_class=7")
+    federation = build_federation(cfg, torch.device("cpu"))
+    tally = evaluation.Tally(2, federation.test, federation)
+    assert tally.correct.dtype == torch.float32
+    tally.correct[0, :3] = torch.tensor([1.0, 1.0, 1.0])
+    tally.correct[1, :2] = torch.tensor([6.0, 1.0])
+    results = tally.results()
+    n, per_class = len(federation.test), tally.total[0].item()
+    assert [r["acc"] for r in results] == [100 * 3 / n, 100 * 7 / n]
+    assert results[1]["per_class_acc"][0] == 100 * 6 / per_class
+
+
 def test_accuracy_per_domain_of_many_models(tiny_cfg, float64):
     cfg = tiny_cfg(*SMALL, "dataset.synthetic.domains=[red,green,blue]")
     federation = build_federation(cfg, torch.device("cpu"))
