@@ -373,14 +373,18 @@ def convert_image_folder(path: Path) -> dict:
 
 
 def tree_fingerprint(path: Path) -> str:
-    """The path with the size and time of every file under it (of the archive, for a zip): an
-    image changed, added or removed inside the folder gives another cache, which a folder's own
-    time does not tell."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    """The path with the size and time of every image the folder's listing reads (of the
+    archive, for a zip): an image changed, added or removed inside the folder gives another
+    cache, which a folder's own time does not tell; other files (.DS_Store, a README) give none."""
+    if path.is_file():
+        names = [""]
+    else:
+        listing = _list_image_folder([p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()])
+        names = sorted(name for files in listing.values() for _, name in files)
     digest = hashlib.sha256(str(path).encode())
-    for file in files:
-        stat = file.stat()
-        digest.update(f"|{file.relative_to(path) if file != path else ''}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    for name in names:
+        stat = (path / name).stat()
+        digest.update(f"|{name}|{stat.st_size}|{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:12]
 
 

@@ -100,7 +100,10 @@ def lead(better: float, worse: float, higher_is_better: bool) -> float:
 def comparison_lead(c: Comparison, values: Values) -> float:
     """The comparison's lead over its claimed margin, on the means as printed: a lead within
     rounding of the margin is none."""
-    return ahead_as_printed(term_mean(c.better, values, c.places), term_mean(c.worse, values, c.places), c)
+    better = term_mean(c.better, values, c.places)
+    worse = term_mean(c.worse, values, c.places)
+    ahead = lead(better, worse, c.higher_is_better) - c.min_margin
+    return shown(ahead, c.places) if math.isfinite(ahead) else ahead
 
 
 def group_verdict(comparisons: list[Comparison], values: Values, notes: Notes | None = None) -> dict:
@@ -154,22 +157,19 @@ def outcome(lead_: float, noise_: float) -> str:
     """A comparison's lead against its noise: "win", "within" or "loss" (a tie is no lead)."""
     if math.isnan(noise_):  # a side on one seed (or the paper's "_"): no spread to be within
         return "win" if lead_ > 0 else "loss"
+    # a tie on every seed (noise 0) is within: two rows that never reach a rounds target, say,
+    # could reach it in any order after the last round
     return "win" if lead_ > noise_ else "within" if lead_ >= -noise_ else "loss"
 
 
-def ahead_as_printed(better: float, worse: float, c: Comparison) -> float:
-    """How far `better` leads `worse` beyond the claimed margin, rounded as printed."""
-    ahead = lead(better, worse, c.higher_is_better) - c.min_margin
-    return shown(ahead, c.places) if math.isfinite(ahead) else ahead
-
-
 def seeds_held(comparisons: list[Comparison], values: Values) -> str:
-    """On how many of the shared seeds every comparison holds on that seed's values alone, its
-    lead over the claimed margin rounded as the verdict's is (`comparison_lead`)."""
-    cells = [cell for c in comparisons for cell in c.cells()]
+    """On how many of the shared seeds every comparison holds on that seed's values alone, each
+    value rounded as the verdict rounds a mean (`comparison_lead`)."""
+    cells = list(dict.fromkeys(cell for c in comparisons for cell in c.cells()))
     seeds = sorted(set.intersection(*(set(values[cell]) for cell in cells)))
-    sides = [(term_per_seed(c.better, values), term_per_seed(c.worse, values), c) for c in comparisons]
-    held = sum(all(ahead_as_printed(better[s], worse[s], c) > 0 for better, worse, c in sides) for s in seeds)
+    held = sum(
+        all(comparison_lead(c, {cell: {s: values[cell][s]} for cell in cells}) > 0 for c in comparisons) for s in seeds
+    )
     return f"{held}/{len(seeds)}"
 
 

@@ -121,8 +121,11 @@ def agreement(s, diff: float, spread: float, paper_mean: float, scale: str, pape
         return None
     never = s.get("never", 0)
     if paper_never:
-        both_never, only_we_reach = never >= 2 and s.n == 0, never == 0 and s.n >= 2
-        return True if scale == "paper" and both_never else False if scale == "paper" and only_we_reach else None
+        if scale != "paper":
+            return None
+        if never >= 2 and s.n == 0:  # neither reached it
+            return True
+        return False if never == 0 and s.n >= 2 else None  # we reached it on every seed
     if never and s.n == 0:
         return False if scale == "paper" and never >= 2 and not math.isnan(paper_mean) else None
     if never or math.isnan(spread) or math.isnan(diff):
@@ -223,9 +226,9 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         "",
         "Each cell: ours / paper (difference). ✓: within two standard deviations (the larger of ours over "
         "seeds and the paper's); ✗: outside (none in a rounds cell with a seed that never reached its target, "
-        'unless no seed did; where the paper\'s is "_", never reached: ✓ if no seed of ours reached it, ✗ if every '
-        "one did); n/i: method not implemented yet; (k failed): k seeds failed or "
-        "diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
+        'unless no seed did; where the paper\'s is "_", never reached: ✓ if none of two seeds or more of ours '
+        "reached it, ✗ if every one of two or more did); n/i: method not implemented yet; (k failed): k seeds "
+        "failed or diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
         "column's target, (k without a target): k seeds whose run of the row a rounds column counts to "
         "failed, the mean is over the others; (at chance): the mean "
         f"accuracy is chance, 100/classes %;{EQUALS_NOTE}: each seed's value is {REFERENCE_ROW}'s;"

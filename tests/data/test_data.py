@@ -131,6 +131,10 @@ def test_an_image_folder_changed_inside_is_read_anew(tmp_path):
     after = load_dataset(cfg)
     assert len(before.train) == 12 and len(after.train) == 13
     assert (after.train.x[0] == 7).all() and not torch.equal(before.train.x[0], after.train.x[0])
+    caches = sorted((tmp_path / "root" / "cache").glob("imagefolder-*.pt"))
+    (folder / "train" / ".DS_Store").write_bytes(b"a file the listing does not read")
+    load_dataset(cfg)
+    assert sorted((tmp_path / "root" / "cache").glob("imagefolder-*.pt")) == caches  # no cache of its own
 
 
 def test_corrupt_image_folder_zip(tmp_path):

@@ -130,7 +130,8 @@ def test_a_tie_is_no_lead():
         ),
     )
     result = evaluate(table, [Best("tablegen", "x", "t", rows=("Ours",), columns=("clear", "close"))], values)
-    assert result.verdict.tolist() == [WITHIN_NOISE, NOT_HELD]  # a spread to be within; one seed has none
+    # a tie on every seed is within noise (none: a lead of 0 is within 0); one seed has no spread
+    assert result.verdict.tolist() == [WITHIN_NOISE, NOT_HELD]
     assert result.seeds_held.tolist() == ["0/2", "0/1"]
 
 
@@ -354,6 +355,13 @@ def test_a_seed_holds_as_the_verdict_reads_it_printed():
     best = Best("tablegen", "x", "t", rows=("Ours",), columns=("clear",))
     tie = judged(table, best, {("Ours", "clear"): [70.004], ("Rival", "clear"): [70.001]}).iloc[0]
     assert (tie.verdict, tie.seeds_held) == (NOT_HELD, "0/1")
+    # each side rounded, then compared, as the verdict's means are: 70.01 against 70.00 leads
+    ahead = judged(table, best, {("Ours", "clear"): [70.006], ("Rival", "clear"): [70.004]}).iloc[0]
+    assert (ahead.verdict, ahead.seeds_held) == (HELD, "1/1")
+    behind = judged(table, best, {("Ours", "clear"): [70.004], ("Rival", "clear"): [69.996]}).iloc[0]
+    assert (behind.verdict, behind.seeds_held) == (NOT_HELD, "0/1")
+    three = judged(table, best, {("Ours", "clear"): [70.006] * 3, ("Rival", "clear"): [70.004] * 3}).iloc[0]
+    assert (three.verdict, three.seeds_held) == (HELD, "3/3")
 
 
 def test_a_familys_best_is_judged_on_the_seeds_it_was_chosen_on():

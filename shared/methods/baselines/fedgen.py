@@ -4,7 +4,7 @@ The generator G(noise, y) produces a sample in the classifier's feature space. E
 averaging, the server trains G so that the received classifier heads, weighted per label by the
 clients' label counts, classify G(noise, y) as y, plus a diversity term
 exp(-mean(|noise_i - noise_j|^2 * |G_i - G_j|_1)). Clients then add
-alpha_t * CE(h(G(y_hat)), y_hat), y_hat drawn uniformly from the labels of the whole training data
+alpha_t * CE(h(G(y_hat)), y_hat), y_hat drawn uniformly from the labels some client holds
 (the released code's `available_labels`, classes the client lacks included: the generated samples
 are what tells a client about them), alpha_t = alpha * decay^t.
 
@@ -66,7 +66,7 @@ class FedGen(FedAvg):
         # (step_inputs) and the server's stream per round. Runs before 2026-11-24 drew them from
         # torch's global generator; their ids lack this key, and no run trains that way any more
         draws: Literal["own_streams"] = "own_streams"
-        # the generated samples' labels: every label of the training data, as FedGen's code draws
+        # the generated samples' labels: every label some client holds, as FedGen's code draws
         # them, or the classes the client holds (runs before 2026-11-30, whose ids lack this key)
         generated_labels: Literal["training_data", "held"] = "training_data"
         alpha: NonNegative = 0.1  # weight of the generated-sample CE at round 0
@@ -131,7 +131,8 @@ class FedGen(FedAvg):
         return self.trained and self.params.alpha > 0
 
     def step_inputs(self, client, size, generator):
-        """A generated sample's label (any label of the training data) and noise for each real sample."""
+        """A generated sample's label (one of `labels[client]`: `generated_labels`) and noise for
+        each real sample."""
         if not self.generating:
             return {}
         labels = self.labels[client.id]
