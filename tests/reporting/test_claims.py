@@ -109,7 +109,7 @@ def test_a_claimed_margin_must_be_cleared():
     values = run_values(table, seeds_frame({("Ours", "clear"): [60.2, 60.6], ("Rival", "clear"): [60.0, 60.0]}))
     by_half = Best("tablegen", "Ours by more than 0.5", "t", rows=("Ours",), columns=("clear",), min_margin=0.5)
     result = evaluate(table, [by_half], values)
-    # ahead by 0.4 on the means: 0.1 short of the claimed 0.5, inside the pooled std of 0.2
+    # ahead by 0.4 on the means: 0.1 short of the claimed 0.5, inside the noise of 0.2 (leads 0.2, 0.6)
     assert result.verdict.tolist() == [WITHIN_NOISE] and result.shortfall[0] == pytest.approx(0.1)
     assert result.noise[0] == pytest.approx(0.2)
     assert result.seeds_held[0] == "1/2"  # seed 1 clears it (0.6), seed 0 does not (0.2)
