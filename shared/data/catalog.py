@@ -123,33 +123,17 @@ AUGMENTATIONS: dict[str, Augmentation] = {
     ),
 }
 
+# both FEMNISTs: 28x28 grey handwriting, each training sample's writer kept
+FEMNIST = dict(loader="shared.data.vision:load_femnist", channels=1, side=28, writers=True)
 DATASETS: dict[str, DatasetInfo] = {
     "cifar10": DatasetInfo("shared.data.datasets:load_cifar", 10, display="CIFAR-10", copyable=True),
     "cifar100": DatasetInfo("shared.data.datasets:load_cifar", 100),
     "imagefolder": DatasetInfo("shared.data.datasets:load_image_folder"),
     "synthetic": DatasetInfo("shared.data.synthetic:load_synthetic"),
-    # LEAF's 805,263 samples, each writer's split 90/10 (shared/data/vision.py)
-    "femnist": DatasetInfo(
-        "shared.data.vision:load_femnist",
-        62,
-        channels=1,
-        side=28,
-        writers=True,
-        train_size=725_000,
-        test_size=80_000,
-        writer_count=3_550,
-    ),  # LEAF's users
+    # LEAF's 805,263 samples, each writer's split 90/10 (shared/data/vision.py), of its 3,550 users
+    "femnist": DatasetInfo(**FEMNIST, classes=62, train_size=725_000, test_size=80_000, writer_count=3_550),
     # NIID-Bench's training.pt and test.pt: the 10 digits, split as TFF's EMNIST only_digits
-    "femnist_digits": DatasetInfo(
-        "shared.data.vision:load_femnist",
-        10,
-        channels=1,
-        side=28,
-        writers=True,
-        train_size=341_873,
-        test_size=40_832,
-        writer_count=3_383,
-    ),  # TFF's only_digits
+    "femnist_digits": DatasetInfo(**FEMNIST, classes=10, train_size=341_873, test_size=40_832, writer_count=3_383),
     "tiny_imagenet": DatasetInfo("shared.data.vision:load_tiny_imagenet", 200, side=64, train_size=100_000),
     "office_caltech10": DatasetInfo(
         "shared.data.vision:load_office_caltech10",

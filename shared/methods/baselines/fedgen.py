@@ -87,8 +87,9 @@ class FedGen(FedAvg):
         self.restored = None  # generator state from a checkpoint
         # client -> the labels its generated samples take; a dict, which the batched step does not
         # stack per lane (only step_inputs reads it, outside the loss)
-        counts = torch.as_tensor(federation.counts)
-        held = counts > 0 if params.generated_labels == "held" else (counts.sum(0, keepdim=True) > 0).expand_as(counts)
+        held = torch.as_tensor(federation.counts) > 0
+        if params.generated_labels == "training_data":  # every label some client holds
+            held[:] = held.any(0)
         self.labels = {client: torch.nonzero(row).flatten().to(federation.device) for client, row in enumerate(held)}
 
     def build(self, global_model):
