@@ -8,18 +8,22 @@ held has g[y] = 0, a uniform target, and its samples count in the batch mean lik
 in both released codes (FedGen's userFedDistill.py, FedGKD's worker_feddistill.py: zero logits
 for a class never seen); each sample's term is then on its own, which vmap needs.
 
-Where the released codes differ (neither form is the paper's, which FedGKD and FedGen both
-port): the per-class logits here are each client's means after its local training, in eval mode
-on its unaugmented data, averaged over the round's clients holding the class, weighted by their
-counts. FedGKD's code (master_feddistill.py) accumulates each client's logits of its training
-steps (train mode, augmented) across rounds and sends a client the plain mean of every other
-client's, zeros for a class one lacks, divided by N - 1; FedGen's averages its round's clients'
-trackers uniformly. Both shrink a class's target logits where few clients hold it, so their
-targets are softer than ours.
+Where the released codes differ (neither is the paper's, which FedGKD and FedGen both port):
+the per-class logits here are each client's means after its local training, in eval mode on its
+unaugmented data, averaged over the round's clients holding the class, weighted by their counts.
+FedGen's code averages its round's clients' trackers of training-step logits uniformly. FedGKD's
+server (master_feddistill.py) computes, for each client, the plain mean of every other client's
+training-step logits, but its clients receive them into a copy (worker_feddistill.py's
+`dist.recv(tensor=self.global_logits.clone().detach().cpu(), src=0)`) and keep the zero logits
+they started with: from the second round on, every sample's target is the uniform distribution,
+a confidence penalty of weight lambda. `method.targets=uniform` trains that form, the server's
+statistics computed and unused as in that code; the tables train the method as described.
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
+import torch
 import torch.nn.functional as F
 
 from shared.config.schema import NonNegative
@@ -31,6 +35,9 @@ class FedDistillPlus(ClassStatistics):
     @dataclass
     class Params:
         lam: NonNegative = 0.1
+        # the distillation target: unset, the class's averaged logits (the method as described);
+        # `uniform`, zero logits for every class, the form FedGKD's released code trains
+        targets: Literal["uniform"] | None = None
 
     weighted_by_samples = True
 
@@ -41,6 +48,7 @@ class FedDistillPlus(ClassStatistics):
     def local_loss(self, model, x, y, client):
         logits = model(x)
         loss = F.cross_entropy(logits, y)
-        if self.class_stats is not None:
-            loss = loss + self.params.lam * kl_div(self.class_stats[y], logits)
+        if self.class_stats is not None:  # from the second round on
+            target = torch.zeros_like(logits) if self.params.targets == "uniform" else self.class_stats[y]
+            loss = loss + self.params.lam * kl_div(target, logits)
         return loss
