@@ -30,6 +30,7 @@ gate.xml keeps pytest's JUnit report, or a report of no tests saying why.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -219,10 +220,33 @@ def gate(session, cuda: bool, targets: list[str]) -> Verdict:
             if device == "cpu"
             else "torch sees no CUDA device: the gpu tests are not run"
         )
-        no_tests_report(session.written_elsewhere("gate.xml"), why)
-        session.publish("gate.xml")
-        session.log.line(f"gate: {why}")
-        return Verdict("not run", why)
+        found = untested(session, Verdict("not run", why))
+    elif importlib.util.find_spec("pytest") is None:  # said as such, not as a gate that wrote no report
+        found = untested(session, Verdict("machinery", f"pytest is not installed for {sys.executable}"))
+    else:
+        found = tested(session, targets)
+        if not (session.out / "gate.xml").is_file():
+            untested(session, found)
+    settings = " ".join(SETTINGS[found.overall]) or "the settings as given"
+    session.log.line(
+        f"gate: {found.why}" if not cuda else f"gate: {found.overall} ({found.why}): training with {settings}"
+    )
+    for case, (case_verdict, why) in found.cases.items():
+        session.log.line(
+            f"gate: {case}: {case_verdict} ({why}): its method's runs train with {' '.join(SETTINGS[case_verdict])}"
+        )
+    return found
+
+
+def untested(session, found: Verdict) -> Verdict:
+    """`found`, with gate.xml a report of no tests saying why."""
+    no_tests_report(session.written_elsewhere("gate.xml"), found.why)
+    session.publish("gate.xml")
+    return found
+
+
+def tested(session, targets: list[str]) -> Verdict:
+    """The gate's tests run in a pytest of their own, at most GATE_SECONDS, and their verdict."""
     events_path = session.written_elsewhere("gate.jsonl")
     events_path.unlink(missing_ok=True)
     code = session.run(
@@ -236,14 +260,4 @@ def gate(session, cuda: bool, targets: list[str]) -> Verdict:
     session.publish("gate.xml")
     for test in (i for e in events or [] if isinstance(e.get("collected"), list) for i in e["collected"]):
         session.log.line(f"gate collected {test}")
-    found = verdict(code, events)
-    if not (session.out / "gate.xml").is_file():
-        no_tests_report(session.written_elsewhere("gate.xml"), found.why)
-        session.publish("gate.xml")
-    settings = " ".join(SETTINGS[found.overall]) or "the settings as given"
-    session.log.line(f"gate: {found.overall} ({found.why}): training with {settings}")
-    for case, (case_verdict, why) in found.cases.items():
-        session.log.line(
-            f"gate: {case}: {case_verdict} ({why}): its method's runs train with {' '.join(SETTINGS[case_verdict])}"
-        )
-    return found
+    return verdict(code, events)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from shared.campaign.state_reading import CampaignError
 from shared.config.dotted import deep_merge
 from shared.config.schema import RunConfig
+from shared.targets.copies import training_order
 from shared.targets.resolve import target_cells
 from shared.targets.runtime_settings import parse_settings
 
@@ -31,14 +32,22 @@ def method_key(cfg: RunConfig) -> tuple:
 
 def method_cases(targets: list[str], dataset: str | None = None) -> dict[str, RunConfig]:
     """ "<paper>-<table>-<row>" -> the first run of each distinct method (`method_key`) of the
-    targets' rows at paper scale (on `dataset` only, where given)."""
-    found: dict[tuple, tuple[str, RunConfig]] = {}
-    for target in targets:
+    targets' rows at paper scale (on `dataset` only, where given), in the order the campaign
+    first trains a run of each method: a gate cut short by its time limit has tested those."""
+    cells = [
+        (target, cell)
+        for target in targets
+        for cell in target_cells(target, "paper")
+        if dataset is None or cell.config.dataset.name == dataset
+    ]
+    named: dict[tuple, tuple[str, RunConfig]] = {}
+    for target, cell in cells:
         paper, table = target.strip("/").split("/")[-2:]
-        for cell in target_cells(target, "paper"):
-            if dataset is None or cell.config.dataset.name == dataset:
-                found.setdefault(method_key(cell.config), (f"{paper}-{table}-{cell.row.label}", cell.config))
-    return dict(found.values())
+        named.setdefault(method_key(cell.config), (f"{paper}-{table}-{cell.row.label}", cell.config))
+    first: dict[tuple, int] = {}
+    for _, cell in sorted(cells, key=lambda tc: training_order(tc[1])):
+        first.setdefault(method_key(cell.config), len(first))
+    return dict(named[key] for key in sorted(named, key=first.__getitem__))
 
 
 def settings_by_method(texts: list[str] | None, targets: list[str]) -> dict[tuple, dict]:

@@ -264,7 +264,10 @@ class RunConfig:
         return max(1, math.ceil(self.federation.participation * self.partition.clients - 1e-9))
 
 
-# Keys that do not change a run's result (up to floating-point nondeterminism across devices).
+# Keys that do not change a run's result (up to floating-point nondeterminism across devices, and
+# trainer.device's random stream: a client's shuffles and augmentation draw on its device's
+# generator, Mersenne Twister on a CPU and Philox on CUDA, so a seed's data order differs
+# between the two; its partition, initial weights and sampled clients do not).
 # The speed switches belong here too: batched clients, compilation and CUDA graphs compute the
 # same samples' gradients with the same arithmetic, in another order and kernels (the batched
 # trainer's test shows the weights agree to float rounding), much as another GPU would.

@@ -92,13 +92,19 @@ def on_copy(cfg: RunConfig, copy: Copy | None) -> RunConfig | None:
     return load_config(None, deep_merge(identity(cfg), {"dataset": {"copy": copy.sha256}}))
 
 
+def training_order(cell) -> tuple:
+    """A campaign's order of its cells (a stable sort's key: the table's order within): seed 0
+    of every cell, the rows its table trains first before the others, then seed 1, ..."""
+    return cell.seed, not cell.trained_first
+
+
 def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[dict[str, RunConfig], int]:
     """run id -> config of every run the targets need, seed 0 of every cell first (the rows a
     table trains first before the others), then seed 1, ...; and how many runs need data other
     than the copy (left out)."""
     cells = [cell for target in targets for cell in target_cells(target, scale)]
     runs, skipped = {}, set()
-    for cell in sorted(cells, key=lambda c: (c.seed, not c.trained_first)):  # stable: table order within
+    for cell in sorted(cells, key=training_order):
         cfg = on_copy(cell.config, copy)
         if cfg is None:
             skipped.add(cell.run_id)

@@ -197,6 +197,21 @@ def test_each_gate_failure_gives_its_verdict_and_the_settings_that_follow(tmp_pa
         assert f"gate: {expected} (" in log and (" ".join(settings) or "the settings as given") in log, log
 
 
+def test_a_python_without_pytest_is_said_in_one_line_and_trains_with_the_safest_settings(tmp_path, monkeypatch):
+    """A GPU machine whose Python lacks pytest cannot test its CUDA path: the log says so, not
+    that the gate wrote no report, and nothing runs pytest."""
+    real = session_gate.importlib.util.find_spec
+    monkeypatch.setattr(session_gate.importlib.util, "find_spec", lambda name: None if name == "pytest" else real(name))
+    session = GateDouble(tmp_path, None, None)
+    verdict = session_gate.gate(session, cuda=True, targets=["papers/fedssd/table2"])
+    session.log.close()
+    assert verdict.overall == "machinery" and not session.commands
+    assert session_gate.SETTINGS[verdict.overall] == session_gate.SAFEST
+    log = (session.out / "session.log").read_text()
+    assert "gate: machinery (pytest is not installed for " in log and "trainer.clients_per_step=1" in log, log
+    assert "pytest is not installed" in (session.out / "gate.xml").read_text()
+
+
 def test_a_methods_failure_decides_for_its_methods_runs_only(tmp_path):
     """MOON's case failing its numbers sends MOON's runs to the safest settings (--set-for) and
     leaves FedAvg's as given; a case's capture failure under a general capture failure adds nothing."""
