@@ -4,6 +4,7 @@ to FedAvg, and a 2-round run through `python -m shared.run`."""
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -280,6 +281,28 @@ def test_fedgen_pairs_each_real_sample_with_a_generated_one_drawn_from_the_clien
         + 0.5 * nn.functional.cross_entropy(net.classifier(features), y_hat, reduction="none")
     ).mean()
     torch.testing.assert_close(method.local_loss(net, x, y, CLIENT, y_hat=y_hat, noise=noise), expected)
+
+
+def test_fedgen_with_uniform_label_weights_trains_its_generator_as_if_every_client_held_every_label(float64):
+    """FedGKD's port (`label_weights=uniform`): its clients' label counts stay at ones, so every
+    head counts alike for every label, and every label is drawn; by default a client's head
+    counts by its share of the label, and only labels the round's clients hold are drawn."""
+
+    def generator_after_training(counts, **params):
+        torch.manual_seed(0)
+        method = make("fedgen", counts=counts, noise_dim=2, hidden=4, generator_steps=3, generator_batch=8, **params)
+        method.federation.counts = np.array(counts)  # as a federation holds them
+        method.prepare_round(0, linear_net(W))
+        heads = [linear_net(W, bias=[0.1 * k, 0.0, -0.1 * k]).state_dict() for k in range(2)]
+        method.train_generator([SimpleNamespace(client=k, state=heads[k]) for k in range(2)])
+        return method.generator.state_dict()
+
+    skewed = ((5, 0, 1), (1, 2, 0))
+    uniform = generator_after_training(skewed, label_weights="uniform")
+    as_if_every_label = generator_after_training(((1, 1, 1), (1, 1, 1)))
+    by_counts = generator_after_training(skewed)
+    assert all(torch.equal(uniform[k], as_if_every_label[k]) for k in uniform)
+    assert not all(torch.equal(uniform[k], by_counts[k]) for k in uniform)
 
 
 def test_fedgen_generator_trains_with_the_released_adam():

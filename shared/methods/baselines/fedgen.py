@@ -16,6 +16,10 @@ as before here; FedGen's released code (gen_batch_size, scaled by gen_batch_size
 and FedGKD's port (batch_size) draw a full generated batch, the same term in expectation. The
 server draws the generator's training batches from a stream of the run's own per round.
 
+FedGKD's port weighs every client's head alike for every label and trains the generator on
+every label: its workers send label counts that stay at their initial ones (`update_label_counts`
+is never called); `method.label_weights=uniform` trains that form.
+
 Deviation (as FedGKD's port of FedGen does): FedGen's released code also matches the
 local model's output on real data to the generator's ("latent loss", beta); it is omitted here.
 """
@@ -69,6 +73,10 @@ class FedGen(FedAvg):
         # the generated samples' labels: every label some client holds, as FedGen's code draws
         # them, or the classes the client holds (runs before 2026-11-30, whose ids lack this key)
         generated_labels: Literal["training_data", "held"] = "training_data"
+        # the generator's teachers, per label: unset, each client's head weighted by its share of
+        # the label's samples (FedGen's code); `uniform`, every head alike for every label, as
+        # FedGKD's port trains it (its clients' label counts stay at their initial ones)
+        label_weights: Literal["uniform"] | None = None
         alpha: NonNegative = 0.1  # weight of the generated-sample CE at round 0
         alpha_decay: Probability = 0.98  # per round
         noise_dim: Count = 64
@@ -160,6 +168,8 @@ class FedGen(FedAvg):
         counts = torch.as_tensor(
             self.federation.counts[[u.client for u in updates]], dtype=torch.float32, device=device
         )
+        if p.label_weights == "uniform":
+            counts = torch.ones_like(counts)
         label_weight = counts / counts.sum(0).clamp(min=1)  # clients x classes: who knows class y
         available = torch.nonzero(counts.sum(0) > 0).flatten()
         heads = [(u.state["classifier.weight"], u.state["classifier.bias"]) for u in updates]
