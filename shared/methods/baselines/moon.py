@@ -4,7 +4,10 @@ CE + mu * l_con with l_con = -log( e^{cos(q, q_g)/tau} / (e^{cos(q, q_g)/tau} + 
 q the representation the classifier sees (the projection head's output when the model has one,
 as FedSSD and FedGKD run it; FedCSD runs MOON without), q_g from the global model and q_prev
 from the client's own previous local model. A client that has not trained before has no
-previous model and trains on CE alone: `start_client` weights its l_con by 0 rather than mu. The
+previous model and trains on CE alone: `start_client` weights its l_con by 0 rather than mu.
+MOON's code fills every client's slot after the first round, from the nets it initialised, so
+where not every client trains in round 1 (100 clients, 10 a round) a client's first round
+contrasts with a random network of its own; where all train in round 1 the two agree. The
 weight is a float, so that clients with and without a previous model train in one vmapped step:
 where a batched step's clients differ in it, the step holds it as a tensor, one value per client
 (shared/training/lane_state.py).
