@@ -304,15 +304,21 @@ def decode_images(
     source: Path,
     size: int | None = None,
     decoded: int | None = None,
+    grey_unless_rgb: bool = False,
 ) -> torch.Tensor:
     """Image files -> uint8 (N, 3, H, W), converted to RGB and, given `size`, resized to
     size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image).
-    `decoded`: the images held against MAX_DECODED_BYTES, every split's (default: these)."""
+    `decoded`: the images held against MAX_DECODED_BYTES, every split's (default: these).
+    `grey_unless_rgb`: an image of other than three bands (a palette, an alpha channel, CMYK)
+    becomes its grey levels, as FedBN's loader has it (`transforms.Grayscale(3)`), where
+    torchvision's ImageFolder keeps its colours."""
     try:
         from PIL import Image
     except ImportError as exc:  # pragma: no cover - pillow ships with the environment
         raise DataError("reading images needs Pillow (pip install pillow)") from exc
 
+    if not names:
+        raise DataError(f"{source}: a split without images")
     images = None  # allocated once the first image gives the size: Tiny-ImageNet is 1.2 GB
     for i, name in enumerate(names):
         try:
@@ -320,6 +326,8 @@ def decode_images(
                 image = Image.open(f)  # its size read, its pixels not yet decoded
                 if image.width * image.height > MAX_IMAGE_PIXELS:
                     raise DataError(f"{image.width}x{image.height} pixels, more than {MAX_IMAGE_PIXELS:,}")
+                if grey_unless_rgb and len(image.getbands()) != 3:
+                    image = image.convert("L")
                 image = image.convert("RGB")
                 if size is not None:
                     image = image.resize((size, size), Image.BILINEAR)

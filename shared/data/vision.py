@@ -370,15 +370,21 @@ def convert_office(source: Path, fedbn_split: bool) -> dict:
         entries["test"] += [(d, c, n) for c, n in test]
     arrays: dict = {"classes": OFFICE_CLASSES, "groups": list(OFFICE_DOMAINS)}
     for split, rows in entries.items():
-        arrays[f"{split}_x"] = decode_images([n for _, _, n in rows], open_file, source, size=OFFICE_SIDE)
+        arrays[f"{split}_x"] = decode_images(
+            [n for _, _, n in rows], open_file, source, size=OFFICE_SIDE, grey_unless_rgb=True
+        )
         arrays[f"{split}_y"] = torch.tensor([c for _, c, _ in rows], dtype=torch.int64)
         arrays[f"{split}_group"] = torch.tensor([d for d, _, _ in rows], dtype=torch.int64)
     return arrays
 
 
 def load_office_caltech10(name: str, cfg: DatasetConfig, root: Path) -> Dataset:
-    # Two caches, so that adding FedBN's split files later is noticed instead of shadowed.
-    caches = {True: root / "cache" / f"{name}-fedbn-split.pt", False: root / "cache" / f"{name}-seeded-split.pt"}
+    # Two caches, so that adding FedBN's split files later is noticed instead of shadowed; "grey":
+    # images of other than three bands in grey as FedBN's loader has them (caches before kept colour)
+    caches = {
+        True: root / "cache" / f"{name}-fedbn-split-grey.pt",
+        False: root / "cache" / f"{name}-seeded-split-grey.pt",
+    }
     source = office_source(root)
     if caches[True].exists():
         fedbn_split = True

@@ -292,6 +292,24 @@ def test_office_with_fedbns_split_files(tmp_path):
     assert ds.augment and ds.crop_pad == 0 and ds.max_rotation == 30 and ds.mean == (0.0,) * 3
 
 
+def test_office_turns_an_image_of_other_than_three_bands_grey_as_fedbns_loader(tmp_path):
+    """FedBN's OfficeDataset: `if len(image.split()) != 3: Grayscale(num_output_channels=3)`; a
+    CMYK JPEG in colour becomes its grey levels, an RGB one keeps its colours."""
+    folder = make_office(tmp_path, per_class=2)
+    cmyk = Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 40, 4), dtype=np.uint8), "CMYK")
+    cmyk.save(folder / "amazon/back_pack/frame_0000.jpg", "JPEG")
+    test = load_dataset(cfg(tmp_path, "dataset=office_caltech10")).test.x
+    grey = Image.open(folder / "amazon/back_pack/frame_0000.jpg").convert("L").convert("RGB")
+    assert torch.equal(test[0], torch.from_numpy(np.array(grey.resize((256, 256), Image.BILINEAR)).transpose(2, 0, 1)))
+    assert not torch.equal(test[1][0], test[1][1])  # an RGB image keeps its colours
+
+
+def test_a_split_file_that_lists_no_image_is_one_line(tmp_path):
+    make_office(tmp_path, per_class=1)  # FedBN's train files list the images after the first: none
+    with pytest.raises(DataError, match="a split without images"):
+        load_dataset(cfg(tmp_path, "dataset=office_caltech10"))
+
+
 def test_office_without_split_files_is_split_80_20_with_a_fixed_seed(tmp_path):
     make_office(tmp_path, per_class=5, split_files=False)
     ds = load_dataset(cfg(tmp_path, "dataset=office_caltech10"))
