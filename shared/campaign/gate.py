@@ -16,7 +16,7 @@ verdict follows it (`verdict`):
     error       a test raised anything else: SAFEST
     machinery   the gate itself failed (no report, a gate file that does not import, no test
                 collected, pytest's own error, its time limit before the general tests
-                finished): SAFEST, never no training
+                finished, a Python without pytest): SAFEST, never no training
     not run     no CUDA device to test (a rehearsal on a CPU): the settings as given
 
 The general tests' failures decide for every run. A method case's decide for its method's runs

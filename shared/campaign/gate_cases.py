@@ -32,8 +32,10 @@ def method_key(cfg: RunConfig) -> tuple:
 
 def method_cases(targets: list[str], dataset: str | None = None) -> dict[str, RunConfig]:
     """ "<paper>-<table>-<row>" -> the first run of each distinct method (`method_key`) of the
-    targets' rows at paper scale (on `dataset` only, where given), in the order the campaign
-    first trains a run of each method: a gate cut short by its time limit has tested those."""
+    targets' rows at paper scale (on `dataset` only, where given), in the order a campaign of
+    the targets first trains a run of each method (`training_order`), so that a gate cut short
+    by its time limit has tested those; a campaign's own `--first` and its finished runs are not
+    taken into account."""
     cells = [
         (target, cell)
         for target in targets

@@ -22,7 +22,7 @@ import math
 from shared.config.schema import RunConfig
 from shared.data.catalog import num_classes
 from shared.runs.files import is_number
-from shared.runs.metrics import judge
+from shared.runs.metrics import CHANCE_PER_CLASS, judge
 
 MAX_TEXT = 1000  # a status, a device's name: a line
 RECORD_LISTS = ("per_class_acc", "local_accs", "clients")
@@ -182,7 +182,10 @@ def status_problem(status: str, history: list[dict], cfg: RunConfig) -> str | No
         return f"status is {kind} after {len(history)} of {rounds} rounds"
     if not is_finite(last_loss):
         return f"status is {kind} with a loss that is not finite"
-    if classes is not None and judge("completed", history, classes) != status:
+    judged = judge("completed", history, classes) if classes is not None else status
+    if status == "completed" and judged.startswith(CHANCE_PER_CLASS):  # judged before that check
+        return f"status is completed, but {judged.removeprefix('suspect: ')}: a status of an older version"
+    if judged != status:
         return f"status is {kind}, which the trainer does not judge of this history"
     return None
 

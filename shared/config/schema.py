@@ -265,9 +265,10 @@ class RunConfig:
 
 
 # Keys that do not change a run's result (up to floating-point nondeterminism across devices, and
-# trainer.device's random stream: a client's shuffles and augmentation draw on its device's
-# generator, Mersenne Twister on a CPU and Philox on CUDA, so a seed's data order differs
-# between the two; its partition, initial weights and sampled clients do not).
+# trainer.device's random stream: training's draws (clients' shuffles and augmentation, FedGen's
+# and FedCurv's own) come from the device's generator, Mersenne Twister on a CPU and Philox on
+# CUDA, so they differ between the two; a seed's partition, initial weights and sampled clients
+# do not).
 # The speed switches belong here too: batched clients, compilation and CUDA graphs compute the
 # same samples' gradients with the same arithmetic, in another order and kernels (the batched
 # trainer's test shows the weights agree to float rounding), much as another GPU would.

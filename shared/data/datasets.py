@@ -304,12 +304,14 @@ def decode_images(
     source: Path,
     size: int | None = None,
     decoded: int | None = None,
-    grey_unless_rgb: bool = False,
+    grey_unless_three_bands: bool = False,
+    what: str = "a split",
 ) -> torch.Tensor:
     """Image files -> uint8 (N, 3, H, W), converted to RGB and, given `size`, resized to
     size x size with PIL's bilinear filter (what torchvision's Resize does to a PIL image).
-    `decoded`: the images held against MAX_DECODED_BYTES, every split's (default: these).
-    `grey_unless_rgb`: an image of other than three bands (a palette, an alpha channel, CMYK)
+    `decoded`: the images held against MAX_DECODED_BYTES, every split's (default: these);
+    `what`: the images' name in an error.
+    `grey_unless_three_bands`: an image of other than three bands (a palette, an alpha channel, CMYK)
     becomes its grey levels, as FedBN's loader has it (`transforms.Grayscale(3)`), where
     torchvision's ImageFolder keeps its colours."""
     try:
@@ -318,7 +320,7 @@ def decode_images(
         raise DataError("reading images needs Pillow (pip install pillow)") from exc
 
     if not names:
-        raise DataError(f"{source}: a split without images")
+        raise DataError(f"{source}: {what} lists no image")
     images = None  # allocated once the first image gives the size: Tiny-ImageNet is 1.2 GB
     for i, name in enumerate(names):
         try:
@@ -326,7 +328,7 @@ def decode_images(
                 image = Image.open(f)  # its size read, its pixels not yet decoded
                 if image.width * image.height > MAX_IMAGE_PIXELS:
                     raise DataError(f"{image.width}x{image.height} pixels, more than {MAX_IMAGE_PIXELS:,}")
-                if grey_unless_rgb and len(image.getbands()) != 3:
+                if grey_unless_three_bands and len(image.getbands()) != 3:
                     image = image.convert("L")
                 image = image.convert("RGB")
                 if size is not None:

@@ -371,7 +371,12 @@ def convert_office(source: Path, fedbn_split: bool) -> dict:
     arrays: dict = {"classes": OFFICE_CLASSES, "groups": list(OFFICE_DOMAINS)}
     for split, rows in entries.items():
         arrays[f"{split}_x"] = decode_images(
-            [n for _, _, n in rows], open_file, source, size=OFFICE_SIDE, grey_unless_rgb=True
+            [n for _, _, n in rows],
+            open_file,
+            source,
+            OFFICE_SIDE,
+            grey_unless_three_bands=True,
+            what=f"its {split} split",
         )
         arrays[f"{split}_y"] = torch.tensor([c for _, c, _ in rows], dtype=torch.int64)
         arrays[f"{split}_group"] = torch.tensor([d for d, _, _ in rows], dtype=torch.int64)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from shared.data.catalog import num_classes
 from shared.runs.files import read_summary
-from shared.runs.metrics import rounds_to_target
+from shared.runs.metrics import CHANCE_MARGIN, rounds_to_target
 from shared.targets.table_declarations import Cell, Metric, Table
 
 COMPLETED = "completed"
@@ -55,10 +55,8 @@ def is_suspect(status: str) -> bool:
     return str(status).startswith(SUSPECT)
 
 
-# A cell whose mean accuracy is within this of chance (100 / classes %) is marked "at chance": its
-# models have not learnt (yet), so its place among the methods says nothing of them. The same
-# margin as the trainer's suspect-at-chance judgement of a long run (shared/runs/metrics.py `judge`).
-CHANCE_MARGIN = 0.5
+# A cell whose mean accuracy is within CHANCE_MARGIN of chance (100 / classes %) is marked "at
+# chance": its models have not learnt (yet), so its place among the methods says nothing of them.
 # Every method here is a term added to FedAvg's loop: an accuracy cell whose every seed equals
 # FedAvg's (the same accuracy at the same seed) is marked, since that term then left the counted
 # accuracy unchanged (a weight too small to act in a reduced scale's few rounds), and its rank

@@ -9,6 +9,12 @@ import math
 
 from shared.config.schema import RunConfig, run_id
 
+# Within this of chance (100 / classes %), an accuracy says the model has not learnt: a long run's
+# final one makes it suspect (`judge`), a table's cell mean marks the cell (shared/reporting/summary.py).
+CHANCE_MARGIN = 0.5
+# the start of the status of a run whose final mean accuracy over the classes alone is chance
+CHANCE_PER_CLASS = "suspect: final mean accuracy over the classes"
+
 
 def rounds_to_target(rounds: list[int], accs: list[float], target: float) -> int | None:
     """FedCAD's T(x%): the first evaluated round whose global accuracy reaches the target."""
@@ -20,7 +26,8 @@ def judge(status: str, history: list[dict], num_classes: int) -> str:
     above where it started, is `suspect`: a table marks it rather than print it as a number.
     Chance is judged on the accuracy and on its mean over the classes: a model that predicts
     one class scores 100/classes on the latter, on an unbalanced test set (SST-5's largest
-    class is 29% of it) far less than its accuracy."""
+    class is 29% of it) far less than its accuracy. (A class the test split lacks counts 0
+    there; no dataset here lacks one.)"""
     if status != "completed" or not history:
         return status
     evaluated = [h for h in history if "global_acc" in h]
@@ -28,12 +35,10 @@ def judge(status: str, history: list[dict], num_classes: int) -> str:
     # a few rounds (the smoke scale's 4) may not leave chance yet; that says nothing of the run
     if evaluated and len(history) >= 5:
         last = evaluated[-1]
-        if last["global_acc"] <= chance + 0.5:
+        if last["global_acc"] <= chance + CHANCE_MARGIN:
             return f"suspect: final accuracy {last['global_acc']:.2f}% is chance ({chance:.2f}%)"
-        per_class = last.get("per_class_acc") or [last["global_acc"]]
-        mean = sum(per_class) / len(per_class)
-        if mean <= chance + 0.5:
-            return f"suspect: final mean accuracy over the classes {mean:.2f}% is chance ({chance:.2f}%)"
+        if (per_class := last.get("per_class_acc")) and sum(per_class) / len(per_class) <= chance + CHANCE_MARGIN:
+            return f"{CHANCE_PER_CLASS} {sum(per_class) / len(per_class):.2f}% is chance ({chance:.2f}%)"
     first, last_loss = history[0]["train_loss"], history[-1]["train_loss"]
     if last_loss > 10 * max(first, math.log(num_classes)):
         return f"suspect: training loss rose from {first:.3g} to {last_loss:.3g}"

@@ -99,9 +99,8 @@ def training_order(cell) -> tuple:
 
 
 def campaign_runs(targets: list[str], scale: str, copy: Copy | None) -> tuple[dict[str, RunConfig], int]:
-    """run id -> config of every run the targets need, seed 0 of every cell first (the rows a
-    table trains first before the others), then seed 1, ...; and how many runs need data other
-    than the copy (left out)."""
+    """run id -> config of every run the targets need, in `training_order`; and how many runs
+    need data other than the copy (left out)."""
     cells = [cell for target in targets for cell in target_cells(target, scale)]
     runs, skipped = {}, set()
     for cell in sorted(cells, key=training_order):

@@ -306,7 +306,7 @@ def test_office_turns_an_image_of_other_than_three_bands_grey_as_fedbns_loader(t
 
 def test_a_split_file_that_lists_no_image_is_one_line(tmp_path):
     make_office(tmp_path, per_class=1)  # FedBN's train files list the images after the first: none
-    with pytest.raises(DataError, match="a split without images"):
+    with pytest.raises(DataError, match="its train split lists no image"):
         load_dataset(cfg(tmp_path, "dataset=office_caltech10"))
 
 

@@ -39,3 +39,21 @@ def test_a_training_loss_that_exploded_is_suspect():
 @pytest.mark.parametrize("status", ["diverged: loss is nan", "failed: OSError"])
 def test_a_run_that_did_not_complete_keeps_its_status(status):
     assert judge(status, curve(20.0), 5) == status
+
+
+def test_a_carried_run_judged_before_the_per_class_check_is_named_as_such():
+    """The campaign's reader judges a carried run's status again (run_schema.status_problem): a
+    run that an older version called completed, whose mean accuracy over the classes is chance,
+    is refused with that reason, not as a status the trainer never writes."""
+    from shared.campaign.run_schema import status_problem
+    from shared.targets.configs import load_config
+
+    cfg = load_config(None, ["dataset=cifar10", "federation.rounds=10"])
+    collapsed = curve(28.6, [100.0] + [0.0] * 9)
+    problem = status_problem("completed", collapsed, cfg)
+    assert problem == (
+        "status is completed, but final mean accuracy over the classes 10.00% is chance (10.00%): "
+        "a status of an older version"
+    )
+    assert status_problem(judge("completed", collapsed, 10), collapsed, cfg) is None
+    assert status_problem("completed", curve(40.0, [40.0] * 10), cfg) is None

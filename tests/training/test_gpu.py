@@ -32,6 +32,7 @@ from shared.config.schema import run_id, to_dict
 from shared.runs.numerics import resolve_device
 from shared.targets.configs import load_config
 from shared.training import trainer
+from shared.training.group_training import run_group
 
 pytestmark = [
     pytest.mark.gpu,
@@ -337,8 +338,6 @@ def test_a_group_of_runs_in_one_cuda_graph_equals_the_same_runs_alone(tmp_path, 
     one CUDA graph for the group, against each run alone and sequential. The group trains
     through `run_group`, not the command, which would train a failed group's runs again one
     after another: the gate sees the group's own exception (a capture's is not a wrong number)."""
-    from shared.training.group_training import run_group
-
     overrides = {
         f"seed{seed}": ["method=fedssd", "aux.per_class=5", f"seed={seed}", f"partition.beta={beta}"]
         for seed, beta in ((0, 0.5), (1, 0.1), (2, 10.0))

@@ -5,8 +5,8 @@ Clients upload their per-class mean logits; the server averages them per class (
 clients' sample counts of that class); the local loss is CE + lambda KL(softmax(g[y]) || softmax(z)).
 The weights are averaged as in FedAvg (the "+"). A class that none of the last round's clients
 held has g[y] = 0, a uniform target, and its samples count in the batch mean like any other, as
-in both released codes (FedGen's userFedDistill.py, FedGKD's worker_feddistill.py: zero logits
-for a class never seen); each sample's term is then on its own, which vmap needs.
+in FedGen's userFedDistill.py (zero logits for a class never seen); each sample's term is then on
+its own, which vmap needs.
 
 Where the released codes differ (neither is the paper's, which FedGKD and FedGen both port):
 the per-class logits here are each client's means after its local training, in eval mode on its

@@ -16,9 +16,9 @@ as before here; FedGen's released code (gen_batch_size, scaled by gen_batch_size
 and FedGKD's port (batch_size) draw a full generated batch, the same term in expectation. The
 server draws the generator's training batches from a stream of the run's own per round.
 
-FedGKD's port weighs every client's head alike for every label and trains the generator on
-every label: its workers send label counts that stay at their initial ones (`update_label_counts`
-is never called); `method.label_weights=uniform` trains that form.
+FedGKD's port weighs every client's head alike for every label (its workers send label counts
+that stay at their initial ones: `update_label_counts` is never called) and trains the generator
+on every label (its server's `qualified_labels`); `method.label_weights=uniform` trains that form.
 
 Deviation (as FedGKD's port of FedGen does): FedGen's released code also matches the
 local model's output on real data to the generator's ("latent loss", beta); it is omitted here.
@@ -74,8 +74,8 @@ class FedGen(FedAvg):
         # them, or the classes the client holds (runs before 2026-11-30, whose ids lack this key)
         generated_labels: Literal["training_data", "held"] = "training_data"
         # the generator's teachers, per label: unset, each client's head weighted by its share of
-        # the label's samples (FedGen's code); `uniform`, every head alike for every label, as
-        # FedGKD's port trains it (its clients' label counts stay at their initial ones)
+        # the label's samples (FedGen's code); `uniform`, every head alike, every label trained,
+        # as FedGKD's port has it (module docstring)
         label_weights: Literal["uniform"] | None = None
         alpha: NonNegative = 0.1  # weight of the generated-sample CE at round 0
         alpha_decay: Probability = 0.98  # per round
