@@ -236,7 +236,7 @@ def test_feddistill_per_class_logit_distillation():
 def test_feddistill_with_uniform_targets_distils_toward_zero_logits_as_fedgkds_code_trains():
     """FedGKD's clients receive the server's logits into a copy and keep their zeros: from the
     second round on, every sample's target is uniform, whatever the averaged logits say."""
-    method = make("feddistill", lam=0.1, targets="uniform")
+    method = make("feddistill", lam=0.1, soft_labels="uniform")
     assert method.local_loss(linear_net(W), X, Y, CLIENT).item() == pytest.approx(CE)  # round 0: no statistics
     method.class_stats = torch.tensor([[0.0, 2.0, 0.0], [0.0] * 3, [0.0] * 3], dtype=torch.float64)
     method.known = torch.tensor([True, False, False])

@@ -16,7 +16,7 @@ server (master_feddistill.py) computes, for each client, the plain mean of every
 training-step logits, but its clients receive them into a copy (worker_feddistill.py's
 `dist.recv(tensor=self.global_logits.clone().detach().cpu(), src=0)`) and keep the zero logits
 they started with: from the second round on, every sample's target is the uniform distribution,
-a confidence penalty of weight lambda. `method.targets=uniform` trains that form, the server's
+a confidence penalty of weight lambda. `method.soft_labels=uniform` trains that form, the server's
 statistics computed and unused as in that code; the tables train the method as described.
 """
 
@@ -35,9 +35,9 @@ class FedDistillPlus(ClassStatistics):
     @dataclass
     class Params:
         lam: NonNegative = 0.1
-        # the distillation target: unset, the class's averaged logits (the method as described);
+        # the soft labels distilled: unset, the class's averaged logits (the method as described);
         # `uniform`, zero logits for every class, the form FedGKD's released code trains
-        targets: Literal["uniform"] | None = None
+        soft_labels: Literal["uniform"] | None = None
 
     weighted_by_samples = True
 
@@ -49,6 +49,6 @@ class FedDistillPlus(ClassStatistics):
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         if self.class_stats is not None:  # from the second round on
-            target = torch.zeros_like(logits) if self.params.targets == "uniform" else self.class_stats[y]
-            loss = loss + self.params.lam * kl_div(target, logits)
+            soft = torch.zeros_like(logits) if self.params.soft_labels == "uniform" else self.class_stats[y]
+            loss = loss + self.params.lam * kl_div(soft, logits)
         return loss
