@@ -37,8 +37,10 @@ def judge(status: str, history: list[dict], num_classes: int) -> str:
         last = evaluated[-1]
         if last["global_acc"] <= chance + CHANCE_MARGIN:
             return f"suspect: final accuracy {last['global_acc']:.2f}% is chance ({chance:.2f}%)"
-        if (per_class := last.get("per_class_acc")) and sum(per_class) / len(per_class) <= chance + CHANCE_MARGIN:
-            return f"{CHANCE_PER_CLASS} {sum(per_class) / len(per_class):.2f}% is chance ({chance:.2f}%)"
+        per_class = last.get("per_class_acc")
+        mean = sum(per_class) / len(per_class) if per_class else math.inf
+        if mean <= chance + CHANCE_MARGIN:
+            return f"{CHANCE_PER_CLASS} {mean:.2f}% is chance ({chance:.2f}%)"
     first, last_loss = history[0]["train_loss"], history[-1]["train_loss"]
     if last_loss > 10 * max(first, math.log(num_classes)):
         return f"suspect: training loss rose from {first:.3g} to {last_loss:.3g}"
