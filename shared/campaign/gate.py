@@ -49,6 +49,7 @@ GATE_FILES = (  # in the order they run: the general CUDA-path tests first
 )
 CASES = f"{GATE_FILES[-1]}::"  # the method cases' tests: one a method, its `case` parameter the case
 TARGETS_ENV = "FEDREPRO_GATE_TARGETS"  # read by tests/campaign/test_gpu_campaign_methods.py
+ORDER_ENV = "FEDREPRO_GATE_ORDER"  # its method cases' names as JSON, those the session trains first first
 GRAPHS_OFF = ("trainer.cuda_graphs=false",)
 SAFEST = (*GRAPHS_OFF, "trainer.clients_per_step=1")
 SETTINGS = {
@@ -210,9 +211,10 @@ def no_tests_report(path: Path, why: str) -> None:
     write_atomically(path, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True))
 
 
-def gate(session, cuda: bool, targets: list[str]) -> Verdict:
+def gate(session, cuda: bool, targets: list[str], order: list[str] = ()) -> Verdict:
     """The gate's verdict (module docstring), each collected test id and the verdicts in the
-    session's log; `session`: shared/campaign/session.py's Session."""
+    session's log; `session`: shared/campaign/session.py's Session; `order`: the method cases'
+    names, those the session trains first first (shared/campaign/gate_cases.py `cases_in_turn`)."""
     if not cuda:
         device = session.args.device
         why = (
@@ -224,7 +226,7 @@ def gate(session, cuda: bool, targets: list[str]) -> Verdict:
     elif importlib.util.find_spec("pytest") is None:  # said as such, not as a gate that wrote no report
         found = untested(session, Verdict("machinery", f"pytest is not installed for {sys.executable}"))
     else:
-        found = tested(session, targets)
+        found = tested(session, targets, order)
         if not (session.out / "gate.xml").is_file():
             untested(session, found)
     settings = " ".join(SETTINGS[found.overall]) or "the settings as given"
@@ -245,7 +247,7 @@ def untested(session, found: Verdict) -> Verdict:
     return found
 
 
-def tested(session, targets: list[str]) -> Verdict:
+def tested(session, targets: list[str], order: list[str]) -> Verdict:
     """The gate's tests run in a pytest of their own, at most GATE_SECONDS, and their verdict."""
     events_path = session.written_elsewhere("gate.jsonl")
     events_path.unlink(missing_ok=True)
@@ -253,7 +255,12 @@ def tested(session, targets: list[str]) -> Verdict:
         gate_command(session.written_elsewhere("gate.xml")),
         min(GATE_SECONDS, session.left() / 3),
         # the plugins a GPU machine's image installs load in none of its seconds: the gate names its own
-        env={REPORT_ENV: str(events_path), TARGETS_ENV: " ".join(targets), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        env={
+            REPORT_ENV: str(events_path),
+            TARGETS_ENV: " ".join(targets),
+            ORDER_ENV: json.dumps(list(order)),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        },
     )
     events = read_events(events_path)
     events_path.unlink(missing_ok=True)  # its lines are in the log: OUTDIR keeps gate.xml

@@ -10,9 +10,15 @@ settings and leaves the others theirs:
         --set-for "fedssd-table2-MOON:trainer.clients_per_step=1"
 
 sets a runtime key, over --set's, for MOON's runs only.
+
+A session tests its cases in the order its campaign trains them from its carried state
+(`cases_in_turn`): the method of the run it continues first, so that a gate cut short by its
+time limit has tested the methods the session trains.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from shared.campaign.state_reading import CampaignError
 from shared.config.dotted import deep_merge
@@ -50,6 +56,25 @@ def method_cases(targets: list[str], dataset: str | None = None) -> dict[str, Ru
     for _, cell in sorted(cells, key=lambda tc: training_order(tc[1])):
         first.setdefault(method_key(cell.config), len(first))
     return dict(named[key] for key in sorted(named, key=first.__getitem__))
+
+
+def cases_in_turn(
+    cases: dict[str, RunConfig], runs: dict[str, RunConfig], finished: Callable[[str], bool]
+) -> list[str]:
+    """The cases' names in the order a campaign trains the first unfinished run of each one's
+    method (`runs`: run id -> config, in the campaign's order, `shared.targets.copies.campaign_runs`);
+    a method with none left comes after, in the cases' own order."""
+    turn: dict[tuple, int] = {}
+    for rid, cfg in runs.items():
+        if not finished(rid):
+            turn.setdefault(method_key(cfg), len(turn))
+    return sorted(cases, key=lambda case: turn.get(method_key(cases[case]), len(turn)))
+
+
+def in_given_order(cases: dict[str, RunConfig], names: list[str]) -> dict[str, RunConfig]:
+    """The cases, those `names` names first in its order (`cases_in_turn`'s, a session's), then the rest."""
+    rank = {name: i for i, name in enumerate(names)}
+    return {case: cases[case] for case in sorted(cases, key=lambda case: rank.get(case, len(rank)))}
 
 
 def settings_by_method(texts: list[str] | None, targets: list[str]) -> dict[tuple, dict]:

@@ -43,13 +43,14 @@ import time
 from pathlib import Path
 
 from shared.campaign.gate import SAFEST, Verdict, gate
-from shared.campaign.session_checks import CarryError, carried_source, check_carry
+from shared.campaign.session_checks import Carried, CarryError, carried_source, check_carry
 from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
 from shared.campaign.session_timing import TIMING_FORMAT
 from shared.campaign.state import expected_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import UNIT_FAILED
-from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
+from shared.runs.files import holds_result, stage_elsewhere, temporary_path, write_atomically
+from shared.runs.shipped import SHIPPED
 
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
@@ -159,6 +160,19 @@ def staging_folder(out: Path) -> Path | None:
             return candidate
         candidate.rmdir()
     return None
+
+
+def gate_order(carried: Carried, targets: list[str]) -> list[str]:
+    """The gate's method cases in the order this session trains them (`cases_in_turn`): its
+    carried state's finished runs, or this checkout's shipped ones, are not trained again."""
+    from shared.campaign.gate_cases import GATE_DATASET, cases_in_turn, method_cases
+
+    shipped = REPO / SHIPPED / "runs"
+    return cases_in_turn(
+        method_cases(targets, GATE_DATASET),
+        carried.runs,
+        lambda rid: rid in carried.finished or holds_result(shipped / rid),
+    )
 
 
 def carried_state(session: Session) -> None:
@@ -394,11 +408,13 @@ def run_session(session: Session) -> int:
         why = f"stopped after {ENVIRONMENT_SECONDS} s" if code is None else f"exit {code}"
         session.log.line(f"environment: no record ({why}); the gate runs where --device is not cpu")
     try:  # before anything costly: a bundle that cannot serve the session is said now, in one line
-        args.scale = check_carry(args.carry, args.targets, args.scale)
+        carried = check_carry(args.carry, args.targets, args.scale)
     except CarryError as exc:
         session.log.line(f"error: {exc}", stream=sys.stderr)
         return 2
-    verdict = gate(session, bool(env.get("cuda_available", code != 0)) and args.device != "cpu", args.targets)
+    args.scale = carried.scale
+    cuda = bool(env.get("cuda_available", code != 0)) and args.device != "cpu"
+    verdict = gate(session, cuda, args.targets, gate_order(carried, args.targets) if cuda else [])
     carried_state(session)
     # the verdict's settings have the last word, and every run records its verdict beside them
     trained = train_with_retries(session, *verdict_settings(session, verdict))

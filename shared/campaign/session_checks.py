@@ -11,11 +11,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from shared.campaign.carried_data import UnpackError, unpack_all
-from shared.campaign.state import expected_runs, manifest_copy, read_state, state_exists
+from shared.campaign.ledger import read_ledger
+from shared.campaign.state import expected_runs, manifest_copy, read_state, state_exists, state_runs
 from shared.campaign.state_reading import CampaignError
+from shared.config.schema import RunConfig
 from shared.data.catalog import DataError
 from shared.runs.files import write_atomically
 from shared.runs.provenance import SOURCE_ENV, environment
@@ -72,21 +75,32 @@ class CarryError(Exception):
     """The bundle cannot serve the session; the message is one line."""
 
 
-def check_carry(carry: Path, targets: list[str], scale: str | None) -> str:
-    """The scale the session trains at (the carried state's, where it holds one), once the
-    carried state and data have been checked; CarryError where they fail."""
+@dataclass(frozen=True)
+class Carried:
+    """What the carried state holds for the session: the scale it trains at, the runs its targets
+    need (run id -> config, in the campaign's order, on the carried copy) and those it finished."""
+
+    scale: str
+    runs: dict[str, RunConfig]
+    finished: frozenset[str]
+
+
+def check_carry(carry: Path, targets: list[str], scale: str | None) -> Carried:
+    """What the carried state holds (none carried: a new state at `scale`, default paper), once
+    it and the carried data have been checked; CarryError where they fail."""
     state = carry / STATE
-    manifest = carried_manifest(state, targets, scale) if state_exists(state) else {}
+    manifest, finished = carried_manifest(state, targets, scale) if state_exists(state) else ({}, frozenset())
     scale = scale or manifest.get("scale") or "paper"
-    check_data(carry / "data", targets, scale, manifest_copy(manifest) if manifest else None)
-    return scale
+    copy = manifest_copy(manifest) if manifest else None
+    check_data(carry / "data", targets, scale, copy)
+    return Carried(scale, expected_runs(tuple(targets), scale, copy), finished)
 
 
-def carried_manifest(state: Path, targets: list[str], scale: str | None) -> dict:
+def carried_manifest(state: Path, targets: list[str], scale: str | None) -> tuple[dict, frozenset[str]]:
     """The carried state's manifest, read as `train` will read it, for these targets at this
-    scale."""
+    scale, and the runs it holds finished (its ledger's and its finished runs')."""
     try:
-        manifest, _ = read_state(state)
+        manifest, members = read_state(state)
     except (CampaignError, ValueError, OSError) as exc:  # ValueError: the ledger's or a member's refusal
         raise CarryError(f"the carried state {state} cannot be read: {' '.join(str(exc).split())}") from None
     missing = [t for t in targets if t not in manifest.get("targets", [])]
@@ -97,7 +111,7 @@ def carried_manifest(state: Path, targets: list[str], scale: str | None) -> dict
         )
     if scale and manifest.get("scale") != scale:
         raise CarryError(f"--scale {scale}: the carried state {state} holds runs at scale {manifest.get('scale')}")
-    return manifest
+    return manifest, read_ledger(manifest) | {rid for _, rid in state_runs(members, ("finished",))}
 
 
 def check_data(root: Path, targets: list[str], scale: str, copy: Copy | None) -> None:

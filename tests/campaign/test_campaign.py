@@ -281,7 +281,7 @@ def test_a_run_on_a_copy_has_its_own_id_from_its_content_and_the_official_classe
     packed = bundle / "data" / "copies" / "renamed.zip.gz"  # a copy travels packed, and unpacks to its bytes
     assert gzip.decompress(packed.read_bytes()) == (copies / "renamed.zip").read_bytes()
     assert not (bundle / "data" / "copies" / "renamed.zip").exists()
-    assert check_carry(bundle, ["papers/fedcad/table4"], None) == "paper"  # the session's check unpacks it
+    assert check_carry(bundle, ["papers/fedcad/table4"], None).scale == "paper"  # the session's check unpacks it
     assert (bundle / "data" / "copies" / "renamed.zip").read_bytes() == (copies / "renamed.zip").read_bytes()
     (bundle / "data" / "copies" / "renamed.zip").unlink()  # and `train` on the bundle's data without a session
     train_there = ["train", "papers/fedcad/table4", "--copy", f"cifar10={sha}", "--minutes", "0.001"]

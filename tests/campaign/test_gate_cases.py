@@ -12,9 +12,17 @@ import pytest
 from shared.campaign import train as campaign_train
 from shared.campaign.cli import main
 from shared.campaign.gate import SAFEST, Verdict
-from shared.campaign.gate_cases import GATE_DATASET, method_cases, method_key, settings_by_method
+from shared.campaign.gate_cases import (
+    GATE_DATASET,
+    cases_in_turn,
+    in_given_order,
+    method_cases,
+    method_key,
+    settings_by_method,
+)
 from shared.campaign.runtime import resolved
 from shared.targets.copies import campaign_runs
+from tests.campaign.test_campaign import put_run
 
 TARGET = "papers/fedssd/table2"
 MOON = "fedssd-table2-MOON"
@@ -27,6 +35,34 @@ def test_each_method_of_the_targets_is_one_case_named_by_its_first_row():
     # in the campaign's order (a gate cut short has tested the methods that train first)
     first = ["fedssd-table2-FedAvg", "fedssd-table2-FedSSD", "fedssd-table2-FedSSD (weight M)", "fedssd-table2-FedProx"]
     assert list(cases)[:4] == first and list(cases)[-1] == "fedcad-table2-FedLSD"
+
+
+def test_a_session_tests_first_the_methods_it_trains_first(tmp_path, monkeypatch):
+    """Every first seed of FedAvg and FedSSD finished (as the campaign's was once), a session
+    trains FedProx first: its gate tests FedProx's case first, and a method none of whose runs
+    is left last; the gate's own test process takes that order from the session."""
+    from shared.campaign import session
+    from shared.campaign.session_checks import Carried
+
+    cases = method_cases([TARGET], GATE_DATASET)
+    runs, _ = campaign_runs([TARGET], "paper", None)
+    first_seeds = {rid for rid, cfg in runs.items() if cfg.seed == 0 and cfg.method["name"] in ("fedavg", "fedssd")}
+    order = cases_in_turn(cases, runs, first_seeds.__contains__)
+    assert order[:2] == ["fedssd-table2-FedProx", "fedssd-table2-FedCurv"] and sorted(order) == sorted(cases)
+    assert order[-3:] == ["fedssd-table2-FedAvg", "fedssd-table2-FedSSD", "fedssd-table2-FedSSD (weight M)"]
+    all_fedavg = {rid for rid, cfg in runs.items() if cfg.method["name"] == "fedavg"}
+    assert cases_in_turn(cases, runs, all_fedavg.__contains__)[-1] == "fedssd-table2-FedAvg"
+    assert cases_in_turn(cases, runs, lambda rid: False) == list(cases)  # nothing finished: the campaign's order
+    assert list(in_given_order(cases, order)) == order
+    assert list(in_given_order(cases, [])) == list(cases)
+    assert list(in_given_order(cases, ["no such case", order[-1]]))[0] == order[-1]
+    # finished in the carried state, or shipped in the checkout: alike
+    shipped = tmp_path / "results" / "shipped" / "runs"
+    for rid in sorted(first_seeds)[::2]:
+        put_run(shipped / rid, rid, "completed")
+    monkeypatch.setattr(session, "REPO", tmp_path)
+    carried = Carried("paper", runs, frozenset(sorted(first_seeds)[1::2]))
+    assert session.gate_order(carried, [TARGET]) == order
 
 
 def test_a_cases_settings_reach_its_methods_runs_only(monkeypatch):

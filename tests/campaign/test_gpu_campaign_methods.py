@@ -10,20 +10,22 @@ the weights, tests/training/test_gpu.py) separates the ways.
     python -m pytest -q -m gpu tests/campaign/test_gpu_campaign_methods.py
 
 Part of the GPU session's gate (`pytest -m "gpu and gate"`): a few seconds a method. In a
-session, the methods of its targets only ($FEDREPRO_GATE_TARGETS, shared/campaign/gate.py).
+session, the methods of its targets only ($FEDREPRO_GATE_TARGETS, shared/campaign/gate.py), those
+it trains first first ($FEDREPRO_GATE_ORDER).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
 import torch
 
 from benchmarks.group_step import small_group
-from shared.campaign.gate import TARGETS_ENV
-from shared.campaign.gate_cases import GATE_DATASET, method_cases
+from shared.campaign.gate import ORDER_ENV, TARGETS_ENV
+from shared.campaign.gate_cases import GATE_DATASET, in_given_order, method_cases
 from shared.config.schema import run_id
 from shared.training import trainer
 from shared.training.batched import BatchedClients
@@ -52,12 +54,15 @@ def captures(monkeypatch) -> list:
 
 
 def gate_cases() -> dict:
-    """Case id -> a run of each method: the session's targets' (the gate's), else the campaign's."""
+    """Case id -> a run of each method: the session's targets' (the gate's), in the order the
+    session trains them, else the campaign's."""
     targets = os.environ.get(TARGETS_ENV, "").split()
-    return method_cases(targets, GATE_DATASET) if targets else cases()
+    if not targets:
+        return cases()
+    return in_given_order(method_cases(targets, GATE_DATASET), json.loads(os.environ.get(ORDER_ENV) or "[]"))
 
 
-@pytest.mark.parametrize("case", list(gate_cases()))  # in the campaign's order: a gate cut short tested those
+@pytest.mark.parametrize("case", list(gate_cases()))  # in training's order: a gate cut short tested those
 def test_a_campaign_method_in_a_batched_captured_step_gives_the_sequential_weights(
     tmp_path, monkeypatch, float64, case
 ):

@@ -153,9 +153,11 @@ def report(*parts) -> list[dict]:
 def gated(tmp_path: Path, events: list[dict] | None, code: int | None) -> tuple[session_gate.Verdict, str]:
     """The verdict of a gate that reported `events` and exited with `code`, and the session's log."""
     session = GateDouble(tmp_path, events, code)
-    verdict = session_gate.gate(session, cuda=True, targets=["papers/fedssd/table2"])
+    order = ["fedssd-table2-FedProx", "fedssd-table2-FedAvg"]
+    verdict = session_gate.gate(session, cuda=True, targets=["papers/fedssd/table2"], order=order)
     command, env = session.commands[0]
     assert env[session_gate.TARGETS_ENV] == "papers/fedssd/table2" and "tests" not in command, command
+    assert json.loads(env[session_gate.ORDER_ENV]) == order
     assert command[-len(session_gate.GATE_FILES) :] == list(session_gate.GATE_FILES)
     session.log.close()
     assert (session.out / "gate.xml").is_file() and not list(session.out.glob(".*"))
