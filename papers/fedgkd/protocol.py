@@ -29,7 +29,8 @@ TINY = {
     "federation": {"rounds": 30},
 }
 # NLP: DistilBERT, Adam lr 1e-5, no weight decay, 10 rounds, 4 clients per round; AG News on 50% of
-# its training split (60,000), 20 clients, E=1; SST-5 on all of it (8,544), 10 clients, E=3. Table 2
+# its training split (60,000), 20 clients, E=1; SST-5 on all of it (8,544), 10 clients, E=3, as Table 2
+# has them (the text's "50% and 100% ... respectively" names SST-5 first). Table 2
 # gives these as the sizes the clients train on (the images' 45,000 are what remains after the 10%
 # validation split), so VOTE's validation text comes from elsewhere, which the paper does not say:
 # 6,000 of the 60,000 AG News rows left unused, and SST-5's development split.
