@@ -43,6 +43,7 @@ from shared.config.schema import ConfigError, RunConfig, excerpt, identity, run_
 # torch-free (shared/runs/files.py: planning and shipping read runs without torch); the kill
 # matrix (benchmarks/resume_matrix.py) patches write_atomically here, in files.py and in tensor_files.py
 from shared.runs.files import (
+    KEPT,
     LockHeld,
     RunFilesError,
     aside_path,
@@ -67,7 +68,6 @@ from shared.runs.tensor_files import (
     save_tensors,
 )
 
-KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (`RunDirectory.keep`)
 # Every name a run directory may hold: its files, what `set_aside` and a kill leave, an unpack's staging
 RUN_FILE = re.compile(
     r"(\.?(config\.yaml|partition\.csv|metrics\.jsonl?|checkpoint\.pt|model\.pt|failure\.json"

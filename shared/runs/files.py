@@ -355,6 +355,7 @@ MAX_MEMBER_BYTES = 32 * 1024**2
 SMALL_FILES = ("config.yaml", "metrics.json")  # read into memory to check a run's identity
 # metrics.json: some 9 kB for 100 rounds; JSON is parsed whole, and takes up to 24 times its text
 MAX_SMALL_BYTES = 4 * 1024**2
+KEPT = ".metrics.json.kept"  # a copy of a finished run's metrics.json (shared/runs/directory.py `keep`)
 MAX_CONFIG_BYTES = 2**16  # a run's config.yaml: some 2 kB; YAML parses at about 1 MB a second
 RUN_ID = re.compile(r"[0-9a-f]{16}")  # a run directory's name (shared.config.schema.run_id)
 
@@ -370,6 +371,23 @@ def run_state(run_dir: Path) -> str:
     if (run_dir / "metrics.json").is_file():
         return "finished"
     return "unfinished" if run_dir.is_dir() else "absent"
+
+
+def finished_at(run_dir: Path) -> float:
+    """When the run's result was written: its metrics.json's time, or its kept copy's (KEPT) where
+    metrics.json is that copy put back (a group job does so for a finished run beside those it
+    trains, and Snakemake then touches metrics.json); OSError where it has no metrics.json."""
+    summary, kept = run_dir / "metrics.json", run_dir / KEPT
+    written = summary.stat().st_mtime
+    try:
+        if (
+            kept.stat().st_size == summary.stat().st_size <= MAX_SMALL_BYTES
+            and kept.read_bytes() == summary.read_bytes()
+        ):
+            return min(written, kept.stat().st_mtime)
+    except OSError:  # no kept copy
+        pass
+    return written
 
 
 def holds_result(run_dir: Path) -> bool:

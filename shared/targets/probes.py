@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from shared.runs.files import aside_path, write_atomically
+from shared.runs.files import aside_path, finished_at, write_atomically
 from shared.targets.figure_declarations import Figure, paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.resolve import command_targets
@@ -125,6 +125,12 @@ def row_problem(columns: dict[str, str], row: list[str]) -> str | None:
     return None
 
 
+def is_current(probe: Path, run_dir: Path) -> bool:
+    """Whether the probe was computed after its run's result was written (`finished_at`: a
+    finished run's metrics.json put back as it was by a group job leaves its probe current)."""
+    return probe.stat().st_mtime >= finished_at(run_dir)
+
+
 def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[str]) -> tuple[list[Path], list[str]]:
     """The probes that the targets' figures draw from, of these runs (completed: a probe needs a
     final model), that runs_dir's probes hold up to date (computed after their run's
@@ -139,7 +145,7 @@ def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[s
                 path = probe_path(runs_dir, paper, figure.name, rid, code)
                 if not path.is_file():
                     continue
-                stale = path.stat().st_mtime < (Path(runs_dir) / rid / "metrics.json").stat().st_mtime
+                stale = not is_current(path, Path(runs_dir) / rid)
                 problem = "is older than its run" if stale else probe_problem(figure, path.read_bytes())
                 if problem:
                     notes.append(f"{path} {problem}: left out, its figure computes it again")

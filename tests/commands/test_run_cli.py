@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from shared.runs.files import KEPT, finished_at
 from tests.workflow.test_workflow import make_project, paper_runs
 
 
@@ -72,7 +73,12 @@ def test_diverged_is_a_result_and_a_group_job_restores_finished_runs(project):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count('"restored"') == 2, proc.stdout
     for rid, before in metrics.items():
-        assert json.loads((root / "results" / "runs" / rid / "metrics.json").read_text()) == before
+        run_dir = root / "results" / "runs" / rid
+        assert json.loads((run_dir / "metrics.json").read_text()) == before
+        # put back byte for byte: the run counts as finished when it first finished, so that a
+        # figure's probe of it stays current (shared.targets.probes `is_current`)
+        assert (run_dir / "metrics.json").read_bytes() == (run_dir / KEPT).read_bytes()
+        assert finished_at(run_dir) == (run_dir / KEPT).stat().st_mtime
 
 
 def test_a_single_run_job_killed_after_its_run_finished_restores_it(project):
