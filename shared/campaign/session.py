@@ -162,17 +162,24 @@ def staging_folder(out: Path) -> Path | None:
     return None
 
 
-def gate_order(carried: Carried, targets: list[str]) -> list[str]:
-    """The gate's method cases in the order this session trains them (`cases_in_turn`): its
-    carried state's finished runs, or this checkout's shipped ones, are not trained again."""
+def gate_order(session: Session, carried: Carried) -> list[str]:
+    """The gate's method cases in the order this session trains them (`cases_in_turn`): the
+    cells of the state's --first first, then the campaign's order; its carried state's finished
+    runs, or this checkout's shipped ones, are not trained again. Where that cannot be worked
+    out, the cases' own order: it saves the gate's time, and is never a reason to train nothing."""
+    from shared.campaign.first_cells import chosen_cells
     from shared.campaign.gate_cases import GATE_DATASET, cases_in_turn, method_cases
 
-    shipped = REPO / SHIPPED / "runs"
-    return cases_in_turn(
-        method_cases(targets, GATE_DATASET),
-        carried.runs,
-        lambda rid: rid in carried.finished or holds_result(shipped / rid),
-    )
+    targets, shipped = session.args.targets, REPO / SHIPPED / "runs"
+    try:
+        runs = expected_runs(tuple(targets), carried.scale, carried.copy)
+        first = [c.run_id for c in chosen_cells(carried.first, targets, carried.scale, carried.copy)]
+        in_turn = {rid: runs[rid] for rid in first if rid in runs} | runs
+        finished = carried.finished | {rid for rid in runs if holds_result(shipped / rid)}
+        return cases_in_turn(method_cases(targets, GATE_DATASET), in_turn, finished.__contains__)
+    except Exception as exc:  # whatever it is: the docstring
+        session.log.line(f"gate: its cases in their own order ({type(exc).__name__}: {exc})")
+        return []
 
 
 def carried_state(session: Session) -> None:
@@ -414,7 +421,7 @@ def run_session(session: Session) -> int:
         return 2
     args.scale = carried.scale
     cuda = bool(env.get("cuda_available", code != 0)) and args.device != "cpu"
-    verdict = gate(session, cuda, args.targets, gate_order(carried, args.targets) if cuda else [])
+    verdict = gate(session, cuda, args.targets, gate_order(session, carried) if cuda else [])
     carried_state(session)
     # the verdict's settings have the last word, and every run records its verdict beside them
     trained = train_with_retries(session, *verdict_settings(session, verdict))

@@ -17,8 +17,7 @@ from pathlib import Path
 from shared.campaign.carried_data import UnpackError, unpack_all
 from shared.campaign.ledger import read_ledger
 from shared.campaign.state import expected_runs, manifest_copy, read_state, state_exists, state_runs
-from shared.campaign.state_reading import CampaignError
-from shared.config.schema import RunConfig
+from shared.campaign.state_reading import FIRST, CampaignError
 from shared.data.catalog import DataError
 from shared.runs.files import write_atomically
 from shared.runs.provenance import SOURCE_ENV, environment
@@ -77,12 +76,14 @@ class CarryError(Exception):
 
 @dataclass(frozen=True)
 class Carried:
-    """What the carried state holds for the session: the scale it trains at, the runs its targets
-    need (run id -> config, in the campaign's order, on the carried copy) and those it finished."""
+    """What the carried state holds for the session: the scale it trains at, the copy its runs
+    train on (None: the official data), the runs it finished, and its --first (the cells its
+    campaign trains first, as given: shared/campaign/first_cells.py)."""
 
     scale: str
-    runs: dict[str, RunConfig]
-    finished: frozenset[str]
+    copy: Copy | None = None
+    finished: frozenset[str] = frozenset()
+    first: list[str] | None = None
 
 
 def check_carry(carry: Path, targets: list[str], scale: str | None) -> Carried:
@@ -93,7 +94,7 @@ def check_carry(carry: Path, targets: list[str], scale: str | None) -> Carried:
     scale = scale or manifest.get("scale") or "paper"
     copy = manifest_copy(manifest) if manifest else None
     check_data(carry / "data", targets, scale, copy)
-    return Carried(scale, expected_runs(tuple(targets), scale, copy), finished)
+    return Carried(scale, copy, finished, manifest.get(FIRST))
 
 
 def carried_manifest(state: Path, targets: list[str], scale: str | None) -> tuple[dict, frozenset[str]]:

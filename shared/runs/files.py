@@ -373,21 +373,29 @@ def run_state(run_dir: Path) -> str:
     return "unfinished" if run_dir.is_dir() else "absent"
 
 
-def finished_at(run_dir: Path) -> float:
-    """When the run's result was written: its metrics.json's time, or its kept copy's (KEPT) where
-    metrics.json is that copy put back (a group job does so for a finished run beside those it
-    trains, and Snakemake then touches metrics.json); OSError where it has no metrics.json."""
+def kept_at(run_dir: Path) -> float | None:
+    """The time of the finished run's kept copy of its metrics.json (KEPT, written as it finished)
+    where metrics.json is that copy byte for byte; None where there is no such copy. A job of the
+    run puts it back rather than train the run again (a group job does so beside the runs it
+    trains, and Snakemake then touches metrics.json)."""
     summary, kept = run_dir / "metrics.json", run_dir / KEPT
-    written = summary.stat().st_mtime
     try:
         if (
             kept.stat().st_size == summary.stat().st_size <= MAX_SMALL_BYTES
             and kept.read_bytes() == summary.read_bytes()
         ):
-            return min(written, kept.stat().st_mtime)
-    except OSError:  # no kept copy
+            return kept.stat().st_mtime
+    except OSError:  # no kept copy, or no metrics.json
         pass
-    return written
+    return None
+
+
+def finished_at(run_dir: Path) -> float:
+    """When the run's result was written: its kept copy's time (`kept_at`), else its
+    metrics.json's; OSError where it has no metrics.json."""
+    written = (run_dir / "metrics.json").stat().st_mtime
+    kept = kept_at(run_dir)
+    return written if kept is None else min(written, kept)
 
 
 def holds_result(run_dir: Path) -> bool:

@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from shared.runs.files import aside_path, finished_at, write_atomically
+from shared.runs.files import aside_path, finished_at, kept_at, write_atomically
 from shared.targets.figure_declarations import Figure, paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.resolve import command_targets
@@ -131,11 +131,19 @@ def is_current(probe: Path, run_dir: Path) -> bool:
     return probe.stat().st_mtime >= finished_at(run_dir)
 
 
+def outlasts_its_runs_jobs(probe: Path, run_dir: Path) -> bool:
+    """Whether the probe stays current whatever job of its run runs: it was computed after the
+    run's kept copy (`kept_at`), which such a job puts back as it was rather than train the run
+    again (the workflow's probe rule then compares no time: a group job would compute it again)."""
+    kept = kept_at(run_dir)
+    return kept is not None and probe.is_file() and probe.stat().st_mtime >= kept
+
+
 def target_probes(targets: list[str], scale: str, runs_dir: Path, run_ids: set[str]) -> tuple[list[Path], list[str]]:
     """The probes that the targets' figures draw from, of these runs (completed: a probe needs a
-    final model), that runs_dir's probes hold up to date (computed after their run's
-    metrics.json, by today's code, as the figure's probe writes them), and a note for each one
-    held but not up to date."""
+    final model), that runs_dir's probes hold up to date (computed after their run's result was
+    written, `is_current`, by today's code, as the figure's probe writes them), and a note for
+    each one held but not up to date."""
     found, notes = {}, []
     for target in targets:
         paper, names = command_targets([target])

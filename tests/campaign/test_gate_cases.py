@@ -6,6 +6,7 @@ written."""
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,13 +57,25 @@ def test_a_session_tests_first_the_methods_it_trains_first(tmp_path, monkeypatch
     assert list(in_given_order(cases, order)) == order
     assert list(in_given_order(cases, [])) == list(cases)
     assert list(in_given_order(cases, ["no such case", order[-1]]))[0] == order[-1]
-    # finished in the carried state, or shipped in the checkout: alike
+    # a session: finished in the carried state, or shipped in the checkout, alike
     shipped = tmp_path / "results" / "shipped" / "runs"
     for rid in sorted(first_seeds)[::2]:
         put_run(shipped / rid, rid, "completed")
     monkeypatch.setattr(session, "REPO", tmp_path)
-    carried = Carried("paper", runs, frozenset(sorted(first_seeds)[1::2]))
-    assert session.gate_order(carried, [TARGET]) == order
+    lines = []
+    a_session = SimpleNamespace(args=SimpleNamespace(targets=[TARGET]), log=SimpleNamespace(line=lines.append))
+    carried = Carried("paper", None, frozenset(sorted(first_seeds)[1::2]))
+    assert session.gate_order(a_session, carried) == order and not lines
+    # the state's --first trains its cells before the rest: their methods' cases first
+    first = ["rows=MOON,FedSSD", "settings=δ=0.5"]
+    assert session.gate_order(a_session, Carried("paper", None, carried.finished, first))[:3] == [
+        "fedssd-table2-MOON",
+        "fedssd-table2-FedSSD",
+        "fedssd-table2-FedProx",
+    ]
+    # an order that cannot be worked out is the cases' own, said in the log: never no training
+    assert session.gate_order(a_session, Carried("paper", None, frozenset(), ["rows=NoSuchRow"])) == []
+    assert len(lines) == 1 and "gate: its cases in their own order (CampaignError: --first rows=NoSuchRow" in lines[0]
 
 
 def test_a_cases_settings_reach_its_methods_runs_only(monkeypatch):

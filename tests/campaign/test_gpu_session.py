@@ -22,6 +22,7 @@ from shared.campaign import state as campaign_state
 from shared.campaign import train as campaign_train
 from shared.campaign.cli import main
 from shared.campaign.runtime import with_runtime
+from shared.campaign.session_checks import carried_manifest
 from shared.campaign.session_timing import SessionTiming, unit_summary
 from shared.campaign.state import read_state
 from shared.config.schema import ConfigError, run_id
@@ -487,6 +488,9 @@ def test_a_run_records_the_gates_verdict_beside_its_settings_and_status_shows_bo
     campaign_train.state_run_ids.cache_clear()
     settings = [f"--set={s}" for s in (*session_gate.SETTINGS["numerical"], "trainer.gate=numerical")]
     assert train(root, tmp_path / "state.tar.gz", 2, *settings) == 0
+    (finished,) = [p.parent.name for p in root.glob("results/runs/*/metrics.json")]
+    # the state holds it finished, as a session's check reads it (its gate's order skips it)
+    assert carried_manifest(tmp_path / "state.tar.gz", [TARGET], "smoke")[1] == {finished}
     (recorded,) = [json.loads(p.read_text())["runtime"] for p in root.glob("results/runs/*/metrics.json")]
     assert recorded["trainer.gate"] == "numerical" and recorded["trainer.cuda_graphs"] is False
     assert recorded["trainer.clients_per_step"] == 1
@@ -512,6 +516,9 @@ def test_a_methods_verdict_reaches_its_runs_over_the_sessions_settings(tmp_path,
     verdict = Verdict("passed", "the general tests", failing)
     settings = [*(f"--set={s}" for s in verdict.settings()), *(f"--set-for={s}" for s in verdict.settings_for())]
     assert train(root, tmp_path / "state.tar.gz", 2, *settings) == 0
+    (finished,) = [p.parent.name for p in root.glob("results/runs/*/metrics.json")]
+    # the state holds it finished, as a session's check reads it (its gate's order skips it)
+    assert carried_manifest(tmp_path / "state.tar.gz", [TARGET], "smoke")[1] == {finished}
     (recorded,) = [json.loads(p.read_text())["runtime"] for p in root.glob("results/runs/*/metrics.json")]
     assert recorded["trainer.gate"] == "numerical" and recorded["trainer.cuda_graphs"] is False
     assert recorded["trainer.clients_per_step"] == 1

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 
 from shared.targets.table_declarations import expand, get_table
-from tests.workflow.test_workflow import make_project, snakemake, write_finished_runs
+from tests.workflow.test_workflow import make_project, snakemake
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +31,29 @@ def section_commands(title: str) -> list[list[str]]:
 
 def target_of(args: list[str]) -> str:
     return args[args.index("--") + 1]
+
+
+def write_finished_runs(project: Path, run_ids: list[str]) -> None:
+    """metrics.json of finished runs, as shared.run writes them (4 rounds, the smoke scale's)."""
+    for i, run_id in enumerate(run_ids):
+        accs = [20.0 + 10 * r + i % 7 for r in range(4)]
+        out = project / "results" / "runs" / run_id
+        out.mkdir(parents=True)
+        summary = {
+            "status": "completed",
+            "run_id": run_id,
+            "rounds_completed": 4,
+            "eval_rounds": [1, 2, 3, 4],
+            "global_acc": accs,
+            "local_acc": [a - 4 for a in accs],
+            "global_loss": [1.0] * 4,
+            "final_acc": accs[-1],
+            "best_acc": max(accs),
+            "wall_time_s": 5.0,
+            "device": "cpu",
+            "device_name": "test",
+        }
+        (out / "metrics.json").write_text(json.dumps(summary))
 
 
 def test_readme_reviewer_path_builds_then_reports(tmp_path):

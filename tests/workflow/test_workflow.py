@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from shared.runs.files import KEPT
 from shared.targets.figure_declarations import paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.probes import probe_code
@@ -192,54 +191,6 @@ def test_a_figures_probe_is_a_gpu_job_of_its_own_between_its_run_and_the_drawing
     assert "gpu=1" in job and f"runtime={minutes}," in job, job
     figure_job = proc.stdout.split("rule figure:")[1].split("rule ")[0]
     assert probe in figure_job
-
-
-def write_finished_runs(project: Path, run_ids: list[str]) -> None:
-    """metrics.json of finished runs, as shared.run writes them (4 rounds, the smoke scale's)."""
-    for i, run_id in enumerate(run_ids):
-        accs = [20.0 + 10 * r + i % 7 for r in range(4)]
-        out = project / "results" / "runs" / run_id
-        out.mkdir(parents=True)
-        summary = {
-            "status": "completed",
-            "run_id": run_id,
-            "rounds_completed": 4,
-            "eval_rounds": [1, 2, 3, 4],
-            "global_acc": accs,
-            "local_acc": [a - 4 for a in accs],
-            "global_loss": [1.0] * 4,
-            "final_acc": accs[-1],
-            "best_acc": max(accs),
-            "wall_time_s": 5.0,
-            "device": "cpu",
-            "device_name": "test",
-        }
-        (out / "metrics.json").write_text(json.dumps(summary))
-
-
-def test_a_probe_is_not_computed_again_when_its_run_is_put_back_as_it_was(tmp_path):
-    """A group job (runs_per_job) puts a finished run's metrics.json back from its kept copy, and
-    Snakemake touches it: the figure is drawn again, its probe (hours on a GPU) is not. A run
-    whose result was written after its probe (trained again) has its probe computed again."""
-    project = make_project(tmp_path / "project")
-    figure = paper_figures("fedcsd")["fig1"]
-    (cell,) = figure.cells("paper")
-    write_finished_runs(project, [cell.run_id])
-    run_dir = project / "results" / "runs" / cell.run_id
-    shutil.copy2(run_dir / "metrics.json", run_dir / KEPT)  # as the trainer keeps it on finishing
-    probe = project / "results" / "probes" / f"fedcsd-fig1-{cell.run_id}-{probe_code(figure)}.csv"
-    probe.parent.mkdir(parents=True)
-    probe.write_text("computed after its run\n")
-    later = probe.stat().st_mtime + 60
-    os.utime(run_dir / "metrics.json", (later, later))  # put back and touched
-    for kept, expected in (("as it was", {}), ("of another result", {"probe": 1}), (None, {"probe": 1})):
-        if kept == "of another result":
-            (run_dir / KEPT).write_text("{}")
-        elif kept is None:
-            (run_dir / KEPT).unlink()
-        proc = snakemake(project, "-n", "--", "papers/fedcsd/fig1")
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-        assert job_counts(proc.stdout) == {**expected, "figure": 1, "papers/fedcsd/fig1": 1}, (kept, proc.stdout)
 
 
 def test_unknown_table_lists_valid_names(project):

@@ -15,7 +15,7 @@ from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
 from shared.targets.expansion_cache import expansion, save_expansion
-from shared.targets.probes import is_current, probe_path, probes_dir
+from shared.targets.probes import outlasts_its_runs_jobs, probe_path, probes_dir
 from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
@@ -137,8 +137,8 @@ def probe_of(paper, figure, run_id):
 
 
 def probe_input(wildcards):
-    """A probe's run (its metrics.json; for a probe computed after the run's result was written,
-    `is_current`, its time is not compared: a group job, `runs_per_job`, puts a finished run's
+    """A probe's run (its metrics.json, whose time is not compared where the probe outlasts any
+    job of its run, `outlasts_its_runs_jobs`: a group job, `runs_per_job`, puts a finished run's
     metrics.json back as it was beside the runs it trains, and Snakemake touches it, which would
     compute hours of probe again); a target that names no figure's probe of a run at this scale,
     or another code's, is refused while the workflow is read."""
@@ -148,9 +148,8 @@ def probe_input(wildcards):
         raise ValueError(f"{wildcards.paper}/{wildcards.figure}'s probe code is not {wildcards.code}")
     run_dir = Path(RUNS_DIR) / wildcards.run_id
     probe = probe_of(wildcards.paper, wildcards.figure, wildcards.run_id)
-    current = probe.is_file() and (run_dir / "metrics.json").is_file() and is_current(probe, run_dir)
     metrics = str(run_dir / "metrics.json")
-    return [ancient(metrics) if current else metrics]
+    return [ancient(metrics) if outlasts_its_runs_jobs(probe, run_dir) else metrics]
 
 
 def probe_minutes(wildcards, attempt):
