@@ -11,9 +11,10 @@ settings and leaves the others theirs:
 
 sets a runtime key, over --set's, for MOON's runs only.
 
-A session tests its cases in the order its campaign trains them from its carried state
-(`cases_in_turn`): the method of the run it continues first, so that a gate cut short by its
-time limit has tested the methods the session trains.
+A session tests its cases in the order it trains their methods from its carried state
+(`cases_in_turn`; shared/campaign/session.py `gate_order`: the state's --first cells, then the
+campaign's order, less what is finished), so that a gate cut short by its time limit has
+tested the methods the session trains.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def gate_order(session: Session, carried: Carried) -> list[str]:
         in_turn = {rid: runs[rid] for rid in first if rid in runs} | runs
         finished = carried.finished | {rid for rid in runs if holds_result(shipped / rid)}
         return cases_in_turn(method_cases(targets, GATE_DATASET), in_turn, finished.__contains__)
-    except Exception as exc:  # whatever it is: the docstring
+    except Exception as exc:  # any: an order is worth no session (the docstring)
         session.log.line(f"gate: its cases in their own order ({type(exc).__name__}: {exc})")
         return []
 
