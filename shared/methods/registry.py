@@ -51,7 +51,11 @@ def method_names() -> list[str]:
 def method_class(name: str) -> type:
     methods = registry()
     if name not in methods:
-        raise ConfigError(f"method.name={name!r} is unknown; valid: {sorted(methods)}")
+        raise ConfigError(
+            f"method.name={name!r} is unknown; valid: {sorted(methods)} (registered in BASELINES of "
+            f"shared/methods/registry.py, or in a paper's METHODS, read from papers/<paper>/ once it "
+            f"holds tables.py: docs/extending.md)"
+        )
     module, cls = methods[name].split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -84,7 +84,7 @@ BAD_CONFIGS = [
         r"^model.name=alexnet_bn cannot take dataset.name=cifar10's 3x32x32 images: it needs a side of at least 63",
     ),
     # the methods' hyperparameters: each range declared in the method's Params
-    (["method=fedfoo"], r"^method.name='fedfoo' is unknown; valid: \['fedavg', .*'scaffold'\]$"),
+    (["method=fedfoo"], r"^method.name='fedfoo' is unknown; valid: \['fedavg', .*'scaffold'\] \(.* tables.py"),
     (["method.mu=0.1"], r"^method: unknown key\(s\) \['mu'\]; valid keys: \[\] \(method.name=fedavg\)$"),
     (["method=fedprox", "method.mu=-0.01"], r"^method.mu=-0.01 must be >= 0 \(method.name=fedprox\)$"),
     (["method=moon", "method.tau=0"], r"^method.tau=0.0 must be > 0 \(method.name=moon\)$"),
