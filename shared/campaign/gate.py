@@ -10,7 +10,8 @@ Its plugin (shared/campaign/gate_plugin.py) reports the exception each failure r
 verdict follows it (`verdict`):
 
     passed      every test passed (or was skipped): the settings as given
-    capture     every failure was a CUDA graph's capture: trainer.cuda_graphs=false
+    capture     every failure was a CUDA graph's capture, or an assertion of a test about capture
+                and replay alone (marked gate_capture): trainer.cuda_graphs=false
     numerical   an assertion failed (the batched step's weights are not the runs' alone, or a
                 seed does not repeat): never batched, clients one after another (SAFEST)
     error       a test raised anything else: SAFEST

@@ -14,17 +14,22 @@ REPORT_ENV = "FEDREPRO_GATE_REPORT"
 # cudaErrorStreamCaptureUnsupported (900) ... cudaErrorStreamCaptureWrongThread (908): a CUDA
 # error raised by a stream capture, wherever it surfaces (torch.AcceleratorError's error_code)
 CAPTURE_ERROR_CODES = range(900, 909)
+CAPTURE_MARKER = "gate_capture"  # a gate test whose assertions are about capture and replay alone
 
 
-def failure_kind(exc: BaseException) -> str:
-    """ "capture": the batched step's capture failed (shared/training/batched.py's CaptureFailed)
-    or a CUDA error of a stream capture; "numerical": an assertion failed (weights, losses or
-    bits other than the runs alone, or than the same seed again); "error": anything else."""
+def failure_kind(exc: BaseException, about_capture: bool = False) -> str:
+    """ "capture": the batched step's capture failed (shared/training/batched.py's CaptureFailed),
+    a CUDA error of a stream capture, or an assertion of a test about capture and replay alone
+    (`about_capture`: marked CAPTURE_MARKER; turning CUDA graphs off mends what it found);
+    "numerical": another assertion failed (weights, losses or bits other than the runs alone, or
+    than the same seed again); "error": anything else."""
     from shared.training.batched import CaptureFailed
 
     if isinstance(exc, CaptureFailed) or getattr(exc, "error_code", None) in CAPTURE_ERROR_CODES:
         return "capture"
-    return "numerical" if isinstance(exc, AssertionError) else "error"
+    if isinstance(exc, AssertionError):
+        return "capture" if about_capture else "numerical"
+    return "error"
 
 
 def write(event: dict) -> None:
@@ -53,7 +58,8 @@ def pytest_collectreport(report) -> None:
 def pytest_exception_interact(node, call, report) -> None:
     if call.excinfo is not None and getattr(report, "when", None) in ("setup", "call", "teardown"):
         exc = call.excinfo.value
-        write({"test": node.nodeid, "when": report.when, "kind": failure_kind(exc), "exception": type(exc).__name__})
+        kind = failure_kind(exc, node.get_closest_marker(CAPTURE_MARKER) is not None)
+        write({"test": node.nodeid, "when": report.when, "kind": kind, "exception": type(exc).__name__})
 
 
 def pytest_runtest_logreport(report) -> None:

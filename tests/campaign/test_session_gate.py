@@ -60,6 +60,9 @@ def test_the_plugin_reports_the_kind_of_each_failures_exception(tmp_path):
         "def test_capture():\n    raise CaptureFailed('operation not permitted when stream is capturing')\n"
         "def test_capture_code():\n    raise AcceleratorError('CUDA error')\n"
         "def test_numbers():\n    assert 1.0 == 1.1\n"
+        "import pytest\n"
+        "@pytest.mark.gate_capture\n"
+        "def test_replay():\n    assert 1.0 == 1.1  # an assertion about capture and replay alone\n"
         "def test_other():\n    raise ValueError('a graph')\n"
         "def test_passes():\n    pass\n"
         "import pytest\n"
@@ -77,6 +80,7 @@ def test_the_plugin_reports_the_kind_of_each_failures_exception(tmp_path):
         "test_capture",
         "test_capture_code",
         "test_numbers",
+        "test_replay",
         "test_other",
         "test_passes",
         *(t.split("::")[1] for e in events if "cases" in e for t in e["cases"]),
@@ -86,6 +90,7 @@ def test_the_plugin_reports_the_kind_of_each_failures_exception(tmp_path):
         "test_capture": "capture",
         "test_capture_code": "capture",
         "test_numbers": "numerical",
+        "test_replay": "capture",
         "test_other": "error",
     }
     assert events[-1] == {"finished": 1}

@@ -182,6 +182,7 @@ def train_batched(setup, clients: list[int], round: int) -> None:
 
 
 @pytest.mark.gate
+@pytest.mark.gate_capture
 def test_the_batched_step_is_captured_once_and_replayed_across_calls_and_rounds(tmp_path):
     cfg = make_cfg(tmp_path, "trainer.clients_per_step=4")
     setup = set_up(cfg, tmp_path / "run")
@@ -204,6 +205,7 @@ def test_the_batched_step_is_captured_once_and_replayed_across_calls_and_rounds(
 
 
 @pytest.mark.gate
+@pytest.mark.gate_capture
 def test_the_batched_step_is_captured_again_when_a_shared_float_or_the_layout_changes(tmp_path):
     """MOON weights l_con by mu for a client with a previous model and by 0.0 for one without: a
     float every lane shares is a constant of the captured step, a float the lanes differ in a
