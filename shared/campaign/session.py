@@ -46,11 +46,11 @@ from shared.campaign.gate import SAFEST, Verdict, gate
 from shared.campaign.session_checks import Carried, CarryError, carried_source, check_carry
 from shared.campaign.session_output import NAMED_FILES, Log, state_limits, total_mib
 from shared.campaign.session_timing import TIMING_FORMAT
-from shared.campaign.state import expected_runs
+from shared.campaign.state import RUNS_DIR, expected_runs
 from shared.campaign.state_reading import CampaignError
 from shared.campaign.train import UNIT_FAILED
-from shared.runs.files import holds_result, stage_elsewhere, temporary_path, write_atomically
-from shared.runs.shipped import SHIPPED
+from shared.runs.files import stage_elsewhere, temporary_path, write_atomically
+from shared.runs.shipped import SHIPPED, is_finished
 
 STARTED = time.monotonic()  # the session's clock starts with the command, not once its input is checked
 REPO = Path(__file__).resolve().parents[2]
@@ -170,13 +170,17 @@ def gate_order(session: Session, carried: Carried) -> list[str]:
     from shared.campaign.first_cells import chosen_cells
     from shared.campaign.gate_cases import GATE_DATASET, cases_in_turn, method_cases
 
-    targets, shipped = session.args.targets, REPO / SHIPPED / "runs"
+    targets = session.args.targets
     try:
         runs = expected_runs(tuple(targets), carried.scale, carried.copy)
         first = [c.run_id for c in chosen_cells(carried.first, targets, carried.scale, carried.copy)]
         in_turn = {rid: runs[rid] for rid in first if rid in runs} | runs
-        finished = carried.finished | {rid for rid in runs if holds_result(shipped / rid)}
-        return cases_in_turn(method_cases(targets, GATE_DATASET), in_turn, finished.__contains__)
+        here, shipped = REPO / RUNS_DIR, REPO / SHIPPED / "runs"  # as train finds them (it runs in REPO)
+        return cases_in_turn(
+            method_cases(targets, GATE_DATASET),
+            in_turn,
+            lambda rid: rid in carried.finished or is_finished(rid, here, shipped),
+        )
     except Exception as exc:  # any: an order is worth no session (the docstring)
         session.log.line(f"gate: its cases in their own order ({type(exc).__name__}: {exc})")
         return []
