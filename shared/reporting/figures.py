@@ -47,7 +47,7 @@ from shared.reporting.figure_style import (
 from shared.reporting.summary import cell_value
 from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
-from shared.targets.figure_declarations import Figure
+from shared.targets.figure_declarations import ACCURACIES, Figure
 from shared.targets.papers import display_name
 from shared.targets.probes import probe_code, probe_path
 from shared.targets.scales import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS
@@ -61,7 +61,7 @@ def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
 
 # --- the kinds of figure ---------------------------------------------------------------------
 
-CURVE_METRICS = (("global_acc", "global test accuracy (%)"), ("local_acc", "local average accuracy (%)"))
+CURVE_METRICS = {"global_acc": "global test accuracy (%)", "local_acc": "local average accuracy (%)"}
 ROUND_VALUES = {
     "mask_filter_rate": "mask filter rate (fraction of samples)",
     "wrong_label_filter_rate": "filter rate (fraction of wrong soft labels)",
@@ -75,40 +75,51 @@ def plot_curves(
     title: str,
     table: Table | None = None,
     scale: str | None = None,
+    accuracies: tuple[str, ...] = ACCURACIES,
+    panels: list[list[str]] | None = None,
     **_,
 ):
-    """Global test accuracy and the local models' average accuracy per round, mean with a band
-    of one std over seeds; one column of panels per setting, one line per method."""
+    """Global test accuracy and the local models' average accuracy per round (`accuracies`),
+    mean with a band of one std over seeds, one line per method; a panel per setting, in one row
+    or in the rows of `panels` (FedGKD Fig. 4: a dataset a row), a block of rows per accuracy."""
     plt = pyplot()
     done = completed(cells, runs_dir)
-    settings = list(dict.fromkeys(c.column.label for c in cells))
+    rows = panels or [list(dict.fromkeys(c.column.label for c in cells))]
     methods = list(dict.fromkeys(c.row.label for c in cells))
     looks = series_styles(methods)
     titles = setting_titles(cells, table)
-    fig, axes = plt.subplots(2, len(settings), figsize=(3.4 * len(settings), 5.4), squeeze=False)
-    for j, setting in enumerate(settings):
-        for i, (key, label) in enumerate(CURVE_METRICS):
-            ax = axes[i][j]
-            drawn = {}
-            for method in methods:
-                runs = [
-                    (m["eval_rounds"], m.get(key) or [])
-                    for c, m in done
-                    if c.column.label == setting and c.row.label == method
-                ]
-                stats = mean_std_by_round(runs)
-                if len(stats):
-                    line_with_band(ax, stats, method, looks[method])
-                    drawn[method] = stats
-            note_coinciding(ax, drawn)
-            ax.set_title(panel_title(f"{titles[setting]}\n{label.replace(' (%)', '')}", 3.4), fontsize=9)
-            ax.set_xlabel("communication round")
-            ax.set_ylabel(label)
-            integer_ticks(ax.xaxis)
+    width = max(len(row) for row in rows)
+    fig, axes = plt.subplots(
+        len(accuracies) * len(rows), width, figsize=(3.4 * width, 2.7 * len(accuracies) * len(rows)), squeeze=False
+    )
+    for k, key in enumerate(accuracies):
+        label = CURVE_METRICS[key]
+        for r, row in enumerate(rows):
+            for j in range(width):
+                ax = axes[k * len(rows) + r][j]
+                if j < len(row):
+                    curves_panel(ax, [(c, m) for c, m in done if c.column.label == row[j]], methods, key, looks)
+                    ax.set_title(panel_title(f"{titles[row[j]]}\n{label.replace(' (%)', '')}", 3.4), fontsize=9)
+                    ax.set_ylabel(label)
+                else:
+                    ax.set_axis_off()
     warning = announce(same_runs(cells), out_stem, scale)
     finish(fig, out_stem, title, warning, legend_of(axes))
     plt.close(fig)
     return fig
+
+
+def curves_panel(ax, done: list[tuple[Cell, dict]], methods: list[str], key: str, looks: dict) -> None:
+    """One setting's accuracy (`key`) per round: a line per method, over its seeds."""
+    drawn = {}
+    for method in methods:
+        stats = mean_std_by_round([(m["eval_rounds"], m.get(key) or []) for c, m in done if c.row.label == method])
+        if len(stats):
+            line_with_band(ax, stats, method, looks[method])
+            drawn[method] = stats
+    note_coinciding(ax, drawn)
+    ax.set_xlabel("communication round")
+    integer_ticks(ax.xaxis)
 
 
 def partition_heatmap(ax, counts: np.ndarray) -> None:
@@ -308,6 +319,8 @@ def build_figure(
         figure_title(figure, scale),
         table=figure.source,
         value=figure.value,
+        accuracies=figure.accuracies,
+        panels=figure.panels,
         draw_with=figure.draw_with,
         scale=scale,
         **probed,

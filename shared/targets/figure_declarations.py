@@ -14,6 +14,8 @@ from shared.targets.table_declarations import Cell, Table, declared, declared_on
 
 # What shared/reporting/figures.py can draw (its DRAW; tests/reporting/test_figures.py checks that the two agree)
 FIGURE_KINDS = frozenset({"curves", "partitions", "sweep", "round_metric", "custom"})
+# What a curves figure can draw per round (CURVE_METRICS there; tests/reporting/test_figures.py checks them too)
+ACCURACIES = ("global_acc", "local_acc")
 
 
 @dataclass
@@ -22,8 +24,9 @@ class Figure:
     grid that only the figure uses (`table` is a Table that the paper does not list).
 
     kind:
-      curves      global test accuracy and local average accuracy per round, mean with a
-                  band of one std over seeds, one panel per setting;
+      curves      global test accuracy and local average accuracy per round (`accuracies`:
+                  which), mean with a band of one std over seeds, one panel per setting
+                  (`panels`: the settings in rows, as the paper lays them out; default one row);
       partitions  client-by-class sample counts (seed 0), one heatmap per setting;
       sweep       the grid's metric against a hyperparameter, one line per method; a column
                   labelled "name=value" is the point (value) of the panel (name);
@@ -48,6 +51,8 @@ class Figure:
     columns: list[str] | None = None  # the table's settings to draw (default: all)
     rows: list[str] | None = None  # the table's methods to draw (default: all)
     value: str | None = None  # round_metric: the per-round key in metrics.jsonl
+    accuracies: tuple[str, ...] = ACCURACIES  # curves: what the settings' panels draw, one block of rows each
+    panels: list[list[str]] | None = None  # curves: the settings in rows of panels (they are its `columns`)
     draw_with: Callable | None = None  # custom
     probe: Callable | None = None  # custom: a GPU job's computation on each cell's finished run
     probe_cost: float = 0.0  # a probe's GPU time, in runs of its cell
@@ -62,6 +67,7 @@ class Figure:
             raise ValueError(
                 f"{self.paper}/{self.name}: unknown figure kind {self.kind!r}; valid: {sorted(FIGURE_KINDS)}"
             )
+        self.check_panels()
         if self.kind == "round_metric" and not self.value:
             raise ValueError(f"{self.paper}/{self.name}: a round_metric figure needs value=")
         if (self.kind == "custom") != (self.draw_with is not None):
@@ -71,6 +77,21 @@ class Figure:
             raise ValueError(f"{self.paper}/{self.name}: probe= goes with probe_cost > 0, probe_columns, kind='custom'")
         if probed and not set(self.probe_columns.values()) <= {"text", "number"}:
             raise ValueError(f"{self.paper}/{self.name}: probe_columns map each column to 'text' or 'number'")
+
+    def check_panels(self) -> None:
+        """`panels` lay out the settings a curves figure draws, each once; its `columns` follow."""
+        if not self.accuracies or not set(self.accuracies) <= set(ACCURACIES):
+            raise ValueError(
+                f"{self.paper}/{self.name}: accuracies= takes some of {list(ACCURACIES)}, got {list(self.accuracies)}"
+            )
+        if self.panels is None:
+            return
+        placed = [label for row in self.panels for label in row]
+        if self.kind != "curves" or not placed or len(set(placed)) != len(placed):
+            raise ValueError(f"{self.paper}/{self.name}: panels= lays out a curves figure's settings, each once")
+        if self.columns is not None and set(self.columns) != set(placed):
+            raise ValueError(f"{self.paper}/{self.name}: panels= and columns= name different settings")
+        self.columns = placed
 
     @property
     def draws_partial(self) -> bool:

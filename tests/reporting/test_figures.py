@@ -21,8 +21,8 @@ from shared.reporting.figure_settings import (
     swept_key,
 )
 from shared.reporting.figure_style import METHOD_ORDER, series_styles
-from shared.reporting.figures import DRAW, build_figure, draw, figure_title
-from shared.targets.figure_declarations import FIGURE_KINDS, Figure, paper_figures
+from shared.reporting.figures import CURVE_METRICS, DRAW, build_figure, draw, figure_title
+from shared.targets.figure_declarations import ACCURACIES, FIGURE_KINDS, Figure, paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.table_declarations import Column, Metric, Row, Table, expand
 
@@ -392,6 +392,51 @@ def test_curves_that_coincide_are_named_in_their_panel(tmp_path):
     fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", "Curves")
     notes = [t.get_text().replace("\n", " ") for ax in fig.axes for t in ax.texts]
     assert notes.count("same curve: FedAvg = my variant") == 2  # global and local accuracy
+
+
+def test_curves_laid_out_in_the_papers_rows_of_panels(tmp_path):
+    """FedGKD Fig. 4: a dataset a row, α from 0.1 to 1 from left to right, the global model's
+    accuracy alone; a row shorter than the others leaves its last places empty."""
+    figure = paper_figures("fedgkd")["fig4"]
+    cells = figure.cells("smoke")
+    write_runs(cells, tmp_path / "runs")
+    options = {"table": figure.source, "accuracies": figure.accuracies, "panels": figure.panels}
+    fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", "", **options)
+    axes = round_axes(fig)
+    assert len(axes) == 9 and {ax.get_ylabel() for ax in axes} == {CURVE_METRICS["global_acc"]}
+    by_place = sorted(axes, key=lambda ax: (-round(ax.get_position().y0, 3), ax.get_position().x0))
+    titles = [ax.get_title().replace("\n", " ") for ax in by_place]
+    places = [(data, alpha) for data in ("CIFAR-10 ", "CIFAR-100 ", "Tiny-ImageNet ") for alpha in ("0.1", "0.5", "1")]
+    for title, (data, alpha) in zip(titles, places, strict=True):
+        assert title.startswith(data) and f"Dir({alpha})" in title, title
+
+    table = make_table([Column(label, {"partition": {"beta": b}}) for label, b in (("a", 0.1), ("b", 0.5), ("c", 5.0))])
+    ragged = Figure("fedssd", "figx", "Ragged.", kind="curves", table=table, panels=[["c", "a"], ["b"]])
+    assert ragged.columns == ["c", "a", "b"]
+    write_runs(ragged.cells("paper"), tmp_path / "runs")
+    fig = draw("curves", ragged.cells("paper"), tmp_path / "runs", tmp_path / "ragged", "", panels=ragged.panels)
+    assert len(round_axes(fig)) == 6 and sum(not ax.axison for ax in fig.axes) == 2  # 2 accuracies x 3 settings
+
+
+@pytest.mark.parametrize(
+    "options, why",
+    [
+        ({"panels": [["a"], ["a"]]}, "each once"),
+        ({"panels": [[]]}, "each once"),
+        ({"panels": [["a"]], "columns": ["b"]}, "different settings"),
+        ({"panels": [["a"]], "kind": "sweep"}, "curves figure"),
+        ({"accuracies": ("train_loss",)}, "accuracies="),
+        ({"accuracies": ()}, "accuracies="),
+    ],
+)
+def test_a_figures_panels_are_checked_where_it_is_declared(options, why):
+    table = make_table([Column("a", {}), Column("b", {"partition": {"beta": 5.0}})])
+    with pytest.raises(ValueError, match=why):
+        Figure("fedssd", "figx", "X.", **{"kind": "curves", "table": table, **options})
+
+
+def test_a_curves_figure_declares_what_its_drawing_draws():
+    assert set(ACCURACIES) == set(CURVE_METRICS)
 
 
 def test_fedcad_fig1_heatmaps_fill_their_canvas(tmp_path, monkeypatch):
