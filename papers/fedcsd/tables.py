@@ -335,6 +335,7 @@ FIGURES = [
         "Test accuracy versus communication rounds on CIFAR-100, FEMNIST and Office-Caltech-10.",
         kind="curves",
         table=CONVERGENCE,
+        accuracies=("global_acc",),  # "the test accuracy curve", the global model's: panels (a)-(d)
     ),
 ]
 
