@@ -5,6 +5,7 @@ chance, equal to FedAvg's) and the best and second-best per column. What both th
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -204,13 +205,16 @@ def shown(value: float, places: int) -> float:
 
 
 def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """Best in bold and second best underlined within each column, as the papers do. Ties (equal
-    printed means) share their mark; only cells whose runs all completed, and reached the target
-    of a rounds column, are ranked (a cell with a failed, diverged or suspect run, a seed that
-    never reached the target or had none, or no run never takes a mark), and only the paper's rows
-    (a reading that is not the paper's text competes for no mark the paper gives); a count that is
+    """Best in bold and second best underlined within each column, as the papers do, among the
+    rows on the same data (rows that bring a data set of their own, FedGKD Table 7's CIFAR-10 and
+    CIFAR-100, are marked each data set apart, as the paper marks them). Ties (equal printed
+    means) share their mark; only cells whose runs all completed, and reached the target of a
+    rounds column, are ranked (a cell with a failed, diverged or suspect run, a seed that never
+    reached the target or had none, or no run never takes a mark), and only the paper's rows (a
+    reading that is not the paper's text competes for no mark the paper gives); a count that is
     the reference row's rounds by definition takes none."""
     marks = {}
+    data = {row.label: json.dumps(row.config.get("dataset"), sort_keys=True) for row in table.rows}
     for column in table.columns:
         metric = table.metric_for(column)
         col = summary[
@@ -222,10 +226,11 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
             & ~summary.by_definition
             & (summary.reading == "")
         ]
-        values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows()}
-        distinct = sorted(set(values.values()), reverse=metric.higher_is_better)
-        for mark, level in zip(("best", "second"), distinct):
-            marks.update({(row, column.label): mark for row, value in values.items() if value == level})
+        for same_data in dict.fromkeys(data.values()):
+            values = {r.row: shown(r["mean"], decimals(metric)) for _, r in col.iterrows() if data[r.row] == same_data}
+            distinct = sorted(set(values.values()), reverse=metric.higher_is_better)
+            for mark, level in zip(("best", "second"), distinct):
+                marks.update({(row, column.label): mark for row, value in values.items() if value == level})
     return marks
 
 
