@@ -62,6 +62,7 @@ def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
 # --- the kinds of figure ---------------------------------------------------------------------
 
 CURVE_METRICS = {"global_acc": "global test accuracy (%)", "local_acc": "local average accuracy (%)"}
+DOMAIN_MEAN = "global test accuracy, mean over domains (%)"  # global_acc where the test data has domains
 ROUND_VALUES = {
     "mask_filter_rate": "mask filter rate (fraction of samples)",
     "wrong_label_filter_rate": "filter rate (fraction of wrong soft labels)",
@@ -81,7 +82,8 @@ def plot_curves(
 ):
     """Global test accuracy and the local models' average accuracy per round (`accuracies`),
     mean with a band of one std over seeds, one line per method; a panel per setting, in one row
-    or in the rows of `panels` (FedGKD Fig. 4: a dataset a row), a block of rows per accuracy."""
+    or in the rows of `panels` (FedGKD Fig. 4: a dataset a row), a block of rows per accuracy.
+    On test data of several domains the global accuracy is their mean (`accuracy_by_round`)."""
     plt = pyplot()
     done = completed(cells, runs_dir)
     rows = panels or [list(dict.fromkeys(c.column.label for c in cells))]
@@ -93,12 +95,12 @@ def plot_curves(
         len(accuracies) * len(rows), width, figsize=(3.4 * width, 2.7 * len(accuracies) * len(rows)), squeeze=False
     )
     for k, key in enumerate(accuracies):
-        label = CURVE_METRICS[key]
         for r, row in enumerate(rows):
             for j in range(width):
                 ax = axes[k * len(rows) + r][j]
                 if j < len(row):
-                    curves_panel(ax, [(c, m) for c, m in done if c.column.label == row[j]], methods, key, looks)
+                    setting = [(c, m) for c, m in done if c.column.label == row[j]]
+                    label = curves_panel(ax, runs_dir, setting, methods, key, looks)
                     ax.set_title(panel_title(f"{titles[row[j]]}\n{label.replace(' (%)', '')}", 3.4), fontsize=9)
                     ax.set_ylabel(label)
                 else:
@@ -109,17 +111,29 @@ def plot_curves(
     return fig
 
 
-def curves_panel(ax, done: list[tuple[Cell, dict]], methods: list[str], key: str, looks: dict) -> None:
-    """One setting's accuracy (`key`) per round: a line per method, over its seeds."""
-    drawn = {}
+def curves_panel(ax, runs_dir: Path, done: list[tuple[Cell, dict]], methods: list[str], key: str, looks: dict) -> str:
+    """One setting's accuracy (`key`) per round: a line per method, over its seeds; returns what
+    it drew (the axis label)."""
+    drawn, by_domain = {}, key == "global_acc" and any(m.get("domain_acc") for _, m in done)
     for method in methods:
-        stats = mean_std_by_round([(m["eval_rounds"], m.get(key) or []) for c, m in done if c.row.label == method])
+        runs = [accuracy_by_round(runs_dir, c, m, key, by_domain) for c, m in done if c.row.label == method]
+        stats = mean_std_by_round(runs)
         if len(stats):
             line_with_band(ax, stats, method, looks[method])
             drawn[method] = stats
     note_coinciding(ax, drawn)
     ax.set_xlabel("communication round")
     integer_ticks(ax.xaxis)
+    return DOMAIN_MEAN if by_domain else CURVE_METRICS[key]
+
+
+def accuracy_by_round(runs_dir: Path, cell: Cell, metrics: dict, key: str, by_domain: bool) -> tuple[list, list]:
+    """A run's accuracy in each evaluated round; `by_domain`: the global model's mean over the
+    test data's domains, each round's as the table reports the last (FedCSD Table II's Average)."""
+    if not by_domain:
+        return metrics["eval_rounds"], metrics.get(key) or []
+    records = [r for r in read_history(runs_dir / cell.run_id) or [] if "domain_acc" in r]
+    return [r["round"] for r in records], [float(np.mean(list(r["domain_acc"].values()))) for r in records]
 
 
 def partition_heatmap(ax, counts: np.ndarray) -> None:

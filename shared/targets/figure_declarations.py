@@ -24,9 +24,10 @@ class Figure:
     grid that only the figure uses (`table` is a Table that the paper does not list).
 
     kind:
-      curves      global test accuracy and local average accuracy per round (`accuracies`:
-                  which), mean with a band of one std over seeds, one panel per setting
-                  (`panels`: the settings in rows, as the paper lays them out; default one row);
+      curves      global test accuracy (on test data of several domains, their mean) and local
+                  average accuracy per round (`accuracies`: which), mean with a band of one std
+                  over seeds, one panel per setting (`panels`: the settings in rows, as the paper
+                  lays them out; default one row);
       partitions  client-by-class sample counts (seed 0), one heatmap per setting;
       sweep       the grid's metric against a hyperparameter, one line per method; a column
                   labelled "name=value" is the point (value) of the panel (name);

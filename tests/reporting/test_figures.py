@@ -418,6 +418,25 @@ def test_curves_laid_out_in_the_papers_rows_of_panels(tmp_path):
     assert len(round_axes(fig)) == 6 and sum(not ax.axison for ax in fig.axes) == 2  # 2 accuracies x 3 settings
 
 
+def test_curves_of_test_data_in_domains_draw_the_mean_over_domains(tmp_path):
+    """FedCSD Fig. 6 (d): on Office-Caltech-10 the global accuracy a round is the mean of its four
+    domains', as Table II's Average is, not the accuracy on their test images pooled."""
+    table = make_table([Column("Office", {}), Column("pooled", {"partition": {"beta": 5.0}})], rows=ROWS[:1])
+    cells = expand(table, "paper")
+    write_runs(cells, tmp_path / "runs")
+    for cell in cells[:2]:  # the Office runs: their records hold each domain's accuracy
+        run = tmp_path / "runs" / cell.run_id
+        records = [{"round": r, "global_acc": 50.0, "domain_acc": {"A": 10.0 * r, "C": 30.0 * r}} for r in (1, 2, 3)]
+        run.joinpath("metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+        metrics = json.loads(run.joinpath("metrics.json").read_text())
+        run.joinpath("metrics.json").write_text(json.dumps({**metrics, "domain_acc": records[-1]["domain_acc"]}))
+    fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", "", accuracies=("global_acc",))
+    office, pooled = round_axes(fig)
+    assert list(office.get_lines()[0].get_ydata()) == [20.0, 40.0, 60.0]
+    assert office.get_ylabel() == "global test accuracy, mean over domains (%)"
+    assert pooled.get_ylabel() == CURVE_METRICS["global_acc"] and len(pooled.get_lines()[0].get_ydata()) == 3
+
+
 @pytest.mark.parametrize(
     "options, why",
     [
