@@ -229,6 +229,8 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
     if s.n >= 2:
         text += rf"\,$\pm$\,{s['std']:.{places}f}"
         used.add("std")
+    if column.label in table.rises:
+        text += rise(summary, row.label, column.label, s["mean"], places, used)
     if s.n and s.never:
         text += rf"$^{{*{s.never}}}$"
         used.add("some never")
@@ -250,6 +252,21 @@ def cell_text(table: Table, summary: pd.DataFrame, marks: dict, row, column, use
     return {"best": rf"\textbf{{\boldmath {text}}}", "second": rf"\underline{{{text}}}"}.get(mark, text)
 
 
+def rise(summary: pd.DataFrame, row: str, column: str, mean: float, places: int, used: set) -> str:
+    """The mean's rise or fall against REFERENCE_ROW's in the column, as printed: "(0.87)↑";
+    the reference's own "(base)"; nothing where either has no mean."""
+    if row == REFERENCE_ROW:
+        used.add("rise")
+        return r"\,(base)"
+    reference = summary[(summary.row == REFERENCE_ROW) & (summary.column == column)]["mean"]
+    if not len(reference) or math.isnan(reference.iloc[0]) or math.isnan(mean):
+        return ""
+    used.add("rise")
+    change = round(mean, places) - round(reference.iloc[0], places)
+    arrow = r"$\uparrow$" if change > 0 else r"$\downarrow$" if change < 0 else ""
+    return rf"\,({abs(change):.{places}f}){arrow}"
+
+
 def seeds_in_words(table: Table, scale: str) -> str:
     """ "3 seeds"; a partial table's columns with different seeds by their seeds."""
     counts = {len(scale_seeds(table, scale, column)) for column in table.columns}
@@ -265,6 +282,8 @@ def footnote(table: Table, used: set, scale: str) -> str:
         "marks": r"Bold: best; underlined: second best (ties share the mark; cells with a failed, diverged "
         r"or suspect run, or a seed that never reached the target or had none, are not ranked).",
         "n/i": "n/i: method not implemented yet.",
+        "rise": rf"(x)$\uparrow$ and (x)$\downarrow$: the mean's rise and fall against {REFERENCE_ROW}'s "
+        "(base) in the column.",
         "rounds never": "--: the target accuracy was not reached.",
         "some never": r"$^{*k}$: k seeds never reached the target accuracy; the mean is over the others.",
         "no value": "--: no value.",

@@ -133,7 +133,7 @@ def copy_part(table, scale: str, copy: Copy):
 
 def keep_columns(table, columns: list):
     """The table with only `columns`: what names a setting cut away goes with it (its printed
-    numbers, the rows' settings for it, its inconsistencies)."""
+    numbers, the rows' settings for it, its inconsistencies, its rises)."""
     keep = [i for i, column in enumerate(table.columns) if any(column is k for k in columns)]
     settings = {table.columns[i].label for i in keep}
     return dataclasses.replace(
@@ -145,6 +145,7 @@ def keep_columns(table, columns: list):
         ],
         reported={row: [values[i] for i in keep] for row, values in table.reported.items()},
         inconsistencies=[m for m in table.inconsistencies if m.column in settings],
+        rises=tuple(label for label in table.rises if label in settings),
     )
 
 

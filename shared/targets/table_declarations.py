@@ -164,6 +164,9 @@ class Table:
     # What its runs train on, where a label names it (on a copy: "CIFAR-10, JPEG copy sha256
     # dfaab4e…", which only the copy's file tells); "": named from the runs' configs.
     data: str = ""
+    # Columns whose cells also print their mean's rise or fall against FedAvg's, "(0.87)↑", FedAvg's
+    # "(base)", as FedCSD prints its Tables I and II
+    rises: tuple[str, ...] = ()
     # Rows whose runs a campaign trains first (seed 0 of every setting before any other row):
     # the runs that decide an open question soonest
     train_first: tuple[str, ...] = ()
@@ -185,6 +188,8 @@ class Table:
                 raise ValueError(
                     f"{self.paper}/{self.name}: row {row!r} reports {len(values)} numbers for {len(labels)} columns"
                 )
+        if not set(self.rises) <= set(labels):
+            raise ValueError(f"{self.paper}/{self.name}: rises= names columns the table lacks: {self.rises}")
         for mark in self.inconsistencies:
             if mark.row not in self.reported or mark.column not in labels:
                 raise ValueError(

@@ -376,6 +376,28 @@ def test_rows_on_data_sets_of_their_own_are_marked_each_data_set_apart(tmp_path)
     assert bold == ["M=3", "M=3"] and underlined == ["M=5", "M=5"], lines
 
 
+def test_a_column_of_rises_prints_each_mean_against_fedavgs(tmp_path):
+    """FedCSD's "59.37 (0.87)↑": the rise or fall of a mean against FedAvg's in its column."""
+    table = make_table()
+    table.rises = ("a",)
+    write_runs(table, tmp_path / "runs", CURVES)
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    lines = {line.split(" & ")[0]: line.split(" & ")[1:] for line in tex.splitlines() if " & " in line}
+    assert lines["FedAvg"][0] == r"\underline{50.00\,$\pm$\,1.63\,(base)}"  # second best
+    assert lines["FedProx"][0] == r"\textbf{\boldmath 55.00\,$\pm$\,1.63\,(5.00)$\uparrow$}"
+    assert "(" not in lines["FedProx"][1] + lines["FedAvg"][1]
+    assert "rise and fall against FedAvg's" in tex.split(r"\footnotesize\raggedright", 1)[1]
+    with pytest.raises(ValueError, match="rises= names columns"):
+        Table(
+            **{
+                **{f: getattr(table, f) for f in ("paper", "name", "caption", "base", "rows", "columns")},
+                "reported": {},
+                "rises": ("c",),
+            }
+        )
+
+
 def test_escape_text_fields():
     from shared.reporting.latex import escape
 
