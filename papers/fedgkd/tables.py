@@ -35,6 +35,7 @@ def by_method(values: list[list[Reported]]) -> dict[str, list[Reported]]:
 TABLE3 = Table(
     paper="fedgkd",
     name="table3",
+    corner=("Dataset", "Setting"),
     caption="Top-1 test accuracy given different data settings for ResNet on CV datasets (20 clients with C=0.2, "
     "100 communication rounds, buffer length for FedGKD-VOTE is set 5).",
     base=PROTOCOL,
@@ -146,6 +147,7 @@ TABLE3 = Table(
 TABLE4 = Table(
     paper="fedgkd",
     name="table4",
+    corner=("Dataset", "Setting"),
     caption="Performance given different data settings for DistilBERT (4 participants each round, 10 communication "
     "rounds, buffer length for FedGKD-VOTE is set 3).",
     base=PROTOCOL,
@@ -319,6 +321,7 @@ ALPHA_COLUMNS = [Column(f"α={a:g}", {"partition": {"beta": a}}, rf"$\alpha={a:g
 TABLE7 = Table(
     paper="fedgkd",
     name="table7",
+    corner=("DataSet", "Buffer Length"),
     caption="Performance of different buffer length for FedGKD, C = 0.2.",
     base=PROTOCOL,
     rows=[
@@ -343,6 +346,7 @@ TABLE7 = Table(
 TABLE8 = Table(
     paper="fedgkd",
     name="table8",
+    corner=("Buffer Length",),
     caption="Performance of different buffer length for FedGKD-VOTE (CIFAR-10, C = 0.2).",
     base=PROTOCOL,
     rows=[Row(f"M={m}", {"name": "fedgkd", "gamma": 0.2, "vote": True, "buffer": m}) for m in (1, 3, 5, 7)],
@@ -365,6 +369,7 @@ TABLE8 = Table(
 TABLE9 = Table(
     paper="fedgkd",
     name="table9",
+    corner=("Loss Type",),
     caption="Performance of different loss types, under α = 0.1, C = 0.2, buffer size M = 1.",
     base=PROTOCOL,
     rows=[

@@ -153,6 +153,7 @@ TABLES = [
         paper="fedssd",
         name="table3",
         caption="The top-1 test accuracy with different loss types on CIFAR10.",
+        corner=("Loss Type",),
         base=deep_merge(MOON_CIFAR10, {"aux": {"per_class": 64}}),
         rows=[*LOSS_ROWS, weight_m(LOSS_ROWS[-1])],
         columns=[Column(f"α={a:g}", {}, rf"$\alpha={a:g}$") for a in (0.01, 0.1, 0.5)],

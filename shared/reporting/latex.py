@@ -369,6 +369,15 @@ def header_lines(
     ]
 
 
+def corner_text(corner: tuple[str, ...], label_columns: int) -> str:
+    """The header over the label columns: one each, or all as one ("DataSet / Buffer Length"
+    where a partial table's rows no longer stand in groups)."""
+    if len(corner) == label_columns:
+        return " & ".join(escape(name) for name in corner)
+    text = escape(" / ".join(corner))
+    return text if label_columns == 1 else rf"\multicolumn{{{label_columns}}}{{l}}{{{text}}}"
+
+
 def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     """booktabs, laid out as the paper prints it: methods as rows, or as columns where the paper
     prints them so (FedGKD); labels sharing a prefix grouped (a spanning header over "ACC" and
@@ -377,14 +386,14 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     grid = [[cell_text(table, summary, marks, row, column, used) for column in table.columns] for row in table.rows]
     row_labels = [(r.label, escape(r.label) + (r"$^\P$" if r.reading_of else "")) for r in table.rows]
     column_labels = [(c.label, c.latex or escape(c.label)) for c in table.columns]
-    corner = "Method"
+    corner = table.corner or ("Method",)
     if table.methods_as_columns:
         grid = [list(line) for line in zip(*grid)]
-        row_labels, column_labels, corner = column_labels, row_labels, "Setting"
+        row_labels, column_labels, corner = column_labels, row_labels, table.corner or ("Setting",)
     row_groups = split_groups(row_labels, min_groups=2)
     column_groups = split_groups(column_labels, min_groups=1)
     label_columns = 2 if row_groups else 1
-    corner_cell = corner if label_columns == 1 else rf"\multicolumn{{2}}{{l}}{{{corner}}}"
+    corner_cell = corner_text(corner, label_columns)
     header = header_lines(column_labels, column_groups, label_columns, corner_cell)
     body = body_lines(row_labels, row_groups, grid)
     scale_note = "" if scale == "paper" else rf" \textbf{{[Scale: {escape(scale)}; not a paper result.]}}"

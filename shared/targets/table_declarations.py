@@ -164,6 +164,10 @@ class Table:
     # What its runs train on, where a label names it (on a copy: "CIFAR-10, JPEG copy sha256
     # dfaab4e…", which only the copy's file tells); "": named from the runs' configs.
     data: str = ""
+    # The paper's header over the label column, or one for each where a group's name stands beside
+    # its rows (FedGKD Table 7's "DataSet", "Buffer Length"); () : "Method" ("Setting" where
+    # methods are columns)
+    corner: tuple[str, ...] = ()
     # Columns whose cells also print their mean's rise or fall against FedAvg's, "(0.87)↑", FedAvg's
     # "(base)", as FedCSD prints its Tables I and II
     rises: tuple[str, ...] = ()

@@ -398,6 +398,40 @@ def test_a_column_of_rises_prints_each_mean_against_fedavgs(tmp_path):
         )
 
 
+@pytest.mark.parametrize(
+    "rows, corner, header",
+    [
+        (
+            ["CIFAR-10, M=1", "CIFAR-10, M=3", "CIFAR-100, M=1", "CIFAR-100, M=3"],
+            ("DataSet", "Buffer Length"),
+            "DataSet & Buffer Length",
+        ),
+        (
+            ["CIFAR-10, M=1", "CIFAR-10, M=3"],
+            ("DataSet", "Buffer Length"),
+            "DataSet / Buffer Length",
+        ),  # one group: no group column
+        (["KL", "MSE"], ("Loss Type",), "Loss Type"),
+        (["KL", "MSE"], (), "Method"),
+        (
+            ["CIFAR-10, M=1", "CIFAR-10, M=3", "CIFAR-100, M=1", "CIFAR-100, M=3"],
+            ("Setting",),
+            r"\multicolumn{2}{l}{Setting}",
+        ),
+    ],
+)
+def test_the_label_columns_take_the_papers_header(tmp_path, rows, corner, header):
+    """FedGKD Table 7 heads its label columns "DataSet" and "Buffer Length", FedSSD Table III
+    "Loss Type", FedCAD's "Algorithm"."""
+    table = make_table()
+    table.rows = [Row(label, {"name": "fedprox", "mu": (i + 1) / 100}) for i, label in enumerate(rows)]
+    table.reported, table.corner = {}, corner
+    write_runs(table, tmp_path / "runs", {(r, c.label): CURVES[("FedAvg", "a")] for r in rows for c in table.columns})
+    build_table(table, "paper", tmp_path / "runs", tmp_path / "out")
+    tex = (tmp_path / "out" / "table.tex").read_text()
+    assert f"\n{header} & a & b \\\\\n" in tex
+
+
 def test_escape_text_fields():
     from shared.reporting.latex import escape
 
