@@ -47,11 +47,11 @@ from shared.reporting.figure_style import (
 from shared.reporting.summary import cell_value
 from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
-from shared.targets.figure_declarations import ACCURACIES, Figure
+from shared.targets.figure_declarations import CURVE_ACCURACIES, Figure
 from shared.targets.papers import display_name
 from shared.targets.probes import probe_code, probe_path
 from shared.targets.scales import SMOKE_LOCAL_EPOCHS, SMOKE_ROUNDS
-from shared.targets.table_declarations import Cell, Table
+from shared.targets.table_declarations import Cell, Metric, Table
 
 
 def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
@@ -62,7 +62,7 @@ def completed(cells: list[Cell], runs_dir: Path) -> list[tuple[Cell, dict]]:
 # --- the kinds of figure ---------------------------------------------------------------------
 
 CURVE_METRICS = {"global_acc": "global test accuracy (%)", "local_acc": "local average accuracy (%)"}
-DOMAIN_MEAN = "global test accuracy, mean over domains (%)"  # global_acc where the test data has domains
+DOMAIN_MEAN = f"global {Metric('domain_avg').axis_label}"  # global_acc where the test data has domains
 ROUND_VALUES = {
     "mask_filter_rate": "mask filter rate (fraction of samples)",
     "wrong_label_filter_rate": "filter rate (fraction of wrong soft labels)",
@@ -76,7 +76,7 @@ def plot_curves(
     title: str,
     table: Table | None = None,
     scale: str | None = None,
-    accuracies: tuple[str, ...] = ACCURACIES,
+    accuracies: tuple[str, ...] = CURVE_ACCURACIES,
     panels: list[list[str]] | None = None,
     **_,
 ):
@@ -86,7 +86,9 @@ def plot_curves(
     On test data of several domains the global accuracy is their mean (`accuracy_by_round`)."""
     plt = pyplot()
     done = completed(cells, runs_dir)
-    rows = panels or [list(dict.fromkeys(c.column.label for c in cells))]
+    present = list(dict.fromkeys(c.column.label for c in cells))
+    # a figure drawn from part of its settings (shipped, or on a copy) lays out those it has
+    rows = [row for row in ([s for s in row if s in present] for row in panels or [present]) if row]
     methods = list(dict.fromkeys(c.row.label for c in cells))
     looks = series_styles(methods)
     titles = setting_titles(cells, table)

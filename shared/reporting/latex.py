@@ -370,8 +370,9 @@ def header_lines(
 
 
 def corner_text(corner: tuple[str, ...], label_columns: int) -> str:
-    """The header over the label columns: one each, or all as one ("DataSet / Buffer Length"
-    where a partial table's rows no longer stand in groups)."""
+    """The header over the label columns: one name each, or the names as one where the rows
+    stand in no groups ("Dataset / Setting" over FedGKD Table 4's "AG News α=0.1": one setting
+    a data set; a partial table's rows of one data set)."""
     if len(corner) == label_columns:
         return " & ".join(escape(name) for name in corner)
     text = escape(" / ".join(corner))

@@ -1,11 +1,11 @@
 """A table's runs -> its cells: what a cell reports from each run's metrics.json (cell_value), one
 row per run (collect), each cell's mean and std over seeds with its marks (failed, suspect, at
-chance, equal to FedAvg's) and the best and second-best per column. What both the LaTeX table
-(shared/reporting/latex.py) and the comparison with the paper (shared/reporting/comparison.py) print."""
+chance, equal to FedAvg's) and the best and second-best per column among the rows on one data
+set. What both the LaTeX table (shared/reporting/latex.py) and the comparison with the paper
+(shared/reporting/comparison.py) print."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -214,7 +214,8 @@ def rank_marks(table: Table, summary: pd.DataFrame) -> dict[tuple[str, str], str
     reading that is not the paper's text competes for no mark the paper gives); a count that is
     the reference row's rounds by definition takes none."""
     marks = {}
-    data = {row.label: json.dumps(row.config.get("dataset"), sort_keys=True) for row in table.rows}
+    base_data = table.base.get("dataset", {}).get("name")
+    data = {row.label: row.config.get("dataset", {}).get("name", base_data) for row in table.rows}
     for column in table.columns:
         metric = table.metric_for(column)
         col = summary[

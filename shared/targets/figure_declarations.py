@@ -15,7 +15,7 @@ from shared.targets.table_declarations import Cell, Table, declared, declared_on
 # What shared/reporting/figures.py can draw (its DRAW; tests/reporting/test_figures.py checks that the two agree)
 FIGURE_KINDS = frozenset({"curves", "partitions", "sweep", "round_metric", "custom"})
 # What a curves figure can draw per round (CURVE_METRICS there; tests/reporting/test_figures.py checks them too)
-ACCURACIES = ("global_acc", "local_acc")
+CURVE_ACCURACIES = ("global_acc", "local_acc")
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Figure:
     columns: list[str] | None = None  # the table's settings to draw (default: all)
     rows: list[str] | None = None  # the table's methods to draw (default: all)
     value: str | None = None  # round_metric: the per-round key in metrics.jsonl
-    accuracies: tuple[str, ...] = ACCURACIES  # curves: what the settings' panels draw, one block of rows each
+    accuracies: tuple[str, ...] = CURVE_ACCURACIES  # curves: what the settings' panels draw, one block of rows each
     panels: list[list[str]] | None = None  # curves: the settings in rows of panels (they are its `columns`)
     draw_with: Callable | None = None  # custom
     probe: Callable | None = None  # custom: a GPU job's computation on each cell's finished run
@@ -81,10 +81,13 @@ class Figure:
 
     def check_panels(self) -> None:
         """`panels` lay out the settings a curves figure draws, each once; its `columns` follow."""
-        if not self.accuracies or not set(self.accuracies) <= set(ACCURACIES):
+        if not self.accuracies or not set(self.accuracies) <= set(CURVE_ACCURACIES):
             raise ValueError(
-                f"{self.paper}/{self.name}: accuracies= takes some of {list(ACCURACIES)}, got {list(self.accuracies)}"
+                f"{self.paper}/{self.name}: accuracies= takes some of {list(CURVE_ACCURACIES)}, "
+                f"got {list(self.accuracies)}"
             )
+        if self.kind != "curves" and self.accuracies != CURVE_ACCURACIES:
+            raise ValueError(f"{self.paper}/{self.name}: accuracies= goes with a curves figure")
         if self.panels is None:
             return
         placed = [label for row in self.panels for label in row]

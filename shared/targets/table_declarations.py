@@ -194,6 +194,8 @@ class Table:
                 )
         if not set(self.rises) <= set(labels):
             raise ValueError(f"{self.paper}/{self.name}: rises= names columns the table lacks: {self.rises}")
+        if any(self.metric_for(c).counts_rounds for c in self.columns if c.label in self.rises):
+            raise ValueError(f"{self.paper}/{self.name}: rises= goes with accuracy columns, not rounds")
         for mark in self.inconsistencies:
             if mark.row not in self.reported or mark.column not in labels:
                 raise ValueError(

@@ -21,8 +21,8 @@ from shared.reporting.figure_settings import (
     swept_key,
 )
 from shared.reporting.figure_style import METHOD_ORDER, series_styles
-from shared.reporting.figures import CURVE_METRICS, DRAW, build_figure, draw, figure_title
-from shared.targets.figure_declarations import ACCURACIES, FIGURE_KINDS, Figure, paper_figures
+from shared.reporting.figures import CURVE_METRICS, DOMAIN_MEAN, DRAW, build_figure, draw, figure_title
+from shared.targets.figure_declarations import CURVE_ACCURACIES, FIGURE_KINDS, Figure, paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.table_declarations import Column, Metric, Row, Table, expand
 
@@ -410,6 +410,10 @@ def test_curves_laid_out_in_the_papers_rows_of_panels(tmp_path):
     for title, (data, alpha) in zip(titles, places, strict=True):
         assert title.startswith(data) and f"Dir({alpha})" in title, title
 
+    shipped = [c for c in cells if c.column.label.startswith("CIFAR-10 ")]  # a partial figure: CIFAR-10 alone
+    fig = draw("curves", shipped, tmp_path / "runs", tmp_path / "partial", "", **options)
+    assert len(round_axes(fig)) == 3 and not [ax for ax in fig.axes if not ax.axison]
+
     table = make_table([Column(label, {"partition": {"beta": b}}) for label, b in (("a", 0.1), ("b", 0.5), ("c", 5.0))])
     ragged = Figure("fedssd", "figx", "Ragged.", kind="curves", table=table, panels=[["c", "a"], ["b"]])
     assert ragged.columns == ["c", "a", "b"]
@@ -433,7 +437,7 @@ def test_curves_of_test_data_in_domains_draw_the_mean_over_domains(tmp_path):
     fig = draw("curves", cells, tmp_path / "runs", tmp_path / "figure", "", accuracies=("global_acc",))
     office, pooled = round_axes(fig)
     assert list(office.get_lines()[0].get_ydata()) == [20.0, 40.0, 60.0]
-    assert office.get_ylabel() == "global test accuracy, mean over domains (%)"
+    assert office.get_ylabel() == DOMAIN_MEAN == "global mean test accuracy over domains (%)"
     assert pooled.get_ylabel() == CURVE_METRICS["global_acc"] and len(pooled.get_lines()[0].get_ydata()) == 3
 
 
@@ -446,6 +450,7 @@ def test_curves_of_test_data_in_domains_draw_the_mean_over_domains(tmp_path):
         ({"panels": [["a"]], "kind": "sweep"}, "curves figure"),
         ({"accuracies": ("train_loss",)}, "accuracies="),
         ({"accuracies": ()}, "accuracies="),
+        ({"accuracies": ("global_acc",), "kind": "sweep"}, "goes with a curves figure"),
     ],
 )
 def test_a_figures_panels_are_checked_where_it_is_declared(options, why):
@@ -454,8 +459,15 @@ def test_a_figures_panels_are_checked_where_it_is_declared(options, why):
         Figure("fedssd", "figx", "X.", **{"kind": "curves", "table": table, **options})
 
 
+def test_every_declared_figures_panels_are_settings_of_its_table():
+    for paper in paper_names():
+        for figure in paper_figures(paper).values():
+            labels = {c.label for c in figure.source.columns}
+            assert set(figure.columns or labels) <= labels, (paper, figure.name)
+
+
 def test_a_curves_figure_declares_what_its_drawing_draws():
-    assert set(ACCURACIES) == set(CURVE_METRICS)
+    assert set(CURVE_ACCURACIES) == set(CURVE_METRICS)
 
 
 def test_fedcad_fig1_heatmaps_fill_their_canvas(tmp_path, monkeypatch):

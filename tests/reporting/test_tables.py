@@ -2,6 +2,7 @@
 failed and suspect cells), the comparison with the paper (rank agreement, HTML, figure), the
 LaTeX escaping and layout, and the metrics a table can ask for."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -388,6 +389,9 @@ def test_a_column_of_rises_prints_each_mean_against_fedavgs(tmp_path):
     assert lines["FedProx"][0] == r"\textbf{\boldmath 55.00\,$\pm$\,1.63\,(5.00)$\uparrow$}"
     assert "(" not in lines["FedProx"][1] + lines["FedAvg"][1]
     assert "rise and fall against FedAvg's" in tex.split(r"\footnotesize\raggedright", 1)[1]
+    rounds = make_table(Metric("rounds_to", target=50.0))
+    with pytest.raises(ValueError, match="accuracy columns, not rounds"):
+        dataclasses.replace(rounds, rises=("a",))
     with pytest.raises(ValueError, match="rises= names columns"):
         Table(
             **{
