@@ -338,7 +338,9 @@ FIGURES = [
         "Test accuracy versus communication rounds on CIFAR-100, FEMNIST and Office-Caltech-10.",
         kind="curves",
         table=CONVERGENCE,
-        accuracies=("global_acc",),  # "the test accuracy curve", the global model's: panels (a)-(d)
+        accuracies=("global_acc",),  # "the test accuracy curve", the global model's
+        panels=[[c.label for c in CONVERGENCE.columns]],
+        lettered=True,  # "(Fig. 6 (a, b, c))", "(Fig. 6 (d))"
     ),
 ]
 

@@ -78,17 +78,22 @@ def plot_curves(
     scale: str | None = None,
     accuracies: tuple[str, ...] = CURVE_ACCURACIES,
     panels: list[list[str]] | None = None,
+    lettered: bool = False,
     **_,
 ):
     """Global test accuracy and the local models' average accuracy per round (`accuracies`),
     mean with a band of one std over seeds, one line per method; a panel per setting, in one row
     or in the rows of `panels` (FedGKD Fig. 4: a dataset a row), a block of rows per accuracy.
-    On test data of several domains the global accuracy is their mean (`accuracy_by_round`)."""
+    On test data of several domains the global accuracy is their mean (`accuracy_by_round`);
+    `lettered`: each panel's title starts with its letter in the paper's layout, "(a) "."""
     plt = pyplot()
     done = completed(cells, runs_dir)
     present = list(dict.fromkeys(c.column.label for c in cells))
+    layout = panels or [present]
+    places = [(key, setting) for key in accuracies for row in layout for setting in row]
+    letters = {place: f"({chr(ord('a') + i)}) " for i, place in enumerate(places)} if lettered else {}
     # a figure drawn from part of its settings (shipped, or on a copy) lays out those it has
-    rows = [row for row in ([s for s in row if s in present] for row in panels or [present]) if row]
+    rows = [row for row in ([s for s in row if s in present] for row in layout) if row]
     methods = list(dict.fromkeys(c.row.label for c in cells))
     looks = series_styles(methods)
     titles = setting_titles(cells, table)
@@ -103,7 +108,8 @@ def plot_curves(
                 if j < len(row):
                     setting = [(c, m) for c, m in done if c.column.label == row[j]]
                     label = curves_panel(ax, runs_dir, setting, methods, key, looks)
-                    ax.set_title(panel_title(f"{titles[row[j]]}\n{label.replace(' (%)', '')}", 3.4), fontsize=9)
+                    heading = f"{letters.get((key, row[j]), '')}{titles[row[j]]}\n{label.replace(' (%)', '')}"
+                    ax.set_title(panel_title(heading, 3.4), fontsize=9)
                     ax.set_ylabel(label)
                 else:
                     ax.set_axis_off()
@@ -337,6 +343,7 @@ def build_figure(
         value=figure.value,
         accuracies=figure.accuracies,
         panels=figure.panels,
+        lettered=figure.lettered,
         draw_with=figure.draw_with,
         scale=scale,
         **probed,

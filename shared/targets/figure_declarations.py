@@ -27,7 +27,7 @@ class Figure:
       curves      global test accuracy (on test data of several domains, their mean) and local
                   average accuracy per round (`accuracies`: which), mean with a band of one std
                   over seeds, one panel per setting (`panels`: the settings in rows, as the paper
-                  lays them out; default one row);
+                  lays them out, `lettered` as its text cites them; default one row);
       partitions  client-by-class sample counts (seed 0), one heatmap per setting;
       sweep       the grid's metric against a hyperparameter, one line per method; a column
                   labelled "name=value" is the point (value) of the panel (name);
@@ -54,6 +54,7 @@ class Figure:
     value: str | None = None  # round_metric: the per-round key in metrics.jsonl
     accuracies: tuple[str, ...] = CURVE_ACCURACIES  # curves: what the settings' panels draw, one block of rows each
     panels: list[list[str]] | None = None  # curves: the settings in rows of panels (they are its `columns`)
+    lettered: bool = False  # curves: panels lettered (a), (b), ... in `panels`' order, as the paper's text cites them
     draw_with: Callable | None = None  # custom
     probe: Callable | None = None  # custom: a GPU job's computation on each cell's finished run
     probe_cost: float = 0.0  # a probe's GPU time, in runs of its cell
@@ -88,6 +89,8 @@ class Figure:
             )
         if self.kind != "curves" and self.accuracies != CURVE_ACCURACIES:
             raise ValueError(f"{self.paper}/{self.name}: accuracies= goes with a curves figure")
+        if self.lettered and (self.kind != "curves" or self.panels is None):
+            raise ValueError(f"{self.paper}/{self.name}: lettered= goes with a curves figure's panels=")
         if self.panels is None:
             return
         placed = [label for row in self.panels for label in row]

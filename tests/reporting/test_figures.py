@@ -441,6 +441,31 @@ def test_curves_of_test_data_in_domains_draw_the_mean_over_domains(tmp_path):
     assert pooled.get_ylabel() == CURVE_METRICS["global_acc"] and len(pooled.get_lines()[0].get_ydata()) == 3
 
 
+def test_panels_are_lettered_as_the_papers_text_cites_them(tmp_path):
+    """FedCSD Fig. 6 (a)-(d), FedCAD's "Figure 4(b)" (the local accuracy): a letter stays its
+    panel's in a figure drawn from part of its settings."""
+    for paper, name, letters in (("fedcsd", "fig6", "abcd"), ("fedcad", "fig4", "ab")):
+        figure = paper_figures(paper)[name]
+        cells = figure.cells("smoke")
+        write_runs(cells, tmp_path / "runs")
+        options = {"accuracies": figure.accuracies, "panels": figure.panels, "lettered": figure.lettered}
+        fig = draw("curves", cells, tmp_path / "runs", tmp_path / name, "", **options)
+        assert [ax.get_title()[:4] for ax in round_axes(fig)] == [f"({letter}) " for letter in letters]
+    fig6 = paper_figures("fedcsd")["fig6"]
+    office = [c for c in fig6.cells("smoke") if c.column.label.startswith("Office")]
+    fig = draw(
+        "curves",
+        office,
+        tmp_path / "runs",
+        tmp_path / "office",
+        "",
+        panels=fig6.panels,
+        lettered=True,
+        accuracies=fig6.accuracies,
+    )
+    assert [ax.get_title()[:4] for ax in round_axes(fig)] == ["(d) "]
+
+
 @pytest.mark.parametrize(
     "options, why",
     [
@@ -451,6 +476,7 @@ def test_curves_of_test_data_in_domains_draw_the_mean_over_domains(tmp_path):
         ({"accuracies": ("train_loss",)}, "accuracies="),
         ({"accuracies": ()}, "accuracies="),
         ({"accuracies": ("global_acc",), "kind": "sweep"}, "goes with a curves figure"),
+        ({"lettered": True}, "lettered= goes with"),
     ],
 )
 def test_a_figures_panels_are_checked_where_it_is_declared(options, why):
