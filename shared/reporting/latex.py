@@ -10,7 +10,7 @@ import unicodedata
 
 import pandas as pd
 
-from shared.reporting.summary import NOT_IMPLEMENTED, REFERENCE_ROW, decimals, rank_marks, reading_notes
+from shared.reporting.summary import NOT_IMPLEMENTED, REFERENCE_ROW, decimals, rank_marks, reading_notes, shown
 from shared.targets.table_declarations import Table, scale_seeds, seeds_text
 
 # What a document needs to \input a table.tex (also written at its top).
@@ -262,7 +262,7 @@ def rise(summary: pd.DataFrame, row: str, column: str, mean: float, places: int,
     if not len(reference) or math.isnan(reference.iloc[0]) or math.isnan(mean):
         return ""
     used.add("rise")
-    change = round(mean, places) - round(reference.iloc[0], places)
+    change = shown(mean, places) - shown(reference.iloc[0], places)  # between the numbers as printed
     arrow = r"$\uparrow$" if change > 0 else r"$\downarrow$" if change < 0 else ""
     return rf"\,({abs(change):.{places}f}){arrow}"
 
