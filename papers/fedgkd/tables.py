@@ -450,6 +450,24 @@ CLAIMS = [
     ),
 ]
 
+# Fig. 3's lower half: FedAvg and FedGKD (M=1) on CIFAR-10 at each α of its upper half and each
+# participation ratio of Table 5, the best accuracy (Table 5's "Best"); the paper prints no number.
+# Its runs at α = 0.5 are Table 5's, FedAvg's at C = 0.2 Table 3's.
+PARTICIPATION_GRID = Table(
+    paper="fedgkd",
+    name="fig3_bottom_grid",
+    caption="FedAvg and FedGKD (M=1) on CIFAR-10 over α and the participation ratio",
+    base=PROTOCOL,
+    metric=BEST,
+    rows=[Row("FedAvg", {"name": "fedavg"}), Row("FedGKD", {"name": "fedgkd", "gamma": 0.2, "buffer": 1})],
+    columns=[
+        Column(f"α={alpha:g} C={c:g}", {"partition": {"beta": alpha}, "federation": {"participation": c}})
+        for alpha in ALPHAS
+        for c in (0.1, 0.2, 0.3, 0.4)
+    ],
+    reported={},
+)
+
 FIGURES = [
     Figure(
         "fedgkd",
@@ -458,6 +476,14 @@ FIGURES = [
         kind="partitions",
         table="table3",
         columns=[c.label for c in CV_SETTINGS if c.label.startswith("CIFAR-10 ")],
+    ),
+    Figure(
+        "fedgkd",
+        "fig3_bottom",
+        "Performance of FedAvg and FedGKD (M=1) with ResNet-8 on CIFAR-10 under different α and participation "
+        "ratio settings.",
+        kind="sweep",
+        table=PARTICIPATION_GRID,
     ),
     Figure(
         "fedgkd",

@@ -110,13 +110,16 @@ def swept_setting(cells: list[Cell], table: Table, name: str) -> str:
     return f"{SWEPT.get(swept, swept)} {name}" if swept else name
 
 
-def sweep_titles(cells: list[Cell], table: Table) -> dict[tuple[str, str], str]:
-    """Each sweep panel's title: its metric against the setting it varies, so that panels of
-    one figure (FedCSD Fig. 3's μ and τ) are told apart and each says what it sweeps."""
+def sweep_titles(cells: list[Cell], table: Table) -> dict[tuple[str, str, str], str]:
+    """Each sweep panel's title: its metric against the setting it varies, after the settings
+    it holds fixed where its labels name some ("α=0.1: ..."), so that panels of one figure
+    (FedCSD Fig. 3's μ and τ, FedGKD Fig. 3's α) are told apart and each says what it sweeps."""
     panel = sweep_panel(table)
     panels = dict.fromkeys(panel(c) for c in cells)
     return {
-        key: f"{key[1]} against {swept_setting([c for c in cells if panel(c) == key], table, key[0])}" for key in panels
+        key: (f"{key[2]}: " if key[2] else "")
+        + f"{key[1]} against {swept_setting([c for c in cells if panel(c) == key], table, key[0])}"
+        for key in panels
     }
 
 
@@ -142,12 +145,24 @@ def same_runs(cells: list[Cell], panel: Callable[[Cell], object] = lambda c: Non
     return [labels for labels in groups.values() if len({frozenset(settings[label]) for label in labels}) > 1]
 
 
-def sweep_panel(table: Table) -> Callable[[Cell], tuple[str, str]]:
-    """A sweep's panel of a cell: the parameter its column varies ("E" of "E=5") and its metric."""
-    return lambda c: (
-        c.column.label.partition("=")[0] if "=" in c.column.label else "setting",
-        table.metric_for(c.column).label,
-    )
+def sweep_label(label: str) -> tuple[str, str, str]:
+    """A sweep's column label read as (what it holds fixed, the parameter it varies, the point):
+    its last word "name=value" is the point on the panel of `name`; the words before it, the
+    setting the panel holds ("α=0.1 C=0.3" -> ("α=0.1", "C", "0.3"); "E=5" -> ("", "E", "5"))."""
+    fixed, _, swept = label.rpartition(" ") if "=" in label.rpartition(" ")[2] else ("", "", label)
+    name, _, point = swept.partition("=")
+    return (fixed, name, point) if point else ("", "setting", label)
+
+
+def sweep_panel(table: Table) -> Callable[[Cell], tuple[str, str, str]]:
+    """A sweep's panel of a cell: the parameter its column varies ("E" of "E=5"), its metric, and
+    the setting it holds fixed ("α=0.1" of "α=0.1 C=0.3"; "" where the label names none)."""
+
+    def panel(c: Cell) -> tuple[str, str, str]:
+        fixed, name, _ = sweep_label(c.column.label)
+        return name, table.metric_for(c.column).label, fixed
+
+    return panel
 
 
 def merged_settings(kind: str, cells: list[Cell], table: Table | None = None) -> list[list[str]]:

@@ -27,6 +27,7 @@ from shared.reporting.figure_settings import (
     same_runs,
     same_runs_warning,
     setting_titles,
+    sweep_label,
     sweep_panel,
     sweep_titles,
     swept_key,
@@ -190,13 +191,14 @@ def plot_partitions(
 def plot_sweep(
     cells: list[Cell], runs_dir: Path, out_stem: Path, title: str, table: Table, scale: str | None = None, **_
 ):
-    """FedSSD Fig. 9, FedCSD Figs. 3-4: the table's metric against a hyperparameter's value,
-    mean and one std over seeds, one line per method; a column labelled "name=value" is the
-    point (value) of the panel (name)."""
+    """FedSSD Fig. 9, FedCSD Figs. 3-4, FedGKD Fig. 3's lower half: the table's metric against a
+    hyperparameter's value, mean and one std over seeds, one line per method; a column labelled
+    "name=value" is the point (value) of the panel (name), "fixed name=value" that of the panel
+    of `name` at `fixed` (`sweep_label`)."""
     plt = pyplot()
 
     def point(c):
-        return c.column.label.partition("=")[2] if "=" in c.column.label else c.column.label
+        return sweep_label(c.column.label)[2]
 
     panel = sweep_panel(table)
     done = completed(cells, runs_dir)
@@ -311,9 +313,8 @@ SCALE_NOTES = {
 
 def figure_title(figure: Figure, scale: str) -> str:
     """ "FedSSD Fig. 9: <the paper's caption>" and, on a second line, the scale."""
-    number = figure.name[3:] if figure.name.startswith("fig") else figure.name
     name = display_name(figure.paper)
-    return f"{name} Fig. {number}: {figure.caption}\nScale: {scale} ({SCALE_NOTES.get(scale, 'reduced scale')})"
+    return f"{name} Fig. {figure.number}: {figure.caption}\nScale: {scale} ({SCALE_NOTES.get(scale, 'reduced scale')})"
 
 
 def read_probe(figure: Figure, cell: Cell, runs_dir: str | Path):

@@ -30,7 +30,8 @@ class Figure:
                   lays them out, `lettered` as its text cites them; default one row);
       partitions  client-by-class sample counts (seed 0), one heatmap per setting;
       sweep       the grid's metric against a hyperparameter, one line per method; a column
-                  labelled "name=value" is the point (value) of the panel (name);
+                  labelled "name=value" is the point (value) of the panel (name), one labelled
+                  "fixed name=value" (α=0.1 C=0.3) that of the panel of `name` at `fixed`;
       round_metric  a number the method logs each round (`value`, e.g. mask_filter_rate);
       custom      `draw_with(cells, runs_dir, out_stem, title, table=...)`, a paper's own
                   protocol on top of the runs (FedCAD's per-class forgetting probe).
@@ -99,6 +100,12 @@ class Figure:
         if self.columns is not None and set(self.columns) != set(placed):
             raise ValueError(f"{self.paper}/{self.name}: panels= and columns= name different settings")
         self.columns = placed
+
+    @property
+    def number(self) -> str:
+        """The figure as the paper numbers it: "9" of fig9, "3 (bottom)" of fig3_bottom."""
+        number, _, part = self.name.removeprefix("fig").partition("_")
+        return f"{number} ({part})" if part else number
 
     @property
     def draws_partial(self) -> bool:

@@ -16,6 +16,7 @@ from shared.reporting.figure_settings import (
     merged_settings,
     paper_overrides,
     setting_titles,
+    sweep_label,
     sweep_panel,
     sweep_titles,
     swept_key,
@@ -212,6 +213,44 @@ def test_sweep_axes_name_the_swept_variable_and_the_metric(tmp_path):
     assert set(looks) == {"FedAvg", "FedProx", "MOON"} and len(set(looks.values())) == 3
     assert not merged_settings("sweep", cells, table)  # at paper scale every E is its own run
     assert "Warning" not in " ".join(t.get_text() for t in fig.texts)
+
+
+@pytest.mark.parametrize(
+    ("label", "read"),
+    [
+        ("E=5", ("", "E", "5")),
+        ("α=0.1 C=0.3", ("α=0.1", "C", "0.3")),
+        ("CIFAR-10 α=0.1 C=0.3", ("CIFAR-10 α=0.1", "C", "0.3")),
+        ("CIFAR10 acc", ("", "setting", "CIFAR10 acc")),
+    ],
+)
+def test_a_sweeps_label_names_what_it_holds_the_parameter_and_the_point(label, read):
+    assert sweep_label(label) == read
+
+
+def test_a_sweep_over_two_settings_draws_a_panel_per_fixed_setting(tmp_path):
+    """FedGKD Fig. 3's lower half: the accuracy against C, a panel per α, one line per method."""
+    columns = [
+        Column(f"α={a:g} C={c:g}", {"partition": {"beta": a}, "federation": {"participation": c}})
+        for a in (1.0, 0.1)
+        for c in (0.5, 1.0)
+    ]
+    table = make_table(columns, rows=ROWS[:2])
+    figure = Figure("fedgkd", "fig3_bottom", "Over α and participation.", kind="sweep", table=table)
+    cells = figure.cells("paper")
+    write_runs(cells, tmp_path / "runs")
+    title = figure_title(figure, "paper")
+    assert title.startswith("FedGKD Fig. 3 (bottom): Over α and participation.")  # the paper's "Bottom" of Fig. 3
+    fig = draw("sweep", cells, tmp_path / "runs", tmp_path / "figure", title, table=table, scale="paper")
+    axes = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert [ax.get_title() for ax in axes] == [
+        "α=1: final acc against client sample ratio C",
+        "α=0.1: final acc against client sample ratio C",
+    ]
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0.5", "1"]
+        assert {c.get_label() for c in ax.containers} == {"FedAvg", "FedProx"}
+        assert "client sample ratio C (federation.participation)" == ax.get_xlabel()
 
 
 def test_warning_where_a_reduced_scale_makes_the_points_the_same_runs(tmp_path, capsys):

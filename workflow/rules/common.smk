@@ -194,6 +194,13 @@ def paper_caption(kind, paper, name):
     return {"table": get_table, "figure": get_figure}[kind](paper, name).caption
 
 
+def paper_figure_number(paper, name):
+    """A figure as the paper numbers it ("3 (bottom)"), for the report, as paper_caption."""
+    from shared.targets.figure_declarations import get_figure
+
+    return get_figure(paper, name).number
+
+
 def search_targets(paper):
     """Every hyperparameter search a paper describes (not part of regenerating its tables)."""
     return [target_path(paper, name) for name in EXPANSION.names(paper, "search")]

@@ -51,7 +51,7 @@ rule figure:
         ),
     wildcard_constraints:
         paper="[^/]+",
-        figure="fig[0-9A-Za-z]+",
+        figure="fig[0-9A-Za-z_]+",
     log:
         f"{LOGS}/figures/{{paper}}-{{figure}}.log",
     localrule: True
@@ -68,7 +68,7 @@ rule probe:
         f"{PROBES}/{{paper}}-{{figure}}-{{run_id}}-{{code}}.csv",
     wildcard_constraints:
         paper="[^/-]+",
-        figure="fig[0-9A-Za-z]+",
+        figure="fig[0-9A-Za-z_]+",
         run_id="[0-9a-f]{16}",
         code="[0-9a-f]{16}",
     log:
