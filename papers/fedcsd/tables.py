@@ -123,6 +123,7 @@ TABLE2 = Table(
         Column("Average", {}, metric=Metric("domain_avg")),
     ],
     rises=("Average",),
+    span="Office-Caltech-10",
     reported={
         "FedAvg": [R(53.12), R(44.88), R(65.62), R(86.44), R(62.51)],
         "FedProx": [R(53.12), R(45.33), R(62.50), R(86.44), R(61.84)],

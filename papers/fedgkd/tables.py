@@ -303,6 +303,7 @@ TABLE6 = Table(
         for r in METHODS
     ],
     columns=[Column(f"round {t}", CIFAR10_01.config, metric=Metric("acc_at", round=t)) for t in (10, 20, 50, 100)],
+    span="Test accuracy at different communication rounds",
     reported={
         "FedAvg": [R(36.30, 1.24), R(49.54, 0.99), R(46.47, 1.67), R(40.09, 2.29)],
         "FedProx": [R(39.81, 1.60), R(46.82, 0.96), R(45.55, 2.31), R(63.45, 0.40)],

@@ -348,6 +348,15 @@ def body_lines(
     return body
 
 
+def spanned(span: str, labels: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """One spanning header, the paper's, over all the columns: under it each label without the
+    words before its last that all labels share ("10" of "round 10": the span says "round"),
+    else whole."""
+    groups = split_groups(labels, min_groups=1)
+    members = groups[0][1] if groups and len(groups) == 1 else [latex for _, latex in labels]
+    return [(escape(span), members)]
+
+
 def header_lines(
     column_labels: list[tuple[str, str]],
     column_groups: list[tuple[str, list[str]]] | None,
@@ -392,7 +401,7 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
         grid = [list(line) for line in zip(*grid)]
         row_labels, column_labels, corner = column_labels, row_labels, table.corner or ("Setting",)
     row_groups = split_groups(row_labels, min_groups=2)
-    column_groups = split_groups(column_labels, min_groups=1)
+    column_groups = spanned(table.span, column_labels) if table.span else split_groups(column_labels, min_groups=1)
     label_columns = 2 if row_groups else 1
     corner_cell = corner_text(corner, label_columns)
     header = header_lines(column_labels, column_groups, label_columns, corner_cell)

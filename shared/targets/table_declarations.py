@@ -171,6 +171,10 @@ class Table:
     # Columns whose cells also print their mean's rise or fall against FedAvg's, "(0.87)↑", FedAvg's
     # "(base)", as FedCSD prints its Tables I and II
     rises: tuple[str, ...] = ()
+    # The paper's header spanning all the value columns (FedCSD Table II's "Office-Caltech-10"),
+    # in place of the words all labels share before their last (FedGKD Table 6's "round" of
+    # "round 10"); "": spanning headers from the labels alone
+    span: str = ""
     # Rows whose runs a campaign trains first (seed 0 of every setting before any other row):
     # the runs that decide an open question soonest
     train_first: tuple[str, ...] = ()
