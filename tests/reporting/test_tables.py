@@ -475,14 +475,14 @@ def test_grouped_headers_and_rows(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "labels, header, under",
+    "labels, under",
     [
-        (["A", "C", "Average"], r"\multicolumn{3}{c}{Office-Caltech-10}", "Method & A & C & Average"),
-        (["round 10", "round 20", "round 50"], r"\multicolumn{3}{c}{Office-Caltech-10}", "Method & 10 & 20 & 50"),
-        (["CIFAR10 acc", "CIFAR100 acc", "CIFAR100 T"], r"\multicolumn{3}{c}{Office-Caltech-10}", "Method & CIFAR10 acc"),
+        (["A", "C", "Average"], "Method & A & C & Average"),
+        (["round 10", "round 20", "round 50"], "Method & 10 & 20 & 50"),
+        (["CIFAR10 acc", "CIFAR100 acc", "CIFAR100 T"], "Method & CIFAR10 acc & CIFAR100 acc & CIFAR100 T"),
     ],
 )
-def test_the_papers_span_heads_every_value_column(labels, header, under):
+def test_the_papers_span_heads_every_value_column(labels, under):
     """FedCSD Table II's "Office-Caltech-10" over A, C, D, W, Average; FedGKD Table 6's "Test
     accuracy at different communication round" over 10, 20, 50, 100 (in place of "round")."""
     from shared.reporting.latex import latex_table
@@ -492,7 +492,7 @@ def test_the_papers_span_heads_every_value_column(labels, header, under):
     table.columns = [Column(label, {}) for label in labels]
     table.reported, table.span = {}, "Office-Caltech-10"
     tex = latex_table(table, summarize_cells(table, pd.DataFrame()), "paper")
-    assert f"\n & {header} \\\\\n\\cmidrule(lr){{2-4}}\n{under}" in tex
+    assert f"\n & \\multicolumn{{3}}{{c}}{{Office-Caltech-10}} \\\\\n\\cmidrule(lr){{2-4}}\n{under} \\\\" in tex
     assert tex.count(r"\multicolumn") == 1
 
 
