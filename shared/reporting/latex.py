@@ -360,22 +360,31 @@ def spanned(span: str, labels: list[tuple[str, str]]) -> list[tuple[str, list[st
 def header_lines(
     column_labels: list[tuple[str, str]],
     column_groups: list[tuple[str, list[str]]] | None,
-    label_columns: int,
+    leading_columns: int,
     corner_cell: str,
 ) -> list[str]:
-    """The tabular's header: the column labels, under a spanning name (ruled) for each group."""
+    """The tabular's header: the column labels, under a spanning name (ruled) for each group;
+    `corner_cell` heads the `leading_columns` before them (labels, components)."""
     if not column_groups:
         return [" & ".join([corner_cell, *(label for _, label in column_labels)]) + r" \\"]
-    tops, rules, first = [], [], label_columns + 1
+    tops, rules, first = [], [], leading_columns + 1
     for name, members in column_groups:
         tops.append(rf"\multicolumn{{{len(members)}}}{{c}}{{{name}}}")
         rules.append(rf"\cmidrule(lr){{{first}-{first + len(members) - 1}}}")
         first += len(members)
     return [
-        " & ".join([""] * label_columns + tops) + r" \\",
+        " & ".join([""] * leading_columns + tops) + r" \\",
         "".join(rules),
         " & ".join([corner_cell, *(m for _, members in column_groups for m in members)]) + r" \\",
     ]
+
+
+def components_kept(table: Table, row) -> list[str]:
+    """A row's ticks and crosses, as FedCSD prints Table III: which of the method's components
+    its variant keeps; "-" beside a row that is no variant of the method (FedAvg)."""
+    if row.components is None:
+        return ["-"] * len(table.components)
+    return [r"$\surd$" if name in row.components else r"$\times$" for name in table.components]
 
 
 def corner_text(corner: tuple[str, ...], label_columns: int) -> str:
@@ -397,14 +406,17 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     row_labels = [(r.label, escape(r.label) + (r"$^\P$" if r.reading_of else "")) for r in table.rows]
     column_labels = [(c.label, c.latex or escape(c.label)) for c in table.columns]
     corner = table.corner or ("Method",)
+    ticks = len(table.components)
+    if ticks:  # the components' columns come first, outside any spanning header over the values
+        grid = [components_kept(table, row) + line for row, line in zip(table.rows, grid)]
     if table.methods_as_columns:
         grid = [list(line) for line in zip(*grid)]
         row_labels, column_labels, corner = column_labels, row_labels, table.corner or ("Setting",)
     row_groups = split_groups(row_labels, min_groups=2)
     column_groups = spanned(table.span, column_labels) if table.span else split_groups(column_labels, min_groups=1)
     label_columns = 2 if row_groups else 1
-    corner_cell = corner_text(corner, label_columns)
-    header = header_lines(column_labels, column_groups, label_columns, corner_cell)
+    corner_cell = " & ".join([corner_text(corner, label_columns), *map(escape, table.components)])
+    header = header_lines(column_labels, column_groups, label_columns + ticks, corner_cell)
     body = body_lines(row_labels, row_groups, grid)
     scale_note = "" if scale == "paper" else rf" \textbf{{[Scale: {escape(scale)}; not a paper result.]}}"
     notes = footnote(table, used, scale)
@@ -415,7 +427,7 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
                 rf"needs \usepackage{{{','.join(LATEX_PACKAGES)}}}"
             ),
             r"\def\fedreprotabular{%",
-            rf"\begin{{tabular}}{{{'l' * label_columns}{'c' * len(column_labels)}}}",
+            rf"\begin{{tabular}}{{{'l' * label_columns}{'c' * (ticks + len(column_labels))}}}",
             r"\toprule",
             *header,
             r"\midrule",

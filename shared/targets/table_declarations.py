@@ -61,6 +61,9 @@ class Row:
     # never given a paper number, judged on that row's claims beside it
     reading_of: str | None = None
     reading: str = ""
+    # An ablation's variant: which of the method's components (Table.components) it keeps, printed
+    # as the paper's ticks and crosses; None: no variant of the method (FedAvg's "-")
+    components: tuple[str, ...] | None = None
 
     @property
     def implemented(self) -> bool:
@@ -175,6 +178,9 @@ class Table:
     # in place of the words all labels share before their last (FedGKD Table 6's "round" of
     # "round 10"); "": spanning headers from the labels alone
     span: str = ""
+    # A method's components, a column of ticks and crosses each beside the labels (FedCSD Table
+    # III's δ̂, M and TMA: which of them each variant keeps, Row.components)
+    components: tuple[str, ...] = ()
     # Rows whose runs a campaign trains first (seed 0 of every setting before any other row):
     # the runs that decide an open question soonest
     train_first: tuple[str, ...] = ()
@@ -219,7 +225,14 @@ class Table:
             raise ValueError(
                 f"{self.paper}/{self.name}: train_first names unknown rows {sorted(set(self.train_first) - rows)}"
             )
+        if self.components and self.methods_as_columns:
+            raise ValueError(f"{self.paper}/{self.name}: components= goes with methods as rows")
         for row in self.rows:
+            if self.components and not set(row.components or ()) <= set(self.components):
+                raise ValueError(
+                    f"{self.paper}/{self.name}: row {row.label!r} keeps components {list(row.components)} "
+                    f"the table lacks: {list(self.components)}"
+                )
             unknown = set(row.per_column) - set(labels)
             if unknown:
                 raise ValueError(f"{self.paper}/{self.name}: row {row.label!r} names unknown columns {sorted(unknown)}")

@@ -496,6 +496,39 @@ def test_the_papers_span_heads_every_value_column(labels, under):
     assert tex.count(r"\multicolumn") == 1
 
 
+def test_an_ablations_components_are_ticked_beside_its_rows():
+    """FedCSD Table III: δ̂, M and TMA, ticked where a variant keeps them, crossed where it drops
+    them, "-" beside FedAvg, which is no variant of FedCSD."""
+    from shared.reporting.latex import latex_table
+    from shared.reporting.summary import summarize_cells
+
+    table = make_table()
+    table.rows = [
+        Row("FedAvg", {"name": "fedavg"}),
+        Row("Base", {"name": "fedprox", "mu": 0.1}, components=()),
+        Row("M1 (δ̂, M)", {"name": "fedprox", "mu": 0.2}, components=("δ̂", "M")),
+    ]
+    table.reported, table.components = {}, ("δ̂", "M")
+    tex = latex_table(table, summarize_cells(table, pd.DataFrame()), "paper")
+    assert r"\begin{tabular}{lcccc}" in tex
+    assert "\nMethod & $\\hat{\\delta}$ & M & a & b \\\\\n" in tex
+    assert "\nFedAvg & - & - & " in tex and "\nBase & $\\times$ & $\\times$ & " in tex
+    assert "\nM1 ($\\hat{\\delta}$, M) & $\\surd$ & $\\surd$ & " in tex
+
+
+@pytest.mark.parametrize(
+    "changes, why",
+    [
+        ({"components": ("δ̂",), "rows": [Row("M1", {"name": "fedavg"}, components=("M",))]}, "lacks"),
+        ({"components": ("δ̂",), "methods_as_columns": True}, "methods as rows"),
+    ],
+)
+def test_components_are_checked_where_the_table_is_declared(changes, why):
+    table = make_table()
+    with pytest.raises(ValueError, match=why):
+        Table(**{**{f.name: getattr(table, f.name) for f in dataclasses.fields(table)}, "reported": {}, **changes})
+
+
 def test_kendall_tau_matches_scipys_tau_b():
     from shared.reporting.comparison import kendall_tau
 
