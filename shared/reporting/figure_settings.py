@@ -149,6 +149,7 @@ def sweep_label(label: str) -> tuple[str, str, str]:
     """A sweep's column label read as (what it holds fixed, the parameter it varies, the point):
     its last word "name=value" is the point on the panel of `name`; the words before it, the
     setting the panel holds ("α=0.1 C=0.3" -> ("α=0.1", "C", "0.3"); "E=5" -> ("", "E", "5"))."""
+    label = " ".join(label.split())  # "α=0.1  C=0.3" is the same panel and point
     fixed, _, swept = label.rpartition(" ") if "=" in label.rpartition(" ")[2] else ("", "", label)
     name, _, point = swept.partition("=")
     return (fixed, name, point) if point else ("", "setting", label)

@@ -225,8 +225,8 @@ class Table:
             raise ValueError(
                 f"{self.paper}/{self.name}: train_first names unknown rows {sorted(set(self.train_first) - rows)}"
             )
-        if self.components and self.methods_as_columns:
-            raise ValueError(f"{self.paper}/{self.name}: components= goes with methods as rows")
+        if (self.components or self.span) and self.methods_as_columns:
+            raise ValueError(f"{self.paper}/{self.name}: components= and span= go with methods as rows")
         for row in self.rows:
             if self.components and not set(row.components or ()) <= set(self.components):
                 raise ValueError(

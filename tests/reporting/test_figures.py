@@ -222,6 +222,7 @@ def test_sweep_axes_name_the_swept_variable_and_the_metric(tmp_path):
         ("α=0.1 C=0.3", ("α=0.1", "C", "0.3")),
         ("CIFAR-10 α=0.1 C=0.3", ("CIFAR-10 α=0.1", "C", "0.3")),
         ("CIFAR10 acc", ("", "setting", "CIFAR10 acc")),
+        (" α=0.1  C=0.3 ", ("α=0.1", "C", "0.3")),
     ],
 )
 def test_a_sweeps_label_names_what_it_holds_the_parameter_and_the_point(label, read):

@@ -484,7 +484,7 @@ def test_grouped_headers_and_rows(tmp_path):
 )
 def test_the_papers_span_heads_every_value_column(labels, under):
     """FedCSD Table II's "Office-Caltech-10" over A, C, D, W, Average; FedGKD Table 6's "Test
-    accuracy at different communication round" over 10, 20, 50, 100 (in place of "round")."""
+    Accuracy at different communication round" over 10, 20, 50, 100 (in place of "round")."""
     from shared.reporting.latex import latex_table
     from shared.reporting.summary import summarize_cells
 
@@ -521,6 +521,7 @@ def test_an_ablations_components_are_ticked_beside_its_rows():
     [
         ({"components": ("δ̂",), "rows": [Row("M1", {"name": "fedavg"}, components=("M",))]}, "lacks"),
         ({"components": ("δ̂",), "methods_as_columns": True}, "methods as rows"),
+        ({"span": "Office-Caltech-10", "methods_as_columns": True}, "methods as rows"),
     ],
 )
 def test_components_are_checked_where_the_table_is_declared(changes, why):
