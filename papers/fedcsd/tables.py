@@ -146,9 +146,10 @@ COMPONENTS = ("δ̂", "M", "TMA")
 ABLATION = [
     Row("FedAvg", {"name": "fedavg"}),
     Row("Base", {**FEDCSD.method, "similarity": False, "mask": "none", "use_tma": False}, components=()),
-    Row("M1 (δ̂, M)", {**FEDCSD.method, "use_tma": False}, components=("δ̂", "M")),
-    Row("M2 (δ̂, TMA)", {**FEDCSD.method, "mask": "none"}, components=("δ̂", "TMA")),
-    Row("M3 (M, TMA)", {**FEDCSD.method, "similarity": False}, components=("M", "TMA")),
+    # in table.tex the paper's M_1, M_2, M_3, whose components the ticks beside them name
+    Row("M1 (δ̂, M)", {**FEDCSD.method, "use_tma": False}, components=("δ̂", "M"), latex=r"$\mathcal{M}_1$"),
+    Row("M2 (δ̂, TMA)", {**FEDCSD.method, "mask": "none"}, components=("δ̂", "TMA"), latex=r"$\mathcal{M}_2$"),
+    Row("M3 (M, TMA)", {**FEDCSD.method, "similarity": False}, components=("M", "TMA"), latex=r"$\mathcal{M}_3$"),
     replace(FEDCSD, components=COMPONENTS),
 ]
 TABLE3 = Table(

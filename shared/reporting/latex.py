@@ -403,7 +403,7 @@ def latex_table(table: Table, summary: pd.DataFrame, scale: str) -> str:
     "T", or a dataset beside its settings); sized to the page by LaTeX (`LAYOUT`)."""
     marks, used = rank_marks(table, summary), set()
     grid = [[cell_text(table, summary, marks, row, column, used) for column in table.columns] for row in table.rows]
-    row_labels = [(r.label, escape(r.label) + (r"$^\P$" if r.reading_of else "")) for r in table.rows]
+    row_labels = [(r.label, (r.latex or escape(r.label)) + (r"$^\P$" if r.reading_of else "")) for r in table.rows]
     column_labels = [(c.label, c.latex or escape(c.label)) for c in table.columns]
     corner = table.corner or ("Method",)
     ticks = len(table.components)

@@ -64,6 +64,7 @@ class Row:
     # An ablation's variant: which of the method's components (Table.components) it keeps, printed
     # as the paper's ticks and crosses; None: no variant of the method (FedAvg's "-")
     components: tuple[str, ...] | None = None
+    latex: str | None = None  # label in table.tex, as the paper prints it (defaults to the label)
 
     @property
     def implemented(self) -> bool:

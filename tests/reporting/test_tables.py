@@ -498,7 +498,8 @@ def test_the_papers_span_heads_every_value_column(labels, under):
 
 def test_an_ablations_components_are_ticked_beside_its_rows():
     """FedCSD Table III: δ̂, M and TMA, ticked where a variant keeps them, crossed where it drops
-    them, "-" beside FedAvg, which is no variant of FedCSD."""
+    them, "-" beside FedAvg, which is no variant of FedCSD; its variants labelled as the paper
+    prints them (M_1, M_2, M_3)."""
     from shared.reporting.latex import latex_table
     from shared.reporting.summary import summarize_cells
 
@@ -507,6 +508,7 @@ def test_an_ablations_components_are_ticked_beside_its_rows():
         Row("FedAvg", {"name": "fedavg"}),
         Row("Base", {"name": "fedprox", "mu": 0.1}, components=()),
         Row("M1 (δ̂, M)", {"name": "fedprox", "mu": 0.2}, components=("δ̂", "M")),
+        Row("M2 (δ̂)", {"name": "fedprox", "mu": 0.3}, components=("δ̂",), latex=r"$\mathcal{M}_2$"),
     ]
     table.reported, table.components = {}, ("δ̂", "M")
     tex = latex_table(table, summarize_cells(table, pd.DataFrame()), "paper")
@@ -514,6 +516,7 @@ def test_an_ablations_components_are_ticked_beside_its_rows():
     assert "\nMethod & $\\hat{\\delta}$ & M & a & b \\\\\n" in tex
     assert "\nFedAvg & - & - & " in tex and "\nBase & $\\times$ & $\\times$ & " in tex
     assert "\nM1 ($\\hat{\\delta}$, M) & $\\surd$ & $\\surd$ & " in tex
+    assert "\n$\\mathcal{M}_2$ & $\\surd$ & $\\times$ & " in tex  # the paper's label, where the row gives it
 
 
 @pytest.mark.parametrize(
