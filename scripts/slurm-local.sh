@@ -2,7 +2,7 @@
 # A one-machine SLURM cluster on loopback, to try profiles/slurm without a cluster:
 #
 #   sudo scripts/slurm-local.sh            # install (Debian/Ubuntu packages), configure, start
-#   snakemake --profile profiles/slurm --config scale=smoke device=cpu -- papers/fedssd/table2
+#   snakemake --profile profiles/slurm --slurm-status-command squeue --config scale=smoke device=cpu -- papers/fedssd/table2
 #   sudo scripts/slurm-local.sh --stop     # stop the daemons again
 #
 # What it does, step by step (each step is skipped when already done, so a second call on a

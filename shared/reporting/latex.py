@@ -297,6 +297,15 @@ def footnote(table: Table, used: set, scale: str) -> str:
         "equals": rf"$^{{=}}$: each seed's value is {REFERENCE_ROW}'s at that seed: the method's own term "
         r"left the counted accuracy unchanged.",
     }
+    if table.components:
+        notes["components"] = r"$\surd$, $\times$: the variant keeps, drops the component; -: no variant of the method."
+        used = used | {"components"}
+    if scale != "paper" and any(table.metric_for(c).kind == "acc_at" for c in table.columns):
+        notes["rounds read"] = (
+            r"At this scale a run trains R of the paper's P rounds: its accuracy at round t is read at "
+            r"round $\lceil tR/P \rceil$, the same share of the run."
+        )
+        used = used | {"rounds read"}
     text = " ".join(
         [
             *(note for key, note in notes.items() if key in used),

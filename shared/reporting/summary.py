@@ -7,14 +7,16 @@ set. What both the LaTeX table (shared/reporting/latex.py) and the comparison wi
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from shared.config.schema import RunConfig
 from shared.data.catalog import num_classes
 from shared.runs.files import read_summary
 from shared.runs.metrics import CHANCE_MARGIN, rounds_to_target
-from shared.targets.table_declarations import Cell, Metric, Table
+from shared.targets.table_declarations import Cell, Metric, Table, cell_overrides
 
 COMPLETED = "completed"
 FAILED = "failed"
@@ -50,6 +52,21 @@ def cell_value(metric, metrics: dict, reference_final: float | None) -> float:
         values = list(metrics["domain_acc"].values())
         return math.fsum(values) / len(values)
     raise ValueError(f"unknown metric {metric.kind!r}")
+
+
+def read_at_scale(metric: Metric, table: Table, cell: Cell) -> Metric:
+    """The metric as the cell's run can answer it: the accuracy at round t of the paper's P rounds
+    (FedGKD Table 6) is read at the same share of a reduced scale's R rounds, round ceil(t R / P)
+    (smoke's 4: rounds 10, 20, 50, 100 -> 1, 1, 2, 4), so that every cell has a value at every scale."""
+    if metric.kind != "acc_at":
+        return metric
+    paper = cell_overrides(table, cell.row, cell.column, cell.seed).get("federation", {})
+    paper_rounds, rounds = paper.get("rounds", RunConfig().federation.rounds), cell.config.federation.rounds
+    return (
+        metric
+        if rounds == paper_rounds
+        else replace(metric, round=max(1, math.ceil(metric.round * rounds / paper_rounds)))
+    )
 
 
 def is_suspect(status: str) -> bool:
@@ -100,7 +117,7 @@ def collect(table: Table, cells: list[Cell], runs_dir: Path) -> pd.DataFrame:
             finals[(c.column.label, c.seed)] = metrics[c.run_id]["final_acc"]
     records = []
     for c in cells:
-        m, metric = metrics[c.run_id], table.metric_for(c.column)
+        m, metric = metrics[c.run_id], read_at_scale(table.metric_for(c.column), table, c)
         target_known = metric.kind == "rounds_to" or (c.column.label, c.seed) in finals
         value = cell_value(metric, m, finals.get((c.column.label, c.seed))) if ok(c) else math.nan
         if ok(c) and is_reference_count(metric, c.row.label):

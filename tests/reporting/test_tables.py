@@ -217,6 +217,22 @@ def test_fixed_target_and_accuracy_at_round(tmp_path):
     assert cells.loc[("FedAvg", "b"), "mean"] == pytest.approx(163 / 3)
 
 
+@pytest.mark.parametrize(
+    ("scale", "read"), [("paper", [10, 20, 50, 100]), ("small", [1, 2, 5, 10]), ("smoke", [1, 1, 2, 4])]
+)
+def test_accuracy_at_a_round_is_read_at_its_share_of_a_reduced_scales_rounds(scale, read):
+    """FedGKD Table 6 reads rounds 10, 20, 50 and 100 of 100: small's 10 rounds and smoke's 4 read
+    the same shares of theirs, so that no cell is empty below the paper's scale (and says so)."""
+    from shared.reporting.latex import footnote
+    from shared.reporting.summary import read_at_scale
+    from shared.targets.table_declarations import get_table
+
+    table = get_table("fedgkd", "table6")
+    cells = [c for c in expand(table, scale) if c.row.label == "FedAvg" and c.seed == 0]
+    assert [read_at_scale(table.metric_for(c.column), table, c).round for c in cells] == read
+    assert ("the same share of the run" in footnote(table, set(), scale)) == (scale != "paper")
+
+
 def test_columns_with_their_own_metric_and_transposed_layout(tmp_path):
     """FedCAD Table 1 puts acc and T(x%) side by side; FedGKD prints methods as columns."""
     table = make_table()
@@ -517,6 +533,7 @@ def test_an_ablations_components_are_ticked_beside_its_rows():
     assert "\nFedAvg & - & - & " in tex and "\nBase & $\\times$ & $\\times$ & " in tex
     assert "\nM1 ($\\hat{\\delta}$, M) & $\\surd$ & $\\surd$ & " in tex
     assert "\n$\\mathcal{M}_2$ & $\\surd$ & $\\times$ & " in tex  # the paper's label, where the row gives it
+    assert "the variant keeps, drops the component" in tex  # the footnote says what the marks mean
 
 
 @pytest.mark.parametrize(
