@@ -4,6 +4,7 @@ process, and an estimate of GPU-hours, with subtotals for the tables, figures an
 
     python -m shared.plan papers/fedssd/table2 [--scale paper]   # a target as Snakemake takes it
     python -m shared.plan fedssd table2     # the same
+    python -m shared.plan papers/fedgkd/table6 papers/fedgkd/fig3   # several: a run they share counted once
     python -m shared.plan papers/fedssd     # every table, figure and search of the paper (or: fedssd)
     python -m shared.plan fedssd --device cpu   # hours on this machine's CPU, from CPU measurements
     python -m shared.plan --shared [--out DIR]  # runs that tables of several papers need, their numbers beside ours
@@ -30,22 +31,18 @@ from pathlib import Path
 from shared.reporting.shared_runs import shared_markdown, shared_runs, write_shared_files
 from shared.targets.cost import THROUGHPUT, gpu_hours, measured_throughput, plan
 from shared.targets.figure_declarations import get_figure
+from shared.targets.papers import paper_names
 from shared.targets.resolve import TargetError, command_targets, named_cells
 
 
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m shared.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "paper",
-        nargs="?",
+        "targets",
+        nargs="*",
         metavar="TARGET",
-        help="papers/<paper>/<name> as Snakemake takes it, papers/<paper> (all of the paper's), or <paper>",
-    )
-    parser.add_argument(
-        "target",
-        nargs="?",
-        metavar="NAME",
-        help="after <paper>: tableN, figN or search_* (default: all of the paper's)",
+        help="papers/<paper>/<name> as Snakemake takes them (several: a run they share counted once), "
+        "papers/<paper> or <paper> (all of the paper's), or <paper> <name>",
     )
     parser.add_argument("--scale", default="paper")
     parser.add_argument(
@@ -68,19 +65,29 @@ def argument_parser() -> argparse.ArgumentParser:
 SUBTOTALS = {"table": "tables", "fig": "figures", "search_": "searches"}
 
 
-def target_costs(paper: str, names: list[str], scale: str, throughput: dict) -> tuple[dict[str, dict], set[str]]:
+def planned_targets(words: list[str]) -> list[tuple[str, str]]:
+    """(paper, name) of each target the command line names: `<paper> <name>` as two words, else
+    each word a target as Snakemake takes it (shared.targets.resolve.command_targets)."""
+    if len(words) == 2 and "/" not in words[1] and words[1] not in paper_names():
+        paper, names = command_targets(words)
+        return [(paper, name) for name in names]
+    return [(paper, name) for word in words for paper, names in [command_targets([word])] for name in names]
+
+
+def target_costs(targets: list[tuple[str, str]], scale: str, throughput: dict) -> tuple[dict[str, dict], set[str]]:
     """Each target's new runs and GPU-hours, in the order named (a run that a target before it
     needs is counted there alone; a figure's probes, Figure.probe, with the figure), and the
-    models they train."""
+    models they train; named `<paper>/<name>` where they are of several papers."""
     seen: set[str] = set()
     models: set[str] = set()
     costs = {}
-    for name in names:
+    several = len({paper for paper, _ in targets}) > 1
+    for paper, name in targets:
         cells = named_cells(paper, name, scale)
         models |= {c.config.model.name for c in cells}
-        costs[name] = plan(cells, seen, throughput)
+        cost = costs[f"{paper}/{name}" if several else name] = plan(cells, seen, throughput)
         if name.startswith("fig") and (figure := get_figure(paper, name)).probe is not None:  # its own GPU jobs
-            costs[name]["gpu_hours"] += sum(figure.probe_cost * gpu_hours(c.config, throughput) for c in cells)
+            cost["gpu_hours"] += sum(figure.probe_cost * gpu_hours(c.config, throughput) for c in cells)
     return costs, models
 
 
@@ -93,7 +100,8 @@ def subtotals(costs: dict[str, dict]) -> dict[str, dict]:
     """The subtotals of the tables, the figures and the searches among `costs` (those present):
     what regenerating a paper's tables costs is its `tables` line."""
     kinds = {
-        label: [cost for name, cost in costs.items() if name.startswith(start)] for start, label in SUBTOTALS.items()
+        label: [cost for name, cost in costs.items() if name.rpartition("/")[2].startswith(start)]
+        for start, label in SUBTOTALS.items()
     }
     return {label: summed(found) for label, found in kinds.items() if found}
 
@@ -107,23 +115,23 @@ def main(argv=None) -> None:
         if args.out:
             write_shared_files(found, args.scale, Path(args.out))
         return
-    if not args.paper:
+    if not args.targets:
         parser.error("name a target (papers/<paper>[/<name>]), or --shared")
     try:
-        paper, names = command_targets([args.paper, *([args.target] if args.target else [])])
+        targets = planned_targets(args.targets)
     except TargetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     measured = {} if args.assumed else measured_throughput(args.device)
     throughput = {model: m["samples_per_s"] for model, m in measured.items()}
     unit = "GPU-hours" if args.device == "cuda" else "CPU-hours"
-    costs, models = target_costs(paper, names, args.scale, throughput)
-    print(f"{'target':<22}{'new runs':>9}{unit:>11}   (runs shared with a target above are not counted again)")
+    costs, models = target_costs(targets, args.scale, throughput)
+    print(f"{'target':<28}{'new runs':>9}{unit:>11}   (runs shared with a target above are not counted again)")
     for name, cost in costs.items():
-        print(f"{name:<22}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
-    print("-" * 42)
+        print(f"{name:<28}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
+    print("-" * 48)
     for name, cost in [*subtotals(costs).items(), ("total", summed(costs.values()))]:
-        print(f"{name:<22}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
+        print(f"{name:<28}{cost['runs']:>9}{cost['gpu_hours']:>11.1f}")
     print(f"\nthroughput (training samples per second, on {args.device}):")
     for model in sorted(models):
         if model in measured:

@@ -9,6 +9,7 @@ import yaml
 from shared import plan
 from shared.reporting import shared_runs
 from shared.targets import cost
+from shared.targets.figure_declarations import get_figure
 from shared.targets.table_declarations import Metric, expand, get_table
 
 
@@ -152,6 +153,21 @@ def test_a_target_named_as_snakemake_takes_it_prints_its_runs_and_gpu_hours(caps
     runs = len({c.run_id for c in expand(get_table("fedssd", "table2"), "paper")})
     table2 = next(line for line in old_form.splitlines() if line.startswith("table2")).split()
     assert int(table2[1]) == runs and float(table2[2]) > 0 and "GPU-hours" in old_form
+
+
+def test_several_targets_count_a_run_they_share_once(capsys, tmp_path, monkeypatch):
+    """As Snakemake takes several targets: FedGKD's Table 6 reads Table 3's runs, and Fig. 3's
+    lower half shares some with it; of two papers, each target is named with its paper."""
+    monkeypatch.chdir(tmp_path)
+    plan.main(["papers/fedgkd/table6", "papers/fedgkd/fig3_bottom"])
+    lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line[:1].isalnum()}
+    table6 = {c.run_id for c in expand(get_table("fedgkd", "table6"), "paper")}
+    fig = {c.run_id for c in get_figure("fedgkd", "fig3_bottom").cells("paper")}
+    assert int(lines["table6"][0]) == len(table6) and int(lines["fig3_bottom"][0]) == len(fig - table6)
+    assert int(lines["total"][0]) == len(table6 | fig) and len(fig & table6) > 0
+    plan.main(["papers/fedgkd/table6", "papers/fedcsd/table2"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:1].isalnum()]
+    assert listed[:3] == ["target", "fedgkd/table6", "fedcsd/table2"] and "tables" in listed
 
 
 def test_a_paper_alone_lists_every_target_of_it_in_either_form(capsys, tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ NUMBER = r"\d[\d,]*(?:\.\d+)?"
 
 def paper_costs(paper: str) -> dict[str, dict]:
     """Every target of `paper` in `shared.plan <paper>`'s order, at paper scale, throughput assumed."""
-    return target_costs(paper, paper_target_names(paper), "paper", {})[0]
+    return target_costs([(paper, name) for name in paper_target_names(paper)], "paper", {})[0]
 
 
 def as_printed(value: float, printed: str) -> str:

@@ -303,8 +303,10 @@ def check_module(page: Page, module: str, args: list[str], inline: bool = False)
         from shared.run import resolve_configs
 
         resolve_configs(ns)  # the overrides make a config (a ConfigError otherwise)
-    elif module == "shared.plan" and ns.paper:
-        command_targets([ns.paper, *([ns.target] if ns.target else [])])
+    elif module == "shared.plan" and ns.targets:
+        from shared.plan import planned_targets
+
+        planned_targets(ns.targets)
     elif module == "shared.campaign.session":
         from shared.campaign.session import check
 
