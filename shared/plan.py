@@ -66,12 +66,14 @@ SUBTOTALS = {"table": "tables", "fig": "figures", "search_": "searches"}
 
 
 def planned_targets(words: list[str]) -> list[tuple[str, str]]:
-    """(paper, name) of each target the command line names: `<paper> <name>` as two words, else
-    each word a target as Snakemake takes it (shared.targets.resolve.command_targets)."""
-    if len(words) == 2 and "/" not in words[1] and words[1] not in paper_names():
+    """(paper, name) of each target the command line names, each once: `<paper> <name>` as two
+    words, else each word a target as Snakemake takes it (shared.targets.resolve.command_targets)."""
+    second = words[1] if len(words) == 2 else ""
+    if second and "/" not in second and second not in paper_names() and not second.endswith("_searches"):
         paper, names = command_targets(words)
         return [(paper, name) for name in names]
-    return [(paper, name) for word in words for paper, names in [command_targets([word])] for name in names]
+    named = [(paper, name) for word in words for paper, names in [command_targets([word])] for name in names]
+    return list(dict.fromkeys(named))  # a target named twice (a paper and one of its tables) is planned once
 
 
 def target_costs(targets: list[tuple[str, str]], scale: str, throughput: dict) -> tuple[dict[str, dict], set[str]]:

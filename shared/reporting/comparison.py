@@ -23,6 +23,7 @@ from shared.reporting.summary import (
     decimals,
     fmt,
     reading_notes,
+    rounds_read_note,
     shown,
 )
 from shared.targets.table_declarations import Table, seeds_text
@@ -185,12 +186,9 @@ def inconsistency_notes(table: Table) -> list[tuple[str, str, str]]:
 def paper_text(c, places: int) -> str:
     """The paper's number of comparison row `c`, with its std where the paper prints one and
     marked where the paper contradicts it."""
-    return fmt(
-        c.paper_mean,
-        c.paper_std if not math.isnan(c.paper_std) else 0.0,
-        2 if not math.isnan(c.paper_std) else 1,
-        places,
-    ) + (INCONSISTENT if c.paper_note else "")
+    has_std = not math.isnan(c.paper_std)
+    text = fmt(c.paper_mean, c.paper_std if has_std else 0.0, 2 if has_std else 1, places)
+    return text + (INCONSISTENT if c.paper_note else "")
 
 
 def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: str | None = None) -> str:
@@ -204,7 +202,7 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
         f"Scale: **{scale}**"
         + ("" if scale == "paper" else " (not comparable with the paper's numbers; a check that the pipeline runs)"),
         f"Metric: {', '.join(metrics)}; ours are mean ± std over seeds {seeds_text(table, scale)} "
-        "(population std, ddof=0).",
+        f"(population std, ddof=0). {rounds_read_note(table, scale, '⌈tR/P⌉')}".rstrip(),
         "",
         "| Method | " + " | ".join(c.label for c in table.columns) + " |",
         "|---|" + "---|" * len(table.columns),

@@ -45,7 +45,7 @@ from shared.reporting.figure_style import (
     pyplot,
     series_styles,
 )
-from shared.reporting.summary import cell_value
+from shared.reporting.summary import cell_value, read_at_scale
 from shared.runs.files import read_history, read_partition, read_summary
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import CURVE_ACCURACIES, Figure
@@ -216,7 +216,7 @@ def plot_sweep(
             values = defaultdict(list)
             for c, m in done:
                 if panel(c) == key and c.row.label == method:
-                    values[point(c)].append(cell_value(table.metric_for(c.column), m, None))
+                    values[point(c)].append(cell_value(read_at_scale(table.metric_for(c.column), table, c), m, None))
             xs = [i for i, p in enumerate(points) if values[p]]
             if not xs:
                 continue

@@ -10,7 +10,15 @@ import unicodedata
 
 import pandas as pd
 
-from shared.reporting.summary import NOT_IMPLEMENTED, REFERENCE_ROW, decimals, rank_marks, reading_notes, shown
+from shared.reporting.summary import (
+    NOT_IMPLEMENTED,
+    REFERENCE_ROW,
+    decimals,
+    rank_marks,
+    reading_notes,
+    rounds_read_note,
+    shown,
+)
 from shared.targets.table_declarations import Table, scale_seeds, seeds_text
 
 # What a document needs to \input a table.tex (also written at its top).
@@ -300,11 +308,8 @@ def footnote(table: Table, used: set, scale: str) -> str:
     if table.components:
         notes["components"] = r"$\surd$, $\times$: the variant keeps, drops the component; -: no variant of the method."
         used = used | {"components"}
-    if scale != "paper" and any(table.metric_for(c).kind == "acc_at" for c in table.columns):
-        notes["rounds read"] = (
-            r"At this scale a run trains R of the paper's P rounds: its accuracy at round t is read at "
-            r"round $\lceil tR/P \rceil$, the same share of the run."
-        )
+    if note := rounds_read_note(table, scale, r"$\lceil tR/P \rceil$"):
+        notes["rounds read"] = note
         used = used | {"rounds read"}
     text = " ".join(
         [

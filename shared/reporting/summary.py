@@ -54,6 +54,20 @@ def cell_value(metric, metrics: dict, reference_final: float | None) -> float:
     raise ValueError(f"unknown metric {metric.kind!r}")
 
 
+# What a table reading the accuracy at a round says below the paper's scale (`read_at_scale`)
+ROUNDS_READ = (
+    "At this scale a run trains R of the paper's P rounds: its accuracy at round t is read at round {ceil}, "
+    "the same share of the run."
+)
+
+
+def rounds_read_note(table: Table, scale: str, ceil: str) -> str:
+    """ROUNDS_READ (`ceil` written as the output writes it) where the table reads an accuracy at a
+    round below the paper's scale; "" elsewhere."""
+    reads = scale != "paper" and any(table.metric_for(c).kind == "acc_at" for c in table.columns)
+    return ROUNDS_READ.format(ceil=ceil) if reads else ""
+
+
 def read_at_scale(metric: Metric, table: Table, cell: Cell) -> Metric:
     """The metric as the cell's run can answer it: the accuracy at round t of the paper's P rounds
     (FedGKD Table 6) is read at the same share of a reduced scale's R rounds, round ceil(t R / P)

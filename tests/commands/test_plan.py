@@ -170,6 +170,19 @@ def test_several_targets_count_a_run_they_share_once(capsys, tmp_path, monkeypat
     assert listed[:3] == ["target", "fedgkd/table6", "fedcsd/table2"] and "tables" in listed
 
 
+@pytest.mark.parametrize(
+    ("words", "alone"), [(["fedgkd", "papers/fedgkd/table6"], ["fedgkd"]), (["fedgkd"] * 2, ["fedgkd"])]
+)
+def test_a_target_named_twice_is_planned_once(words, alone, capsys, tmp_path, monkeypatch):
+    """A paper and one of its tables, or a target repeated: as Snakemake builds each once."""
+    monkeypatch.chdir(tmp_path)
+    plan.main(alone)
+    once = capsys.readouterr().out
+    plan.main(words)
+    assert capsys.readouterr().out == once
+    assert plan.planned_targets(["fedssd", "fedssd_searches"])[-1] == ("fedssd", "search_fedssd")
+
+
 def test_a_paper_alone_lists_every_target_of_it_in_either_form(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan.main(["fedssd"])

@@ -224,13 +224,14 @@ def test_accuracy_at_a_round_is_read_at_its_share_of_a_reduced_scales_rounds(sca
     """FedGKD Table 6 reads rounds 10, 20, 50 and 100 of 100: small's 10 rounds and smoke's 4 read
     the same shares of theirs, so that no cell is empty below the paper's scale (and says so)."""
     from shared.reporting.latex import footnote
-    from shared.reporting.summary import read_at_scale
+    from shared.reporting.summary import read_at_scale, rounds_read_note
     from shared.targets.table_declarations import get_table
 
     table = get_table("fedgkd", "table6")
     cells = [c for c in expand(table, scale) if c.row.label == "FedAvg" and c.seed == 0]
     assert [read_at_scale(table.metric_for(c.column), table, c).round for c in cells] == read
     assert ("the same share of the run" in footnote(table, set(), scale)) == (scale != "paper")
+    assert ("⌈tR/P⌉" in rounds_read_note(table, scale, "⌈tR/P⌉")) == (scale != "paper")  # comparison.md's
 
 
 def test_columns_with_their_own_metric_and_transposed_layout(tmp_path):
