@@ -54,7 +54,7 @@ from shared.targets.cost import gpu_hours, measured_throughput
 from shared.targets.figure_declarations import get_figure, paper_figures
 from shared.targets.papers import paper_names
 from shared.targets.resolve import TargetError, target_parts
-from shared.targets.table_declarations import get_table, keep_rows
+from shared.targets.table_declarations import declared, expand, get_table, keep_rows
 
 
 def run_progress(
@@ -279,11 +279,12 @@ def write_listing(shipped: Path) -> Path:
 
 
 def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[str]:
-    """The state's targets, their papers' figures (drawn from whatever of their runs is shipped:
-    a table's runs are often a figure's too), and the tables and figures shipped before on the
-    same data and scale (a run one of them shares may have come with this state); a folder of a
-    table or figure no paper declares (left from an older checkout) is named in a note and left
-    alone."""
+    """The state's targets, every other table that reads a shipped run (a run is shared by
+    every table whose cell resolves to its config: FedCAD's and FedSSD's FedAvg on CIFAR-10),
+    the figures of their papers (drawn from whatever of their runs is shipped: a table's runs
+    are often a figure's too), and the tables and figures shipped before on the same data and
+    scale; a folder of a table or figure no paper declares (left from an older checkout) is
+    named in a note and left alone."""
     folder = table_dir(shipped, "*", "*", manifest["scale"], copy).parent.parent
     before = [f"papers/{p.parent.name}/{p.name}" for p in sorted(folder.glob("*/*")) if p.is_dir()]
     for target in [t for t in before if not is_declared(t)]:
@@ -291,9 +292,23 @@ def affected_tables(manifest: dict, copy: Copy | None, shipped: Path) -> list[st
             f"note: {printable(folder / target.removeprefix('papers/'))} is no declared table or figure; left as it is"
         )
         before.remove(target)
-    papers = dict.fromkeys(p for t in manifest["targets"] for p in target_parts(t)[:1] if p in paper_names())
+    tables = [*manifest["targets"], *tables_reading(shipped / "runs", manifest["scale"], copy)]
+    papers = dict.fromkeys(p for t in tables for p in target_parts(t)[:1] if p in paper_names())
     figures = [f"papers/{paper}/{name}" for paper in papers for name in paper_figures(paper)]
-    return list(dict.fromkeys([*manifest["targets"], *figures, *before]))
+    return list(dict.fromkeys([*tables, *figures, *before]))
+
+
+def tables_reading(runs: Path, scale: str, copy: Copy | None) -> list[str]:
+    """Every declared table with a cell (on the copy's dataset) whose run is shipped in `runs`."""
+    return [
+        f"papers/{paper}/{name}"
+        for paper in paper_names()
+        for name, table in declared(paper, "TABLES").items()
+        if any(
+            holds_result(runs / cell.run_id)
+            for cell in expand(copy_part(table, scale, copy) if copy else table, scale, copy_runtime(copy))
+        )
+    ]
 
 
 def is_declared(target: str) -> bool:

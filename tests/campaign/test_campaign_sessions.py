@@ -194,6 +194,25 @@ def test_a_figure_drawn_from_a_shipped_table_is_drawn_from_its_finished_part(tmp
     assert get_figure("fedssd", "fig7").draws_partial  # curves draw any settings and seeds
 
 
+def test_a_shipped_run_builds_every_table_that_reads_it(tmp_path):
+    """FedSSD's Table II at δ=0.1 and δ=0.5, FedAvg and FedProx on seed 0, shipped by a state of
+    Table II: FedCAD's Table 2 reads the same runs (its cells resolve to their configs), so
+    `import` builds it too, partial, with FedCAD's figures; a table that reads none of them
+    (FedGKD's) is not built."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    for cell in expand(get_table("fedssd", "table2"), "paper", {"dataset": {"copy": copy.sha256}}):
+        if cell.row.label in ("FedAvg", "FedProx") and cell.seed == 0 and cell.column.label in ("δ=0.1", "δ=0.5"):
+            finish_for_table(shipped / "runs", cell.run_id, 60.0 + len(cell.row.label))
+    affected = affected_tables({"targets": ["papers/fedssd/table2"], "scale": "paper"}, copy, shipped)
+    assert {"papers/fedcad/table2", "papers/fedcad/fig4", "papers/fedssd/table1"} <= set(affected)
+    assert not [t for t in affected if "fedgkd" in t or "fedcsd" in t]
+    out = build_shipped_table("papers/fedcad/table2", "paper", copy, shipped)
+    table = pd.read_csv(out / "table.csv")
+    assert sorted(table.row.unique()) == ["FedAvg", "FedProx"] and set(table.column) == {"δ=0.1", "δ=0.5"}
+    assert yaml.safe_load((out / "provenance.yaml").read_text())["partial"].startswith("partial: 2 of 4 rows")
+
+
 def test_a_reading_short_of_a_seed_leaves_the_shipped_table_and_costs_the_papers_rows_none(tmp_path):
     """FedAvg and FedSSD finished at δ=0.5 on seeds 0-2, the weight-M reading on seeds 0 and 1:
     the table keeps all three seeds of the paper's rows and leaves the reading out until it has

@@ -1,8 +1,8 @@
 """The numbers of the user's pages are the code's: the runs and GPU-hours of every target table of
 README.md and papers/*/README.md are what `python -m shared.plan` computes (with its assumed
-throughputs, as the pages say), every smoke run count the pages give is the number of run
-jobs Snakemake schedules for that command in a fresh project, and what the pages say is shipped
-at paper scale is what results/shipped/ holds."""
+throughputs, as the pages say), and every smoke run count the pages give is the number of run
+jobs Snakemake schedules for that command in a fresh project. What they say is shipped:
+tests/workflow/test_expected_results.py."""
 
 import re
 from pathlib import Path
@@ -76,42 +76,6 @@ def test_a_stale_number_in_a_target_table_is_found():
     assert target_table_mismatches("fedcad", planted) == [
         f"fedcad table2: the page says (36, '{float(hours) + 1:.1f}'), shared.plan (36, '{float(hours):.1f}')"
     ]
-
-
-def shipped_mismatches(readme: str, shipped: Path) -> list[str]:
-    """What README.md's status says is shipped (its runs, and per paper "none yet" or "N runs")
-    and each paper's "Expected results" ("none yet") that `shipped` (results/shipped/) contradicts."""
-    runs = len(list(shipped.glob("runs/*/metrics.json")))
-    papers = {p.parent.parent.name for p in shipped.glob("tables/*/*/*/provenance.yaml")}  # <data>/<paper>/<table>
-    status = readme.split("## Status", 1)[1].split("\n## ", 1)[0]
-    (table,) = [t for t in markdown_tables(status) if t[0][0] == "paper"]
-    column = next(i for i, name in enumerate(table[0]) if "shipped" in name)
-    wrong = [] if runs == 0 or f"{runs} runs" in status.split("|", 1)[0] else [f"README: not {runs} runs shipped"]
-    counted = 0
-    for row in table[1:]:
-        paper = re.search(r"papers/(\w+)/README\.md", row[0]).group(1)
-        cell = re.match(r"(\d+) runs?\b", row[column])
-        counted += int(cell.group(1)) if cell else 0
-        if (row[column] == "none yet") == (paper in papers) or (cell is None) == (paper in papers):
-            wrong.append(f"README: {paper}'s shipped runs: {row[column]!r}")
-        expected = (ROOT / "papers" / paper / "README.md").read_text()
-        if ("**Expected results**: none yet" in expected) == (paper in papers):
-            wrong.append(f"papers/{paper}/README.md: Expected results")
-    return wrong + ([f"README: {counted} runs in the table, {runs} shipped"] if counted != runs else [])
-
-
-def test_the_pages_say_what_is_shipped_at_paper_scale():
-    assert shipped_mismatches((ROOT / "README.md").read_text(), ROOT / "results" / "shipped") == []
-
-
-def test_a_shipped_table_the_readme_calls_none_yet_is_found():
-    readme = (ROOT / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if "papers/fedssd/README.md" in line and line.startswith("|"))
-    cells = row.split("|")
-    cells[3] = " none yet "
-    assert "README: fedssd's shipped runs: 'none yet'" in shipped_mismatches(
-        readme.replace(row, "|".join(cells)), ROOT / "results" / "shipped"
-    )
 
 
 def test_the_readmes_gpu_hours_are_the_tables_subtotal_of_shared_plan():
