@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.reporting.palette import style
-from shared.runs.files import RunFilesError, printable, read_history, read_partition, read_run_config, read_summary
+from shared.runs.files import RunFilesError, printable, read_history, read_run_config, read_summary
+from shared.runs.partition_files import PARTITION_FILE, read_partition
 
 # (key in a metrics.jsonl record, panel title, y-axis label)
 PANELS = (
@@ -170,7 +171,7 @@ def plot_partitions(run_dirs: list[Path], out: str | Path) -> Path:
 
     fig, axes = plt.subplots(1, len(run_dirs), figsize=(3.9 * len(run_dirs), 3.6), squeeze=False)
     for ax, run_dir in zip(axes[0], run_dirs):
-        partition_heatmap(ax, np.array(read_partition(run_dir)))
+        partition_heatmap(ax, np.array(read_partition(run_dir / PARTITION_FILE)))
         ax.set_title(run_dir.name, fontsize=9)
     fig.tight_layout()
     out = Path(out)

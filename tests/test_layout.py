@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT / "shared"
 FLOORS = ["config", "runs", "data", "models", "methods", "targets", "training", "reporting", "campaign"]
 # python -m shared.X; shared.campaign is a package
-COMMANDS = {"run", "workflow_job", "probe_job", "plan", "curves", "archive"}
+COMMANDS = {"run", "workflow_job", "probe_job", "partition_job", "plan", "curves", "archive"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 

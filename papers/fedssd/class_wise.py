@@ -25,7 +25,8 @@ from papers.fedssd.fedssd import confusion_counts
 from shared.config.dotted import deep_merge
 from shared.config.schema import to_dict
 from shared.methods.fedavg import predict
-from shared.runs.files import read_history, read_partition, read_summary
+from shared.runs.files import read_history, read_summary
+from shared.runs.partition_files import PARTITION_FILE, read_partition
 from shared.targets.configs import load_config
 from shared.targets.table_declarations import Cell, Row
 from shared.training.evaluation import autocast
@@ -74,7 +75,7 @@ def draw_class_wise(cells: list[Cell], runs_dir: Path, out_stem: Path, title: st
         ("difference", f"Acc_{FIG3_CLIENT}(k) - Acc_G(k)", "RdBu", (-100, 100)),
     )
     for row, cell, frame in zip(axes, cells, frames):
-        counts = np.array(read_partition(runs_dir / cell.run_id)[FIG3_CLIENT])
+        counts = np.array(read_partition(runs_dir / cell.run_id / PARTITION_FILE)[FIG3_CLIENT])
         labels = [f"{k} ({share:.0%})" for k, share in enumerate(counts / max(counts.sum(), 1))]
         frame = frame.assign(difference=frame.acc_local - frame.acc_global)
         for ax, (value, name, colours, (low, high)) in zip(row, panels):

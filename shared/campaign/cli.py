@@ -46,8 +46,8 @@ where the data and wheels alone pass it.
 `import` verifies FILE, adds its finished runs to the shipped runs (results/shipped/runs/,
 tracked: the workflow takes a shipped run as finished) without overwriting one, puts the
 checkpoints into results/runs/ (where `train` and the workflow continue them), and rebuilds
-the targets' tables from the shipped runs into results/shipped/tables/, marked partial while
-cells or seeds are missing.
+the targets' tables, and every other table that reads a shipped run, from the shipped runs
+into results/shipped/tables/, marked partial while cells or seeds are missing.
 
 `--copy cifar10=FILE` trains on a copy of the official data (dataset.copy: the file's SHA-256,
 so its runs have their own ids), and labels every table built from it.

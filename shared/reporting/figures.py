@@ -46,7 +46,8 @@ from shared.reporting.figure_style import (
     series_styles,
 )
 from shared.reporting.summary import cell_value, read_at_scale
-from shared.runs.files import read_history, read_partition, read_summary
+from shared.runs.files import read_history, read_summary
+from shared.runs.partition_files import drawn_partition
 from shared.runs.provenance import provenance_header
 from shared.targets.figure_declarations import CURVE_ACCURACIES, Figure
 from shared.targets.papers import display_name
@@ -180,7 +181,7 @@ def plot_partitions(
     titles = setting_titles(cells, table)
     fig, axes = plt.subplots(1, len(cells), figsize=(3.9 * len(cells), 3.6), squeeze=False)
     for ax, c in zip(axes[0], cells):
-        partition_heatmap(ax, np.array(read_partition(runs_dir / c.run_id)))
+        partition_heatmap(ax, np.array(drawn_partition(runs_dir, c.run_id)))
         ax.set_title(panel_title(f"{titles[c.column.label]}\nsamples per client and class", 3.9), fontsize=9)
     warning = announce(same_runs(cells), out_stem, scale)
     finish(fig, out_stem, title, warning)

@@ -59,6 +59,7 @@ from shared.runs.files import (
     write_json,
 )
 from shared.runs.metrics import summarize
+from shared.runs.partition_files import PARTITION_FILE, write_partition
 from shared.runs.provenance import environment
 from shared.runs.tensor_files import (
     load_tensors,
@@ -287,11 +288,7 @@ class RunDirectory:
 
     def save_partition(self, counts, class_names: list[str]) -> None:
         """partition.csv: the clients' training samples (rows) of each class (columns)."""
-        import pandas as pd
-
-        frame = pd.DataFrame(counts, columns=class_names)
-        frame.index.name = "client"
-        write_atomically(self.path / "partition.csv", frame.to_csv)
+        write_partition(self.path / PARTITION_FILE, counts, class_names)
 
     def save_round(self, history: list[dict], state: dict) -> None:
         """The round's checkpoint (`state`: the global model's, the method's and the time so far;

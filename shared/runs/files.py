@@ -331,16 +331,6 @@ def read_history(run_dir: Path) -> list[dict] | None:
     return records
 
 
-def read_partition(run_dir: Path) -> list[list[int]]:
-    """A run's partition.csv: training samples per client (rows) and class (columns)."""
-    path = run_dir / "partition.csv"
-    rows = read_text(path, MAX_MEMBER_BYTES, bytes.decode).splitlines()[1:]  # under a header: client, the classes
-    try:
-        return [[int(count) for count in row.split(",")[1:]] for row in rows if row]
-    except ValueError:
-        raise RunFilesError(f"{printable(path)}: holds a row that is not a client's counts") from None
-
-
 # --- a finished run's files, as they travel ----------------------------------------------------
 
 # What a finished run keeps, in the order packed; metrics.json, whose presence makes a run

@@ -49,6 +49,7 @@ class Expansion:
     targets: dict[str, dict[str, dict[str, list[str]]]]  # paper -> kind -> target name -> run ids
     probe_costs: dict[tuple[str, str], float]  # (paper, figure) -> Figure.probe_cost, of the figures with a probe
     probe_codes: dict[tuple[str, str], str]  # (paper, figure) -> its probe's code (shared/targets/probes.py)
+    partition_figures: frozenset[tuple[str, str]]  # (paper, figure) of the figures that draw partitions alone
     key: str = ""  # the cache key of the code and settings it was expanded from (`expansion`)
 
     def papers(self) -> list[str]:
@@ -146,7 +147,13 @@ def expand_all(scale: str, runtime: dict, copy: Copy | None = None, key: str = "
     }
     probe_costs = {key: figure.probe_cost for key, figure in probed.items()}
     probe_codes = {name: probe_code(figure) for name, figure in probed.items()}
-    return Expansion(runs, grid_runs, targets, probe_costs, probe_codes, key)
+    partition_figures = frozenset(
+        (paper, name)
+        for paper in paper_names()
+        for name, figure in paper_figures(paper).items()
+        if not figure.needs_training
+    )
+    return Expansion(runs, grid_runs, targets, probe_costs, probe_codes, partition_figures, key)
 
 
 def figure_runs(paper: str, scale: str, runtime: dict) -> dict[str, list[str]]:

@@ -108,6 +108,12 @@ class Figure:
         return f"{number} ({part})" if part else number
 
     @property
+    def needs_training(self) -> bool:
+        """False for a figure of partitions: it draws its runs' partitions, which the workflow's
+        partition job computes without training them (shared/partition_job.py)."""
+        return self.kind != "partitions"
+
+    @property
     def draws_partial(self) -> bool:
         """Drawn from the finished part of its runs while some are missing (a probe never is)."""
         return self.probe is None and self.kind != "partitions" and (self.kind != "custom" or self.draws_part)

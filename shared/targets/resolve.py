@@ -69,7 +69,8 @@ def named_cells(paper: str, name: str, scale: str) -> list:
     if name.startswith("table"):
         return expand(get_table(paper, name), scale)
     if name.startswith("fig"):
-        return get_figure(paper, name).cells(scale)
+        figure = get_figure(paper, name)
+        return figure.cells(scale) if figure.needs_training else []
     if name.startswith("search_"):
         return expand(get_search(paper, name).as_table(), scale)
     valid = sorted([*paper_tables(paper), *paper_figures(paper), *paper_searches(paper)])

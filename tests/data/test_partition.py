@@ -4,7 +4,7 @@ import pytest
 from shared.config.schema import ConfigError, PartitionConfig, RunConfig
 from shared.data.partition import count_matrix, partition
 from shared.runs.directory import RunDirectory
-from shared.runs.files import read_partition
+from shared.runs.partition_files import PARTITION_FILE, read_partition
 
 LABELS = np.repeat(np.arange(10), 100)  # 1,000 samples, 10 balanced classes
 rng = np.random.default_rng(0)
@@ -72,7 +72,7 @@ def test_partition_csv_is_read_back_as_written(tmp_path):
     RunDirectory(tmp_path, RunConfig()).save_partition(counts, [f"c{i}" for i in range(10)])
     lines = (tmp_path / "partition.csv").read_text().splitlines()
     assert lines[0] == "client," + ",".join(f"c{i}" for i in range(10)) and len(lines) == 6
-    assert read_partition(tmp_path) == counts.tolist()
+    assert read_partition(tmp_path / PARTITION_FILE) == counts.tolist()
 
 
 @pytest.mark.parametrize(

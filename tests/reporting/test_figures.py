@@ -619,7 +619,8 @@ def test_fedssd_fig3_pairs_each_class_of_the_starting_model_with_client_0s_local
 def test_fedssd_fig4_trains_client_8_from_the_fedavg_runs_global_model(tmp_path):
     """The global model's confusion matrix agrees with its run's final accuracy; each method's
     local model is trained on client 8 from it; the data panel is client 8's row of the partition."""
-    from shared.runs.files import read_partition, read_summary
+    from shared.runs.files import read_summary
+    from shared.runs.partition_files import PARTITION_FILE, read_partition
     from shared.training.trainer import run
 
     figure = paper_figures("fedssd")["fig4"]
@@ -635,7 +636,7 @@ def test_fedssd_fig4_trains_client_8_from_the_fedavg_runs_global_model(tmp_path)
     }
     methods = ("FedAvg", "FedSSD", "FedSSD (weight M)")
     assert set(panels) == {"global model", *(f"{m} local model" for m in methods)}
-    assert list(counts[counts.panel == "data"]["count"]) == read_partition(runs / cell.run_id)[8]
+    assert list(counts[counts.panel == "data"]["count"]) == read_partition(runs / cell.run_id / PARTITION_FILE)[8]
     tested = panels["global model"].to_numpy()
     final_acc = read_summary(runs / cell.run_id)["final_acc"]
     assert 100 * np.trace(tested) / tested.sum() == pytest.approx(final_acc, abs=1e-3)

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared.campaign.ship import tables_reading
 from shared.reporting.summary import collect, decimals, fmt, summarize_cells
 from shared.runs.files import holds_result
-from shared.targets.copies import Copy, copy_part, copy_runtime
+from shared.targets.copies import Copy, copy_part, copy_runtime, table_dir
 from shared.targets.papers import paper_names
+from shared.targets.resolve import target_parts
 from shared.targets.table_declarations import expand, get_table
 from tests.workflow.test_doc_numbers import markdown_tables
 
@@ -41,23 +43,34 @@ def shipped_copies(runs_dir: Path) -> set[Copy]:
     return copies
 
 
+def shipped_part(paper: str, name: str, runs_dir: Path):
+    """The table's part on the data its shipped runs trained on (a copy's dataset), with those
+    runs' cells; (None, []) where none is shipped."""
+    table = get_table(paper, name)
+    found = []
+    for copy in shipped_copies(runs_dir):
+        part = copy_part(table, "paper", copy) if copy else table
+        cells = [c for c in expand(part, "paper", copy_runtime(copy)) if holds_result(runs_dir / c.run_id)]
+        found += [(part, cells)] if cells else []
+    assert len(found) <= 1, f"{paper} {name}: shipped runs on several data; the README must say which it lists"
+    return found[0] if found else (None, [])
+
+
 def expected_cells(paper: str, name: str, runs_dir: Path) -> dict[tuple[str, str], str]:
     """(row, setting) -> the cell as the README writes it, from the shipped runs of the table."""
     table = get_table(paper, name)
-    (copy,) = shipped_copies(runs_dir)  # several: the README would have to say which one it means
-    part = copy_part(table, "paper", copy) if copy else table
-    cells = [c for c in expand(part, "paper", copy_runtime(copy)) if holds_result(runs_dir / c.run_id)]
+    part, cells = shipped_part(paper, name, runs_dir)
     summary = summarize_cells(part, collect(part, cells, runs_dir)) if cells else None
     expected = {}
     for row in table.rows:
         for i, column in enumerate(table.columns):
-            ours = ""
-            if summary is not None and any(r.label == row.label for r in part.rows):
-                (cell,) = summary[(summary.row == row.label) & (summary.column == column.label)].itertuples()
-                ours = fmt(cell.mean, cell.std, cell.n, decimals(table.metric_for(column))) if cell.n else ""
+            places, ours = decimals(table.metric_for(column)), ""
+            shown = summary[(summary.row == row.label) & (summary.column == column.label)] if cells else []
+            if len(shown) and shown.n.iloc[0]:
+                ours = fmt(shown["mean"].iloc[0], shown["std"].iloc[0], shown.n.iloc[0], places)
             reported = table.reported.get(row.label)
             paper_number = reported[i] if reported else None
-            theirs = f"{paper_number.mean:.2f}" if paper_number and paper_number.mean is not None else ""
+            theirs = f"{paper_number.mean:.{places}f}" if paper_number and paper_number.mean is not None else ""
             expected[(row.label, column.label)] = " / ".join(filter(None, (ours, ours and theirs)))
     return expected
 
@@ -69,7 +82,10 @@ def expected_results_mismatches(paper: str, text: str, runs_dir: Path) -> list[s
     said = re.search(r"\*\*Expected results\*\*(: none yet|, so far (\d+) runs)", text)
     if said is None or said.group(2) is None and shipped or said.group(2) and int(said.group(2)) != len(shipped):
         return [f"{paper}: the README's expected results are not {len(shipped)} runs shipped"]
-    wrong = []
+    headers = [t[0][0] for t in markdown_tables(text) if t[0][0].startswith("Table")]
+    wrong = [f"{paper}: {h!r} names no table (Table II, Table 6)" for h in headers if not table_name(h)]
+    if shipped and not headers:
+        wrong.append(f"{paper}: {len(shipped)} runs shipped, no expected-results table")
     for table in [t for t in markdown_tables(text) if table_name(t[0][0])]:
         name, settings = table_name(table[0][0]), table[0][1:]
         expected = expected_cells(paper, name, runs_dir)
@@ -109,7 +125,17 @@ def status_mismatches(readme: str, runs_dir: Path) -> list[str]:
         shipped = len(paper_runs(paper, runs_dir))
         if not re.match(rf"{shipped} runs?\b" if shipped else "none yet$", row[column]):
             wrong.append(f"README: {paper}'s shipped runs: {row[column]!r}, {shipped} shipped")
-    return wrong
+    return wrong + [f"{table}: reads a shipped run, not shipped (import again)" for table in unbuilt_tables(runs_dir)]
+
+
+def unbuilt_tables(runs_dir: Path) -> list[str]:
+    """The tables that read a shipped run (`import` builds each) and have no shipped folder."""
+    return [
+        target
+        for copy in shipped_copies(runs_dir)
+        for target in tables_reading(runs_dir, "paper", copy)
+        if not (table_dir(runs_dir.parent, *target_parts(target), "paper", copy) / "provenance.yaml").is_file()
+    ]
 
 
 def test_the_readmes_status_says_what_is_shipped():

@@ -193,6 +193,20 @@ def test_a_figures_probe_is_a_gpu_job_of_its_own_between_its_run_and_the_drawing
     assert probe in figure_job
 
 
+def test_a_figure_of_partitions_trains_no_run(project):
+    """FedSSD's Fig. 6 draws the partitions of three runs (two of them ResNet-50's, hours on a
+    GPU each): a CPU job per partition (rule partition, no GPU asked), then the figure, which
+    reads them; no run trains. The paper's figure beside its tables shares nothing to train."""
+    runs = [c.run_id for c in paper_figures("fedssd")["fig6"].cells("paper")]
+    proc = snakemake(project, "-n", "--config", "device=cuda", "--", "papers/fedssd/fig6")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert job_counts(proc.stdout) == {"partition": 3, "figure": 1, "papers/fedssd/fig6": 1}, proc.stdout
+    jobs = proc.stdout.split("rule partition:")[1:]
+    assert all("gpu=" not in job.split("rule ")[0] for job in jobs)
+    figure_job = proc.stdout.split("rule figure:")[1].split("rule ")[0]
+    assert all(f"results/partitions/{rid}.csv" in figure_job for rid in runs)
+
+
 def test_unknown_table_lists_valid_names(project):
     proc = snakemake(project, "-n", "--", "papers/fedssd/table9")
     assert proc.returncode != 0

@@ -17,6 +17,7 @@ from shared.config.dotted import deep_merge
 from shared.targets.expansion_cache import expansion, save_expansion
 from shared.targets.probes import outlasts_its_runs_jobs, probe_path, probes_dir
 from shared.runs.files import RunFilesError, read_summary, write_atomically
+from shared.runs.partition_files import partition_path
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
 SCALE = config["scale"]
@@ -52,6 +53,7 @@ PAPER_SUMMARIES = ["claims"] if COPY is None else []  # a paper's claims span it
 OUT = "papers" if DATA_KEY == "paper" else f"results/{DATA_KEY}"
 RUNS_DIR = "results/runs"
 PROBES = probes_dir(RUNS_DIR)  # results/probes: figures' probes of runs (Figure.probe)
+PARTITIONS = partition_path(RUNS_DIR, "").parent  # results/partitions: runs' partitions, computed without training
 LOGS = f"results/logs/{DATA_KEY}"  # of the table, figure and search jobs (a run's log is keyed by its id)
 INDEX = "results/index.csv"
 
@@ -87,11 +89,11 @@ onstart:
 # need not be activated), the scale and the runtime keys as they are when the job starts.
 # It is no rerun trigger (profiles/default leaves out `code`), so none of these retrains a run.
 PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
-def job_command(module, args):
+def job_command(module, args, gpu=True):
     """`python -m <module> <args>` as a job runs it: its threads, the scale, the configs, a free
-    GPU, the runtime keys, its log."""
+    GPU (where it takes one), the runtime keys, its log."""
     return (f"OMP_NUM_THREADS={{threads}} {shlex.quote(PYTHON)} -m {module} --scale {SCALE} --configs {CONFIGS}"
-            f" {args} --gpu auto {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
+            f" {args}{' --gpu auto' if gpu else ''} {RUNTIME_ARGS.replace('{', '{{').replace('}', '}}')} > {{log}} 2>&1")
 
 
 RUN_COMMAND = job_command(
@@ -99,6 +101,8 @@ RUN_COMMAND = job_command(
 # A probe job's (Figure.probe on one finished run)
 PROBE_COMMAND = job_command(
     "shared.probe_job", f"papers/{{wildcards.paper}}/{{wildcards.figure}} --run {RUNS_DIR}/{{wildcards.run_id}} --out {{output}}")
+# A partition job's (a run's partition without training it, for a figure of partitions)
+PARTITION_COMMAND = job_command("shared.partition_job", "--run {wildcards.run_id} --out {output}", gpu=False)
 ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml
 
 
@@ -109,7 +113,8 @@ def target_path(paper, name):
 
 def target_inputs(kind):
     """The input function of a table, figure or search: its runs' metrics.json (and a figure's
-    probes of them, where it has one)."""
+    probes of them, where it has one); a figure of partitions, their partitions alone (no run
+    trains for it: rule partition)."""
 
     def inputs(wildcards):
         name = getattr(wildcards, kind)
@@ -117,10 +122,24 @@ def target_inputs(kind):
             runs = EXPANSION.target_runs(wildcards.paper, kind, name)
         except ConfigError as exc:  # shown by Snakemake before any job starts
             raise ValueError(str(exc)) from None
+        if draws_partitions(kind, wildcards.paper, name):
+            return [str(partition_path(RUNS_DIR, rid)) for rid in runs]
         probes = [probe_of(wildcards.paper, name, rid) for rid in runs] if probed(kind, wildcards) else []
         return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + [str(p) for p in probes]
 
     return inputs
+
+
+def draws_partitions(kind, paper, name):
+    return kind == "figure" and (paper, name) in EXPANSION.partition_figures
+
+
+def partition_input(wildcards):
+    """Nothing (a partition needs no run), once the run id is known to be one of this scale's
+    runs; another is refused while the workflow is read."""
+    if wildcards.run_id not in RUNS:
+        raise ValueError(f"run {wildcards.run_id} is none of the runs at scale={SCALE}: no partition of it")
+    return []
 
 
 def probed(kind, wildcards):
@@ -158,11 +177,14 @@ def probe_minutes(wildcards, attempt):
 
 
 def requested_runs(paper, names):
-    """The runs of a paper's targets `names` (tables, figures, searches; `claims`: its tables')."""
+    """The runs of a paper's targets `names` (tables, figures, searches; `claims`: its tables');
+    a figure of partitions has none (it draws their partitions, computed without training)."""
     kinds = {"claims": "table", "fig": "figure", "search": "search", "table": "table"}
     found = {}
     for name in names:
         kind = next(kind for prefix, kind in kinds.items() if name.startswith(prefix))
+        if draws_partitions(kind, paper, name):
+            continue
         for target in EXPANSION.names(paper, "table") if name == "claims" else [name]:
             found.update(dict.fromkeys(EXPANSION.target_runs(paper, kind, target)))
     return list(found)
@@ -291,12 +313,16 @@ def build(kind, paper, name, out_dir, log):
                        "search": (build_search, get_search)}[kind]
     started = time.time()
     ids = EXPANSION.target_runs(paper, kind, name)
-    statuses = {rid: run_status(rid)[0] for rid in ids}
+    partitions = draws_partitions(kind, paper, name)  # no run's status matters to it
+    statuses = {} if partitions else {rid: run_status(rid)[0] for rid in ids}
     counts = Counter(status.split(":")[0] for status in statuses.values())
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {kind} {paper}/{name} at scale={SCALE} -> {out_dir}\n")
-        f.write(f"runs: {len(ids)} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})\n")
+        if partitions:
+            f.write(f"partitions of {len(ids)} runs, computed without training them ({PARTITIONS}/)\n")
+        else:
+            f.write(f"runs: {len(ids)} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})\n")
         for rid, status in statuses.items():
             if status != "completed":
                 f.write(f"  {rid}: {status}\n")

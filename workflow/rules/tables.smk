@@ -59,6 +59,28 @@ rule figure:
         build("figure", wildcards.paper, wildcards.figure, output[0], log[0])
 
 
+rule partition:
+    """A run's partition (its clients' training samples per class) computed without training it:
+    what a figure of partitions draws (shared/partition_job.py); a CPU job of seconds."""
+    input:
+        partition_input,
+    output:
+        f"{PARTITIONS}/{{run_id}}.csv",
+    wildcard_constraints:
+        run_id="[0-9a-f]{16}",
+    log:
+        f"{LOGS}/partitions/{{run_id}}.log",
+    retries: RETRIES
+    conda:
+        ENVIRONMENT
+    threads: 1
+    resources:
+        mem_mb=8000,  # the dataset, loaded as a run loads it; no model
+        runtime=30,
+    shell:
+        PARTITION_COMMAND
+
+
 rule probe:
     """A figure's probe (Figure.probe) on one of its finished runs: a GPU job of its own, whose
     frame the figure's drawing reads."""

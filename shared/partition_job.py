@@ -1,0 +1,59 @@
+"""The workflow's partition job (workflow/rules/tables.smk, rule partition): a run's partition
+(its clients' training samples per class) computed without training the run, for a figure of
+partitions (FedSSD Fig. 6, FedCAD Fig. 3, FedGKD Fig. 3), which then costs a CPU second, not a
+run's GPU-hours. The counts are the ones the run saves in its partition.csv: the same data, the
+same division (shared/data/federation.py `division_of`).
+
+    python -m shared.partition_job --run ID --out FILE --scale S [--configs FILE] [runtime key=value ...]
+
+The run's config is found as a run job finds it (shared/workflow_job.py: --configs, else by
+expanding the targets at --scale), with the runtime overrides (the data root). Exit codes: 0
+written, 1 raised, 2 refused input or data (one line)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from shared.config.schema import ConfigError
+from shared.data.catalog import DataError
+from shared.data.datasets import load_dataset
+from shared.data.federation import division_of
+from shared.run import input_error
+from shared.runs.partition_files import write_partition
+from shared.workflow_job import workflow_configs
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.partition_job", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("args", nargs="*", help="runtime key=value overrides")
+    parser.add_argument("--run", required=True, metavar="ID", help="the run's id")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="the CSV to write")
+    parser.add_argument("--scale", default="paper", help="the scale whose runs to look up")
+    parser.add_argument("--configs", metavar="FILE", help="the workflow's run id -> config file (shared.workflow_job)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = argument_parser().parse_intermixed_args(argv)  # the runtime overrides come after the options
+    started = time.monotonic()
+    try:
+        (cfg,) = workflow_configs([ns.run], ns.scale, ns.args, ns.configs)
+        dataset = load_dataset(cfg)
+    except (ConfigError, DataError, FileNotFoundError) as exc:
+        return input_error(exc)
+    counts = division_of(dataset, cfg).counts
+    write_partition(ns.out, counts, dataset.classes)
+    print(
+        f"partition of run {ns.run}: {len(counts)} clients, {int(counts.sum())} samples in "
+        f"{time.monotonic() - started:.0f} s -> {ns.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
