@@ -1,8 +1,8 @@
 """The workflow's partition job (workflow/rules/tables.smk, rule partition): a run's partition
 (its clients' training samples per class) computed without training the run, for a figure of
 partitions (FedSSD Fig. 6, FedCAD Fig. 3, FedGKD Fig. 3), which then costs a CPU second, not a
-run's GPU-hours. The counts are the ones the run saves in its partition.csv: the same data, the
-same division (shared/data/federation.py `division_of`).
+run's GPU-hours. The counts are the ones the run saves in its partition.csv: its federation
+built on the CPU as the run builds it (shared/data/federation.py), nothing trained.
 
     python -m shared.partition_job --run ID --out FILE --scale S [--configs FILE] [runtime key=value ...]
 
@@ -17,10 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from shared.config.schema import ConfigError
 from shared.data.catalog import DataError
-from shared.data.datasets import load_dataset
-from shared.data.federation import division_of
+from shared.data.federation import build_federation
 from shared.run import input_error
 from shared.runs.partition_files import write_partition
 from shared.workflow_job import workflow_configs
@@ -43,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         (cfg,) = workflow_configs([ns.run], ns.scale, ns.args, ns.configs)
-        dataset = load_dataset(cfg)
+        federation = build_federation(cfg, torch.device("cpu"))
     except (ConfigError, DataError, FileNotFoundError) as exc:
         return input_error(exc)
-    counts = division_of(dataset, cfg).counts
-    write_partition(ns.out, counts, dataset.classes)
+    counts = federation.counts
+    write_partition(ns.out, counts, federation.dataset.classes)
     print(
         f"partition of run {ns.run}: {len(counts)} clients, {int(counts.sum())} samples in "
         f"{time.monotonic() - started:.0f} s -> {ns.out}"

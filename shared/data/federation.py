@@ -198,17 +198,11 @@ def validation_split(dataset: Dataset, division: Division, cfg: RunConfig, devic
     return None if division.val is None else on_device(dataset.train, device, division.val)
 
 
-def division_of(dataset: Dataset, cfg: RunConfig) -> Division:
-    """The dataset's training set divided among the clients as cfg says (a run's, and the
-    workflow's partition job's: shared/partition_job.py)."""
-    groups = None if dataset.train.group is None else dataset.train.group.numpy()
-    return divide(dataset.train.y.numpy(), dataset.num_classes, cfg, groups)
-
-
 def build_federation(cfg: RunConfig, device: torch.device, dataset: Dataset | None = None) -> Federation:
     """`dataset`: cfg's dataset, already loaded (runs of a group share one load)."""
     dataset = load_dataset(cfg) if dataset is None else dataset
-    division = division_of(dataset, cfg)
+    groups = None if dataset.train.group is None else dataset.train.group.numpy()
+    division = divide(dataset.train.y.numpy(), dataset.num_classes, cfg, groups)
     pool = torch.as_tensor(division.pool)
     federation = Federation(
         dataset=dataset,
