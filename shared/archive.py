@@ -5,7 +5,7 @@ colleague's checkout, a paper's supplementary material) without rerunning anythi
                                            [--config scale=smoke ...]
     python -m shared.archive unpack FILE [--into DIR]
 
-A TARGET is written as for Snakemake: `papers/fedssd/table2`, `papers/fedcad/fig3`,
+A TARGET is written as for Snakemake: `papers/fedssd/table2`, `papers/fedcad/fig4`,
 `papers/fedcad/search_fedprox`, a whole paper `papers/fedssd` (or `fedssd`: its tables and
 figures) or `fedssd_searches`. `pack` finds the runs the targets need at the scale (the run ids
 are what the workflow computes, so they do not depend on the device or on speed switches) and

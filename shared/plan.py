@@ -4,7 +4,7 @@ process, and an estimate of GPU-hours, with subtotals for the tables, figures an
 
     python -m shared.plan papers/fedssd/table2 [--scale paper]   # a target as Snakemake takes it
     python -m shared.plan fedssd table2     # the same
-    python -m shared.plan papers/fedgkd/table6 papers/fedgkd/fig3   # several: a run they share counted once
+    python -m shared.plan papers/fedgkd/table6 papers/fedgkd/fig3_bottom   # several: a shared run counted once
     python -m shared.plan papers/fedssd     # every table, figure and search of the paper (or: fedssd)
     python -m shared.plan fedssd --device cpu   # hours on this machine's CPU, from CPU measurements
     python -m shared.plan --shared [--out DIR]  # runs that tables of several papers need, their numbers beside ours

@@ -223,10 +223,9 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
     parts = named_target(target, "fig")
     if parts is None:
         return None
-    figure, note = get_figure(*parts), ""
+    figure, note = figure_on(get_figure(*parts), scale, copy), ""
     runtime = copy_runtime(copy)
-    figure = dataclasses.replace(figure, table=figure_table(figure, scale, copy))  # on a copy: its data's part
-    cells = figure.cells(scale, runtime) if figure.source.columns else []
+    cells = drawn_cells(figure, scale, copy)
     if not cells:
         return None
     if not all(holds_result(shipped / "runs" / c.run_id) for c in cells):
@@ -246,12 +245,25 @@ def build_shipped_figure(target: str, scale: str, copy: Copy | None, shipped: Pa
     return out
 
 
-def figure_table(figure, scale: str, copy: Copy | None):
-    """The figure's table cut to the settings and methods it draws (on the copy's data)."""
+def figure_on(figure, scale: str, copy: Copy | None):
+    """The figure with its table cut to the settings and methods it draws (on the copy's data)."""
     table = figure.source
     table = keep_columns(table, [c for c in table.columns if figure.columns is None or c.label in figure.columns])
     table = keep_rows(table, [r for r in table.rows if figure.rows is None or r.label in figure.rows])
-    return copy_part(table, scale, copy) if copy else table
+    return dataclasses.replace(figure, table=copy_part(table, scale, copy) if copy else table)
+
+
+def drawn_cells(figure, scale: str, copy: Copy | None) -> list:
+    """The cells a figure on the copy's data (`figure_on`) draws: a figure of partitions too, which trains none."""
+    return figure.cells(scale, copy_runtime(copy)) if figure.source.columns else []
+
+
+def drawn_runs(target: str, scale: str, copy: Copy | None) -> set[str]:
+    """The runs a shipped table or figure is built from."""
+    parts = named_target(target, "fig")
+    if parts is None:
+        return set(campaign_runs([target], scale, copy)[0])
+    return {c.run_id for c in drawn_cells(figure_on(get_figure(*parts), scale, copy), scale, copy)}
 
 
 def write_listing(shipped: Path) -> Path:
@@ -367,7 +379,7 @@ def needs_unreadable(target: str, scale: str, copy: Copy | None, bad: dict[str, 
     """Whether the target needs a shipped run that cannot be read (a note says so: it is not rebuilt)."""
     if not bad:
         return False
-    needed = sorted(set(campaign_runs([target], scale, copy)[0]) & set(bad))
+    needed = sorted(drawn_runs(target, scale, copy) & set(bad))
     if needed:
         print(f"note: {target} is not rebuilt: it needs shipped run {needed[0]}, which cannot be read")
     return bool(needed)

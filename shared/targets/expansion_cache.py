@@ -71,13 +71,15 @@ class Expansion:
         return runs
 
     def used_by(self) -> dict[str, frozenset[str]]:
-        """Each run's targets, as "paper/name" (those listing it, and the grids that use it)."""
+        """Each run's targets, as "paper/name" (those listing it, and the grids that use it); a
+        figure of partitions uses none (it trains none)."""
         users: dict[str, set[str]] = {}
         listed = [
             (paper, name, ids)
             for paper, kinds in self.targets.items()
             for names in kinds.values()
             for name, ids in names.items()
+            if (paper, name) not in self.partition_figures
         ]
         for paper, name, ids in [*listed, *((g.paper, g.target, [g.run_id]) for g in self.grid_runs)]:
             for rid in ids:

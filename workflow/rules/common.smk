@@ -102,7 +102,8 @@ RUN_COMMAND = job_command(
 PROBE_COMMAND = job_command(
     "shared.probe_job", f"papers/{{wildcards.paper}}/{{wildcards.figure}} --run {RUNS_DIR}/{{wildcards.run_id}} --out {{output}}")
 # A partition job's (a run's partition without training it, for a figure of partitions)
-PARTITION_COMMAND = job_command("shared.partition_job", "--run {wildcards.run_id} --out {output}", gpu=False)
+PARTITION_COMMAND = job_command(
+    "shared.partition_job", f"--run {{wildcards.run_id}} --runs {RUNS_DIR} --out {{output}}", gpu=False)
 ENVIRONMENT = "../envs/fedrepro.yaml"  # relative to workflow/rules/; the project's environment.yml
 
 
