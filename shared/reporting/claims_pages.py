@@ -84,9 +84,15 @@ def claims_markdown(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
         ]
         lines.append("")
     if not len(df):
-        lines.append("No claims are declared for this table.")
+        lines.append(NO_CLAIM)
     return "\n".join(lines).rstrip() + "\n"
 
+
+# A partial table (shipped runs) leaves out a claim while none of its comparisons is measured
+NO_CLAIM = (
+    "No claim of the paper is judged here: none is declared for this table, or, in a partial table, "
+    "none of a claim's comparisons is measured yet."
+)
 
 COLOURS = {HELD: "#1a7f37", WITHIN_NOISE: "#9a6700", NOT_HELD: "#cf222e", NOT_MEASURED: "#57606a"}
 
@@ -120,7 +126,7 @@ def claims_html(title: str, df: pd.DataFrame, scale: str, data: str) -> str:
             f"</tr>{body}</table>"
         )
     if not len(df):
-        parts.append("<p>No claims are declared for this table.</p>")
+        parts.append(f"<p>{NO_CLAIM}</p>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<title>{e(title)}</title></head><body style="font-family:system-ui,sans-serif;font-size:14px">'

@@ -223,7 +223,8 @@ def comparison_markdown(table: Table, comp: pd.DataFrame, scale: str, warning: s
     lines += [
         "",
         "Each cell: ours / paper (difference). ✓: within two standard deviations (the larger of ours over "
-        "seeds and the paper's); ✗: outside (none in a rounds cell with a seed that never reached its target, "
+        "seeds and the paper's; marked where ours has two seeds or more, at paper scale); ✗: outside "
+        "(none in a rounds cell with a seed that never reached its target, "
         'unless no seed did; where the paper\'s is "_", never reached: ✓ if none of two seeds or more of ours '
         "reached it, ✗ if every one of two or more did); n/i: method not implemented yet; (k failed): k seeds "
         "failed or diverged, (k suspect): k seeds flagged suspect, (k never reached): k seeds never reached a rounds "
@@ -298,7 +299,8 @@ def html_legend(table: Table, scale: str, warning: str | None) -> str:
         '<p style="font-size:12px;color:#57606a">Each cell: ours (mean ± population std, ddof=0, over seeds '
         f"{e(seeds_text(table, scale))}), the paper's number, ours minus the paper's, and "
         f'<span style="color:{GREEN}">✓</span> within two standard deviations (the larger of ours over '
-        f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale only; in a rounds '
+        f'seeds and the paper\'s) or <span style="color:{RED}">✗</span> outside (paper scale, two seeds or more; '
+        "in a rounds "
         'column a target never reached, on each of our seeds or as the paper\'s "_", agrees only with one never '
         "reached). n/i: not "
         "implemented; (k failed) / (k suspect) / (k never reached) / (k without a target): seeds left out of the "

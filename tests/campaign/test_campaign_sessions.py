@@ -14,6 +14,8 @@ import yaml
 from shared.campaign.cli import main
 from shared.campaign.ship import affected_tables, build_shipped_figure, build_shipped_table
 from shared.campaign.state import CAMPAIGN_STATE, read_state
+from shared.reporting.claims import paper_claims
+from shared.reporting.claims_pages import NO_CLAIM
 from shared.targets.copies import Copy
 from shared.targets.figure_declarations import get_figure
 from shared.targets.scales import SMOKE_ROUNDS
@@ -211,6 +213,9 @@ def test_a_shipped_run_builds_every_table_that_reads_it(tmp_path):
     table = pd.read_csv(out / "table.csv")
     assert sorted(table.row.unique()) == ["FedAvg", "FedProx"] and set(table.column) == {"δ=0.1", "δ=0.5"}
     assert yaml.safe_load((out / "provenance.yaml").read_text())["partial"].startswith("partial: 2 of 4 rows")
+    # FedCAD's claims on Table 2 need its FedCAD row: none is judged yet, and the page says so
+    assert [c for c in paper_claims("fedcad") if c.table == "table2"] and NO_CLAIM in (out / "claims.md").read_text()
+    assert "marked where ours has two seeds or more" in (out / "comparison.md").read_text()  # one seed: no mark
 
 
 def test_a_reading_short_of_a_seed_leaves_the_shipped_table_and_costs_the_papers_rows_none(tmp_path):
