@@ -31,9 +31,14 @@ def read_partition(path: Path) -> list[list[int]]:
         raise RunFilesError(f"{printable(path)}: holds a row that is not a client's counts") from None
 
 
+def partitions_dir(runs_dir: str | Path) -> Path:
+    """The folder of the partition job's files: beside the runs folder (results/partitions/)."""
+    return Path(runs_dir).parent / "partitions"
+
+
 def partition_path(runs_dir: str | Path, run_id: str) -> Path:
-    """Where the partition job saves a run's partition: beside the runs folder (results/partitions/)."""
-    return Path(runs_dir).parent / "partitions" / f"{run_id}.csv"
+    """Where the partition job saves a run's partition."""
+    return partitions_dir(runs_dir) / f"{run_id}.csv"
 
 
 def drawn_partition(runs_dir: str | Path, run_id: str) -> list[list[int]]:

@@ -17,7 +17,7 @@ from shared.config.dotted import deep_merge
 from shared.targets.expansion_cache import expansion, save_expansion
 from shared.targets.probes import outlasts_its_runs_jobs, probe_path, probes_dir
 from shared.runs.files import RunFilesError, read_summary, write_atomically
-from shared.runs.partition_files import partition_path
+from shared.runs.partition_files import partition_path, partitions_dir
 from shared.targets.copies import copy_part, copy_runtime, data_folder, label_outputs, labelled, located_copy
 
 SCALE = config["scale"]
@@ -53,7 +53,7 @@ PAPER_SUMMARIES = ["claims"] if COPY is None else []  # a paper's claims span it
 OUT = "papers" if DATA_KEY == "paper" else f"results/{DATA_KEY}"
 RUNS_DIR = "results/runs"
 PROBES = probes_dir(RUNS_DIR)  # results/probes: figures' probes of runs (Figure.probe)
-PARTITIONS = partition_path(RUNS_DIR, "").parent  # results/partitions: runs' partitions, computed without training
+PARTITIONS = partitions_dir(RUNS_DIR)  # results/partitions: runs' partitions, computed without training
 LOGS = f"results/logs/{DATA_KEY}"  # of the table, figure and search jobs (a run's log is keyed by its id)
 INDEX = "results/index.csv"
 
