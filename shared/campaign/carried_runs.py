@@ -38,7 +38,7 @@ from shared.runs.files import (
     summary_problem,
 )
 from shared.runs.metrics import rounds_to_target
-from shared.runs.strict_text import MAX_DEPTH, nesting_problem, strict_json
+from shared.runs.strict_text import MAX_DEPTH, strict_json
 from shared.runs.transfer import Content, member_file
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
@@ -49,6 +49,7 @@ REPEATED = {"eval_rounds": "round", "global_acc": "global_acc", "global_loss": "
 # clients; a longer line is refused before it is parsed (parsed JSON takes up to 24 times its text)
 MAX_RECORD_BYTES = 2**16
 MAX_TORCH_RECORDS = 100_000  # a model's file: a record per tensor's storage
+VIEW_BYTES = 4  # a model's file: its tensors' bytes, at most so many times its own (views share a storage)
 
 
 def carried_runs(members: dict[str, bytes]) -> dict[tuple[str, str], dict[str, bytes]]:
@@ -70,7 +71,10 @@ def trusted(
     for (kind, rid), files in sorted(carried_runs(members).items()):
         cfg = expected.get(rid)
         check = finished_problem if kind == "finished" else progress_problem
-        problem = f"is not one of the runs its targets need {where}" if cfg is None else check(rid, files, cfg)
+        try:
+            problem = f"is not one of the runs its targets need {where}" if cfg is None else check(rid, files, cfg)
+        except Exception as exc:  # any: what no check foresaw refuses the run, never the reading
+            problem = f"its files could not be checked ({type(exc).__name__})"
         if problem:
             refused.append(f"run {rid} ({kind}) is left out of the state: {problem}")
             continue
@@ -96,7 +100,10 @@ def history_of(files: dict[str, bytes], cfg: RunConfig) -> tuple[list | None, st
     rounds = cfg.federation.rounds
     if "metrics.jsonl" not in files:
         return None, "it has no metrics.jsonl"
-    lines = files["metrics.jsonl"].splitlines()
+    text = files["metrics.jsonl"]
+    if b"\r" in text or not text.endswith(b"\n") and text:  # as the writer writes it, and history_rounds counts
+        return None, "metrics.jsonl: its records are not one a line, each ended by a newline"
+    lines = text.split(b"\n")[:-1]
     if len(lines) > rounds:
         return None, f"metrics.jsonl: it holds {len(lines)} records for the config's {rounds} rounds"
     if any(len(line) > MAX_RECORD_BYTES for line in lines):
@@ -206,15 +213,47 @@ def loaded(content: Content):
             problem = torch_file_problem(file)
             if problem:
                 return None, problem
+            size = file.seek(0, 2)
+            file.seek(0)
             warnings.simplefilter("ignore")
             state = load_tensors(file)
     except pickle.UnpicklingError:
         return None, "holds something other than tensors and plain values (refused unread)"
     except (EOFError, RuntimeError, ValueError, TypeError, KeyError, OSError) as exc:
         return None, f"is unreadable ({type(exc).__name__})"
-    if nesting_problem(state):  # before any checker walks it
-        return None, f"holds values nested more than {MAX_DEPTH} deep"
-    return state, None
+    problem = values_problem(state, size)  # before any checker walks it
+    return (None, problem) if problem else (state, None)
+
+
+def values_problem(state, size: int) -> str | None:
+    """Why a loaded file's values would take more to check than its `size` in bytes (None: they
+    would not). A pickle names an object it holds already in two bytes, and torch saves a view
+    as its storage with strides: so each list, mapping and tensor is looked into once (however
+    many times the file names it), no deeper than MAX_DEPTH, and a tensor may hold no more
+    elements than its storage (a stride-0 view of a few bytes would be gigabytes to check), nor
+    the distinct tensors more than VIEW_BYTES times the file's bytes (views of one storage)."""
+    import torch
+
+    seen, stack, tensor_bytes = set(), [(state, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, (dict, list, tuple, torch.Tensor)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            if item.layout != torch.strided or item.device.type != "cpu" or item.is_quantized:
+                return "holds a tensor that is not a dense one on the CPU"
+            nbytes = item.numel() * item.element_size()
+            if nbytes > item.untyped_storage().nbytes():
+                return "holds a tensor of more elements than its storage (a view that repeats it)"
+            tensor_bytes += nbytes
+            if tensor_bytes > VIEW_BYTES * size:
+                return "holds tensors of many times its size (views of one storage)"
+        elif depth > MAX_DEPTH:
+            return f"holds values nested more than {MAX_DEPTH} deep"
+        else:
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
 
 
 def torch_file_problem(file) -> str | None:
@@ -250,11 +289,24 @@ def checkpoint_mismatch(checkpoint: Content, cfg: RunConfig, history: list[dict]
     problem = checkpoint_problem(state, cfg) or tensors_problem(state, cfg)
     if problem:
         return f"its checkpoint {problem}"
+    return None if same_json(state["history"], history) else "its metrics.jsonl is not the history its checkpoint holds"
+
+
+def same_json(value, reference) -> bool:
+    """Whether `value` is written in JSON as `reference` is (keys sorted: NaN and infinity
+    compare too), `value` encoded no further than `reference`'s length: a value that names one
+    list many times costs no more than the reference."""
+    expected = json.dumps(reference, sort_keys=True)
+    chunks, length = [], 0
     try:
-        same = json.dumps(state["history"], sort_keys=True) == json.dumps(history, sort_keys=True)
-    except (TypeError, ValueError):  # a tensor, or a key that is not a string, where a round's record has none
-        return "its checkpoint's history holds values that are not a round's record"
-    return None if same else "its metrics.jsonl is not the history its checkpoint holds"
+        for chunk in json.JSONEncoder(sort_keys=True).iterencode(value):
+            length += len(chunk)
+            if length > len(expected):
+                return False
+            chunks.append(chunk)
+    except (TypeError, ValueError):  # a tensor, a key that is not a string, a list within itself
+        return False
+    return "".join(chunks) == expected
 
 
 def tensors_problem(state: dict, cfg: RunConfig) -> str | None:
@@ -287,16 +339,24 @@ def model_problem(model: Content, cfg: RunConfig) -> str | None:
 
 
 def all_finite(value) -> bool:
-    """Whether every tensor and number in a loaded checkpoint (nested dicts and lists) is finite."""
+    """Whether every tensor and number in a loaded checkpoint (nested dicts and lists) is
+    finite; each list, mapping and tensor looked into once (`values_problem`)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return not value.is_floating_point() or bool(torch.isfinite(value).all())
-    if isinstance(value, dict):
-        return all(all_finite(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(all_finite(item) for item in value)
-    return not isinstance(value, float) or math.isfinite(value)
+    seen, stack = set(), [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if not isinstance(item, (dict, list, tuple, torch.Tensor)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            if item.is_floating_point() and not bool(torch.isfinite(item).all()):
+                return False
+        else:
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return True
 
 
 def client_states_problem(files: dict[str, bytes]) -> str | None:

@@ -72,6 +72,7 @@ COPY_KEYS = {"dataset", "sha256", "kind", "path"}
 CHECKPOINT_MODELS, CLIENT_STATE_MODELS, MODEL_MARGIN = 4, 3, 16 * 2**20
 # config.yaml parsed to size model files, per read (`run_model`): 1 MiB over 2 kB a run
 MAX_SIZING_YAML_BYTES, SIZING_YAML_PER_RUN = 2**20, 2**11
+MAX_SIZED_MODELS = 64  # distinct models one read builds to size its members: a state's runs have a few
 
 
 class CampaignError(Exception):
@@ -173,8 +174,6 @@ def run_model(config, history, partition, folder: str, cache: dict) -> tuple[boo
     config takes some 1.2 kB, so an archive of thousands of runs parses each): past that, a run
     counts as one whose config holds none, so that made-up runs with large configs cost
     seconds, not hours."""
-    from shared.models.registry import state_bytes
-
     if not isinstance(config, bytes) or not isinstance(history, bytes):
         return False, None
     if ("config", folder) not in cache:
@@ -183,7 +182,31 @@ def run_model(config, history, partition, folder: str, cache: dict) -> tuple[boo
         allowed = parsed <= MAX_SIZING_YAML_BYTES + runs * SIZING_YAML_PER_RUN
         cache["config", folder] = run_config(config) if allowed else None
     cfg = cache["config", folder]
-    return (False, None) if cfg is None else (True, state_bytes(cfg, partition_classes(partition)))
+    return (False, None) if cfg is None else sized_model(cfg, partition_classes(partition), cache)
+
+
+def sized_model(cfg, classes: int | None, cache: dict) -> tuple[bool, int | None]:
+    """`run_model`'s answer for a config: its model's bytes, worked out once a model (the
+    config's model and dataset, and the classes its partition counts) in one read, and for at
+    most MAX_SIZED_MODELS models (each built on the meta device, a ResNet-50 in tens of
+    milliseconds): past them None (the blanket limit). A model that cannot be built (a
+    projection of 2^62 features) is a config that holds none: its run is refused by its checks."""
+    import json
+
+    from shared.config.schema import to_dict
+    from shared.models.registry import state_bytes
+
+    values = to_dict(cfg)
+    key = ("model", json.dumps([values["model"], values["dataset"], classes], sort_keys=True))
+    if key not in cache:
+        if cache.get("models", 0) >= MAX_SIZED_MODELS:
+            return True, None
+        cache["models"] = cache.get("models", 0) + 1
+        try:
+            cache[key] = True, state_bytes(cfg, classes)
+        except (RuntimeError, ValueError, OverflowError, MemoryError):
+            cache[key] = False, None
+    return cache[key]
 
 
 def partition_classes(partition) -> int | None:

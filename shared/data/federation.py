@@ -54,7 +54,8 @@ class Augmenter:
     def rotate(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Each image turned about its centre by a uniform angle in +-max_rotation degrees,
         nearest pixel, corners filled black: torchvision's RandomRotation defaults."""
-        angle = (torch.rand(len(x), generator=generator, device=x.device) * 2 - 1) * math.radians(self.max_rotation)
+        angle = torch.rand(len(x), generator=generator, device=x.device, dtype=x.dtype)  # x's: grid_sample wants one
+        angle = (angle * 2 - 1) * math.radians(self.max_rotation)
         cos, sin, zero = angle.cos(), angle.sin(), torch.zeros_like(angle)
         theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
         grid = F.affine_grid(theta, list(x.shape), align_corners=False)

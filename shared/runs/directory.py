@@ -61,6 +61,7 @@ from shared.runs.files import (
 from shared.runs.metrics import summarize
 from shared.runs.partition_files import PARTITION_FILE, write_partition
 from shared.runs.provenance import environment
+from shared.runs.strict_text import is_plain
 from shared.runs.tensor_files import (
     load_tensors,
     prune_client_states,
@@ -338,6 +339,8 @@ def checkpoint_problem(state, cfg: RunConfig) -> str | None:
     """Why a loaded checkpoint cannot be resumed from (None: it can)."""
     if not isinstance(state, dict) or not {"identity", "history", "global", "method", "elapsed"} <= set(state):
         return "is not a checkpoint of a run (keys missing)"
+    if not is_plain(state["identity"]) or not is_plain(state["history"]):
+        return "holds values other than a config's and a history's where they belong"
     if state["identity"] != identity(cfg):
         return "belongs to a different config"
     if not isinstance(state["global"], dict) or not isinstance(state["method"], dict):

@@ -3,7 +3,8 @@ a key twice is refused (a reader would take the last, a person sees the first), 
 holds no anchors, aliases or tags (an alias bomb expands a kilobyte exponentially; a tag
 builds objects). The project's writers (json.dumps, yaml.safe_dump of plain values) write none.
 Nor do they nest deeper than a few levels: values nested deeper than MAX_DEPTH are refused, so
-that no checker walking them recurses past Python's limit."""
+that no checker walking them recurses past Python's limit. Where a loaded checkpoint should hold
+such text's values (a config's identity, a history), `is_plain` says that it does."""
 
 from __future__ import annotations
 
@@ -33,6 +34,25 @@ def nesting_problem(value, limit: int = MAX_DEPTH) -> str | None:
             return f"its values nest more than {limit} deep"
         stack.extend((child, depth + 1) for child in item)
     return None
+
+
+def is_plain(value) -> bool:
+    """Whether `value` holds what JSON writes only (mappings by strings, lists and tuples,
+    strings, numbers, booleans, None): no tensor, whose comparison raises or answers with a
+    tensor. Each list or mapping is looked into once, however many times a loaded file names it."""
+    seen, stack = set(), [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict) and not all(isinstance(key, str) for key in item):
+                return False
+            stack.extend(item.values() if isinstance(item, dict) else item)
+        elif not (item is None or isinstance(item, (str, int, float, bool))):
+            return False
+    return True
 
 
 def shallow(value):

@@ -16,16 +16,16 @@ Links, directories and devices are yielded as members of that kind: their reader
 by name. A stream (gzip or plain, whole or in parts) is read through `Bounded`: a decompression
 bomb stops at its limit, whatever its headers claim. It is read to its end: after the tar's
 end block only the zero bytes of its padding (MAX_END_BYTES), so that gzip checks its CRC-32
-and length, and a hidden member, a second gzip member or garbage is refused.
+and length, and a hidden member, a second gzip member (an empty one too) or garbage is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
 import re
 import stat
+import zlib
 from pathlib import Path
 
 from shared.runs.files import RunFilesError
@@ -108,13 +108,40 @@ def open_regular(part: Path):
     return os.fdopen(fd, "rb")
 
 
+class Gunzipped:
+    """One gzip member of `source`, inflated at most CHUNK bytes at a time; zlib checks its
+    trailer (CRC-32 and length). Its end is the stream's: a second member (an empty one too,
+    whose header fields hold any bytes) or anything else after it is refused, and a stream cut
+    short raises EOFError, as gzip's reader does."""
+
+    def __init__(self, source):
+        self.source, self.inflate = source, zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        self.pending, self.inflated, self.at = b"", b"", 0
+
+    def read(self, size: int = -1) -> bytes:
+        size = CHUNK if size is None or size < 0 else size
+        while self.at == len(self.inflated):
+            if self.inflate.eof:
+                if self.inflate.unused_data or self.pending or self.source.read(1):
+                    raise TarRefused("the gzip stream goes on after its end (a second gzip member, or garbage)")
+                return b""
+            data = self.pending or self.source.read(CHUNK)
+            if not data:
+                raise EOFError("the gzip stream ends before its end-of-stream marker (cut short)")
+            self.inflated, self.at = self.inflate.decompress(data, CHUNK), 0
+            self.pending = self.inflate.unconsumed_tail
+        out = self.inflated[self.at : self.at + size]
+        self.at += len(out)
+        return out
+
+
 def decompressed(files: list, limit: int, refusal: str) -> Bounded:
     """The tar stream of the open files, one after another: gunzipped where they start as gzip
-    does, at most `limit` bytes of it (else TarRefused(refusal))."""
+    does (one gzip member, `Gunzipped`), at most `limit` bytes of it (else TarRefused(refusal))."""
     chained = Chained(files)
     magic = chained.read(2)
     chained.ahead = magic
-    return Bounded(gzip.GzipFile(fileobj=chained, mode="rb") if magic == b"\x1f\x8b" else chained, limit, refusal)
+    return Bounded(Gunzipped(chained) if magic == b"\x1f\x8b" else chained, limit, refusal)
 
 
 class TarStream:

@@ -214,6 +214,9 @@ def read_transfer(path: Path, kind: Kind, parts: list[Path] | None = None, stage
 
 def read_parts(path: Path, parts: list[Path], kind: Kind, staging: Staging):
     files = []
+    numbers = [part.name.rpartition(".part-")[2] for part in parts if ".part-" in part.name]
+    if numbers != [f"{i:02d}" for i in range(len(numbers))]:  # a lost part whose neighbours still join
+        raise TransferError(f"cannot read {path}: its parts are numbered {', '.join(numbers)}, not 00 on without a gap")
     try:
         try:
             for part in parts:

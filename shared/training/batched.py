@@ -316,7 +316,9 @@ class BatchedClients:
         try:
             with torch.cuda.graph(graph, pool=self.graph_pool, stream=side):
                 self.step()
-        except Exception as exc:  # its own type: a GPU session's gate tells it from a wrong step
+        except RuntimeError as exc:  # its own type: a GPU session's gate tells it from a wrong step
+            # (CUDA's errors are RuntimeErrors; a deadline's OutOfTime, raised by a SIGTERM's handler
+            # mid-capture, is no failure to capture and goes on as it is)
             raise CaptureFailed(f"the batched step could not be captured in a CUDA graph: {exc}") from exc
         self.graph = graph
 

@@ -2,11 +2,10 @@
 their named steps with wall-clock laps and report each round to whoever observes (a campaign
 session's timing record, shared/campaign/session_timing.py); nobody observing, a report costs nothing.
 
-The laps are taken where the round already waits for the device: the clients' training ends
-with each client's loss as a Python float, evaluation with accuracies, a checkpoint with the
-weights copied to the host. No lap adds a synchronisation, so on CUDA the aggregation's
-kernels, queued and not waited for, may count in the step after it (evaluation, or the
-checkpoint in a round that does not evaluate).
+Each lap waits for the device first (on CUDA: the work queued so far), so that a phase's kernels
+count in that phase: the aggregation's, queued and not waited for, would otherwise count in the
+evaluation or checkpoint after it. The other phases end waiting for the device anyway (the
+clients' losses, accuracies, weights copied to the host), so the waits cost microseconds.
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
+
+import torch
 
 PHASES = ("preparation", "steps", "aggregation", "evaluation", "checkpointing")
 
@@ -59,13 +60,15 @@ class RoundTiming:
 
 
 class Laps:
-    """Seconds since the last lap, added to the named phase."""
+    """Seconds since the last lap, added to the named phase; on CUDA `device`'s queued work done first."""
 
-    def __init__(self):
-        self.seconds = dict.fromkeys(PHASES, 0.0)
+    def __init__(self, device: torch.device):
+        self.wait = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
+        self.device, self.seconds = device, dict.fromkeys(PHASES, 0.0)
         self.last = time.perf_counter()
 
     def lap(self, phase: str) -> None:
+        self.wait(self.device)
         now = time.perf_counter()
         self.seconds[phase] += now - self.last
         self.last = now

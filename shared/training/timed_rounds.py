@@ -97,7 +97,7 @@ def train_members(members: list[Member], train_clients, deadline: Deadline = Non
     with ExitStack() as stack:  # tensorboard logs closed however the loop ends
         logs = [stack.enter_context(closing(tensorboard_log(m.cfg, m.out.path))) for m in members]
         while active := [i for i, m in enumerate(members) if m.training]:
-            started, laps = time.perf_counter(), Laps()
+            started, laps = time.perf_counter(), Laps(members[active[0]].setup.device)
             sampled = [begin_round(members[i]) for i in active]
             laps.lap("preparation")
             outcomes = train_clients([members[i] for i in active], sampled)

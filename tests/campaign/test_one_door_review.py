@@ -82,10 +82,17 @@ def stream_damages():
     yield "gzip trailer missing (last part lost)", lambda raw: raw[:-8]
     yield "garbage after the gzip stream", lambda raw: raw + b"garbage!" * 16
     yield "a second gzip member holding a tar member", lambda raw: raw + extra
+    yield "an empty gzip member, its header's comment any bytes", lambda raw: raw + empty_member_with_comment()
     yield (
         "a member after the tar's end",
         lambda raw: gzip.compress(gzip.decompress(raw) + member(f"finished/{'0' * 16}/metrics.json", b"{}")),
     )
+
+
+def empty_member_with_comment() -> bytes:
+    """A gzip member of no data whose header carries a comment (FCOMMENT): gzip's reader skips it."""
+    empty = gzip.compress(b"", mtime=0)
+    return empty[:3] + bytes([empty[3] | 0x10]) + empty[4:10] + b"hidden bytes\x00" + empty[10:]
 
 
 STREAM_DAMAGES = dict(stream_damages())
@@ -115,6 +122,18 @@ def test_a_part_set_with_a_gap_is_refused_in_one_line(genuine, tmp_path, capsys)
     refused(capsys, main_import(path, root), "error: ", root)
     left = sorted(p.name for p in tmp_path.iterdir() if p != root)
     assert left == ["state.tar.gz.part-00", "state.tar.gz.part-02", "whole.tar.gz"]
+
+
+def test_parts_numbered_with_a_gap_are_refused_even_where_their_bytes_join(genuine, tmp_path, capsys):
+    """part-00, part-01 and part-07 that together are the whole state: refused in one line (a
+    part between them was lost or one was renamed), the parts left as they were."""
+    raw = write_crafted(crafted(genuine), tmp_path / "whole.tar.gz").read_bytes()
+    third = len(raw) // 3
+    for number, piece in zip(("00", "01", "07"), (raw[:third], raw[third : 2 * third], raw[2 * third :])):
+        (tmp_path / f"state.tar.gz.part-{number}").write_bytes(piece)
+    root = tmp_path / "project"
+    refused(capsys, main_import(tmp_path / "state.tar.gz", root), "numbered 00, 01, 07", root)
+    assert len(list(tmp_path.glob("state.tar.gz.part-*"))) == 3
 
 
 # --- time: bounded by the input --------------------------------------------------------------------

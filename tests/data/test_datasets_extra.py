@@ -391,6 +391,14 @@ def test_flip_and_rotation_augmentation():
     assert (same ^ mirrored).all() and 20 < same.sum() < 80
 
 
+def test_rotation_under_float64_as_default_turns_the_float32_images(float64):
+    """The float64 tests (batched against sequential) set torch's default dtype; the images to
+    rotate stay float32, and so do the angles drawn for them (grid_sample takes one dtype)."""
+    aug = Augmenter((0.0,), (1 / 255,), augment=True, device=torch.device("cpu"), pad=0, max_rotation=30)
+    out = aug(torch.full((8, 1, 32, 32), 255, dtype=torch.uint8), torch.Generator().manual_seed(0))
+    assert (out[:, 0, 16, 16] == 255).all()
+
+
 # --- the smoke scale's synthetic stand-ins ----------------------------------------------------
 
 SETTINGS = {

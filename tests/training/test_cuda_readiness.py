@@ -60,6 +60,21 @@ def test_cublas_gets_a_fixed_workspace_before_any_run_touches_cuda():
     assert proc.stdout.strip() == ":4096:8", proc.stderr
 
 
+def test_a_rounds_laps_wait_for_the_cuda_device_so_each_phase_holds_its_kernels(monkeypatch):
+    """Aggregation queues kernels and waits for none: a lap that did not wait would bill them to
+    the phase after it. On the CPU a lap waits for nothing."""
+    from shared.training.round_timing import Laps
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    Laps(torch.device("cpu")).lap("aggregation")
+    assert waited == []
+    laps = Laps(torch.device("cuda", 1))
+    laps.lap("aggregation")
+    laps.lap("evaluation")
+    assert waited == [torch.device("cuda", 1)] * 2 and laps.seconds["aggregation"] >= 0
+
+
 def test_sums_by_class_equal_index_add_in_float64():
     generator = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 7, (300,), generator=generator)

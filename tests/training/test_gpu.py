@@ -37,6 +37,7 @@ from shared.training.group_training import run_group
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is false)"),
+    pytest.mark.usefixtures("no_tf32"),
 ]
 
 BASE = [
@@ -135,15 +136,6 @@ def peak_gpu_memory(record_property, request):
     peak = torch.cuda.max_memory_allocated() / 2**20
     record_property("peak_gpu_memory_mib", round(peak, 1))
     print(f"\n{request.node.nodeid}: peak GPU memory {peak:.1f} MiB")
-
-
-@pytest.fixture(autouse=True)
-def no_tf32():
-    """fp32 convolutions and matrix products in fp32 (cuDNN allows TF32 by default)."""
-    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
 
 
 def make_cfg(tmp_path, *overrides):

@@ -107,6 +107,7 @@ def test_alexnet_pooling_has_a_deterministic_backward_where_torchs_has_none():
     from shared.models.nets import AdaptiveAvgPool
 
     x = torch.randn(2, 4, 7, 7, device="cuda", requires_grad=True)
+    before = torch.are_deterministic_algorithms_enabled()  # the tests after it keep what they found
     torch.use_deterministic_algorithms(True)
     try:
         grads = [torch.autograd.grad(AdaptiveAvgPool((6, 6))(x).sum(), x)[0] for _ in range(2)]
@@ -114,7 +115,7 @@ def test_alexnet_pooling_has_a_deterministic_backward_where_torchs_has_none():
         with pytest.raises(RuntimeError, match="deterministic"):
             F.adaptive_avg_pool2d(x, (6, 6)).sum().backward()
     finally:
-        torch.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(before)
     cpu = x.detach().cpu().double().requires_grad_()
     F.adaptive_avg_pool2d(cpu, (6, 6)).sum().backward()
     assert torch.allclose(grads[0].cpu().double(), cpu.grad, atol=1e-6)
@@ -254,7 +255,9 @@ def test_compile_with_uneven_clients_and_local_tests_compiles_one_graph_and_give
 
 
 @pytest.mark.parametrize("model", ["fedavg_cnn", "resnet8", "alexnet_bn"])
+@pytest.mark.usefixtures("no_tf32")
 def test_cuda_evaluation_equals_cpu_evaluation_of_the_same_weights(tmp_path, model):
+    """fp32 on both (cuDNN's convolutions take TF32 by default, whatever ran before this test)."""
     from shared.data.federation import build_federation
     from shared.models.registry import model_for
     from shared.training.evaluation import evaluate
