@@ -16,7 +16,7 @@ from shared.campaign.ship import affected_tables, build_shipped_figure, build_sh
 from shared.campaign.state import CAMPAIGN_STATE, read_state
 from shared.reporting.claims import paper_claims
 from shared.reporting.claims_pages import NO_CLAIM
-from shared.targets.copies import Copy
+from shared.targets.copies import Copy, copy_part
 from shared.targets.figure_declarations import get_figure
 from shared.targets.scales import SMOKE_ROUNDS
 from shared.targets.table_declarations import expand, get_table
@@ -158,6 +158,27 @@ def test_a_setting_finished_on_more_seeds_keeps_them_in_the_shipped_table(tmp_pa
     }
     verdicts = pd.read_csv(out / "claims.csv").set_index("group").verdict
     assert verdicts["δ=0.5"] == "within noise" and verdicts["#K=2"] == "held"
+
+
+def test_a_partial_tables_claim_is_judged_on_the_seeds_its_own_cells_share(tmp_path):
+    """FedAvg and FedSSD at δ=0.5 on seeds 0-2, FedProx there on seed 0 (the CPU campaign's runs
+    on Table I): the table holds seed 0 (the seeds all its rows have), while "FedSSD above
+    FedAvg" compares two cells of three seeds each: within noise on them, not held on seed 0
+    alone."""
+    shipped = tmp_path / "results" / "shipped"
+    copy = Copy("cifar10", "dfaab4e52462da5f2baf35d333e6aa72ada7483fb4698fce91e39ac959e4b228", "JPEG")
+    values = {("FedAvg", 0): 67.24, ("FedAvg", 1): 68.49, ("FedAvg", 2): 68.07, ("FedProx", 0): 67.20}
+    values |= {("FedSSD", 0): 67.05, ("FedSSD", 1): 69.08, ("FedSSD", 2): 67.50}
+    table = copy_part(get_table("fedssd", "table1"), "paper", copy)
+    for cell in expand(table, "paper", {"dataset": {"copy": copy.sha256}}):
+        if cell.column.label == "CIFAR10 ACC" and (cell.row.label, cell.seed) in values:
+            finish_for_table(shipped / "runs", cell.run_id, values[cell.row.label, cell.seed])
+    out = build_shipped_table("papers/fedssd/table1", "paper", copy, shipped)
+    cells = pd.read_csv(out / "table.csv")
+    assert set(cells[cells.column == "CIFAR10 ACC"].n) == {1}
+    claims = pd.read_csv(out / "claims.csv", dtype={"claim": str}).set_index("claim")
+    assert claims.statement["2"].startswith("FedSSD's final accuracy is above FedAvg's")
+    assert (claims.verdict["2"], claims.seeds_held["2"]) == ("within noise", "1/3")
 
 
 def test_a_figure_drawn_from_a_shipped_table_is_drawn_from_its_finished_part(tmp_path):
