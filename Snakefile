@@ -5,6 +5,7 @@
 # With no target (`snakemake`): the rule `all` lists the targets and builds nothing.
 import sys
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 sys.dont_write_bytecode = True  # reading the workflow writes nothing, not even shared/'s __pycache__
@@ -18,7 +19,13 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+try:
+    validate(config, "workflow/schemas/config.schema.yaml")
+except WorkflowError as exc:  # the key and what is wrong with it, not the schema's text
+    cause = exc.__context__
+    key = ".".join(map(str, getattr(cause, "path", [])))
+    where = f"--config {key}" if key else "--config"
+    raise WorkflowError(f"{where}: {getattr(cause, 'message', exc)}") from None
 
 
 include: "workflow/rules/common.smk"

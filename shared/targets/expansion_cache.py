@@ -26,6 +26,7 @@ from shared.targets.copies import Copy, copy_part, copy_runtime, data_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("shared", "papers")  # the code that declares tables and resolves configs
+DRAWING = ("shared/reporting", "shared/targets")  # the code that draws a target from its runs (`drawing_code`)
 KINDS = ("table", "figure", "search")
 
 
@@ -95,6 +96,19 @@ def source_digest() -> str:
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def drawing_code(paper: str) -> str:
+    """The first 16 hex digits of a hash of what draws a paper's tables, figures and searches from
+    their runs: its module (its declarations: rows, the numbers it reports, claims, captions),
+    shared/reporting/ and shared/targets/. A workflow rule's params: a change to them draws the
+    paper's targets again from the same runs, and trains none."""
+    digest = hashlib.sha256()
+    for folder in (f"papers/{paper}", *DRAWING):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def cache_key(scale: str, runtime: dict, copy: Copy | None = None) -> str:

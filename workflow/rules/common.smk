@@ -14,7 +14,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from shared.data.catalog import DataError
 from shared.config.schema import ConfigError, identity
 from shared.config.dotted import deep_merge
-from shared.targets.expansion_cache import expansion, save_expansion
+from shared.targets.expansion_cache import drawing_code, expansion, save_expansion
 from shared.targets.probes import outlasts_its_runs_jobs, probe_path, probes_dir
 from shared.runs.files import RunFilesError, read_summary, write_atomically
 from shared.runs.partition_files import partition_path, partitions_dir
@@ -131,6 +131,17 @@ def target_inputs(kind):
     return inputs
 
 
+def drawing_params(wildcards):
+    """A table's, figure's or search's params: the hash of its paper's declarations and of the code
+    that draws it (shared/targets/expansion_cache.py `drawing_code`), worked out once a paper."""
+    if wildcards.paper not in DRAWING_CODES:
+        DRAWING_CODES[wildcards.paper] = drawing_code(wildcards.paper)
+    return DRAWING_CODES[wildcards.paper]
+
+
+DRAWING_CODES = {}
+
+
 def draws_partitions(kind, paper, name):
     return kind == "figure" and (paper, name) in EXPANSION.partition_figures
 
@@ -197,9 +208,20 @@ def runs_to_finish(paper, names):
     (runs.smk `retry_marker`). Snakemake runs a target rule that has no output of its own where
     one of its inputs is missing, and with it what that input needs: so a table whose run was
     deleted, failed or cannot be read is built again, its run trained again, with or without
-    Snakemake's metadata. (A job whose output is there is not run for a missing input alone.)"""
+    Snakemake's metadata. (A job whose output is there is not run for a missing input alone.)
+    A figure of partitions has its partitions: one deleted is computed again, the figure redrawn."""
     runs = requested_runs(paper, names)
-    return [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs] + [m for rid in runs if (m := retry_marker(rid))]
+    drawn = [
+        rid
+        for name in names
+        if draws_partitions("figure", paper, name)
+        for rid in EXPANSION.target_runs(paper, "figure", name)
+    ]
+    return (
+        [f"{RUNS_DIR}/{rid}/metrics.json" for rid in runs]
+        + [m for rid in runs if (m := retry_marker(rid))]
+        + [str(partition_path(RUNS_DIR, rid)) for rid in dict.fromkeys(drawn)]
+    )
 
 
 def paper_targets(paper):

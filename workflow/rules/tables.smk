@@ -25,6 +25,8 @@ rule table:
     wildcard_constraints:
         paper="[^/]+",
         table="table[0-9A-Za-z]+",
+    params:
+        code=drawing_params,  # its declaration and the code that draws it: changed, it is drawn again
     log:
         f"{LOGS}/tables/{{paper}}-{{table}}.log",
     localrule: True
@@ -52,6 +54,8 @@ rule figure:
     wildcard_constraints:
         paper="[^/]+",
         figure="fig[0-9A-Za-z_]+",
+    params:
+        code=drawing_params,  # its declaration and the code that draws it: changed, it is drawn again
     log:
         f"{LOGS}/figures/{{paper}}-{{figure}}.log",
     localrule: True
@@ -95,6 +99,8 @@ rule probe:
         code="[0-9a-f]{16}",
     log:
         f"{LOGS}/probes/{{paper}}-{{figure}}-{{run_id}}-{{code}}.log",
+    benchmark:  # a GPU job of hours, timed as a run job is
+        "results/benchmarks/probes/{paper}-{figure}-{run_id}-{code}.tsv"
     retries: RETRIES
     conda:
         ENVIRONMENT
@@ -116,6 +122,8 @@ rule search:
     wildcard_constraints:
         paper="[^/]+",
         search="search_[0-9A-Za-z_]+",
+    params:
+        code=drawing_params,  # its declaration and the code that draws it: changed, it is drawn again
     log:
         f"{LOGS}/searches/{{paper}}-{{search}}.log",
     localrule: True
