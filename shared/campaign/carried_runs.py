@@ -228,19 +228,24 @@ def loaded(content: Content):
 def values_problem(state, size: int) -> str | None:
     """Why a loaded file's values would take more to check than its `size` in bytes (None: they
     would not). A pickle names an object it holds already in two bytes, and torch saves a view
-    as its storage with strides: so each list, mapping and tensor is looked into once (however
-    many times the file names it), no deeper than MAX_DEPTH, and a tensor may hold no more
-    elements than its storage (a stride-0 view of a few bytes would be gigabytes to check), nor
-    the distinct tensors more than VIEW_BYTES times the file's bytes (views of one storage)."""
+    as its storage with strides: so each list, mapping and tensor is looked into once (again only
+    where a longer path reaches it, so that nesting is measured on every path, at most MAX_DEPTH
+    times), no deeper than MAX_DEPTH (a list within itself is as deep as that), and a tensor may
+    hold no more elements than its storage (a stride-0 view of a few bytes would be gigabytes to
+    check), nor the distinct tensors more than VIEW_BYTES times the file's bytes (views of one
+    storage)."""
     import torch
 
-    seen, stack, tensor_bytes = set(), [(state, 1)], 0
+    depths, stack, tensor_bytes = {}, [(state, 1)], 0
     while stack:
         item, depth = stack.pop()
-        if not isinstance(item, (dict, list, tuple, torch.Tensor)) or id(item) in seen:
+        if not isinstance(item, (dict, list, tuple, torch.Tensor)) or depths.get(id(item), 0) >= depth:
             continue
-        seen.add(id(item))
+        first = id(item) not in depths
+        depths[id(item)] = depth
         if isinstance(item, torch.Tensor):
+            if not first:
+                continue
             if item.layout != torch.strided or item.device.type != "cpu" or item.is_quantized:
                 return "holds a tensor that is not a dense one on the CPU"
             nbytes = item.numel() * item.element_size()

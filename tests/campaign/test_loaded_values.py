@@ -47,6 +47,12 @@ def costly_runs():
     record = history(FEDPROX, 1)[0]
     yield "a stride-0 view of 2^26 elements", with_checkpoint(method={"m": torch.zeros(1).expand(2**26)})
     yield "a view named 1,000 times", with_checkpoint(method={"m": [torch.zeros(1).expand(2**16)] * 1000})
+    chain, links = [], []
+    for _ in range(100):  # 100 deep, each link also named at the top: first reached 2 deep
+        links.append(chain)
+        chain.append([])
+        chain = chain[0]
+    yield "a list 100 deep, its links named at the top too", with_checkpoint(method={"m": links[::-1]})
     own = identity(FEDPROX)
     yield (
         "a tensor in its identity",
