@@ -38,7 +38,7 @@ from shared.runs.files import (
     summary_problem,
 )
 from shared.runs.metrics import rounds_to_target
-from shared.runs.strict_text import MAX_DEPTH, strict_json
+from shared.runs.strict_text import MAX_DEPTH, each_once, strict_json
 from shared.runs.transfer import Content, member_file
 
 ACCURACY_KEYS = ("acc", "accs")  # a record's accuracies: global_acc, local_accs, per_class_acc, ...
@@ -345,23 +345,15 @@ def model_problem(model: Content, cfg: RunConfig) -> str | None:
 
 def all_finite(value) -> bool:
     """Whether every tensor and number in a loaded checkpoint (nested dicts and lists) is
-    finite; each list, mapping and tensor looked into once (`values_problem`)."""
+    finite; each object looked into once (`each_once`)."""
     import torch
 
-    seen, stack = set(), [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return False
-        if not isinstance(item, (dict, list, tuple, torch.Tensor)) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, torch.Tensor):
-            if item.is_floating_point() and not bool(torch.isfinite(item).all()):
-                return False
-        else:
-            stack.extend(item.values() if isinstance(item, dict) else item)
-    return True
+    def finite(item) -> bool:
+        if isinstance(item, float):
+            return math.isfinite(item)
+        return not isinstance(item, torch.Tensor) or not item.is_floating_point() or bool(torch.isfinite(item).all())
+
+    return all(finite(item) for item in each_once(value))
 
 
 def client_states_problem(files: dict[str, bytes]) -> str | None:

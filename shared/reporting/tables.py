@@ -78,7 +78,7 @@ def build_table(
     comp.to_csv(out / "comparison.csv", index=False)
     (out / "provenance.yaml").write_text(yaml.safe_dump(provenance(table, runs, scale, merged), sort_keys=False))
     write_claims(
-        verdicts(table, every_finished_seed(table, scale, runs_dir, runtime)),
+        verdicts(table, every_finished_seed(table, scale, runs_dir, runtime, runs)),
         f"{table.paper} {table.name}: the paper's claims on our runs",
         scale,
         data_label(table, cells),
@@ -88,14 +88,18 @@ def build_table(
         draw("curves", cells, runs_dir, out / "curves", f"{table.paper} {table.name} learning curves (scale: {scale})")
 
 
-def every_finished_seed(table: Table, scale: str, runs_dir: Path, runtime: dict | None) -> pd.DataFrame:
-    """The finished runs of the table's cells at every seed its paper's table has at `scale`
-    (a whole table's runs). A partial table keeps the seeds all of a column's rows have
-    (shared/targets/copies.py), while the cells a claim compares may have more: each claim is
-    judged on the seeds its own cells share, as the claims page says (FedSSD's Table I: FedSSD
-    against FedAvg at Dir(0.5) on three seeds, where FedProx, finished on one, cuts the table to
-    seed 0)."""
+def every_finished_seed(
+    table: Table, scale: str, runs_dir: Path, runtime: dict | None, runs: pd.DataFrame
+) -> pd.DataFrame:
+    """The finished runs of the table's cells at every seed its paper's table has at `scale` (a
+    table that keeps every seed: its `runs`, collected already). A partial table keeps the seeds
+    all of a column's rows have (shared/targets/copies.py), while the cells a claim compares may
+    have more: each claim is judged on the seeds its own cells share, as the claims page says
+    (FedSSD's Table I: FedSSD against FedAvg at Dir(0.5) on three seeds, where FedProx, finished
+    on one, cuts the table to seed 0)."""
     declared = paper_tables(table.paper).get(table.declared_name, table)
+    if table.seeds == declared.seeds and all(c.seeds is None for c in table.columns):
+        return runs
     whole = dataclasses.replace(
         table, seeds=declared.seeds, columns=[dataclasses.replace(c, seeds=None) for c in table.columns]
     )

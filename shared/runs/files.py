@@ -90,9 +90,9 @@ def history_problem(history, rounds: int) -> str | None:
     if not isinstance(history, list) or len(history) > rounds:
         return f"its history is not a list of at most {rounds} rounds"
     for number, record in enumerate(history, 1):
-        if not isinstance(record, dict) or not same_round(record.get("round"), number):
-            return f"its history's record {number} is malformed"
-        if not is_number(record.get("train_loss")):
+        if not (isinstance(record, dict) and same_round(record.get("round"), number)) or not is_number(
+            record.get("train_loss")
+        ):
             return f"its history's record {number} is malformed"
     return None
 

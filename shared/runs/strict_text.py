@@ -36,23 +36,31 @@ def nesting_problem(value, limit: int = MAX_DEPTH) -> str | None:
     return None
 
 
-def is_plain(value) -> bool:
-    """Whether `value` holds what JSON writes only (mappings by strings, lists and tuples,
-    strings, numbers, booleans, None): no tensor, whose comparison raises or answers with a
-    tensor. Each list or mapping is looked into once, however many times a loaded file names it."""
+def each_once(value):
+    """Every object within `value` (itself included) once, however many times a loaded file
+    names it: a pickle names an object it holds already in two bytes. Lists, tuples and
+    mappings are looked into (a mapping's values), without recursion."""
     seen, stack = set(), [value]
     while stack:
         item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
         if isinstance(item, (dict, list, tuple)):
-            if id(item) in seen:
-                continue
-            seen.add(id(item))
-            if isinstance(item, dict) and not all(isinstance(key, str) for key in item):
-                return False
             stack.extend(item.values() if isinstance(item, dict) else item)
-        elif not (item is None or isinstance(item, (str, int, float, bool))):
-            return False
-    return True
+
+
+def is_plain(value) -> bool:
+    """Whether `value` holds what JSON writes only (mappings by strings, lists and tuples,
+    strings, numbers, booleans, None): no tensor, whose comparison raises or answers with a
+    tensor."""
+    return all(
+        all(isinstance(key, str) for key in item)
+        if isinstance(item, dict)
+        else item is None or isinstance(item, (list, tuple, str, int, float, bool))
+        for item in each_once(value)
+    )
 
 
 def shallow(value):

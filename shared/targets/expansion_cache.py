@@ -13,6 +13,7 @@ or the new one), so that a dry run writes nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import pickle
@@ -88,27 +89,23 @@ class Expansion:
         return {rid: frozenset(names) for rid, names in users.items()}
 
 
-def source_digest() -> str:
-    """A hash of every Python file under shared/ and papers/ (names and contents)."""
+def source_digest(folders=SOURCES) -> str:
+    """A hash of every Python file under `folders` (names and contents): shared/ and papers/."""
     digest = hashlib.sha256()
-    for folder in SOURCES:
+    for folder in folders:
         for path in sorted((ROOT / folder).rglob("*.py")):
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
+@functools.cache
 def drawing_code(paper: str) -> str:
     """The first 16 hex digits of a hash of what draws a paper's tables, figures and searches from
     their runs: its module (its declarations: rows, the numbers it reports, claims, captions),
     shared/reporting/ and shared/targets/. A workflow rule's params: a change to them draws the
     paper's targets again from the same runs, and trains none."""
-    digest = hashlib.sha256()
-    for folder in (f"papers/{paper}", *DRAWING):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(ROOT)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return source_digest((f"papers/{paper}", *DRAWING))[:16]
 
 
 def cache_key(scale: str, runtime: dict, copy: Copy | None = None) -> str:

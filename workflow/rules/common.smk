@@ -133,13 +133,8 @@ def target_inputs(kind):
 
 def drawing_params(wildcards):
     """A table's, figure's or search's params: the hash of its paper's declarations and of the code
-    that draws it (shared/targets/expansion_cache.py `drawing_code`), worked out once a paper."""
-    if wildcards.paper not in DRAWING_CODES:
-        DRAWING_CODES[wildcards.paper] = drawing_code(wildcards.paper)
-    return DRAWING_CODES[wildcards.paper]
-
-
-DRAWING_CODES = {}
+    that draws it (shared/targets/expansion_cache.py `drawing_code`, worked out once a paper)."""
+    return drawing_code(wildcards.paper)
 
 
 def draws_partitions(kind, paper, name):
